@@ -1,0 +1,63 @@
+"""python -m grader ...
+
+    python -m grader check EXERCISE SUBMISSION [--json] [--world-size N] [--timeout S] [--task NAME]
+
+Exit codes: 0 every check passed, 1 some check failed, 2 the submission (or
+the command line) cannot be read.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from grader.checks import run_checks
+from grader.exercises import MODULES, UnknownExercise, get_exercise
+from grader.submission import SubmissionError, read_submission
+
+
+def _check(args) -> int:
+    try:
+        exercise = get_exercise(args.exercise)
+        submission = read_submission(args.submission)
+        if args.task:
+            exercise.checks_for(args.task)
+    except (SubmissionError, UnknownExercise, ValueError) as exc:
+        print(f"error: {exc.args[0] if exc.args else exc}", file=sys.stderr)
+        return 2
+    stream = None if args.json else (lambda r: print("\n".join(_lines(r)), flush=True))
+    report = run_checks(exercise, submission, task=args.task, world_size=args.world_size,
+                        timeout=args.timeout, on_result=stream)
+    if args.json:
+        print(json.dumps(report.to_json(), ensure_ascii=False))
+    else:
+        print(f"score: {report.score:g}/{report.max_score:g}")
+    return 0 if report.passed else 1
+
+
+def _lines(result):
+    from grader.checks import Report
+
+    return Report("", [result]).lines()
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m grader", description="Grade DDP exercises with real multi-process runs.")
+    sub = parser.add_subparsers(dest="command", required=True)
+    check = sub.add_parser("check", help="run an exercise's checks on a submission")
+    check.add_argument("exercise", help=f"one of: {', '.join(MODULES)}")
+    check.add_argument("submission", help="a notebook (.ipynb; its answer cells are used) or a .py file")
+    check.add_argument("--json", action="store_true", help="print one JSON object")
+    check.add_argument("--world-size", type=int, default=2, help="ranks per run (default 2)")
+    check.add_argument("--timeout", type=float, default=30.0, help="seconds before a run counts as hung (default 30)")
+    check.add_argument("--task", default=None, help="only the checks of this task")
+    check.set_defaults(func=_check)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if getattr(args, "world_size", 2) < 1:
+        parser.error("--world-size must be at least 1")
+    return args.func(args)

@@ -1,0 +1,91 @@
+"""Tracebacks and stacks, with the student's own frames first.
+
+A frame is "the student's" when it is not in the standard library, in an
+installed package, or in the grader itself: a notebook cell, a submission
+file, a kernel-defined function.
+"""
+from __future__ import annotations
+
+import linecache
+import os
+import re
+import sysconfig
+import traceback
+
+_GRADER_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+_LIBRARY_DIRS = tuple(
+    {os.path.abspath(p) for p in (sysconfig.get_paths()["stdlib"], sysconfig.get_paths()["purelib"],
+                                  sysconfig.get_paths()["platlib"], _GRADER_DIR) if p}
+)
+
+
+def is_student_file(filename: str) -> bool:
+    if filename.startswith("<frozen") or filename in ("<string>",):
+        return False
+    if filename.startswith("<"):  # "<cell 3>" and similar, compiled from a submission
+        return True
+    path = os.path.abspath(filename)
+    return not path.startswith(_LIBRARY_DIRS) and "site-packages" not in path
+
+
+def _frame_line(filename: str, lineno: int, name: str, line: str | None) -> str:
+    code = (line or linecache.getline(filename, lineno) or "").strip()
+    where = f"{filename}, line {lineno}, in {name}"
+    return f"{where}: {code}" if code else where
+
+
+def describe_exception(exc: BaseException) -> dict:
+    """A picklable summary of an exception raised in a rank."""
+    tb = traceback.TracebackException.from_exception(exc)
+    while tb.stack and tb.stack[0].filename.endswith(os.path.join("engine", "worker.py")):
+        tb.stack.pop(0)  # the engine's own frame is noise for the student
+    frames = list(tb.stack)
+    student = [_frame_line(f.filename, f.lineno, f.name, f.line) for f in frames if is_student_file(f.filename)]
+    text = "".join(tb.format())
+    return {
+        "type": type(exc).__name__,
+        "message": str(exc),
+        "student_frames": student,
+        "traceback": text,
+    }
+
+
+def format_exception(info: dict) -> str:
+    """Student frames first, then the full traceback."""
+    lines = [f"{info['type']}: {info['message']}".rstrip(": ")]
+    if info.get("student_frames"):
+        lines.append("in your code (most recent call last):")
+        lines += [f"  {f}" for f in info["student_frames"]]
+    lines.append("full traceback:")
+    lines.append(info["traceback"].rstrip())
+    return "\n".join(lines)
+
+
+_FRAME = re.compile(r'^\s*File "(?P<file>.*)", line (?P<line>\d+) in (?P<name>\S+)')
+
+
+def summarize_stack(dump: str) -> str:
+    """Turn a faulthandler dump into 'waiting in X, called from your code at Y'.
+
+    faulthandler lists the most recent call first; the main thread is the one
+    marked 'Current thread' or, in a signal dump, the last one listed.
+    """
+    threads = re.split(r"\n(?=(?:Current thread|Thread) 0x)", dump.strip())
+    main = next((t for t in threads if "Current thread" in t), threads[-1] if threads else "")
+    frames = [m.groupdict() for m in (_FRAME.match(line) for line in main.splitlines()) if m]
+    # drop the launcher's own frames (forkserver, multiprocessing, worker.main)
+    engine = [i for i, f in enumerate(frames) if f["file"].endswith(os.path.join("engine", "worker.py"))]
+    if engine:
+        frames = frames[: engine[0]]
+    if not frames:
+        return dump.strip() or "(no stack: the process did not answer)"
+    innermost = frames[0]
+    student = [f for f in frames if is_student_file(f["file"])]
+    parts = [f"waiting in {innermost['name']} ({os.path.basename(innermost['file'])}:{innermost['line']})"]
+    if student:
+        f = student[0]
+        parts.append("called from your code at " + _frame_line(f["file"], int(f["line"]), f["name"], None))
+    lines = "\n".join(
+        "  " + _frame_line(f["file"], int(f["line"]), f["name"], None) for f in reversed(frames)
+    )
+    return ", ".join(parts) + "\nstack (most recent call last):\n" + lines

@@ -1,0 +1,169 @@
+"""The child side of a run: one OS process per rank.
+
+Each rank: becomes the leader of its own process group (so the launcher can
+kill it with everything it started), sends its stdout/stderr to a file, arms
+faulthandler so the launcher can ask for its Python stack, joins the process
+group, runs the function, and reports the result *before* any teardown.
+Then it waits for the launcher's release and leaves with os._exit(0): no
+destructor of a gloo process group ever runs, so teardown noise (SIGABRT, a
+thread join that never returns in ~ProcessGroupGloo) cannot touch a result.
+"""
+from __future__ import annotations
+
+import faulthandler
+import os
+import pickle
+import signal
+import sys
+import threading
+import time
+import traceback
+from dataclasses import dataclass
+from datetime import timedelta
+
+import cloudpickle
+
+from grader.engine import stacks
+
+
+@dataclass(frozen=True)
+class DistContext:
+    """What one rank is told about itself."""
+
+    rank: int
+    local_rank: int
+    world_size: int
+    backend: str
+    device: "object"  # torch.device
+    master_addr: str
+    master_port: int
+    workdir: str
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+
+@dataclass(frozen=True)
+class RankSpec:
+    """Everything the launcher hands one rank (pickled by multiprocessing)."""
+
+    rank: int
+    world_size: int
+    backend: str
+    init_group: bool
+    master_addr: str
+    master_port: int
+    store_path: str
+    workdir: str
+    output_path: str
+    stack_path: str
+    payload: bytes
+    timeout: float
+    launcher_pid: int
+    threads: int
+
+
+def _redirect_output(path: str) -> None:
+    # fd-level, so C++ output (gloo, abort messages) is captured too.
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    os.dup2(fd, 1)
+    os.dup2(fd, 2)
+    os.close(fd)
+    sys.stdout = open(1, "w", buffering=1, closefd=False, errors="backslashreplace")
+    sys.stderr = open(2, "w", buffering=1, closefd=False, errors="backslashreplace")
+
+
+def _watch_launcher(spec: RankSpec) -> None:
+    """Kill this rank's whole process group if the launcher dies or the run
+    outlives any reasonable bound: no process is ever left behind."""
+    hard_deadline = time.monotonic() + spec.timeout + 60.0
+    while True:
+        time.sleep(0.5)
+        try:
+            os.kill(spec.launcher_pid, 0)
+            alive = True
+        except ProcessLookupError:
+            alive = False
+        except PermissionError:
+            alive = True
+        if not alive or time.monotonic() > hard_deadline:
+            try:
+                os.killpg(0, signal.SIGKILL)
+            finally:
+                os._exit(137)
+
+
+def _init_process_group(spec: RankSpec, torch, dist) -> None:
+    store = dist.FileStore(spec.store_path, spec.world_size)
+    dist.init_process_group(
+        spec.backend,
+        store=store,
+        rank=spec.rank,
+        world_size=spec.world_size,
+        timeout=timedelta(seconds=max(spec.timeout, 1.0)),
+    )
+
+
+def main(spec: RankSpec, conn) -> None:
+    """Entry point of every rank (runs in a child of the forkserver)."""
+    try:
+        os.setsid()
+    except OSError:
+        pass
+    _redirect_output(spec.output_path)
+    stack_file = open(spec.stack_path, "w")
+    faulthandler.enable(file=stack_file, all_threads=True)
+    faulthandler.register(signal.SIGUSR1, file=stack_file, all_threads=True)
+    threading.Thread(target=_watch_launcher, args=(spec,), daemon=True).start()
+
+    os.environ.update(
+        MASTER_ADDR=spec.master_addr,
+        MASTER_PORT=str(spec.master_port),
+        RANK=str(spec.rank),
+        LOCAL_RANK=str(spec.rank),
+        WORLD_SIZE=str(spec.world_size),
+        LOCAL_WORLD_SIZE=str(spec.world_size),
+        GRADER_WORKER="1",
+    )
+    os.chdir(spec.workdir)
+
+    import torch
+    import torch.distributed as dist
+
+    torch.set_num_threads(spec.threads)
+    if spec.backend == "nccl":
+        device = torch.device("cuda", spec.rank)
+        torch.cuda.set_device(device)
+    else:
+        device = torch.device("cpu")
+    ctx = DistContext(
+        rank=spec.rank,
+        local_rank=spec.rank,
+        world_size=spec.world_size,
+        backend=spec.backend,
+        device=device,
+        master_addr=spec.master_addr,
+        master_port=spec.master_port,
+        workdir=spec.workdir,
+    )
+    try:
+        if spec.init_group:
+            _init_process_group(spec, torch, dist)
+        fn, args, kwargs = cloudpickle.loads(spec.payload)
+        value = fn(ctx, *args, **kwargs)
+        try:
+            message = ("ok", pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL))
+        except Exception as exc:
+            message = ("error", stacks.describe_exception(
+                TypeError(f"the value returned by rank {spec.rank} could not be sent back: {exc}")))
+    except BaseException as exc:  # SystemExit and KeyboardInterrupt too
+        message = ("error", stacks.describe_exception(exc))
+    try:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        conn.send(message)
+        conn.recv()  # the release: every rank has reported (or the launcher gave up)
+    except BaseException:
+        pass
+    os._exit(0)

@@ -1,0 +1,170 @@
+"""A student's answers, read without running them.
+
+Three sources, one interface (`Submission.load()` runs in a rank and returns a
+namespace holding the student's definitions):
+
+- a notebook: its answer cells (nbgrader "solution" cells), each compiled as
+  `<cell N>` so tracebacks point at the cell;
+- a `.py` file that defines the task names;
+- a live kernel (`from_namespace`): the task objects serialized by value with
+  cloudpickle, so a function defined in a notebook's __main__ reaches the ranks.
+
+Reading never executes student code and never writes to the submission.
+"""
+from __future__ import annotations
+
+import json
+import linecache
+import os
+import re
+import types
+from dataclasses import dataclass, field
+
+import cloudpickle
+
+
+class SubmissionError(Exception):
+    """The submission cannot be read at all (CLI exit code 2)."""
+
+
+@dataclass(frozen=True)
+class Cell:
+    filename: str  # "<cell 7>" or the .py path
+    source: str
+
+
+@dataclass
+class LoadReport:
+    """What happened when the answers were executed in a rank."""
+
+    defined: list[str]
+    problems: list[str] = field(default_factory=list)  # cell errors, in order
+
+
+_MAGIC = re.compile(r"^(\s*)([%!].*)$", re.MULTILINE)
+
+
+def _strip_magics(source: str) -> str:
+    # IPython magics and shell escapes are not Python; keep line numbers intact.
+    return _MAGIC.sub(lambda m: f"{m.group(1)}pass  # {m.group(2)}", source)
+
+
+class Submission:
+    label: str = "submission"
+
+    def load(self) -> tuple[types.SimpleNamespace, LoadReport]:
+        raise NotImplementedError
+
+    def register_sources(self) -> None:
+        """Make the answer sources visible to linecache (for tracebacks)."""
+
+
+class SourceSubmission(Submission):
+    def __init__(self, cells: list[Cell], label: str):
+        self.cells = cells
+        self.label = label
+
+    def register_sources(self) -> None:
+        for cell in self.cells:
+            lines = cell.source.splitlines(True)
+            linecache.cache[cell.filename] = (len(cell.source), None, lines, cell.filename)
+
+    def load(self):
+        self.register_sources()
+        module = types.ModuleType("submission")
+        module.__dict__["__builtins__"] = __builtins__
+        problems = []
+        for cell in self.cells:
+            try:
+                code = compile(_strip_magics(cell.source), cell.filename, "exec")
+            except SyntaxError as exc:
+                problems.append(f"{cell.filename} has a syntax error at line {exc.lineno}: {exc.msg}")
+                continue
+            try:
+                exec(code, module.__dict__)
+            except BaseException as exc:  # SystemExit too: the rest of the answers still load
+                problems.append(f"{cell.filename} raised {type(exc).__name__}: {exc}")
+        names = [n for n in module.__dict__ if not n.startswith("__")]
+        return types.SimpleNamespace(**{n: module.__dict__[n] for n in names}), LoadReport(names, problems)
+
+
+class PickledSubmission(Submission):
+    """Objects taken from a live kernel, serialized by value."""
+
+    def __init__(self, blobs: dict[str, bytes], problems: list[str], label: str = "kernel"):
+        self.blobs = blobs
+        self.problems = problems
+        self.label = label
+
+    def load(self):
+        values, problems = {}, list(self.problems)
+        for name, blob in self.blobs.items():
+            try:
+                values[name] = cloudpickle.loads(blob)
+            except Exception as exc:
+                problems.append(f"`{name}` could not be rebuilt in the worker process: {exc}")
+        return types.SimpleNamespace(**values), LoadReport(list(values), problems)
+
+
+def from_namespace(namespace: dict, names: list[str]) -> PickledSubmission:
+    """Capture the current definitions of `names` from a kernel's namespace."""
+    blobs, problems = {}, []
+    for name in names:
+        if name not in namespace:
+            continue
+        try:
+            blobs[name] = cloudpickle.dumps(namespace[name])
+        except Exception as exc:
+            problems.append(f"`{name}` cannot be sent to the worker processes ({exc}); "
+                            "does it refer to an open file, a lock or a process group?")
+    return PickledSubmission(blobs, problems)
+
+
+def _is_answer_cell(cell: dict) -> bool:
+    meta = cell.get("metadata", {}).get("nbgrader", {})
+    return cell.get("cell_type") == "code" and bool(meta.get("solution")) and not meta.get("grade")
+
+
+def read_notebook(path: str) -> SourceSubmission:
+    try:
+        with open(path, "rb") as f:
+            raw = f.read()
+        nb = json.loads(raw.decode("utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise SubmissionError(f"{path} is not a readable notebook: {exc}") from None
+    cells = nb.get("cells") if isinstance(nb, dict) else None
+    if not isinstance(cells, list):
+        raise SubmissionError(f"{path} is not a notebook: it has no list of cells")
+    answers = []
+    for index, cell in enumerate(cells, start=1):
+        if isinstance(cell, dict) and _is_answer_cell(cell):
+            source = cell.get("source", "")
+            source = "".join(source) if isinstance(source, list) else str(source)
+            answers.append(Cell(f"<cell {index}>", source))
+    if not answers:
+        raise SubmissionError(f"{path} has no answer cells (code cells marked as nbgrader solutions); "
+                              "is it the notebook of this exercise, with its cells intact?")
+    return SourceSubmission(answers, os.path.basename(path))
+
+
+def read_python_file(path: str) -> SourceSubmission:
+    try:
+        with open(path, "rb") as f:
+            source = f.read().decode("utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise SubmissionError(f"cannot read {path}: {exc}") from None
+    try:
+        compile(source, path, "exec")
+    except SyntaxError as exc:
+        raise SubmissionError(f"{path} has a syntax error at line {exc.lineno}: {exc.msg}") from None
+    return SourceSubmission([Cell(os.path.abspath(path), source)], os.path.basename(path))
+
+
+def read_submission(path: str) -> SourceSubmission:
+    if not os.path.isfile(path):
+        raise SubmissionError(f"no such file: {path}")
+    if path.endswith(".ipynb"):
+        return read_notebook(path)
+    if path.endswith(".py"):
+        return read_python_file(path)
+    raise SubmissionError(f"{path}: expected a notebook (.ipynb) or a Python file (.py)")

@@ -1,0 +1,43 @@
+"""Explicit numeric tolerances, per dtype and backend, and the comparison
+that reports the largest difference next to the tolerance."""
+from __future__ import annotations
+
+import torch
+
+from grader.checks import CheckFailed
+
+# (rtol, atol). gloo on CPU reduces in a fixed order; nccl may reorder sums
+# across ranks, and GPUs may use TF32, so its float32 bound is looser.
+TOLERANCES = {
+    ("gloo", torch.float64): (1e-9, 1e-11),
+    ("gloo", torch.float32): (1e-4, 1e-6),
+    ("nccl", torch.float64): (1e-7, 1e-9),
+    ("nccl", torch.float32): (2e-3, 1e-4),
+    ("gloo", torch.bfloat16): (2e-2, 1e-2),
+    ("nccl", torch.bfloat16): (2e-2, 1e-2),
+}
+
+
+def tolerance(dtype: torch.dtype, backend: str = "gloo") -> tuple[float, float]:
+    return TOLERANCES.get((backend, dtype), TOLERANCES[(backend if backend == "nccl" else "gloo", torch.float32)])
+
+
+def assert_close(actual, expected, what: str, likely: str = "", backend: str = "gloo") -> None:
+    """Raise CheckFailed naming `what`, the likely mistake, the largest
+    difference and the tolerance, when actual and expected differ."""
+    actual = torch.as_tensor(actual).detach().cpu()
+    expected = torch.as_tensor(expected).detach().cpu()
+    if actual.shape != expected.shape:
+        raise CheckFailed(f"{what}: shape {tuple(actual.shape)}, expected {tuple(expected.shape)}"
+                          + (f". {likely}" if likely else ""))
+    rtol, atol = tolerance(expected.dtype, backend)
+    a, e = actual.double(), expected.double()
+    diff = (a - e).abs()
+    bound = atol + rtol * e.abs()
+    if diff.numel() and not bool((diff <= bound).all()):
+        worst = int((diff - bound).argmax())
+        raise CheckFailed(
+            f"{what} differs from the reference" + (f": {likely}" if likely else "")
+            + f"\n    largest difference {diff.flatten()[worst].item():.3g} (got {a.flatten()[worst].item():.6g}, "
+            f"expected {e.flatten()[worst].item():.6g}); tolerance {atol:g} + {rtol:g}*|expected| "
+            f"({expected.dtype}, {backend})")

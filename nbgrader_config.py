@@ -1,0 +1,30 @@
+"""nbgrader configuration of the course.
+
+The course directory is this repository: `solutions/` holds the source
+notebooks (solutions and tests), `exercises/` the student release that
+`nbgrader generate_assignment` writes from them (`make exercises`).
+"""
+import os
+
+c = get_config()  # noqa: F821 (provided by nbgrader)
+
+here = os.path.dirname(os.path.abspath(__file__))
+c.CourseDirectory.root = here
+c.CourseDirectory.course_id = "ddp-course"
+c.CourseDirectory.source_directory = "solutions"
+c.CourseDirectory.release_directory = "exercises"
+c.CourseDirectory.db_assignments = [
+    dict(name="01_parallelism"),
+    dict(name="02_ddp_basics"),
+    dict(name="03_syncbn_sharded"),
+    dict(name="04_torchrun"),
+]
+# The embedded SQLite gradebook; for a large course point it at PostgreSQL:
+#   c.CourseDirectory.db_url = "postgresql://user:password@host/gradebook"
+c.CourseDirectory.db_url = os.environ.get("NBGRADER_DB_URL", "sqlite:///" + os.path.join(here, "gradebook.db"))
+# A local exchange, so the whole course works on one laptop.
+c.Exchange.root = os.environ.get("NBGRADER_EXCHANGE", os.path.join(here, ".nbgrader", "exchange"))
+c.Exchange.path_includes_course = True
+c.ClearSolutions.code_stub = {"python": "# YOUR CODE HERE\nraise NotImplementedError()"}
+# The check cells print their own verdicts; nbgrader only needs their exit status.
+c.ExecutePreprocessor.timeout = 600

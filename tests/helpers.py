@@ -1,0 +1,42 @@
+"""Shared test helpers: grade a solution, or a mutant of it, with real runs."""
+from __future__ import annotations
+
+import os
+import tempfile
+
+from grader.checks import Report, run_checks
+from grader.exercises import get_exercise
+from grader.submission import read_notebook, read_python_file
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def solution_notebook(exercise_id: str) -> str:
+    return os.path.join(ROOT, "solutions", exercise_id, f"{exercise_id}.ipynb")
+
+
+def solution_source(exercise_id: str) -> str:
+    """The answer cells of the solution notebook, as one Python file."""
+    return "\n\n".join(cell.source for cell in read_notebook(solution_notebook(exercise_id)).cells)
+
+
+def mutate(source: str, old: str, new: str) -> str:
+    """The solution with one typical mistake put in (the test fails loudly if
+    the solution no longer contains `old`)."""
+    assert old in source, f"mutant anchor not found in the solution: {old!r}"
+    return source.replace(old, new, 1)
+
+
+def grade_source(exercise_id: str, source: str, task: str | None = None, world_size: int = 2,
+                 timeout: float = 30.0) -> Report:
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "submission.py")
+        with open(path, "w") as f:
+            f.write(source)
+        submission = read_python_file(path)
+        return run_checks(get_exercise(exercise_id), submission, task=task, world_size=world_size, timeout=timeout)
+
+
+def failed(report: Report) -> dict[str, str]:
+    """check name -> message, for the checks that failed."""
+    return {c.name: c.message for c in report.checks if not c.passed}
