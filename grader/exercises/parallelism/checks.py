@@ -1,0 +1,470 @@
+"""Checks of exercise 01_parallelism: the core of data, tensor and pipeline
+parallelism, built by hand, each run in real processes and compared with a
+single-process reference (reference.py)."""
+from __future__ import annotations
+
+import torch
+
+from grader.checks import CheckFailed, Exercise, describe_failure
+from grader.exercises.parallelism import reference as ref
+from grader.exercises.parallelism.p2p_only import point_to_point_only
+from grader.tolerances import assert_close
+
+EXERCISE = Exercise(
+    "01_parallelism",
+    tasks=["shard_indices", "average_gradients", "ring_all_reduce", "ColumnParallelLinear", "pipeline_train_step"],
+    title="Data vs model parallelism, by hand",
+)
+
+RING_TIMEOUT = 10.0  # a ring of a few hundred floats takes milliseconds; anything longer is a deadlock
+
+
+def _error_text(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}"
+
+
+# ============================================================ shard_indices
+SHARD_CASES = [(10, 2), (9, 2), (10, 3), (7, 4), (4, 4)]
+SHARD_EDGE_CASES = [(2, 3), (0, 2), (1001, 4), (5, 1)]
+
+
+def _shards_in_rank(ctx, student, cases):
+    shard_indices = student.task("shard_indices")
+    out = []
+    for n, ws in cases:
+        shares = []
+        for rank in range(ws):
+            share = shard_indices(n, rank, ws)
+            if isinstance(share, torch.Tensor):
+                raise CheckFailed(f"shard_indices({n}, {rank}, {ws}) returned a tensor: return a list of ints "
+                                  "(tensor.tolist() converts one)")
+            try:
+                share = list(share)
+            except TypeError:
+                raise CheckFailed(f"shard_indices({n}, {rank}, {ws}) returned {type(share).__name__}, "
+                                  "not a list of ints") from None
+            if not all(isinstance(i, int) and not isinstance(i, bool) for i in share):
+                raise CheckFailed(f"shard_indices({n}, {rank}, {ws}) returned {share!r}: the items must be "
+                                  "Python ints (sample indices)")
+            shares.append(share)
+        out.append(shares)
+    return out
+
+
+def _judge_shares(n: int, ws: int, shares: list[list[int]]) -> None:
+    call = f"shard_indices({n}, rank, {ws})"
+    owner: dict[int, int] = {}
+    for rank, share in enumerate(shares):
+        for i in share:
+            if not 0 <= i < n:
+                raise CheckFailed(f"{call} for rank {rank} contains {i}, outside range({n})")
+            if i in owner:
+                who = "twice in its share" if owner[i] == rank else f"in the shares of ranks {owner[i]} and {rank}"
+                raise CheckFailed(f"{call}: sample {i} is {who}; shares must be disjoint (does your function "
+                                  "use its `rank` argument, and step by world_size?)")
+            owner[i] = rank
+    missing = sorted(set(range(n)) - set(owner))
+    if missing:
+        raise CheckFailed(f"{call}: samples {missing[:5]} are in no rank's share; the shares must cover all "
+                          f"{n} samples (when {n} is not divisible by {ws}, the remainder must not be dropped)")
+    sizes = [len(s) for s in shares]
+    if max(sizes) - min(sizes) > 1:
+        raise CheckFailed(f"{call}: share sizes {sizes} differ by more than one; give the {n % ws} left-over "
+                          "samples to different ranks, one each")
+
+
+def _check_shards(g, cases):
+    per_rank = g.run(_shards_in_rank, cases)
+    for (n, ws), shares in zip(cases, per_rank[0]):
+        _judge_shares(n, ws, shares)
+    if any(r != per_rank[0] for r in per_rank[1:]):
+        raise CheckFailed("shard_indices gave different answers in different processes for the same arguments: "
+                          "it must depend only on (n_samples, rank, world_size), e.g. not on a random shuffle "
+                          "without a fixed seed")
+
+
+@EXERCISE.check("shard_indices", points=2)
+def shards_are_disjoint_covering_balanced(g):
+    """Shares of 9 and 10 samples over 2, 3 and 4 ranks: disjoint, covering, balanced."""
+    _check_shards(g, SHARD_CASES)
+
+
+@EXERCISE.check("shard_indices", points=1, hidden=True)
+def shards_edge_cases(g):
+    """Fewer samples than ranks, no samples, a large batch, one rank."""
+    _check_shards(g, SHARD_EDGE_CASES)
+
+
+# ======================================================== average_gradients
+def _average_in_rank(ctx, student, model_seed, data_seed, n, frozen_first):
+    import torch.nn.functional as F
+
+    average_gradients = student.task("average_gradients")
+    model = ref.mlp(model_seed, frozen_first)
+    before = {name: p.detach().clone() for name, p in model.named_parameters()}
+    x, y = ref.regression_batch(data_seed, n)
+    mine = ref.contiguous_shards(n, ctx.world_size)[ctx.rank]
+    F.mse_loss(model(x[mine]), y[mine]).backward()
+    local = {name: p.grad.clone() for name, p in model.named_parameters() if p.grad is not None}
+    try:
+        average_gradients(model)
+    except CheckFailed:
+        raise
+    except Exception as exc:
+        hint = (" The model has a frozen layer and an unused parameter, whose .grad is None: skip parameters "
+                "without a gradient." if frozen_first else "")
+        raise CheckFailed(f"average_gradients(model) raised {_error_text(exc)} on rank {ctx.rank}.{hint}") from exc
+    return {
+        "local": local,
+        "grads": {name: None if p.grad is None else p.grad.clone() for name, p in model.named_parameters()},
+        "changed": [name for name, p in model.named_parameters() if not torch.equal(p.detach(), before[name])],
+    }
+
+
+def _check_average(g, world_size, n, frozen_first):
+    model_seed, data_seed = 11, 12
+    expected = ref.full_batch_gradients(model_seed, data_seed, n, frozen_first)
+    per_rank = g.run(_average_in_rank, model_seed, data_seed, n, frozen_first, world_size=world_size)
+    for rank, got in enumerate(per_rank):
+        if got["changed"]:
+            raise CheckFailed(f"average_gradients changed the parameters {got['changed']} on rank {rank}: it must "
+                              "average the gradients (p.grad), not the weights (p.data)")
+        for name, grad in got["grads"].items():
+            if name not in expected:
+                if grad is not None:
+                    raise CheckFailed(f"parameter {name!r} takes no part in the loss (its .grad was None), but "
+                                      f"average_gradients gave it a gradient on rank {rank}: leave p.grad None")
+                continue
+            want = expected[name]
+            if torch.allclose(grad, got["local"][name]) and not torch.allclose(grad, want, rtol=1e-4, atol=1e-6):
+                raise CheckFailed(f"on rank {rank}, {name}.grad is still this rank's own shard gradient: "
+                                  "average_gradients must combine the gradients of all ranks (dist.all_reduce)")
+            if torch.allclose(grad, want * world_size, rtol=1e-4, atol=1e-6):
+                raise CheckFailed(f"on rank {rank}, {name}.grad is {world_size} times the full-batch gradient: "
+                                  "all_reduce sums; divide by the world size to average")
+            assert_close(grad, want, f"rank {rank}: {name}.grad after average_gradients",
+                         "every rank must end with the average of all ranks' gradients, which for equal shards "
+                         "and a mean loss is the full-batch gradient")
+
+
+@EXERCISE.check("average_gradients", points=2)
+def averaged_gradients_match_full_batch(g):
+    """The grader's world size (2), 4 samples per rank: every rank ends with the full-batch gradient."""
+    _check_average(g, g.world_size, 4 * g.world_size, frozen_first=False)
+
+
+@EXERCISE.check("average_gradients", points=1, hidden=True, world_size=3)
+def averaged_gradients_three_ranks_frozen_layer(g):
+    """3 ranks and a model with a frozen layer and an unused parameter."""
+    _check_average(g, 3, 9, frozen_first=True)
+
+
+# ========================================================== ring_all_reduce
+def _ring_in_rank(ctx, student, seed, length):
+    ring_all_reduce = student.task("ring_all_reduce")
+    tensor = ref.rank_tensor(seed, ctx.rank, length)
+    original = tensor.clone()
+    with point_to_point_only("ring_all_reduce", ring_all_reduce) as traffic:
+        returned = ring_all_reduce(tensor)
+    return {
+        "tensor": tensor,
+        "unchanged": torch.equal(tensor, original),
+        "returned": returned.detach().clone() if isinstance(returned, torch.Tensor) else None,
+        "messages": [(m.kind, m.peer, m.numel) for m in traffic.messages],
+    }
+
+
+def _run_ring(g, world_size, length, seed=5):
+    result = g.run_raw(_ring_in_rank, seed, length, world_size=world_size, timeout=RING_TIMEOUT)
+    if not result.ok:
+        text = result.failure()
+        hung = any(r.status == "hung" for r in result.ranks) or "timed out" in text.lower()
+        if hung:
+            raise CheckFailed(
+                f"ring_all_reduce did not finish within {RING_TIMEOUT:.0f} s on {world_size} ranks: a deadlock. "
+                "If every rank first calls a blocking dist.send and only then dist.recv, all ranks wait for a "
+                "receiver that never comes; send with dist.isend (and .wait() on it after the recv), or order "
+                "the send and recv by rank. Also check that every rank sends and receives the same number of "
+                "messages, with matching sizes.\n" + text)
+        raise CheckFailed(describe_failure(result))
+    return [r.value for r in result.ranks]
+
+
+def _check_ring_sum(g, world_size, length):
+    per_rank = _run_ring(g, world_size, length)
+    expected = ref.ring_expected(5, world_size, length)
+    for rank, got in enumerate(per_rank):
+        if got["unchanged"] and length:
+            hint = (" (it returned the right sum: write it into `tensor` instead)"
+                    if got["returned"] is not None and got["returned"].shape == expected.shape
+                    and torch.allclose(got["returned"], expected, rtol=1e-4, atol=1e-5) else "")
+            raise CheckFailed(f"ring_all_reduce left the tensor of rank {rank} unchanged: it must sum in place, "
+                              f"writing into `tensor` (tensor[a:b] += ..., tensor.copy_(...)){hint}")
+        assert_close(got["tensor"], expected, f"rank {rank}: the tensor after ring_all_reduce "
+                     f"({world_size} ranks, {length} elements)",
+                     "every element must end as the sum over all ranks; with a length not divisible by the world "
+                     "size, check the chunk boundaries (torch.tensor_split gives world_size chunks, torch.chunk "
+                     "may give fewer)")
+    return per_rank
+
+
+def _check_ring_traffic(per_rank, world_size, length):
+    bound = ref.ring_chunk_bound(length, world_size)
+    for rank, got in enumerate(per_rank):
+        sends = [(peer, numel) for kind, peer, numel in got["messages"] if kind == "send"]
+        recvs = [(peer, numel) for kind, peer, numel in got["messages"] if kind == "recv"]
+        nxt, prev = (rank + 1) % world_size, (rank - 1) % world_size
+        if not sends or not recvs:
+            raise CheckFailed(f"rank {rank} sent {len(sends)} and received {len(recvs)} messages: a ring all-reduce "
+                              "passes chunks with dist.isend/irecv (or send/recv) to its neighbours")
+        wrong = sorted({p for p, _ in sends if p != nxt})
+        if wrong:
+            raise CheckFailed(f"rank {rank} sent to rank(s) {wrong}: in a ring each rank sends only to the next "
+                              f"rank, (rank + 1) % world_size = {nxt}")
+        wrong = sorted({p for p, _ in recvs if p not in (prev, None)}, key=str)
+        if wrong:
+            raise CheckFailed(f"rank {rank} received from rank(s) {wrong}: in a ring each rank receives only from "
+                              f"the previous rank, (rank - 1) % world_size = {prev}")
+        biggest = max(n for _, n in sends)
+        if biggest > bound:
+            raise CheckFailed(f"rank {rank} sent {biggest} elements in one message, but a ring all-reduce sends "
+                              f"chunks of at most ceil({length}/{world_size}) = {bound}: split the tensor into "
+                              "world_size chunks and pass one chunk per step (reduce-scatter, then all-gather)")
+        total = sum(n for _, n in sends)
+        if total > 2 * (world_size - 1) * bound:
+            raise CheckFailed(f"rank {rank} sent {total} elements in all, more than a ring's 2*(N-1) chunks "
+                              f"({2 * (world_size - 1)} x {bound}): each step should send exactly one chunk")
+
+
+@EXERCISE.check("ring_all_reduce", points=2)
+def ring_sums_in_place(g):
+    """The grader's world size (2), lengths 8 and 7: every rank ends with the sum, in place, without collectives."""
+    for length in (4 * g.world_size, 4 * g.world_size - 1):
+        _check_ring_sum(g, g.world_size, length)
+
+
+@EXERCISE.check("ring_all_reduce", points=1)
+def ring_passes_chunks_to_neighbours(g):
+    """The grader's world size (2), length 10: sends only to the next rank, one chunk of about numel/N per message."""
+    per_rank = _check_ring_sum(g, g.world_size, 10)
+    _check_ring_traffic(per_rank, g.world_size, 10)
+
+
+@EXERCISE.check("ring_all_reduce", points=1, hidden=True, world_size=3)
+def ring_three_ranks(g):
+    """3 ranks: lengths 9, 10 and 2 (shorter than the world: empty chunks)."""
+    for length in (9, 10, 2):
+        per_rank = _check_ring_sum(g, 3, length)
+        _check_ring_traffic(per_rank, 3, length)
+
+
+@EXERCISE.check("ring_all_reduce", points=1, hidden=True, world_size=4)
+def ring_four_ranks(g):
+    """4 ranks, length 1001."""
+    per_rank = _check_ring_sum(g, 4, 1001)
+    _check_ring_traffic(per_rank, 4, 1001)
+
+
+# ===================================================== ColumnParallelLinear
+def _column_in_rank(ctx, student, seed, in_features, out_features, shape):
+    cls = student.task("ColumnParallelLinear")
+    layer = cls(in_features, out_features)
+    start, stop = ref.output_rows(out_features, ctx.world_size, ctx.rank)
+    rows = stop - start
+    weight, bias = getattr(layer, "weight", None), getattr(layer, "bias", None)
+    if not isinstance(weight, torch.nn.Parameter) or not isinstance(bias, torch.nn.Parameter):
+        raise CheckFailed("ColumnParallelLinear must have nn.Parameter attributes `weight` and `bias` "
+                          "(this rank's shard of the full layer's weight and bias)")
+    if tuple(weight.shape) != (rows, in_features) or tuple(bias.shape) != (rows,):
+        raise CheckFailed(
+            f"ColumnParallelLinear({in_features}, {out_features}) on rank {ctx.rank} of {ctx.world_size} has "
+            f"weight {tuple(weight.shape)} and bias {tuple(bias.shape)}; expected ({rows}, {in_features}) and "
+            f"({rows},): rank r holds the output rows torch.tensor_split(torch.arange(out_features), "
+            f"world_size)[r] (here {start}..{stop - 1})")
+    held = sum(p.numel() for p in layer.parameters())
+    if held != rows * (in_features + 1):
+        raise CheckFailed(f"the layer holds {held} parameter elements on rank {ctx.rank}, but its shard is "
+                          f"{rows * (in_features + 1)}: keep only this rank's rows, not the full weight")
+    full_w, full_b = ref.linear_weights(seed, in_features, out_features)
+    with torch.no_grad():
+        weight.copy_(full_w[start:stop])
+        bias.copy_(full_b[start:stop])
+    x, probe = ref.linear_inputs(seed, shape, out_features)
+    x.requires_grad_(True)
+    y = layer(x)
+    if not isinstance(y, torch.Tensor):
+        raise CheckFailed(f"forward returned {type(y).__name__}, not a tensor")
+    if tuple(y.shape) != tuple(probe.shape):
+        raise CheckFailed(f"forward of an input of shape {tuple(shape)} returned shape {tuple(y.shape)} on rank "
+                          f"{ctx.rank}; expected the full output {tuple(probe.shape)}: gather every rank's "
+                          "output columns and concatenate them along the last dimension, in rank order")
+    if not y.requires_grad:
+        return {"y": y.detach(), "weight_grad": None, "bias_grad": None, "x_grad": None, "no_graph": True}
+    (y * probe).sum().backward()
+    grad = lambda t: None if t.grad is None else t.grad.clone()  # noqa: E731
+    return {"y": y.detach(), "weight_grad": grad(weight), "bias_grad": grad(bias), "x_grad": grad(x),
+            "no_graph": False, "rows": (start, stop)}
+
+
+def _run_column(g, world_size, in_features, out_features, shape, seed=21):
+    per_rank = g.run(_column_in_rank, seed, in_features, out_features, shape, world_size=world_size)
+    return per_rank, ref.linear_reference(seed, in_features, out_features, shape)
+
+
+def _check_column_forward(per_rank, expected):
+    for rank, got in enumerate(per_rank):
+        assert_close(got["y"], expected["y"], f"rank {rank}: ColumnParallelLinear output",
+                     "each rank computes x @ weight_shard.T + bias_shard, and the full output is the shards' "
+                     "outputs concatenated along the last dimension in rank order")
+
+
+def _check_column_shard_grads(per_rank, expected, world_size):
+    for rank, got in enumerate(per_rank):
+        if got["no_graph"] or got["weight_grad"] is None:
+            raise CheckFailed(f"no gradient reached the weight shard on rank {rank}: the gather in forward must "
+                              "be autograd-aware (dist.all_gather is not: wrap it in a torch.autograd.Function "
+                              "whose backward returns this rank's slice of the output gradient)")
+        start, stop = got["rows"]
+        for name in ("weight_grad", "bias_grad"):
+            want = expected[name][start:stop]
+            if world_size > 1 and torch.allclose(got[name], want * world_size, rtol=1e-4, atol=1e-6):
+                raise CheckFailed(
+                    f"on rank {rank} the {name.split('_')[0]} shard's gradient is {world_size} times too large: "
+                    "the backward of torch.distributed.nn.functional.all_gather sums the output gradient over "
+                    "ranks, which multiplies it by world_size when every rank computes the same loss. Write your "
+                    "own autograd.Function whose backward keeps only this rank's slice of the gradient")
+            assert_close(got[name], want, f"rank {rank}: {name.replace('_grad', '')}.grad of the shard",
+                         "each shard's gradient must be the matching rows of the full layer's gradient")
+
+
+def _check_column_input_grad(per_rank, expected):
+    for rank, got in enumerate(per_rank):
+        if got["x_grad"] is None:
+            raise CheckFailed(f"the input got no gradient on rank {rank}")
+        assert_close(got["x_grad"], expected["x_grad"], f"rank {rank}: the input's gradient",
+                     "each rank's input gradient covers only its own output columns; sum it over ranks in "
+                     "backward (an identity autograd.Function on the input whose backward all-reduces)")
+
+
+@EXERCISE.check("ColumnParallelLinear", points=1)
+def column_parallel_forward(g):
+    """The grader's world size (2), 4 -> 6 features: every rank holds 3 output rows and returns the full output."""
+    per_rank, expected = _run_column(g, g.world_size, 4, 6, (5, 4))
+    _check_column_forward(per_rank, expected)
+
+
+@EXERCISE.check("ColumnParallelLinear", points=2)
+def column_parallel_shard_gradients(g):
+    """The grader's world size (2): each shard's weight and bias gradients equal its rows of the full layer's gradients."""
+    per_rank, expected = _run_column(g, g.world_size, 4, 6, (5, 4))
+    _check_column_forward(per_rank, expected)
+    _check_column_shard_grads(per_rank, expected, g.world_size)
+
+
+@EXERCISE.check("ColumnParallelLinear", points=1)
+def column_parallel_input_gradient(g):
+    """The grader's world size (2): the input gradient is the full layer's, on every rank."""
+    per_rank, expected = _run_column(g, g.world_size, 4, 6, (5, 4))
+    _check_column_input_grad(per_rank, expected)
+
+
+@EXERCISE.check("ColumnParallelLinear", points=1, hidden=True, world_size=3)
+def column_parallel_uneven_three_ranks(g):
+    """3 ranks, 5 -> 7 features (shards of 3, 2, 2 rows), a 3-D input."""
+    per_rank, expected = _run_column(g, 3, 5, 7, (2, 3, 5))
+    _check_column_forward(per_rank, expected)
+    _check_column_shard_grads(per_rank, expected, 3)
+    _check_column_input_grad(per_rank, expected)
+
+
+# ====================================================== pipeline_train_step
+def _pipeline_in_rank(ctx, student, model_seed, data_seed, n, n_micro):
+    step = student.task("pipeline_train_step")
+    stage = ref.pipeline_stages(model_seed)[ctx.rank]
+    x, y = ref.pipeline_batch(data_seed, n)
+    sizes = []
+    stage.register_forward_pre_hook(lambda module, args: sizes.append(len(args[0])))
+    value = step(stage, x, y, n_micro, ref.HIDDEN)
+    if isinstance(value, torch.Tensor):
+        value = value.detach().item() if value.numel() == 1 else "a tensor of shape " + str(tuple(value.shape))
+    return {"value": value, "sizes": sizes,
+            "grads": [None if p.grad is None else p.grad.clone() for p in stage.parameters()]}
+
+
+def _run_pipeline(g, n, n_micro, model_seed=31, data_seed=32):
+    per_rank = g.run(_pipeline_in_rank, model_seed, data_seed, n, n_micro, world_size=2,
+                     hint="pipeline_train_step failed on 2 ranks (if it hung: do both ranks agree on the number, order "
+                          "and sizes of the messages?)")
+    return per_rank, ref.pipeline_reference(model_seed, data_seed, n)
+
+
+def _check_pipeline_loss(per_rank, expected):
+    value = per_rank[1]["value"]
+    if not isinstance(value, (int, float)):
+        raise CheckFailed(f"rank 1 (the last stage) returned {value!r}; it must return the batch's loss as a float")
+    assert_close(torch.tensor(float(value)), torch.tensor(expected["loss"]),
+                 "the loss returned by rank 1",
+                 "it must be the mean squared error over the whole batch: the micro-batch losses, each weighted "
+                 "by its share of the batch, summed", backend="gloo")
+
+
+def _check_pipeline_grads(per_rank, expected, n_micro):
+    for rank in (0, 1):
+        got, want = per_rank[rank]["grads"], expected["grads"][rank]
+        if any(gr is None for gr in got):
+            how = ("rank 1 must send the gradient of each received activation back to rank 0, and rank 0 must "
+                   "call activation.backward(that gradient)" if rank == 0 else
+                   "rank 1 must call backward on its micro-batch losses")
+            raise CheckFailed(f"stage {rank} got no gradient: {how}")
+        for i, (a, e) in enumerate(zip(got, want)):
+            if n_micro > 1 and torch.allclose(a, e * n_micro, rtol=1e-4, atol=1e-6):
+                raise CheckFailed(f"stage {rank}'s gradients are n_microbatches = {n_micro} times too large: "
+                                  "the mean loss of each micro-batch must be scaled by its share of the batch "
+                                  "(micro-batch size / batch size) before backward")
+            assert_close(a, e, f"stage {rank}, parameter {i}: gradient",
+                         "after the step, each stage's gradients must equal those of the unsplit model trained "
+                         "on the whole batch with a mean squared error loss")
+
+
+def _check_pipeline_microbatches(per_rank, n, n_micro):
+    want = ref.microbatch_sizes(n, n_micro)
+    for rank in (0, 1):
+        sizes = per_rank[rank]["sizes"]
+        if sorted(sizes) != sorted(want):
+            raise CheckFailed(f"stage {rank} ran on batches of sizes {sizes}; with {n} samples and "
+                              f"n_microbatches={n_micro} it should run once per micro-batch, on sizes {want} "
+                              "(torch.tensor_split(x, n_microbatches))")
+
+
+@EXERCISE.check("pipeline_train_step", points=1, world_size=2)
+def pipeline_loss_matches(g):
+    """2 stages, 8 samples in 4 micro-batches: rank 1 returns the whole batch's loss."""
+    per_rank, expected = _run_pipeline(g, 8, 4)
+    if per_rank[0]["value"] is not None:
+        raise CheckFailed(f"rank 0 returned {per_rank[0]['value']!r}; the first stage has no loss and must "
+                          "return None")
+    _check_pipeline_loss(per_rank, expected)
+
+
+@EXERCISE.check("pipeline_train_step", points=2, world_size=2)
+def pipeline_gradients_match(g):
+    """2 stages, 8 samples in 4 micro-batches: both stages' gradients equal the unsplit model's."""
+    per_rank, expected = _run_pipeline(g, 8, 4)
+    _check_pipeline_grads(per_rank, expected, 4)
+
+
+@EXERCISE.check("pipeline_train_step", points=1, world_size=2)
+def pipeline_uses_microbatches(g):
+    """2 stages, 8 samples in 4 micro-batches: each stage runs once per micro-batch."""
+    per_rank, _ = _run_pipeline(g, 8, 4)
+    _check_pipeline_microbatches(per_rank, 8, 4)
+
+
+@EXERCISE.check("pipeline_train_step", points=1, hidden=True, world_size=2)
+def pipeline_uneven_microbatches(g):
+    """10 samples in 4 micro-batches (3, 3, 2, 2), and 1 micro-batch."""
+    for n, n_micro in ((10, 4), (6, 1)):
+        per_rank, expected = _run_pipeline(g, n, n_micro)
+        _check_pipeline_microbatches(per_rank, n, n_micro)
+        _check_pipeline_loss(per_rank, expected)
+        _check_pipeline_grads(per_rank, expected, n_micro)
