@@ -296,11 +296,14 @@ def _collect(reports, procs, conns, deadline) -> None:
         objs = [conns[i] for i in waiting] + [procs[i].sentinel for i in waiting]
         ready = multiprocessing.connection.wait(objs, timeout=remaining)
         for i in list(waiting):
+            message, closed = None, False
             if conns[i] in ready:
                 try:
-                    kind, body = conns[i].recv()
+                    message = conns[i].recv()
                 except (EOFError, OSError):
-                    continue  # the sentinel tells how it ended
+                    closed = True  # closed without a report: the process is ending
+            if message is not None:
+                kind, body = message
                 if kind == "ok":
                     reports[i].status = "ok"
                     try:
@@ -312,8 +315,8 @@ def _collect(reports, procs, conns, deadline) -> None:
                     reports[i].status = "error"
                     reports[i].error = body
                 waiting.discard(i)
-            elif procs[i].sentinel in ready and not conns[i].poll():
-                procs[i].join(timeout=1)
+            elif closed or (procs[i].sentinel in ready and not conns[i].poll()):
+                procs[i].join(timeout=2)
                 reports[i].status = "exited"
                 reports[i].exitcode = procs[i].exitcode
                 waiting.discard(i)

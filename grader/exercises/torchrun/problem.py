@@ -1,0 +1,102 @@
+"""The model, data and hyperparameters that exercise 04_torchrun's training script trains.
+
+Taught in lessons/04_torchrun.ipynb. A student's `train_script` imports this module:
+
+    from grader.exercises.torchrun import problem
+    model = problem.make_model()
+    optimizer = problem.make_optimizer(model)
+    dataset = problem.make_dataset()
+
+It holds no answer: the grader's single-process reference trains the same
+model on the same global batches (reference.py).
+
+One grader-only hook: when the environment variable PAUSE_ENV is set (only by
+the grader, in its own runs), the model's forward waits at a known point of
+the first attempt so that the grader can act between two snapshots (kill a
+worker, or inspect the snapshot file). Without it, forward does nothing extra.
+"""
+from __future__ import annotations
+
+import os
+import time
+
+import torch
+from torch import nn
+
+SEED = 0  # DistributedSampler(seed=SEED) and the model's initial weights
+SAMPLES = 64
+FEATURES = 8
+GLOBAL_BATCH = 16  # samples per optimizer step, summed over all ranks
+LR = 0.05
+MOMENTUM = 0.9  # momentum makes the optimizer state part of what a snapshot must keep
+
+PAUSE_ENV = "TORCHRUN_EXERCISE_PAUSE"  # "<log path>:<epochs>:<go file>", set by the grader
+PAUSE_LIMIT_S = 120.0  # a paused worker never waits longer than this
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.body = nn.Sequential(nn.Linear(FEATURES, 16), nn.Tanh(), nn.Linear(16, 1))
+        self._pause = _Pause.from_env()
+
+    def forward(self, x):
+        if self._pause is not None:
+            self._pause.maybe_wait()
+        return self.body(x)
+
+
+def make_model() -> nn.Module:
+    torch.manual_seed(SEED)  # the same initial weights in every process
+    return Net()
+
+
+def make_dataset() -> torch.utils.data.TensorDataset:
+    g = torch.Generator().manual_seed(1234)
+    x = torch.randn(SAMPLES, FEATURES, generator=g)
+    y = torch.sin(x.sum(dim=1, keepdim=True)) + 0.1 * torch.randn(SAMPLES, 1, generator=g)
+    return torch.utils.data.TensorDataset(x, y)
+
+
+def make_optimizer(model: nn.Module) -> torch.optim.Optimizer:
+    return torch.optim.SGD(model.parameters(), lr=LR, momentum=MOMENTUM)
+
+
+def loss_fn(prediction: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+    return nn.functional.mse_loss(prediction, target)
+
+
+class _Pause:
+    """Wait in forward once the log lists `epochs` epochs, until `go` exists.
+
+    Only on the first attempt (TORCHELASTIC_RESTART_COUNT 0): after a restart
+    the run goes straight on. Each worker waits at its first forward of the
+    epoch after the logged ones, so no further snapshot is written meanwhile.
+    """
+
+    def __init__(self, log: str, epochs: int, go: str):
+        self.log, self.epochs, self.go = log, epochs, go
+        self.done = False
+
+    @classmethod
+    def from_env(cls):
+        spec = os.environ.get(PAUSE_ENV)
+        if not spec or os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") != "0":
+            return None
+        log, epochs, go = spec.rsplit(":", 2)
+        return cls(log, int(epochs), go)
+
+    def _logged(self) -> int:
+        try:
+            with open(self.log) as f:
+                return sum(1 for line in f if line.strip())
+        except OSError:
+            return 0
+
+    def maybe_wait(self) -> None:
+        if self.done or self._logged() < self.epochs:
+            return
+        self.done = True
+        deadline = time.monotonic() + PAUSE_LIMIT_S
+        while not os.path.exists(self.go) and time.monotonic() < deadline:
+            time.sleep(0.02)

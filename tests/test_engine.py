@@ -1,0 +1,167 @@
+"""The multi-process engine, with real processes and a real gloo group."""
+import os
+import subprocess
+import sys
+import time
+
+import psutil
+import pytest
+import torch
+
+from grader.engine import run_distributed, warm_up
+
+
+def descendants() -> set[int]:
+    return {p.pid for p in psutil.Process().children(recursive=True) if p.status() != psutil.STATUS_ZOMBIE}
+
+
+@pytest.fixture(scope="module", autouse=True)
+def forkserver():
+    warm_up()
+
+
+def _sum_ranks(ctx):
+    import torch.distributed as dist
+
+    t = torch.tensor([float(ctx.rank + 1)])
+    dist.all_reduce(t)
+    return {"rank": ctx.rank, "world": ctx.world_size, "device": str(ctx.device), "sum": t, "backend": ctx.backend}
+
+
+def test_results_come_back_from_every_rank():
+    result = run_distributed(_sum_ranks, world_size=3)
+    assert result.ok, result.failure()
+    assert [v["rank"] for v in result.values] == [0, 1, 2]
+    assert all(v["world"] == 3 and v["backend"] == "gloo" and v["device"] == "cpu" for v in result.values)
+    assert all(torch.equal(v["sum"], torch.tensor([6.0])) for v in result.values)
+
+
+def test_function_defined_at_runtime_is_sent_by_value():
+    scale = 7  # a closure over a local: does not pickle by reference
+
+    def local_fn(ctx):
+        return ctx.rank * scale
+
+    assert run_distributed(local_fn, world_size=2).values == [0, 7]
+
+
+def _crash_on_rank1(ctx):
+    import torch.distributed as dist
+
+    if ctx.rank == 1:
+        raise ValueError("bad shapes in my code")
+    dist.barrier()  # rank 0 would wait forever for rank 1
+
+
+def test_crash_reports_traceback_and_stops_other_ranks_at_once():
+    start = time.monotonic()
+    result = run_distributed(_crash_on_rank1, world_size=2, timeout=60)
+    assert time.monotonic() - start < 10, "the surviving rank was not stopped at once"
+    assert not result.ok
+    assert result.ranks[1].status == "error" and result.ranks[0].status == "stopped"
+    text = result.failure()
+    assert "rank 1 raised ValueError: bad shapes in my code" in text
+    assert "in your code" in text and "_crash_on_rank1" in text
+
+
+def _collective_only_on_rank0(ctx):
+    import torch.distributed as dist
+
+    if ctx.rank == 0:
+        dist.all_reduce(torch.ones(1))
+    return "done"
+
+
+def test_hang_is_killed_within_timeout_with_the_hung_ranks_stack():
+    start = time.monotonic()
+    result = run_distributed(_collective_only_on_rank0, world_size=2, timeout=3)
+    elapsed = time.monotonic() - start
+    assert elapsed < 3 + 5, f"took {elapsed:.1f} s for a 3 s timeout"
+    assert result.ranks[0].status == "hung" and result.ranks[1].status == "ok"
+    text = result.failure()
+    assert "rank 0 hung: waiting in all_reduce" in text
+    assert "_collective_only_on_rank0" in text
+
+
+def _exits_early(ctx):
+    if ctx.rank == 0:
+        os._exit(3)
+    return 1
+
+
+def _sys_exit(ctx):
+    sys.exit(4)
+
+
+def _hangs_with_a_grandchild(ctx):
+    child = subprocess.Popen(["sleep", "600"])
+    with open(os.path.join(ctx.workdir, f"grandchild{ctx.rank}"), "w") as f:
+        f.write(str(child.pid))
+    time.sleep(600)
+
+
+def test_early_exit_and_sys_exit_are_reported():
+    result = run_distributed(_exits_early, world_size=2)
+    assert result.ranks[0].status == "exited" and result.ranks[0].exitcode == 3
+    assert "exited with code 3" in result.failure()
+    result = run_distributed(_sys_exit, world_size=2)
+    assert "SystemExit" in result.failure()
+
+
+def test_no_process_is_left_behind_after_failing_runs():
+    before = descendants()
+    for fn in [_crash_on_rank1, _collective_only_on_rank0, _exits_early, _hangs_with_a_grandchild] * 2:
+        result = run_distributed(fn, world_size=2, timeout=2)
+        assert not result.ok
+    time.sleep(0.5)
+    leftover = descendants() - before
+    assert not leftover, f"processes left behind: {[psutil.Process(p).cmdline() for p in leftover]}"
+    sleepers = [p for p in psutil.process_iter(["cmdline"]) if p.info["cmdline"] == ["sleep", "600"]]
+    assert not sleepers, "a grandchild started by a rank survived the run"
+
+
+def _abort_after_reporting(ctx):
+    import threading
+
+    if ctx.rank == 0:
+        # teardown noise: this rank dies with SIGABRT after it has reported
+        threading.Timer(0.3, os.abort).start()
+    else:
+        time.sleep(1.0)
+    return ctx.rank
+
+
+def test_abort_after_reporting_is_a_note_not_a_failure():
+    result = run_distributed(_abort_after_reporting, world_size=2)
+    assert result.ok and result.values == [0, 1]
+    assert any("SIGABRT" in note for note in result.notes), result.notes
+
+
+def _ddp_step(ctx):
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    torch.manual_seed(ctx.rank)
+    model = DDP(torch.nn.Linear(8, 8))
+    model(torch.randn(4, 8)).sum().backward()
+    return model.module.weight.grad.clone()
+
+
+def test_ddp_runs_are_immune_to_teardown_noise():
+    """30 DDP runs in a row: every one reports identical gradients on both ranks."""
+    for _ in range(30):
+        result = run_distributed(_ddp_step, world_size=2, timeout=30)
+        assert result.ok, result.failure()
+        assert torch.equal(result.values[0], result.values[1])
+
+
+def test_unpicklable_function_is_a_clear_error():
+    import threading
+
+    lock = threading.Lock()
+    with pytest.raises(TypeError, match="cannot send"):
+        run_distributed(lambda ctx: lock, world_size=1)
+
+
+def test_bad_world_size():
+    with pytest.raises(ValueError):
+        run_distributed(_sum_ranks, world_size=0)
