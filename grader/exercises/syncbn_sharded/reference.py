@@ -98,23 +98,23 @@ def batchnorm_for(tail: tuple, problem: dict) -> nn.Module:
 def reference_bn_run(problem: dict, tail: tuple) -> dict:
     """One nn.BatchNorm over the whole batch: what the ranks must compute together.
     The loss is sum(output * upstream), i.e. the sum of every rank's local loss."""
-    bn = batchnorm_for(tail, problem)
+    bn = batchnorm_for(tail, problem).double()  # float64: the reference's own rounding stays out of the way
     out = {"outputs": [], "input_grads": [], "weight_grads": [], "bias_grads": [],
            "running_mean": [], "running_var": []}
     for x, up in zip(problem["batches"], problem["upstream"]):
-        x = x.clone().requires_grad_(True)
+        x = x.double().requires_grad_(True)
         bn.zero_grad()
         y = bn(x)
-        (y * up).sum().backward()
-        out["outputs"].append(y.detach())
-        out["input_grads"].append(x.grad.detach())
-        out["weight_grads"].append(bn.weight.grad.detach().clone())
-        out["bias_grads"].append(bn.bias.grad.detach().clone())
-        out["running_mean"].append(bn.running_mean.clone())
-        out["running_var"].append(bn.running_var.clone())
+        (y * up.double()).sum().backward()
+        out["outputs"].append(y.detach().float())
+        out["input_grads"].append(x.grad.float())
+        out["weight_grads"].append(bn.weight.grad.float())
+        out["bias_grads"].append(bn.bias.grad.float())
+        out["running_mean"].append(bn.running_mean.float())
+        out["running_var"].append(bn.running_var.float())
     bn.eval()
     with torch.no_grad():
-        out["eval_output"] = bn(problem["eval_batch"])
+        out["eval_output"] = bn(problem["eval_batch"].double()).float()
     return out
 
 
@@ -220,3 +220,67 @@ def state_elements(optimizer: torch.optim.Optimizer) -> int:
     """Elements of per-parameter state (moments, momentum buffers); scalar step counters are not counted."""
     return sum(v.numel() for state in optimizer.state.values() for v in state.values()
                if torch.is_tensor(v) and v.dim() > 0)
+
+
+# --- BatchNorm conversion -----------------------------------------------------
+
+class _Block(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 4, 3, padding=1)
+        self.bn = nn.BatchNorm2d(4, eps=1e-3, momentum=0.05)  # non-default hyperparameters must survive
+        self.inner = nn.Sequential(nn.Conv2d(4, 4, 1), nn.BatchNorm2d(4), nn.ReLU())
+
+    def forward(self, x):
+        return self.inner(torch.relu(self.bn(self.conv(x))))
+
+
+class BnNet(nn.Module):
+    """BatchNorm at several depths, including two levels down, and one after a Linear."""
+
+    def __init__(self):
+        super().__init__()
+        self.stem = nn.Sequential(nn.Conv2d(3, 3, 1), nn.BatchNorm2d(3))
+        self.block = _Block()
+        self.head = nn.Linear(4, 5)
+        self.head_bn = nn.BatchNorm1d(5)
+
+    def forward(self, x):
+        x = self.block(torch.relu(self.stem(x)))
+        return self.head_bn(self.head(x.mean(dim=(2, 3))))
+
+
+def randomize_batchnorms(model: nn.Module, seed: int = 0) -> nn.Module:
+    """Give every BatchNorm distinctive weights and running statistics, as after training."""
+    g = torch.Generator().manual_seed(seed)
+    for module in model.modules():
+        if isinstance(module, nn.modules.batchnorm._BatchNorm):
+            with torch.no_grad():
+                if module.affine:
+                    module.weight.copy_(torch.rand(module.num_features, generator=g) + 0.5)
+                    module.bias.copy_(torch.randn(module.num_features, generator=g))
+                module.running_mean.copy_(torch.randn(module.num_features, generator=g))
+                module.running_var.copy_(torch.rand(module.num_features, generator=g) + 0.5)
+                module.num_batches_tracked.fill_(7)
+    return model
+
+
+def bn_net(seed: int = 0) -> nn.Module:
+    torch.manual_seed(seed)
+    return randomize_batchnorms(BnNet(), seed)
+
+
+def describe_modules(model: nn.Module) -> dict[str, tuple]:
+    """name -> (class name, eps, momentum, affine) for every submodule (BatchNorm fields None elsewhere)."""
+    out = {}
+    for name, module in model.named_modules():
+        if isinstance(module, nn.modules.batchnorm._BatchNorm):
+            out[name] = (type(module).__name__, module.eps, module.momentum, module.affine)
+        else:
+            out[name] = (type(module).__name__, None, None, None)
+    return out
+
+
+def is_plain_batchnorm(class_name: str) -> bool:
+    return class_name in ("BatchNorm1d", "BatchNorm2d", "BatchNorm3d", "LazyBatchNorm1d",
+                          "LazyBatchNorm2d", "LazyBatchNorm3d")
