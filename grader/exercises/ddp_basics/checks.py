@@ -29,17 +29,20 @@ check = EXERCISE.check
 
 # --- backend and device -------------------------------------------------------
 
-def _in_rank_backend_and_device(ctx, student):
-    backend = student.task("pick_backend")()
+def _in_rank_backend(ctx, student):
+    return student.task("pick_backend")()
+
+
+def _in_rank_device(ctx, student):
     device = student.task("pick_device")(ctx.local_rank)
     current = torch.cuda.current_device() if torch.cuda.is_available() else None
-    return backend, str(device), current
+    return str(device), current
 
 
 @check("pick_backend", points=1)
 def backend_matches_hardware(g):
     expected = "nccl" if torch.cuda.is_available() else "gloo"
-    for rank, (backend, _, _) in enumerate(g.run(_in_rank_backend_and_device)):
+    for rank, backend in enumerate(g.run(_in_rank_backend)):
         if backend != expected:
             raise CheckFailed(f"rank {rank}: pick_backend() returned {backend!r}, expected {expected!r}: "
                               "nccl when torch.cuda.is_available(), gloo on CPU")
@@ -47,7 +50,7 @@ def backend_matches_hardware(g):
 
 @check("pick_device", points=1)
 def device_is_this_ranks(g):
-    for rank, (_, device, current) in enumerate(g.run(_in_rank_backend_and_device)):
+    for rank, (device, current) in enumerate(g.run(_in_rank_device)):
         expected = f"cuda:{rank}" if torch.cuda.is_available() else "cpu"
         if device != expected:
             raise CheckFailed(f"rank {rank}: pick_device({rank}) returned {device}, expected {expected}"

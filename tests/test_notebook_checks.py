@@ -1,0 +1,41 @@
+"""check("task") in a real Jupyter kernel: the code defined in the kernel is
+checked (functions in __main__ reach the ranks by value), ✓/✗ lines are
+printed, and a failure raises AssertionError so nbgrader counts it."""
+import json
+import os
+
+import nbformat
+from nbclient import NotebookClient
+from nbclient.exceptions import CellExecutionError
+
+from tests.helpers import ROOT, solution_notebook
+
+EXERCISE = "02_ddp_basics"
+
+
+def outputs_text(cell) -> str:
+    return "".join(o.get("text", "") + "".join(o.get("traceback", [])) for o in cell.get("outputs", []))
+
+
+def test_solution_notebook_passes_every_check_in_a_kernel(tmp_path):
+    nb = nbformat.read(solution_notebook(EXERCISE), as_version=4)
+    NotebookClient(nb, timeout=600, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}).execute()
+    text = "".join(outputs_text(c) for c in nb.cells)
+    assert text.count("✓") >= 17 and "✗" not in text
+
+
+def test_a_wrong_answer_in_the_kernel_shows_the_mistake_and_raises(tmp_path):
+    nb = nbformat.read(os.path.join(ROOT, "exercises", EXERCISE, f"{EXERCISE}.ipynb"), as_version=4)
+    by_id = {c.metadata.get("nbgrader", {}).get("grade_id"): c for c in nb.cells}
+    answer = by_id["pick_backend_answer"]
+    answer.source = answer.source.replace("# YOUR CODE HERE\n    raise NotImplementedError()", 'return "nccl"')
+    nb.cells = [by_id["setup"], answer, by_id["pick_backend_check"]]
+    client = NotebookClient(nb, timeout=300, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}})
+    try:
+        client.execute()
+        raised = False
+    except CellExecutionError as exc:
+        raised = "AssertionError" in str(exc)
+    assert raised
+    text = outputs_text(nb.cells[2])
+    assert "✗ pick_backend: backend_matches_hardware" in text and "expected 'gloo'" in text
