@@ -155,6 +155,9 @@ def describe_failure(result: RunResult, hint: str = "") -> str:
         return errors[0]["message"]
     if errors and errors[0]["type"] == "CheckFailed":
         return errors[0]["message"]
+    if errors and errors[0]["type"] == "NotImplementedError":
+        where = errors[0]["student_frames"][-1] if errors[0]["student_frames"] else ""
+        return "not implemented yet: your code raises NotImplementedError" + (f" ({where})" if where else "")
     text = result.failure()
     if any(r.status == "hung" for r in result.ranks):
         text = "the run did not finish in time (a deadlock: ranks waiting in different collectives, or a " \

@@ -52,6 +52,9 @@ def build_parser() -> argparse.ArgumentParser:
     check.add_argument("--timeout", type=float, default=30.0, help="seconds before a run counts as hung (default 30)")
     check.add_argument("--task", default=None, help="only the checks of this task")
     check.set_defaults(func=_check)
+    demo = sub.add_parser("demo", help="grade the bundled sample submissions and print the grades")
+    demo.add_argument("--assignment", default="02_ddp_basics")
+    demo.set_defaults(func=lambda args: __import__("grader.demo").demo.main(args.assignment))
     return parser
 
 

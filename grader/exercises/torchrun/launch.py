@@ -1,0 +1,139 @@
+"""Run real torchrun from the grader's side: bounded, killable, observable.
+
+    with Torchrun(args, cwd=tmp, timeout=60) as run:
+        run.wait_until(lambda: logged_epochs(log) >= 2)
+        run.kill_worker(local_rank=1)
+        run.wait()
+    run.output, run.returncode, run.timed_out
+
+Each run starts in its own session so the whole tree (the torchrun agent and
+its workers, which torchrun starts in sessions of their own) can be killed;
+every wait is bounded. Exit codes are reported, never trusted for a verdict:
+a worker that used DDP on CPU can abort at teardown after its work is done.
+"""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from typing import Callable
+
+import psutil
+
+import grader
+from grader.engine.launcher import kill_tree
+
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(grader.__file__)))
+RUN_MODULE = [sys.executable, "-m", "torch.distributed.run"]  # torchrun, from this interpreter
+OUTPUT_LIMIT = 12_000
+
+# Signs in torchrun's output that a worker died at teardown (after its work).
+TEARDOWN_SIGNS = ("SIGABRT", "Signal 6", "terminate called without an active exception")
+
+
+def worker_env(extra: dict[str, str] | None = None) -> dict[str, str]:
+    """The environment of a grader-launched torchrun: `grader` importable, quiet, small."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = REPO_ROOT + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    env["OMP_NUM_THREADS"] = "1"  # torchrun sets it too; set here so it does not print a banner about it
+    env["PYTHONUNBUFFERED"] = "1"
+    env.pop("GRADER_WORKER", None)
+    for key in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
+                "GROUP_RANK", "TORCHELASTIC_RESTART_COUNT"):
+        env.pop(key, None)  # the grader may itself run inside a rank: do not leak its identity
+    env.update(extra or {})
+    return env
+
+
+class Torchrun:
+    """One torchrun (or any command) in a fresh session, with a hard deadline."""
+
+    def __init__(self, args: list[str], cwd: str, timeout: float, env: dict[str, str] | None = None):
+        self.args, self.cwd, self.timeout = list(args), cwd, timeout
+        self.env = env if env is not None else worker_env()
+        self.output_path = os.path.join(cwd, f"torchrun-{time.monotonic_ns()}.out")
+        self.returncode: int | None = None
+        self.timed_out = False
+        self.proc: subprocess.Popen | None = None
+        self.deadline = 0.0
+
+    def __enter__(self) -> "Torchrun":
+        self.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+    def start(self) -> None:
+        self.deadline = time.monotonic() + self.timeout
+        with open(self.output_path, "wb") as out:
+            self.proc = subprocess.Popen(self.args, cwd=self.cwd, env=self.env, stdout=out,
+                                         stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                         start_new_session=True)
+
+    def wait_until(self, condition: Callable[[], bool], poll: float = 0.02) -> bool:
+        """Poll `condition` until it holds (True), the run ends or the deadline passes (False)."""
+        while time.monotonic() < self.deadline:
+            if condition():
+                return True
+            if self.proc.poll() is not None:
+                return condition()
+            time.sleep(poll)
+        return False
+
+    def wait(self) -> int | None:
+        """Wait for the end of the run; past the deadline kill its whole tree."""
+        try:
+            self.returncode = self.proc.wait(timeout=max(0.0, self.deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            self.timed_out = True
+            self.stop()
+        return self.returncode
+
+    def stop(self) -> None:
+        if self.proc is None:
+            return
+        if self.proc.poll() is None:
+            kill_tree(self.proc.pid)  # the agent and, found through it, its workers
+        try:
+            self.returncode = self.proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            pass
+
+    def workers(self) -> list[psutil.Process]:
+        """The worker processes the agent started (its direct children running Python)."""
+        try:
+            return psutil.Process(self.proc.pid).children(recursive=False)
+        except psutil.Error:
+            return []
+
+    def kill_worker(self, local_rank: int) -> bool:
+        """SIGKILL the worker with this LOCAL_RANK; False when there is none."""
+        for proc in self.workers():
+            try:
+                if proc.environ().get("LOCAL_RANK") == str(local_rank):
+                    proc.send_signal(signal.SIGKILL)
+                    return True
+            except psutil.Error:
+                continue
+        return False
+
+    @property
+    def output(self) -> str:
+        try:
+            with open(self.output_path, "rb") as f:
+                data = f.read().decode("utf-8", "replace")
+        except OSError:
+            return ""
+        if len(data) > OUTPUT_LIMIT:
+            data = data[:OUTPUT_LIMIT // 4] + "\n...\n" + data[-3 * OUTPUT_LIMIT // 4:]
+        return data
+
+    def died_at_teardown(self) -> bool:
+        return self.returncode not in (0, None) and any(s in self.output for s in TEARDOWN_SIGNS)
+
+
+def tail(text: str, lines: int = 25) -> str:
+    return "\n".join(text.strip().splitlines()[-lines:])

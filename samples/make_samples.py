@@ -1,0 +1,74 @@
+"""Rebuild the bundled sample submissions of 02_ddp_basics from the solution.
+
+Each sample student is the released notebook with the solution's answers,
+and a few realistic mistakes put in. Run from the repository root:
+
+    .venv/bin/python samples/make_samples.py
+"""
+import copy
+import json
+import os
+import re
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+EXERCISE = "02_ddp_basics"
+
+STUDENTS = {
+    "ada": [],  # everything right
+    "ben": [  # forgets set_epoch, returns his own rank's loss
+        ("    loader.sampler.set_epoch(epoch)\n", ""),
+        ("    dist.all_reduce(totals)\n", ""),
+    ],
+    "chloe": [  # no DistributedSampler, saves on every rank
+        ("return DataLoader(dataset, batch_size=batch_size, sampler=sampler)",
+         "return DataLoader(dataset, batch_size=batch_size, shuffle=True)"),
+        ("    if dist.get_rank() == 0:\n        torch.save", "    if True:\n        torch.save"),
+    ],
+    "dev": [  # MiniDDP sums instead of averaging, cleanup without a barrier
+        ("        param.grad.div_(self.world_size)  # sum of (g / N) over ranks = the average\n", ""),
+        ("    dist.barrier()\n    dist.destroy_process_group()", "    dist.destroy_process_group()"),
+    ],
+    "eve": [  # forgets the DDP wrapper and map_location
+        ("    return DDP(model)\n", "    return model\n"),
+        ("torch.load(path, map_location=device)", "torch.load(path)"),
+    ],
+    "finn": "unfinished",  # MiniDDP and train_one_epoch left as stubs
+}
+UNFINISHED = {"MiniDDP_answer", "train_one_epoch_answer"}
+
+
+def solution_answers() -> dict[str, str]:
+    with open(os.path.join(ROOT, "solutions", EXERCISE, f"{EXERCISE}.ipynb")) as f:
+        cells = json.load(f)["cells"]
+    answers = {}
+    for cell in cells:
+        meta = cell["metadata"].get("nbgrader", {})
+        if meta.get("solution"):
+            source = "".join(cell["source"])
+            answers[meta["grade_id"]] = re.sub(r"[ \t]*### (BEGIN|END) SOLUTION\n?", "", source)
+    return answers
+
+
+def main() -> None:
+    with open(os.path.join(ROOT, "exercises", EXERCISE, f"{EXERCISE}.ipynb")) as f:
+        release = json.load(f)
+    answers = solution_answers()
+    for student, mistakes in STUDENTS.items():
+        nb = copy.deepcopy(release)
+        for cell in nb["cells"]:
+            grade_id = cell["metadata"].get("nbgrader", {}).get("grade_id")
+            if grade_id not in answers or (mistakes == "unfinished" and grade_id in UNFINISHED):
+                continue
+            source = answers[grade_id]
+            for old, new in (mistakes if isinstance(mistakes, list) else []):
+                source = source.replace(old, new)
+            cell["source"] = source.splitlines(True)
+        folder = os.path.join(ROOT, "samples", "submitted", student, EXERCISE)
+        os.makedirs(folder, exist_ok=True)
+        with open(os.path.join(folder, f"{EXERCISE}.ipynb"), "w") as f:
+            json.dump(nb, f, indent=1, ensure_ascii=False)
+            f.write("\n")
+
+
+if __name__ == "__main__":
+    main()
