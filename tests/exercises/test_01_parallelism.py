@@ -119,6 +119,7 @@ def test_ring_torch_chunk_on_short_tensor(solution):
     _, bad = grade_mutant(solution, "torch.tensor_split(tensor.view(-1), world_size)",
                           "torch.chunk(tensor.view(-1), world_size)", "ring_all_reduce")
     assert set(bad) == {"ring_three_ranks"}
+    assert "torch.chunk returns fewer than world_size pieces" in bad["ring_three_ranks"]
 
 
 # ----------------------------------------------------- ColumnParallelLinear
@@ -155,6 +156,7 @@ def test_column_full_weight_on_every_rank(solution):
 def test_pipeline_summing_microbatch_losses(solution):
     _, bad = grade_mutant(solution, " * (len(part) / len(x))", "", "pipeline_train_step")
     assert "4 times too large" in bad["pipeline_gradients_match"]
+    assert "n_microbatches = 4 times the batch's mean loss" in bad["pipeline_loss_matches"]
     assert "pipeline_uses_microbatches" not in bad
 
 
@@ -169,6 +171,11 @@ def test_pipeline_whole_batch(solution):
                           "x_parts, y_parts = [x], [y]", "pipeline_train_step")
     assert "once per micro-batch" in bad["pipeline_uses_microbatches"]
     assert "pipeline_loss_matches" not in bad and "pipeline_gradients_match" not in bad
+
+
+def test_pipeline_received_activation_without_grad(solution):
+    _, bad = grade_mutant(solution, "activation.requires_grad_(True)", "pass", "pipeline_train_step")
+    assert "call activation.requires_grad_()" in bad["pipeline_gradients_match"]
 
 
 def test_pipeline_first_stage_without_backward(solution):
