@@ -666,7 +666,8 @@ def _run_checkpoint(g, resume: bool, world_size: int | None = None) -> list:
     hint = ""
     if "has not been consolidated" in errors:
         hint = ("optimizer.state_dict() of a ZeroRedundancyOptimizer needs the consolidated state: call "
-                "optimizer.consolidate_state_dict(to=0) on every rank first, and state_dict() on rank 0 only")
+                "optimizer.consolidate_state_dict(to=0) on every rank first, then state_dict() and torch.save "
+                "on rank 0 only")
     raise CheckFailed(describe_failure(result, hint))
 
 

@@ -1,0 +1,139 @@
+"""03_syncbn_sharded: the solution gets full marks; each typical mistake fails
+its own check with a message that names it, and leaves the other checks of
+its task alone."""
+import os
+import tempfile
+
+import pytest
+
+from grader.checks import Exercise, run_checks
+from grader.exercises import get_exercise
+from grader.submission import read_notebook, read_python_file
+from tests.helpers import failed, grade_source, mutate, solution_notebook, solution_source
+
+EXERCISE = "03_syncbn_sharded"
+
+
+def test_solution_gets_full_marks_including_hidden_checks():
+    report = run_checks(get_exercise(EXERCISE), read_notebook(solution_notebook(EXERCISE)))
+    assert report.passed, "\n".join(report.lines())
+    assert report.score == report.max_score == get_exercise(EXERCISE).max_score
+    assert {c.name for c in report.checks if c.hidden} >= {"stats_with_three_ranks", "sharded_with_three_ranks",
+                                                          "checkpoint_with_three_ranks"}
+
+
+def test_nccl_check_says_why_it_was_skipped_on_cpu():
+    import torch
+
+    if torch.cuda.device_count() >= 2:
+        pytest.skip("this machine runs the real nccl check")
+    report = grade_source(EXERCISE, solution_source(EXERCISE), task="convert_to_sync_bn")
+    nccl = next(c for c in report.checks if c.name == "sync_bn_trains_under_nccl_with_2_gpus")
+    assert nccl.passed and any("skipped" in n and "GPU" in n for n in nccl.notes), nccl.notes
+
+
+RECURSIVE = "    return nn.SyncBatchNorm.convert_sync_batchnorm(model)\n"
+
+# (task, old, new, the check that must fail, a phrase of its message, checks of the task that must still pass)
+MUTANTS = [
+    ("convert_to_sync_bn", RECURSIVE,
+     "    for name, child in model.named_children():\n"
+     "        if isinstance(child, nn.modules.batchnorm._BatchNorm):\n"
+     "            setattr(model, name, nn.SyncBatchNorm.convert_sync_batchnorm(child))\n"
+     "    return model\n",
+     "every_batchnorm_becomes_syncbn", "must be recursive", ["weights_and_running_stats_kept"]),
+    ("convert_to_sync_bn", RECURSIVE,
+     "    for module in list(model.modules()):\n"
+     "        for name, child in list(module.named_children()):\n"
+     "            if isinstance(child, nn.modules.batchnorm._BatchNorm):\n"
+     "                setattr(module, name, nn.SyncBatchNorm(child.num_features, child.eps, child.momentum,"
+     " child.affine))\n"
+     "    return model\n",
+     "weights_and_running_stats_kept", "must start from the old layer's", ["every_batchnorm_becomes_syncbn"]),
+    ("convert_to_sync_bn", RECURSIVE, "    nn.SyncBatchNorm.convert_sync_batchnorm(model)\n",
+     "every_batchnorm_becomes_syncbn", "not the converted model", []),
+    ("global_batch_stats", "    total = AllReduceSum.apply(local)\n", "    total = local\n",
+     "stats_of_the_concatenated_batch", "this rank's own statistics", []),
+    ("global_batch_stats",
+     "    total = AllReduceSum.apply(local)\n",
+     "    local = torch.cat([local[:2 * channels] / count, local[-1:]])\n"
+     "    local = torch.cat([local[:channels], local[channels:2 * channels] - local[:channels] ** 2, local[-1:]])\n"
+     "    total = AllReduceSum.apply(local) / dist.get_world_size()\n"
+     "    return total[:channels], total[channels:2 * channels]\n",
+     "stats_of_the_concatenated_batch", "weigh by its number of samples", []),
+    ("global_batch_stats", "    return mean, var\n", "    return mean, var * n / (n - 1)\n",
+     "stats_of_the_concatenated_batch", "unbiased", []),
+    ("DistributedBatchNorm", "            mean, var = global_batch_stats(x)  #",
+     "            mean, var = x.mean(dim=[0] + list(range(2, x.dim()))), "
+     "x.var(dim=[0] + list(range(2, x.dim())), unbiased=False)  #",
+     "training_output_matches_one_batchnorm", "its own batch's statistics", []),
+    ("DistributedBatchNorm", "        dist.all_reduce(grad, op=dist.ReduceOp.SUM)\n        return grad\n",
+     "        return grad\n",
+     "gradients_match_one_batchnorm", "invisible to autograd",
+     ["training_output_matches_one_batchnorm", "running_stats_and_eval_match"]),
+    ("DistributedBatchNorm", "unbiased = var * n / (n - 1).clamp(min=1)", "unbiased = var",
+     "running_stats_and_eval_match", "biased variance",
+     ["training_output_matches_one_batchnorm", "gradients_match_one_batchnorm"]),
+    ("DistributedBatchNorm", "                dist.all_reduce(n)\n", "",
+     "running_stats_and_eval_match", "this rank's count",
+     ["training_output_matches_one_batchnorm", "gradients_match_one_batchnorm"]),
+    ("DistributedBatchNorm", "        if self.training:\n", "        if True:\n",
+     "running_stats_and_eval_match", "in eval mode the output used batch statistics",
+     ["training_output_matches_one_batchnorm", "gradients_match_one_batchnorm"]),
+    ("partition_parameters", "    loads = [0] * world_size\n",
+     "    return [list(range(r, len(params), world_size)) for r in range(world_size)]\n",
+     "balanced_by_element_count", "not by number of tensors", ["every_parameter_owned_once"]),
+    ("partition_parameters", "sorted(range(len(params)),", "sorted(range(len(params) - 1),",
+     "every_parameter_owned_once", "missing", []),
+    ("ShardedOptimizer", "optimizer_cls(mine, **defaults) if mine else None",
+     "optimizer_cls(self.params, **defaults)",
+     "optimizer_state_is_sharded", "for every parameter",
+     ["matches_unsharded_adam", "matches_unsharded_sgd_momentum", "zero_grad_clears_every_gradient"]),
+    ("ShardedOptimizer", "                dist.broadcast(p, src=owner)\n", "                pass\n",
+     "matches_unsharded_adam", "broadcast each parameter from the rank that owns it",
+     ["optimizer_state_is_sharded", "zero_grad_clears_every_gradient"]),
+    ("ShardedOptimizer", "        for p in self.params:  # every parameter",
+     "        for p in (self.optim.param_groups[0]['params'] if self.optim else []):  #",
+     "zero_grad_clears_every_gradient", "not only of the ones this rank owns",
+     ["matches_unsharded_adam", "matches_unsharded_sgd_momentum", "optimizer_state_is_sharded"]),
+    ("save_sharded_checkpoint", "    dist.barrier()  # nobody returns", "    pass  # nobody returns",
+     "checkpoint_complete_and_written_once", "returned before the checkpoint file was complete",
+     ["resume_matches_uninterrupted_run"]),
+    ("save_sharded_checkpoint", "optimizer.state_dict()}, path)", "optimizer.optim.state_dict()}, path)",
+     "checkpoint_complete_and_written_once", "one rank's shard", []),
+    ("save_sharded_checkpoint", "    if dist.get_rank() == 0:\n        torch.save", "    if True:\n        torch.save",
+     "checkpoint_complete_and_written_once", "consolidate_state_dict(to=0) on every rank first", []),
+]
+
+
+@pytest.mark.parametrize("task, old, new, check_name, phrase, unaffected", MUTANTS,
+                         ids=[f"{m[3]}:{m[4][:24]}" for m in MUTANTS])
+def test_typical_mistake_fails_with_a_targeted_message(task, old, new, check_name, phrase, unaffected):
+    report = grade_source(EXERCISE, mutate(solution_source(EXERCISE), old, new), task=task)
+    messages = failed(report)
+    assert check_name in messages, f"{check_name} passed; results:\n" + "\n".join(report.lines())
+    assert phrase in messages[check_name], messages[check_name]
+    wrongly_failed = [name for name in unaffected if name in messages]
+    assert not wrongly_failed, "\n".join(report.lines())
+
+
+def _grade_one_check(source: str, check_name: str):
+    """Only one check: the deadlock costs a timeout per check that runs it."""
+    exercise = get_exercise(EXERCISE)
+    single = Exercise(EXERCISE, exercise.tasks)
+    single.checks = [c for c in exercise.checks if c.name == check_name]
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "submission.py")
+        with open(path, "w") as f:
+            f.write(source)
+        return run_checks(single, read_python_file(path))
+
+
+def test_consolidating_on_rank_0_only_deadlocks_and_says_so():
+    source = mutate(solution_source(EXERCISE),
+                    "    optimizer.consolidate_state_dict(to=0)\n    if dist.get_rank() == 0:\n",
+                    "    if dist.get_rank() == 0:\n        optimizer.consolidate_state_dict(to=0)\n")
+    report = _grade_one_check(source, "checkpoint_complete_and_written_once")
+    message = failed(report)["checkpoint_complete_and_written_once"]
+    assert "consolidation on one rank only" in message and "every rank must call it" in message, message
+    assert report.checks[0].seconds < 30, "the deadlock should be caught by the short timeout"
