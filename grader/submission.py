@@ -17,6 +17,7 @@ import json
 import linecache
 import os
 import re
+import sys
 import types
 from dataclasses import dataclass, field
 
@@ -73,6 +74,8 @@ class SourceSubmission(Submission):
         self.register_sources()
         module = types.ModuleType("submission")
         module.__dict__["__builtins__"] = __builtins__
+        # @dataclass (and typing) look their class's module up in sys.modules.
+        sys.modules[module.__name__] = module
         problems = []
         for cell in self.cells:
             try:
