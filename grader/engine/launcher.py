@@ -36,7 +36,8 @@ import psutil
 from grader.engine import stacks, worker
 
 RELEASE_GRACE_S = 3.0  # how long a rank may take to exit after reporting
-STACK_WAIT_S = 1.0  # how long a hung rank gets to write its stack
+STACK_WAIT_S = 1.0
+STARTUP_TIMEOUT_S = 180.0  # a cold forkserver on a busy 2-core machine  # how long a hung rank gets to write its stack
 OUTPUT_LIMIT = 32_000  # characters of a rank's output kept (head and tail)
 
 _context = None
@@ -265,7 +266,7 @@ def _run_once(payload: bytes, world_size: int, backend: str, timeout: float, ini
             child_end.close()
             procs.append(proc)
             conns.append(parent_end)
-        _collect(reports, procs, conns, started + timeout)
+        _collect(reports, procs, conns, timeout)
         failed = any(r.status != "ok" for r in reports)
         if failed:
             _dump_stacks(reports, procs, rundir)
@@ -284,14 +285,22 @@ def _run_once(payload: bytes, world_size: int, backend: str, timeout: float, ini
     return RunResult(reports, backend, time.monotonic() - started, notes)
 
 
-def _collect(reports, procs, conns, deadline) -> None:
-    """Wait for every rank's report; stop at the first failure or the deadline."""
+def _collect(reports, procs, conns, timeout) -> None:
+    """Wait for every rank's report; stop at the first failure or the deadline.
+
+    The timeout counts from the moment every rank has started, so a cold
+    forkserver (importing torch on a loaded machine) never eats into it.
+    """
     waiting = {i for i in range(len(procs))}
+    not_started = set(waiting)
+    deadline = time.monotonic() + STARTUP_TIMEOUT_S
     while waiting:
         remaining = deadline - time.monotonic()
         if remaining <= 0:
             for i in waiting:
                 reports[i].status = "hung"
+                if i in not_started:
+                    reports[i].stack = f"(the process did not start within {STARTUP_TIMEOUT_S:.0f} s)"
             return
         objs = [conns[i] for i in waiting] + [procs[i].sentinel for i in waiting]
         ready = multiprocessing.connection.wait(objs, timeout=remaining)
@@ -304,6 +313,11 @@ def _collect(reports, procs, conns, deadline) -> None:
                     closed = True  # closed without a report: the process is ending
             if message is not None:
                 kind, body = message
+                if kind == "started":
+                    not_started.discard(i)
+                    if not not_started:
+                        deadline = time.monotonic() + timeout
+                    continue
                 if kind == "ok":
                     reports[i].status = "ok"
                     try:
@@ -343,9 +357,9 @@ def _dump_stacks(reports, procs, rundir) -> None:
                 time.sleep(0.05)
             try:
                 with open(path) as f:
-                    r.stack = f.read()
+                    r.stack = f.read() or r.stack
             except OSError:
-                r.stack = ""
+                pass
 
 
 def _stack_complete(path: str) -> bool:

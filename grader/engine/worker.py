@@ -77,7 +77,7 @@ def _redirect_output(path: str) -> None:
 def _watch_launcher(spec: RankSpec) -> None:
     """Kill this rank's whole process group if the launcher dies or the run
     outlives any reasonable bound: no process is ever left behind."""
-    hard_deadline = time.monotonic() + spec.timeout + 60.0
+    hard_deadline = time.monotonic() + spec.timeout + 120.0
     while True:
         time.sleep(0.5)
         try:
@@ -116,6 +116,7 @@ def main(spec: RankSpec, conn) -> None:
     faulthandler.enable(file=stack_file, all_threads=True)
     faulthandler.register(signal.SIGUSR1, file=stack_file, all_threads=True)
     threading.Thread(target=_watch_launcher, args=(spec,), daemon=True).start()
+    conn.send(("started", None))  # the launcher's timeout starts now
 
     os.environ.update(
         MASTER_ADDR=spec.master_addr,

@@ -68,4 +68,4 @@ def test_typical_mistake_fails_with_a_targeted_message(task, old, new, check_nam
 def test_wrong_setup_rank_is_caught_without_waiting_for_ever():
     source = mutate(solution_source(EXERCISE), "rank=rank, world_size", "rank=0, world_size")
     report = grade_source(EXERCISE, source, task="setup", timeout=8)
-    assert not report.passed
+    assert "did every process join as rank 0" in failed(report)["process_group_has_right_rank_and_size"]

@@ -14,7 +14,7 @@ import torch.distributed as dist
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from grader.checks import CheckFailed, Exercise
+from grader.checks import CheckFailed, Exercise, describe_failure
 from grader.exercises.ddp_basics import reference as ref
 from grader.tolerances import assert_close
 
@@ -77,7 +77,14 @@ def _in_rank_setup(ctx, student):
 @check("setup", points=2)
 def process_group_has_right_rank_and_size(g):
     expected_backend = "nccl" if torch.cuda.is_available() else "gloo"
-    for rank, (got_rank, size, backend, total) in enumerate(g.run(_in_rank_setup, init_group=False)):
+    result = g.run_raw(_in_rank_setup, init_group=False)
+    if not result.ok and "EADDRINUSE" in result.failure():
+        raise CheckFailed("two processes both tried to host the rendezvous on the master port, as only rank 0 "
+                          "does: did every process join as rank 0? pass rank=rank to init_process_group (the port "
+                          "was free: the grader retried with fresh ports)")
+    if not result.ok:
+        raise CheckFailed(describe_failure(result))
+    for rank, (got_rank, size, backend, total) in enumerate(r.value for r in result.ranks):
         if (got_rank, size) != (rank, g.world_size):
             raise CheckFailed(f"process {rank} joined as rank {got_rank} of {size}, expected rank {rank} of "
                               f"{g.world_size}: pass rank= and world_size= to init_process_group")

@@ -39,6 +39,11 @@ def worker_env(extra: dict[str, str] | None = None) -> dict[str, str]:
     env["PYTHONPATH"] = REPO_ROOT + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     env["OMP_NUM_THREADS"] = "1"  # torchrun sets it too; set here so it does not print a banner about it
     env["PYTHONUNBUFFERED"] = "1"
+    # torch 2.13: by default the workers of every attempt share the agent's TCPStore, so after a
+    # restart gloo can read the previous attempt's addresses ("Gloo connectFullMesh failed ...
+    # Connection refused", or a hang; 3 restarts in 5 here). With this set, each attempt's rank 0
+    # hosts a fresh store (pytorch/pytorch#135712).
+    env["TORCH_DISABLE_SHARE_RDZV_TCP_STORE"] = "1"
     env.pop("GRADER_WORKER", None)
     for key in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
                 "GROUP_RANK", "TORCHELASTIC_RESTART_COUNT"):

@@ -43,6 +43,11 @@ def student_answer(submission_path):
         result = fn(os.environ)
     except BaseException as exc:  # the student's error, reported, not fatal to the probe
         return {"error": "".join(traceback.format_exception_only(type(exc), exc)).strip()}
+    return describe_result(result)
+
+
+def describe_result(result):
+    """The DistEnv fields of `result`, JSON-ready (also used by the checks' own calls)."""
     fields = {f: _describe(getattr(result, f)) if hasattr(result, f) else {"value": MISSING, "type": "missing"}
               for f in FIELDS}
     return {"fields": fields, "returned": type(result).__name__}

@@ -54,14 +54,15 @@ def read_dist_env(environ: Mapping[str, str]) -> DistEnv:
     return DistEnv(**values)
 
 
-def grader_command(script: str, nproc_per_node: int, nnodes: int = 1, rdzv_endpoint: str | None = None,
-                   max_restarts: int = 0) -> list[str]:
+def grader_command(script: str, nproc_per_node: int, nnodes: int = 1, node_rank: int = 0,
+                   rdzv_endpoint: str | None = None, max_restarts: int = 0) -> list[str]:
     """The torchrun command the grader uses to launch a student's script."""
     cmd = RUN_MODULE + [f"--nproc-per-node={nproc_per_node}", f"--nnodes={nnodes}", f"--max-restarts={max_restarts}"]
     if rdzv_endpoint is None:
         cmd.append("--standalone")
     else:
-        cmd += ["--rdzv-backend=c10d", f"--rdzv-endpoint={rdzv_endpoint}", "--rdzv-id=grader"]
+        cmd += ["--rdzv-backend=c10d", f"--rdzv-endpoint={rdzv_endpoint}", "--rdzv-id=grader",
+                f"--node-rank={node_rank}"]
     return cmd + [script]
 
 

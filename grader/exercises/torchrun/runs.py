@@ -12,7 +12,6 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import torch
@@ -22,7 +21,7 @@ from grader.exercises.torchrun import problem
 from grader.exercises.torchrun.launch import Torchrun, worker_env
 from grader.exercises.torchrun.reference import grader_command
 
-SNAPSHOT, FINAL, LOG = "snapshot.pt", "final.pt", "epochs.log"
+SNAPSHOT, FINAL, LOG, LINK = "snapshot.pt", "final.pt", "epochs.log", "snapshot-link.pt"
 RUN_TIMEOUT_S = 60.0  # one torchrun of a few tiny epochs takes 5-10 s on 2 busy cores
 KILL_RUN_TIMEOUT_S = 90.0  # two attempts
 
@@ -33,30 +32,37 @@ def script_args(epochs: int) -> list[str]:
 
 @dataclass
 class ScriptRun:
-    dir: str  # where rank 0 ran
+    """What a run left behind, read before its directory is removed."""
+
     epochs: int
     output: str = ""
-    returncode: int | None = None
     timed_out: bool = False
     died_at_teardown: bool = False
     acted: bool = False  # the grader did its mid-run action (kill, link)
     log_when_acted: list[int] | None = None
     snapshot_when_acted: bool = False
-    other_dirs: list[str] = field(default_factory=list)  # the other nodes' directories
-
-    def path(self, name: str) -> str:
-        return os.path.join(self.dir, name)
-
-    def log(self) -> list[int] | None:
-        return read_log(self.path(LOG))
-
-    def final(self):
-        return load(self.path(FINAL))
+    log: list[int] | None = None
+    final: object = None  # a state dict, None (missing) or an error text
+    snapshot: object = None
+    link: object = None  # the hard link's content (linked scenario)
+    other_files: list[str] = field(default_factory=list)  # what node 1 wrote (two_nodes)
 
     def complete(self) -> bool:
-        """The run got as far as its final model and a full log."""
-        final, log = self.final(), self.log()
-        return isinstance(final, dict) and log is not None and len(log) >= self.epochs
+        """The run got as far as a loadable final model and a full log."""
+        return isinstance(self.final, dict) and self.log is not None and len(self.log) >= self.epochs
+
+    def collect(self, directory: str) -> "ScriptRun":
+        self.log = read_log(os.path.join(directory, LOG))
+        self.final = load(os.path.join(directory, FINAL))
+        self.snapshot = load(os.path.join(directory, SNAPSHOT))
+        self.link = load(os.path.join(directory, LINK))
+        return self
+
+    def absorb(self, proc: Torchrun, label: str = "") -> None:
+        proc.wait()
+        self.output += (f"--- {label} ---\n" if label else "") + proc.output
+        self.timed_out = self.timed_out or proc.timed_out
+        self.died_at_teardown = self.died_at_teardown or proc.died_at_teardown()
 
 
 def read_log(path: str) -> list[int] | None:
@@ -69,9 +75,9 @@ def read_log(path: str) -> list[int] | None:
     epochs = []
     for line in lines:
         try:
-            epochs.append(int(line.split()[0].removeprefix("epoch=").removeprefix("epoch")))
+            epochs.append(int(line.split()[0]))
         except (ValueError, IndexError):
-            epochs.append(-1)  # unreadable line, reported as such
+            epochs.append(-1)  # an unreadable line, reported as such
     return epochs
 
 
@@ -86,41 +92,22 @@ def load(path: str):
         return f"cannot be loaded ({type(exc).__name__}: {str(exc)[:200]})"
 
 
-@contextmanager
-def scratch(prefix: str = "torchrun-check-"):
-    path = tempfile.mkdtemp(prefix=prefix)
-    try:
-        yield path
-    finally:
-        shutil.rmtree(path, ignore_errors=True)
-
-
-def _write_script(directory: str, source: str) -> str:
-    path = os.path.join(directory, "train.py")
-    with open(path, "w") as f:
+def _write_script(directory: str, source: str) -> None:
+    with open(os.path.join(directory, "train.py"), "w") as f:
         f.write(source)
-    return path
 
 
 def _logged(path: str) -> int:
-    log = read_log(path)
-    return len(log) if log else 0
-
-
-def _finish(run: ScriptRun, proc: Torchrun) -> None:
-    proc.wait()
-    run.output += proc.output
-    run.returncode, run.timed_out = proc.returncode, proc.timed_out
-    run.died_at_teardown = run.died_at_teardown or proc.died_at_teardown()
+    return len(read_log(path) or [])
 
 
 def plain(source: str, directory: str, epochs: int) -> ScriptRun:
     """torchrun --standalone --nproc-per-node=2 train.py ..."""
     _write_script(directory, source)
-    run = ScriptRun(directory, epochs)
+    run = ScriptRun(epochs)
     with Torchrun(grader_command("train.py", 2) + script_args(epochs), directory, RUN_TIMEOUT_S) as proc:
-        _finish(run, proc)
-    return run
+        run.absorb(proc)
+    return run.collect(directory)
 
 
 def killed(source: str, directory: str, epochs: int, kill_after: int) -> ScriptRun:
@@ -130,87 +117,77 @@ def killed(source: str, directory: str, epochs: int, kill_after: int) -> ScriptR
     so the kill lands between snapshot `kill_after` and the next one, every time.
     """
     _write_script(directory, source)
-    run = ScriptRun(directory, epochs)
-    log = run.path(LOG)
+    run = ScriptRun(epochs)
+    log = os.path.join(directory, LOG)
     never = os.path.join(directory, "never-released")  # the paused workers are killed, not released
     env = worker_env({problem.PAUSE_ENV: f"{log}:{kill_after}:{never}"})
     cmd = grader_command("train.py", 2, max_restarts=1) + script_args(epochs)
     with Torchrun(cmd, directory, KILL_RUN_TIMEOUT_S, env) as proc:
         if proc.wait_until(lambda: _logged(log) >= kill_after):
             run.log_when_acted = read_log(log)
-            run.snapshot_when_acted = os.path.exists(run.path(SNAPSHOT))
+            run.snapshot_when_acted = os.path.exists(os.path.join(directory, SNAPSHOT))
             run.acted = proc.kill_worker(local_rank=1)
-        _finish(run, proc)
-    return run
+        run.absorb(proc)
+    return run.collect(directory)
 
 
-def linked(source: str, directory: str, epochs: int, link_after: int, link_name: str) -> ScriptRun:
+def linked(source: str, directory: str, epochs: int, link_after: int) -> ScriptRun:
     """Two workers; once the log lists `link_after` epochs (the workers paused), hard-link
-    the snapshot to `link_name`, then let the run go on. An atomic os.replace leaves the
-    link's content alone; a snapshot rewritten in place changes it."""
+    the snapshot to LINK, then let the run go on. An atomic os.replace leaves the link's
+    content alone; a snapshot rewritten in place changes it."""
     _write_script(directory, source)
-    run = ScriptRun(directory, epochs)
-    log = run.path(LOG)
+    run = ScriptRun(epochs)
+    log = os.path.join(directory, LOG)
     go = os.path.join(directory, "go")
     env = worker_env({problem.PAUSE_ENV: f"{log}:{link_after}:{go}"})
     with Torchrun(grader_command("train.py", 2) + script_args(epochs), directory, RUN_TIMEOUT_S, env) as proc:
         if proc.wait_until(lambda: _logged(log) >= link_after):
             run.log_when_acted = read_log(log)
-            run.snapshot_when_acted = os.path.exists(run.path(SNAPSHOT))
+            snapshot = os.path.join(directory, SNAPSHOT)
+            run.snapshot_when_acted = os.path.exists(snapshot)
             if run.snapshot_when_acted:
-                os.link(run.path(SNAPSHOT), run.path(link_name))
+                os.link(snapshot, os.path.join(directory, LINK))
                 run.acted = True
         open(go, "w").close()  # release the paused workers
-        _finish(run, proc)
-    return run
+        run.absorb(proc)
+    return run.collect(directory)
 
 
 def two_nodes(source: str, directory: str, epochs: int) -> ScriptRun:
     """Two torchrun agents (--nnodes=2, one worker each) meeting over c10d on 127.0.0.1.
 
-    Each "node" runs in its own directory with the same relative paths, as two
-    machines with their own disks: whatever node 1 writes shows there.
+    Each "node" runs in its own directory with the same relative paths, like two
+    machines with their own disks: whatever node 1's worker writes shows there.
     """
     nodes = [os.path.join(directory, f"node{i}") for i in range(2)]
     for node in nodes:
         os.mkdir(node)
         _write_script(node, source)
-    run = ScriptRun(nodes[0], epochs, other_dirs=nodes[1:])
+    run = ScriptRun(epochs)
     endpoint = f"127.0.0.1:{free_port()}"
-    procs = [Torchrun(grader_command("train.py", 1, nnodes=2, rdzv_endpoint=endpoint)[:-1]
-                      + [f"--node-rank={i}", "train.py"] + script_args(epochs), node, RUN_TIMEOUT_S)
-             for i, node in enumerate(nodes)]
+    procs = [Torchrun(grader_command("train.py", 1, nnodes=2, node_rank=i, rdzv_endpoint=endpoint)
+                      + script_args(epochs), node, RUN_TIMEOUT_S) for i, node in enumerate(nodes)]
     try:
         for proc in procs:
             proc.start()
         for i, proc in enumerate(procs):
-            proc.wait()
-            run.output += f"--- node {i} ---\n{proc.output}\n"
-            run.timed_out = run.timed_out or proc.timed_out
-            run.died_at_teardown = run.died_at_teardown or proc.died_at_teardown()
-            run.returncode = proc.returncode if run.returncode in (0, None) else run.returncode
+            run.absorb(proc, f"node {i}")
     finally:
         for proc in procs:
             proc.stop()
-    return run
+    run.other_files = sorted(n for n in os.listdir(nodes[1]) if n != "train.py" and not n.startswith("torchrun-"))
+    return run.collect(nodes[0])
 
 
 def with_retry(scenario, source: str, *args) -> ScriptRun:
-    """Run a scenario; once more when it failed only because a worker died at teardown
-    before the outputs were complete (noise of torch on CPU, never the student's)."""
-    with scratch() as first:
-        run = scenario(source, first, *args)
+    """Run a scenario in a fresh directory; once more when it failed only because a
+    worker died at teardown before the outputs were complete (torch's noise on CPU)."""
+    for attempt in range(2):
+        directory = tempfile.mkdtemp(prefix="torchrun-check-")
+        try:
+            run = scenario(source, directory, *args)
+        finally:
+            shutil.rmtree(directory, ignore_errors=True)
         if run.complete() or not run.died_at_teardown:
-            return _detach(run)
-    with scratch() as second:
-        return _detach(scenario(source, second, *args))
-
-
-def _detach(run: ScriptRun) -> ScriptRun:
-    """Read everything the checks need before the scratch directory goes."""
-    run.cached = {  # type: ignore[attr-defined]
-        "log": run.log(), "final": run.final(), "snapshot": load(run.path(SNAPSHOT)),
-        "files": sorted(os.listdir(run.dir)) if os.path.isdir(run.dir) else [],
-        "other_files": [sorted(os.listdir(d)) for d in run.other_dirs if os.path.isdir(d)],
-    }
+            return run
     return run
