@@ -1,0 +1,133 @@
+"""Exercise 04_torchrun: the solution gets full marks from real torchrun runs; each typical
+mistake fails the check aimed at it, with the message naming it, and nothing unrelated.
+
+Every torchrun start costs a few seconds, so each mutant runs only the checks it targets
+(plus a cheap unrelated one) instead of all checks of its task.
+"""
+from __future__ import annotations
+
+import os
+import tempfile
+
+import pytest
+
+from grader.checks import Exercise, run_checks
+from grader.exercises import get_exercise
+from grader.submission import read_python_file
+from tests.helpers import failed, mutate, solution_source
+
+ID = "04_torchrun"
+EXERCISE = get_exercise(ID)
+
+
+def grade_checks(source: str, names: list[str]):
+    """Grade `source` with only the named checks (hidden ones included)."""
+    subset = Exercise(ID, EXERCISE.tasks, EXERCISE.title)
+    subset.checks = [c for c in EXERCISE.checks if c.name in names]
+    assert len(subset.checks) == len(names), f"unknown check among {names}"
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "submission.py")
+        with open(path, "w") as f:
+            f.write(source)
+        return run_checks(subset, read_python_file(path))
+
+
+@pytest.fixture(scope="module")
+def solution() -> str:
+    return solution_source(ID)
+
+
+def test_solution_gets_full_marks(solution):
+    report = grade_checks(solution, [c.name for c in EXERCISE.checks])
+    assert failed(report) == {}
+    assert report.score == report.max_score == 16
+
+
+def test_every_task_has_visible_and_hidden_checks():
+    for task in EXERCISE.tasks:
+        kinds = {c.hidden for c in EXERCISE.checks if c.task == task}
+        assert kinds == {False, True}, task
+
+
+# (check aimed at, solution text, mutant text, key phrase of the message, an unrelated check that must pass)
+MUTANTS = {
+    "rank_local_rank_swapped": (
+        "read_dist_env_on_two_nodes",
+        'rank=int(need("RANK")),\n        local_rank=int(need("LOCAL_RANK")),',
+        'rank=int(need("LOCAL_RANK")),\n        local_rank=int(need("RANK")),',
+        "RANK and LOCAL_RANK are swapped", "read_dist_env_names_a_missing_variable"),
+    "bare_key_error": (
+        "read_dist_env_names_a_missing_variable",
+        "raise RuntimeError(f\"{name} is not set",
+        "raise KeyError(name)\n            raise RuntimeError(f\"{name} is not set",
+        "launch the script with torchrun", "read_dist_env_reads_its_argument"),
+    "restart_count_ignored": (
+        "read_dist_env_on_torchrun_workers",
+        'restart_count=int(environ.get("TORCHELASTIC_RESTART_COUNT", "0")),',
+        "restart_count=0,",
+        "TORCHELASTIC_RESTART_COUNT=1", "read_dist_env_names_a_missing_variable"),
+    "port_left_a_string": (
+        "read_dist_env_on_torchrun_workers",
+        'master_port=int(need("MASTER_PORT")),', 'master_port=need("MASTER_PORT"),',
+        "convert MASTER_PORT with int()", "read_dist_env_names_a_missing_variable"),
+    "reads_os_environ": (
+        "read_dist_env_reads_its_argument",
+        "    def need(name: str) -> str:",
+        "    environ = __import__('os').environ\n\n    def need(name: str) -> str:",
+        "os.environ", "torchrun_command_runs_one_node"),
+    "restart_count_required": (
+        "read_dist_env_reads_its_argument",
+        'restart_count=int(environ.get("TORCHELASTIC_RESTART_COUNT", "0")),',
+        'restart_count=int(need("TORCHELASTIC_RESTART_COUNT")),',
+        "restart_count is then 0", "read_dist_env_names_a_missing_variable"),
+    "nproc_nnodes_swapped": (
+        "torchrun_command_runs_one_node",
+        'f"--nproc-per-node={nproc_per_node}",\n           f"--nnodes={nnodes}",',
+        'f"--nproc-per-node={nnodes}",\n           f"--nnodes={nproc_per_node}",',
+        "swapped", "read_dist_env_names_a_missing_variable"),
+    "no_standalone": (
+        "torchrun_command_runs_one_node",
+        'cmd.append("--standalone")', "pass",
+        "use --standalone", "read_dist_env_names_a_missing_variable"),
+    "script_not_last": (
+        "torchrun_command_runs_one_node",
+        "return cmd + [script]", "return cmd[:3] + [script] + cmd[3:]",
+        "the script must be the last element", "read_dist_env_names_a_missing_variable"),
+    "max_restarts_ignored": (
+        "torchrun_command_restarts",
+        'f"--max-restarts={max_restarts}"]', '"--max-restarts=0"]',
+        "--max-restarts=1", "torchrun_command_runs_one_node"),
+    "batch_not_divided": (
+        "train_script_matches_single_process",
+        "batch_size=problem.GLOBAL_BATCH // world_size", "batch_size=problem.GLOBAL_BATCH",
+        "GLOBAL_BATCH // world_size", "read_dist_env_names_a_missing_variable"),
+    "ddp_state_dict_saved": (
+        "train_script_matches_single_process",
+        "save_atomically(model.state_dict(), args.out)", "save_atomically(ddp_model.state_dict(), args.out)",
+        "DDP wrapper's state_dict", "read_dist_env_names_a_missing_variable"),
+    "resume_from_epoch_0": (
+        "train_script_resumes_after_a_killed_worker",
+        'epochs_run = snapshot["epochs_run"]', "epochs_run = 0",
+        "started again from epoch 0", "read_dist_env_names_a_missing_variable"),
+    "optimizer_not_restored": (
+        "train_script_resumes_after_a_killed_worker",
+        'optimizer.load_state_dict(snapshot["optimizer"])', "pass",
+        "restore the optimizer state", "read_dist_env_names_a_missing_variable"),
+    "every_node_saves": (
+        "train_script_on_two_nodes",
+        "if rank == 0:  # one writer", 'if int(os.environ["LOCAL_RANK"]) == 0:  # one writer',
+        "only global rank 0 may write", "read_dist_env_names_a_missing_variable"),
+    "snapshot_written_in_place": (
+        "train_script_replaces_the_snapshot_atomically",
+        "    torch.save(obj, tmp)\n    os.replace(tmp, path)", "    torch.save(obj, path)",
+        "rewritten in place", "read_dist_env_names_a_missing_variable"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(MUTANTS))
+def test_mutant_fails_its_check(solution, name):
+    target, old, new, phrase, unrelated = MUTANTS[name]
+    report = grade_checks(mutate(solution, old, new), [target, unrelated])
+    failures = failed(report)
+    assert set(failures) == {target}, failures
+    assert phrase in failures[target], failures[target]
