@@ -19,6 +19,12 @@ EXERCISE = Exercise(
 RING_TIMEOUT = 10.0  # a ring of a few hundred floats takes milliseconds; anything longer is a deadlock
 
 
+def _host(t: torch.Tensor) -> torch.Tensor:
+    """A CPU copy to send back (a CPU tensor's .cpu() is the tensor itself,
+    which the student's code may still change)."""
+    return t.detach().cpu().clone()
+
+
 def _error_text(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}"
 
@@ -100,12 +106,12 @@ def _average_in_rank(ctx, student, model_seed, data_seed, n, frozen_first):
     import torch.nn.functional as F
 
     average_gradients = student.task("average_gradients")
-    model = ref.mlp(model_seed, frozen_first)
+    model = ref.mlp(model_seed, frozen_first).to(ctx.device)
     before = {name: p.detach().clone() for name, p in model.named_parameters()}
-    x, y = ref.regression_batch(data_seed, n)
+    x, y = (t.to(ctx.device) for t in ref.regression_batch(data_seed, n))
     mine = ref.contiguous_shards(n, ctx.world_size)[ctx.rank]
     F.mse_loss(model(x[mine]), y[mine]).backward()
-    local = {name: p.grad.clone() for name, p in model.named_parameters() if p.grad is not None}
+    local = {name: _host(p.grad) for name, p in model.named_parameters() if p.grad is not None}
     try:
         average_gradients(model)
     except CheckFailed:
@@ -115,8 +121,9 @@ def _average_in_rank(ctx, student, model_seed, data_seed, n, frozen_first):
                 "without a gradient." if frozen_first else "")
         raise CheckFailed(f"average_gradients(model) raised {_error_text(exc)} on rank {ctx.rank}.{hint}") from exc
     return {
+        "backend": ctx.backend,
         "local": local,
-        "grads": {name: None if p.grad is None else p.grad.clone() for name, p in model.named_parameters()},
+        "grads": {name: None if p.grad is None else _host(p.grad) for name, p in model.named_parameters()},
         "changed": [name for name, p in model.named_parameters() if not torch.equal(p.detach(), before[name])],
     }
 
@@ -144,7 +151,7 @@ def _check_average(g, world_size, n, frozen_first):
                                   "all_reduce sums; divide by the world size to average")
             assert_close(grad, want, f"rank {rank}: {name}.grad after average_gradients",
                          "every rank must end with the average of all ranks' gradients, which for equal shards "
-                         "and a mean loss is the full-batch gradient")
+                         "and a mean loss is the full-batch gradient", backend=got["backend"])
 
 
 @EXERCISE.check("average_gradients", points=2)
@@ -162,14 +169,15 @@ def averaged_gradients_three_ranks_frozen_layer(g):
 # ========================================================== ring_all_reduce
 def _ring_in_rank(ctx, student, seed, length):
     ring_all_reduce = student.task("ring_all_reduce")
-    tensor = ref.rank_tensor(seed, ctx.rank, length)
+    tensor = ref.rank_tensor(seed, ctx.rank, length).to(ctx.device)
     original = tensor.clone()
     with point_to_point_only("ring_all_reduce", ring_all_reduce) as traffic:
         returned = ring_all_reduce(tensor)
     return {
-        "tensor": tensor,
+        "backend": ctx.backend,
+        "tensor": _host(tensor),
         "unchanged": torch.equal(tensor, original),
-        "returned": returned.detach().clone() if isinstance(returned, torch.Tensor) else None,
+        "returned": _host(returned) if isinstance(returned, torch.Tensor) else None,
         "messages": [(m.kind, m.peer, m.numel) for m in traffic.messages],
     }
 
@@ -208,7 +216,7 @@ def _check_ring_sum(g, world_size, length):
                      f"({world_size} ranks, {length} elements)",
                      "every element must end as the sum over all ranks; with a length not divisible by the world "
                      "size, check the chunk boundaries (torch.tensor_split gives world_size chunks, torch.chunk "
-                     "may give fewer)")
+                     "may give fewer)", backend=got["backend"])
     return per_rank
 
 
@@ -272,7 +280,7 @@ def ring_four_ranks(g):
 # ===================================================== ColumnParallelLinear
 def _column_in_rank(ctx, student, seed, in_features, out_features, shape):
     cls = student.task("ColumnParallelLinear")
-    layer = cls(in_features, out_features)
+    layer = cls(in_features, out_features).to(ctx.device)
     start, stop = ref.output_rows(out_features, ctx.world_size, ctx.rank)
     rows = stop - start
     weight, bias = getattr(layer, "weight", None), getattr(layer, "bias", None)
@@ -293,7 +301,7 @@ def _column_in_rank(ctx, student, seed, in_features, out_features, shape):
     with torch.no_grad():
         weight.copy_(full_w[start:stop])
         bias.copy_(full_b[start:stop])
-    x, probe = ref.linear_inputs(seed, shape, out_features)
+    x, probe = (t.to(ctx.device) for t in ref.linear_inputs(seed, shape, out_features))
     x.requires_grad_(True)
     y = layer(x)
     if not isinstance(y, torch.Tensor):
@@ -303,11 +311,12 @@ def _column_in_rank(ctx, student, seed, in_features, out_features, shape):
                           f"{ctx.rank}; expected the full output {tuple(probe.shape)}: gather every rank's "
                           "output columns and concatenate them along the last dimension, in rank order")
     if not y.requires_grad:
-        return {"y": y.detach(), "weight_grad": None, "bias_grad": None, "x_grad": None, "no_graph": True}
+        return {"y": _host(y), "weight_grad": None, "bias_grad": None, "x_grad": None, "no_graph": True,
+                "backend": ctx.backend}
     (y * probe).sum().backward()
-    grad = lambda t: None if t.grad is None else t.grad.clone()  # noqa: E731
-    return {"y": y.detach(), "weight_grad": grad(weight), "bias_grad": grad(bias), "x_grad": grad(x),
-            "no_graph": False, "rows": (start, stop)}
+    grad = lambda t: None if t.grad is None else _host(t.grad)  # noqa: E731
+    return {"y": _host(y), "weight_grad": grad(weight), "bias_grad": grad(bias), "x_grad": grad(x),
+            "no_graph": False, "rows": (start, stop), "backend": ctx.backend}
 
 
 def _run_column(g, world_size, in_features, out_features, shape, seed=21):
@@ -319,7 +328,7 @@ def _check_column_forward(per_rank, expected):
     for rank, got in enumerate(per_rank):
         assert_close(got["y"], expected["y"], f"rank {rank}: ColumnParallelLinear output",
                      "each rank computes x @ weight_shard.T + bias_shard, and the full output is the shards' "
-                     "outputs concatenated along the last dimension in rank order")
+                     "outputs concatenated along the last dimension in rank order", backend=got["backend"])
 
 
 def _check_column_shard_grads(per_rank, expected, world_size):
@@ -338,7 +347,8 @@ def _check_column_shard_grads(per_rank, expected, world_size):
                     "ranks, which multiplies it by world_size when every rank computes the same loss. Write your "
                     "own autograd.Function whose backward keeps only this rank's slice of the gradient")
             assert_close(got[name], want, f"rank {rank}: {name.replace('_grad', '')}.grad of the shard",
-                         "each shard's gradient must be the matching rows of the full layer's gradient")
+                         "each shard's gradient must be the matching rows of the full layer's gradient",
+                         backend=got["backend"])
 
 
 def _check_column_input_grad(per_rank, expected):
@@ -347,7 +357,8 @@ def _check_column_input_grad(per_rank, expected):
             raise CheckFailed(f"the input got no gradient on rank {rank}")
         assert_close(got["x_grad"], expected["x_grad"], f"rank {rank}: the input's gradient",
                      "each rank's input gradient covers only its own output columns; sum it over ranks in "
-                     "backward (an identity autograd.Function on the input whose backward all-reduces)")
+                     "backward (an identity autograd.Function on the input whose backward all-reduces)",
+                     backend=got["backend"])
 
 
 @EXERCISE.check("ColumnParallelLinear", points=1)
@@ -384,15 +395,15 @@ def column_parallel_uneven_three_ranks(g):
 # ====================================================== pipeline_train_step
 def _pipeline_in_rank(ctx, student, model_seed, data_seed, n, n_micro):
     step = student.task("pipeline_train_step")
-    stage = ref.pipeline_stages(model_seed)[ctx.rank]
-    x, y = ref.pipeline_batch(data_seed, n)
+    stage = ref.pipeline_stages(model_seed)[ctx.rank].to(ctx.device)
+    x, y = (t.to(ctx.device) for t in ref.pipeline_batch(data_seed, n))
     sizes = []
     stage.register_forward_pre_hook(lambda module, args: sizes.append(len(args[0])))
     value = step(stage, x, y, n_micro, ref.HIDDEN)
     if isinstance(value, torch.Tensor):
         value = value.detach().item() if value.numel() == 1 else "a tensor of shape " + str(tuple(value.shape))
-    return {"value": value, "sizes": sizes,
-            "grads": [None if p.grad is None else p.grad.clone() for p in stage.parameters()]}
+    return {"value": value, "sizes": sizes, "backend": ctx.backend,
+            "grads": [None if p.grad is None else _host(p.grad) for p in stage.parameters()]}
 
 
 def _run_pipeline(g, n, n_micro, model_seed=31, data_seed=32):
@@ -419,7 +430,7 @@ def _check_pipeline_loss(per_rank, expected, n_micro):
     assert_close(torch.tensor(float(value)), torch.tensor(expected["loss"]),
                  "the loss returned by rank 1",
                  "it must be the mean squared error over the whole batch: the micro-batch losses, each weighted "
-                 "by its share of the batch, summed", backend="gloo")
+                 "by its share of the batch, summed", backend=per_rank[1]["backend"])
 
 
 def _check_pipeline_grads(per_rank, expected, n_micro):
@@ -437,7 +448,7 @@ def _check_pipeline_grads(per_rank, expected, n_micro):
                                   "(micro-batch size / batch size) before backward")
             assert_close(a, e, f"stage {rank}, parameter {i}: gradient",
                          "after the step, each stage's gradients must equal those of the unsplit model trained "
-                         "on the whole batch with a mean squared error loss")
+                         "on the whole batch with a mean squared error loss", backend=per_rank[rank]["backend"])
 
 
 def _check_pipeline_microbatches(per_rank, n, n_micro):
