@@ -13,12 +13,15 @@ Reading never executes student code and never writes to the submission.
 """
 from __future__ import annotations
 
+import io
 import json
 import linecache
 import os
+import pickle
 import re
 import sys
 import types
+from collections import ChainMap
 from dataclasses import dataclass, field
 
 import cloudpickle
@@ -91,15 +94,49 @@ class SourceSubmission(Submission):
         return types.SimpleNamespace(**{n: module.__dict__[n] for n in names}), LoadReport(names, problems)
 
 
+def _cell_names() -> dict[str, str]:
+    """IPython's cell files ('/tmp/ipykernel_1/123.py') -> 'Cell In[7]'."""
+    shell = getattr(sys.modules.get("IPython"), "get_ipython", lambda: None)()
+    mapping = getattr(getattr(shell, "compile", None), "_filename_map", {}) or {}
+    return {filename: f"<Cell In[{count}]>" for filename, count in mapping.items()}
+
+
+class _KernelPickler(cloudpickle.Pickler):
+    """cloudpickle, but code keeps a useful file name (it writes '<dynamic-code>'),
+    so tracebacks from the ranks point at the student's notebook cell."""
+
+    names: dict[str, str] = {}
+
+    def _code_reduce(code):
+        ctor, args = cloudpickle.cloudpickle._code_reduce(code)
+        name = _KernelPickler.names.get(code.co_filename, code.co_filename)
+        return ctor, tuple(name if a == "<dynamic-code>" else a for a in args)
+
+    dispatch_table = ChainMap({types.CodeType: _code_reduce}, cloudpickle.Pickler.dispatch_table)
+
+
+def _kernel_dumps(obj) -> bytes:
+    buffer = io.BytesIO()
+    _KernelPickler(buffer, protocol=pickle.HIGHEST_PROTOCOL).dump(obj)
+    return buffer.getvalue()
+
+
 class PickledSubmission(Submission):
     """Objects taken from a live kernel, serialized by value."""
 
-    def __init__(self, blobs: dict[str, bytes], problems: list[str], label: str = "kernel"):
+    def __init__(self, blobs: dict[str, bytes], problems: list[str], label: str = "kernel",
+                 sources: dict[str, list[str]] | None = None):
         self.blobs = blobs
         self.problems = problems
         self.label = label
+        self.sources = sources or {}
+
+    def register_sources(self) -> None:
+        for name, lines in self.sources.items():
+            linecache.cache[name] = (sum(map(len, lines)), None, lines, name)
 
     def load(self):
+        self.register_sources()
         values, problems = {}, list(self.problems)
         for name, blob in self.blobs.items():
             try:
@@ -112,15 +149,18 @@ class PickledSubmission(Submission):
 def from_namespace(namespace: dict, names: list[str]) -> PickledSubmission:
     """Capture the current definitions of `names` from a kernel's namespace."""
     blobs, problems = {}, []
+    _KernelPickler.names = _cell_names()
+    sources = {_KernelPickler.names[f]: entry[2] for f, entry in list(linecache.cache.items())
+               if f in _KernelPickler.names and len(entry) == 4}
     for name in names:
         if name not in namespace:
             continue
         try:
-            blobs[name] = cloudpickle.dumps(namespace[name])
+            blobs[name] = _kernel_dumps(namespace[name])
         except Exception as exc:
             problems.append(f"`{name}` cannot be sent to the worker processes ({exc}); "
                             "does it refer to an open file, a lock or a process group?")
-    return PickledSubmission(blobs, problems)
+    return PickledSubmission(blobs, problems, sources=sources)
 
 
 def _is_answer_cell(cell: dict) -> bool:

@@ -39,3 +39,19 @@ def test_a_wrong_answer_in_the_kernel_shows_the_mistake_and_raises(tmp_path):
     assert raised
     text = outputs_text(nb.cells[2])
     assert "✗ pick_backend: backend_matches_hardware" in text and "expected 'gloo'" in text
+
+
+def test_a_crash_in_the_kernel_points_at_the_students_cell(tmp_path):
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_code_cell(src) for src in [
+        'from grader.notebook import checker\ncheck = checker("02_ddp_basics")',
+        'def pick_backend():\n    raise ValueError("half-written answer")',
+        'check("pick_backend")']]
+    client = NotebookClient(nb, timeout=300, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}})
+    try:
+        client.execute()
+    except CellExecutionError:
+        pass
+    text = outputs_text(nb.cells[2])
+    assert "ValueError: half-written answer" in text
+    assert '<Cell In[2]>, line 2, in pick_backend: raise ValueError("half-written answer")' in text

@@ -51,13 +51,14 @@ def describe_exception(exc: BaseException) -> dict:
 
 
 def format_exception(info: dict) -> str:
-    """Student frames first, then the full traceback."""
+    """The error and the student's frames; the full traceback only when
+    none of its frames is the student's."""
     lines = [f"{info['type']}: {info['message']}".rstrip(": ")]
     if info.get("student_frames"):
         lines.append("in your code (most recent call last):")
         lines += [f"  {f}" for f in info["student_frames"]]
-    lines.append("full traceback:")
-    lines.append(info["traceback"].rstrip())
+    else:  # not in the student's code: the whole traceback is the clue
+        lines.append(info["traceback"].rstrip())
     return "\n".join(lines)
 
 
