@@ -8,12 +8,18 @@ the command line) cannot be read.
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import sys
 
 from grader.checks import run_checks
 from grader.exercises import MODULES, UnknownExercise, get_exercise
 from grader.submission import SubmissionError, read_submission
+
+
+OTHER_COMMANDS = [
+    "grader.progress",  # python -m grader progress: which tasks of which assignments pass
+]
 
 
 def _check(args) -> int:
@@ -55,6 +61,8 @@ def build_parser() -> argparse.ArgumentParser:
     demo = sub.add_parser("demo", help="grade the bundled sample submissions and print the grades")
     demo.add_argument("--assignment", default="02_ddp_basics")
     demo.set_defaults(func=lambda args: __import__("grader.demo").demo.main(args.assignment))
+    for module in OTHER_COMMANDS:  # each module adds its own subcommand(s)
+        importlib.import_module(module).register(sub)
     return parser
 
 
