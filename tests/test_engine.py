@@ -165,3 +165,20 @@ def test_unpicklable_function_is_a_clear_error():
 def test_bad_world_size():
     with pytest.raises(ValueError):
         run_distributed(_sum_ranks, world_size=0)
+
+
+class _RunsCodeWhenUnpickled:
+    def __reduce__(self):
+        return (os.system, ("touch /tmp/grader-pwned",))
+
+
+def _returns_a_pickle_bomb(ctx):
+    return _RunsCodeWhenUnpickled()
+
+
+def test_untrusted_ranks_cannot_run_code_in_the_grader():
+    if os.path.exists("/tmp/grader-pwned"):
+        os.remove("/tmp/grader-pwned")
+    result = run_distributed(_returns_a_pickle_bomb, world_size=1, trusted=False)
+    assert not result.ok and "refuses to load" in result.failure()
+    assert not os.path.exists("/tmp/grader-pwned")

@@ -21,7 +21,6 @@ import multiprocessing
 import multiprocessing.connection
 from multiprocessing import popen_forkserver, spawn
 import os
-import pickle
 import shutil
 import signal
 import socket
@@ -215,6 +214,7 @@ def run_distributed(
     backend: str | None = None,
     init_group: bool = True,
     port_retries: int = 2,
+    trusted: bool = True,
 ) -> RunResult:
     """Run fn(ctx, *args, **kwargs) on world_size ranks and collect every result.
 
@@ -222,6 +222,10 @@ def run_distributed(
     after `timeout` seconds, with the hung ranks' stacks) or an early exit is
     described in the returned RunResult. Raises TypeError when fn or its
     arguments cannot be sent to the ranks.
+
+    trusted=False when the ranks run untrusted (student) code: their results
+    are then loaded like torch.load(weights_only=True) (tensors, numbers,
+    strings, containers), so a rank can send data but never code to run here.
     """
     if world_size < 1:
         raise ValueError(f"world_size must be at least 1, got {world_size}")
@@ -231,7 +235,7 @@ def run_distributed(
         raise TypeError(f"cannot send {getattr(fn, '__name__', fn)!r} and its arguments to the ranks: {exc}") from exc
     backend = backend or default_backend(world_size)
     for attempt in range(port_retries + 1):
-        result = _run_once(payload, world_size, backend, timeout, init_group)
+        result = _run_once(payload, world_size, backend, timeout, init_group, trusted)
         clash = any("address already in use" in str(r.error).lower() or "eaddrinuse" in str(r.error).lower()
                     for r in result.ranks if r.error)
         if not clash or attempt == port_retries:
@@ -239,7 +243,8 @@ def run_distributed(
     return result
 
 
-def _run_once(payload: bytes, world_size: int, backend: str, timeout: float, init_group: bool) -> RunResult:
+def _run_once(payload: bytes, world_size: int, backend: str, timeout: float, init_group: bool,
+              trusted: bool) -> RunResult:
     ctx = _forkserver()
     rundir = tempfile.mkdtemp(prefix="grader-run-")
     workdir = os.path.join(rundir, "work")
@@ -266,7 +271,7 @@ def _run_once(payload: bytes, world_size: int, backend: str, timeout: float, ini
             child_end.close()
             procs.append(proc)
             conns.append(parent_end)
-        _collect(reports, procs, conns, timeout)
+        _collect(reports, procs, conns, timeout, trusted)
         failed = any(r.status != "ok" for r in reports)
         if failed:
             _dump_stacks(reports, procs, rundir)
@@ -285,7 +290,7 @@ def _run_once(payload: bytes, world_size: int, backend: str, timeout: float, ini
     return RunResult(reports, backend, time.monotonic() - started, notes)
 
 
-def _collect(reports, procs, conns, timeout) -> None:
+def _collect(reports, procs, conns, timeout, trusted) -> None:
     """Wait for every rank's report; stop at the first failure or the deadline.
 
     The timeout counts from the moment every rank has started, so a cold
@@ -308,9 +313,12 @@ def _collect(reports, procs, conns, timeout) -> None:
             message, closed = None, False
             if conns[i] in ready:
                 try:
-                    message = conns[i].recv()
+                    message = worker.decode(conns[i].recv_bytes(), trusted)
                 except (EOFError, OSError):
                     closed = True  # closed without a report: the process is ending
+                except Exception as exc:  # refused by the safe loader
+                    message = ("error", stacks.describe_exception(RuntimeError(
+                        f"rank {i} sent back something the grader refuses to load: {str(exc).splitlines()[0]}")))
             if message is not None:
                 kind, body = message
                 if kind == "started":
@@ -320,11 +328,7 @@ def _collect(reports, procs, conns, timeout) -> None:
                     continue
                 if kind == "ok":
                     reports[i].status = "ok"
-                    try:
-                        reports[i].value = pickle.loads(body)
-                    except Exception as exc:
-                        reports[i].status = "error"
-                        reports[i].error = stacks.describe_exception(exc)
+                    reports[i].value = body
                 else:
                     reports[i].status = "error"
                     reports[i].error = body

@@ -6,17 +6,19 @@ from __future__ import annotations
 import torch
 
 from grader.checks import CheckFailed, Exercise, describe_failure
+from grader.engine.stacks import describe_exception, format_exception
 from grader.exercises.parallelism import reference as ref
 from grader.exercises.parallelism.p2p_only import point_to_point_only
 from grader.tolerances import assert_close
 
 EXERCISE = Exercise(
     "01_parallelism",
-    tasks=["shard_indices", "average_gradients", "ring_all_reduce", "ColumnParallelLinear", "pipeline_train_step"],
+    tasks=["shard_indices", "average_gradients", "ring_all_reduce", "ColumnParallelLinear", "pipeline_step"],
     title="Data vs model parallelism, by hand",
 )
 
 RING_TIMEOUT = 10.0  # a ring of a few hundred floats takes milliseconds; anything longer is a deadlock
+PIPELINE_TIMEOUT = 8.0  # a few tiny messages each way: longer is a deadlock
 
 
 def _host(t: torch.Tensor) -> torch.Tensor:
@@ -392,104 +394,173 @@ def column_parallel_uneven_three_ranks(g):
     _check_column_input_grad(per_rank, expected)
 
 
-# ====================================================== pipeline_train_step
-def _pipeline_in_rank(ctx, student, model_seed, data_seed, n, n_micro):
-    step = student.task("pipeline_train_step")
-    stage = ref.pipeline_stages(model_seed)[ctx.rank].to(ctx.device)
-    x, y = (t.to(ctx.device) for t in ref.pipeline_batch(data_seed, n))
-    sizes = []
-    stage.register_forward_pre_hook(lambda module, args: sizes.append(len(args[0])))
-    value = step(stage, x, y, n_micro, ref.HIDDEN)
+# ============================================================ pipeline_step
+SHAPE_MISMATCH = (
+    "a message did not fit the buffer receiving it: a shape (or dtype) mismatch. Rank 1 cannot know the "
+    "activation's shape in advance: rank 0 must first send it (its number of dimensions, then its sizes, as "
+    "int64 tensors) and rank 1 allocate the activation buffer from that header, as float32; rank 0 receives the "
+    "gradient into a buffer of the activation's shape. Both ranks must send and receive the same messages in the "
+    "same order (ndim, shape, activation; then the gradient), with the same dtypes")
+CONTIGUOUS = (
+    "dist.send and dist.recv need contiguous tensors, and this stage's activation is not contiguous (it comes out "
+    "of a transpose): send activation.detach().contiguous(), and receive into torch.empty(shape, ...) (torch."
+    "empty_like of a non-contiguous tensor is not contiguous either)")
+NO_ACTIVATION_GRAD = (
+    "the received activation has no .grad after the backward on rank 1: call activation.requires_grad_() after "
+    "dist.recv and before running the stage, so that backward computes the gradient rank 0 needs")
+ORDER = (
+    "a blocking dist.send returns only once the peer has received the message, and dist.recv only once the peer "
+    "has sent it, so the calls must pair up in the same order on both ranks: rank 0 sends ndim, shape and "
+    "activation, then receives the gradient; rank 1 receives ndim, shape and activation, runs its stage, the loss "
+    "and backward, then sends the gradient")
+
+
+def _pipeline_crash_hint(rank: int, exc: BaseException, stage_ran: bool, loss_calls: int) -> str | None:
+    """The likely mistake behind an exception in the student's pipeline_step."""
+    text = str(exc)
+    if "has to be contiguous" in text:
+        return CONTIGUOUS
+    if rank == 1 and "NoneType" in text:
+        return NO_ACTIVATION_GRAD
+    if rank == 1 and stage_ran and not loss_calls:
+        return ("rank 1 ran its stage but never called loss_fn: compute the loss with the function passed in, "
+                "loss_fn(output, targets) (here it is not a mean squared error), not with a loss of your own")
+    if rank == 0 and "does not require grad" in text:
+        return ("rank 0 must call backward on the activation its stage returned (the one with a graph; send a "
+                "detached copy, but keep the original), with the gradient received from rank 1")
+    return None
+
+
+def _pipeline_in_rank(ctx, student, kind, n):
+    step = student.task("pipeline_step")
+    first, second, inputs, targets, loss_fn = ref.pipeline_case(kind, n)
+    stage = (first, second)[ctx.rank].to(ctx.device)
+    inputs, targets = inputs.to(ctx.device), targets.to(ctx.device)
+    ran, loss_calls = [], []
+    stage.register_forward_hook(lambda module, args, output: ran.append(True))
+
+    def counted_loss(output, target):  # the given loss, counted: rank 1 must use it
+        loss_calls.append(True)
+        return loss_fn(output, target)
+
+    try:
+        value = step(stage, inputs, targets, counted_loss)
+    except (CheckFailed, NotImplementedError):
+        raise
+    except Exception as exc:
+        hint = _pipeline_crash_hint(ctx.rank, exc, bool(ran), len(loss_calls))
+        if hint is None:
+            raise  # the traceback is the best clue
+        raise CheckFailed(f"pipeline_step raised on rank {ctx.rank} ({ref.pipeline_description(kind, n)}): "
+                          f"{hint}\n" + format_exception(describe_exception(exc))) from exc
     if isinstance(value, torch.Tensor):
         value = value.detach().item() if value.numel() == 1 else "a tensor of shape " + str(tuple(value.shape))
-    return {"value": value, "sizes": sizes, "backend": ctx.backend,
+    return {"value": value, "loss_calls": len(loss_calls), "backend": ctx.backend,
             "grads": [None if p.grad is None else _host(p.grad) for p in stage.parameters()]}
 
 
-def _run_pipeline(g, n, n_micro, model_seed=31, data_seed=32):
-    result = g.run_raw(_pipeline_in_rank, model_seed, data_seed, n, n_micro, world_size=2)
+def _waiting(report) -> bool:
+    """Hung, or stopped by gloo's own timeout (the process group's timeout is the run's)."""
+    return report.status == "hung" or (report.status == "error" and "Timed out" in report.error["message"])
+
+
+def _pipeline_failure(result, kind: str, n: int) -> str:
+    for r in result.ranks:  # our own diagnosis from inside a rank comes first
+        if r.status == "error" and r.error["type"] == "CheckFailed":
+            return r.error["message"]
+    what = f"pipeline_step failed on 2 ranks ({ref.pipeline_description(kind, n)})"
+    output = "".join(r.output for r in result.ranks)
+    waiting = [r.rank for r in result.ranks if _waiting(r)]
+    finished = [r.rank for r in result.ranks if r.status == "ok"]
+    if "Received data size doesn't match" in output or "preamble.length" in output:
+        hint = SHAPE_MISMATCH
+    elif waiting == [0] and finished == [1]:
+        hint = ("rank 1 returned while rank 0 still waits: rank 0 waits for a message rank 1 never sends (rank 1 must "
+                "send the activation's gradient back after its backward), or sends one rank 1 never receives")
+    elif waiting == [1] and finished == [0]:
+        hint = ("rank 0 returned while rank 1 still waits: rank 1 waits for a message rank 0 never sends (rank 0 must "
+                "send the header, ndim then shape, and then the activation), or sends one rank 0 never receives")
+    elif waiting == [0, 1]:
+        hint = "a deadlock: both ranks wait for each other. " + ORDER
+    else:
+        return describe_failure(result, what)
+    return what + ": " + hint + "\n" + result.failure()
+
+
+def _run_pipeline(g, kind: str, n: int):
+    result = g.run_raw(_pipeline_in_rank, kind, n, world_size=2, timeout=PIPELINE_TIMEOUT)
     if not result.ok:
-        text = result.failure()
-        hint = f"pipeline_train_step failed on 2 ranks ({n} samples, n_microbatches={n_micro})"
-        if "'NoneType' object" in text and "grad" in text:
-            hint += (": a received activation has no .grad; call activation.requires_grad_() on rank 1 after "
-                     "receiving it and before running the stage, so backward fills its gradient")
-        elif any(r.status == "hung" for r in result.ranks):
-            hint += ": a deadlock; both ranks must agree on the number, order and sizes of the messages"
-        raise CheckFailed(describe_failure(result, hint))
-    return [r.value for r in result.ranks], ref.pipeline_reference(model_seed, data_seed, n)
+        if any(r.status == "error" and r.error["type"] in ("MissingTask", "NotImplementedError")
+               for r in result.ranks):
+            raise CheckFailed(describe_failure(result))
+        raise CheckFailed(_pipeline_failure(result, kind, n))
+    per_rank = [r.value for r in result.ranks]
+    if not per_rank[1]["loss_calls"]:
+        raise CheckFailed("rank 1 never called loss_fn: the loss must be loss_fn(output of rank 1's stage, targets), "
+                          "with the loss_fn passed in, not a loss of your own")
+    return per_rank, ref.pipeline_reference(kind, n)
 
 
-def _check_pipeline_loss(per_rank, expected, n_micro):
-    value = per_rank[1]["value"]
-    if not isinstance(value, (int, float)):
-        raise CheckFailed(f"rank 1 (the last stage) returned {value!r}; it must return the batch's loss as a float")
-    if n_micro > 1 and abs(value - expected["loss"] * n_micro) <= 1e-4 * abs(expected["loss"] * n_micro):
-        raise CheckFailed(f"rank 1 returned {value:.6g}, n_microbatches = {n_micro} times the batch's mean loss "
-                          f"{expected['loss']:.6g}: scale each micro-batch's mean loss by its share of the batch")
-    assert_close(torch.tensor(float(value)), torch.tensor(expected["loss"]),
-                 "the loss returned by rank 1",
-                 "it must be the mean squared error over the whole batch: the micro-batch losses, each weighted "
-                 "by its share of the batch, summed", backend=per_rank[1]["backend"])
-
-
-def _check_pipeline_grads(per_rank, expected, n_micro):
-    for rank in (0, 1):
-        got, want = per_rank[rank]["grads"], expected["grads"][rank]
-        if any(gr is None for gr in got):
-            how = ("rank 1 must send the gradient of each received activation back to rank 0, and rank 0 must "
-                   "call activation.backward(that gradient)" if rank == 0 else
-                   "rank 1 must call backward on its micro-batch losses")
-            raise CheckFailed(f"stage {rank} got no gradient: {how}")
-        for i, (a, e) in enumerate(zip(got, want)):
-            if n_micro > 1 and torch.allclose(a, e * n_micro, rtol=1e-4, atol=1e-6):
-                raise CheckFailed(f"stage {rank}'s gradients are n_microbatches = {n_micro} times too large: "
-                                  "the mean loss of each micro-batch must be scaled by its share of the batch "
-                                  "(micro-batch size / batch size) before backward")
-            assert_close(a, e, f"stage {rank}, parameter {i}: gradient",
-                         "after the step, each stage's gradients must equal those of the unsplit model trained "
-                         "on the whole batch with a mean squared error loss", backend=per_rank[rank]["backend"])
-
-
-def _check_pipeline_microbatches(per_rank, n, n_micro):
-    want = ref.microbatch_sizes(n, n_micro)
-    for rank in (0, 1):
-        sizes = per_rank[rank]["sizes"]
-        if sorted(sizes) != sorted(want):
-            raise CheckFailed(f"stage {rank} ran on batches of sizes {sizes}; with {n} samples and "
-                              f"n_microbatches={n_micro} it should run once per micro-batch, on sizes {want} "
-                              "(torch.tensor_split(x, n_microbatches))")
-
-
-@EXERCISE.check("pipeline_train_step", points=1, world_size=2)
-def pipeline_loss_matches(g):
-    """2 stages, 8 samples in 4 micro-batches: rank 1 returns the whole batch's loss."""
-    per_rank, expected = _run_pipeline(g, 8, 4)
+def _check_pipeline_loss(per_rank, expected, kind, n):
     if per_rank[0]["value"] is not None:
         raise CheckFailed(f"rank 0 returned {per_rank[0]['value']!r}; the first stage has no loss and must "
                           "return None")
-    _check_pipeline_loss(per_rank, expected, 4)
+    value = per_rank[1]["value"]
+    if not isinstance(value, (int, float)) or isinstance(value, bool):
+        raise CheckFailed(f"rank 1 (the last stage) returned {value!r}; it must return the loss as a float "
+                          "(loss.item())")
+    assert_close(torch.tensor(float(value)), torch.tensor(expected["loss"]),
+                 f"the loss returned by rank 1 ({ref.pipeline_description(kind, n)})",
+                 "it must be loss_fn(stage output, targets) of the whole batch, computed from the activation "
+                 "rank 0 sent; if rank 1's buffer is larger than the activation, dist.recv fills only its "
+                 "beginning: allocate exactly the shape rank 0 sends", backend=per_rank[1]["backend"])
 
 
-@EXERCISE.check("pipeline_train_step", points=2, world_size=2)
+def _check_pipeline_grads(per_rank, expected, kind, n):
+    for rank in (1, 0):  # the last stage first: rank 0's gradient comes from it
+        got, want = per_rank[rank]["grads"], expected["grads"][rank]
+        if any(gr is None for gr in got):
+            how = ("rank 1 must send the received activation's .grad back to rank 0, and rank 0 must call "
+                   "activation.backward(that gradient) on its stage's output" if rank == 0 else
+                   "rank 1 must call backward() on the loss")
+            raise CheckFailed(f"stage {rank} got no gradient: {how}")
+        likely = ("rank 0's gradients come from activation.backward(grad), with the gradient of the loss with "
+                  "respect to the activation it sent (the .grad of rank 1's received activation), called once"
+                  if rank == 0 else
+                  "rank 1 runs its stage on the received activation, computes loss_fn(output, targets) and calls "
+                  "backward once")
+        for i, (a, e) in enumerate(zip(got, want)):
+            assert_close(a, e, f"stage {rank}, parameter {i}: gradient ({ref.pipeline_description(kind, n)})",
+                         "each stage's gradients must equal those of the unsplit model, stage 1(stage 0(inputs)), "
+                         "with the same loss_fn; " + likely, backend=per_rank[rank]["backend"])
+
+
+@EXERCISE.check("pipeline_step", points=1, world_size=2)
+def pipeline_loss_matches(g):
+    """2 stages, 8 samples, MSELoss: rank 1 returns the unsplit model's loss, rank 0 returns None."""
+    per_rank, expected = _run_pipeline(g, "mlp", 8)
+    _check_pipeline_loss(per_rank, expected, "mlp", 8)
+
+
+@EXERCISE.check("pipeline_step", points=2, world_size=2)
 def pipeline_gradients_match(g):
-    """2 stages, 8 samples in 4 micro-batches: both stages' gradients equal the unsplit model's."""
-    per_rank, expected = _run_pipeline(g, 8, 4)
-    _check_pipeline_grads(per_rank, expected, 4)
+    """2 stages, 8 samples, MSELoss: both stages' gradients equal the unsplit model's."""
+    per_rank, expected = _run_pipeline(g, "mlp", 8)
+    _check_pipeline_grads(per_rank, expected, "mlp", 8)
 
 
-@EXERCISE.check("pipeline_train_step", points=1, world_size=2)
-def pipeline_uses_microbatches(g):
-    """2 stages, 8 samples in 4 micro-batches: each stage runs once per micro-batch."""
-    per_rank, _ = _run_pipeline(g, 8, 4)
-    _check_pipeline_microbatches(per_rank, 8, 4)
+@EXERCISE.check("pipeline_step", points=1, hidden=True, world_size=2)
+def pipeline_3d_activation_cross_entropy(g):
+    """A non-contiguous 3-D activation (6, 3, 5) that rank 1's stage cannot reveal, CrossEntropyLoss with class targets."""
+    per_rank, expected = _run_pipeline(g, "sequence", 6)
+    _check_pipeline_loss(per_rank, expected, "sequence", 6)
+    _check_pipeline_grads(per_rank, expected, "sequence", 6)
 
 
-@EXERCISE.check("pipeline_train_step", points=1, hidden=True, world_size=2)
-def pipeline_uneven_microbatches(g):
-    """10 samples in 4 micro-batches (3, 3, 2, 2), and 1 micro-batch."""
-    for n, n_micro in ((10, 4), (6, 1)):
-        per_rank, expected = _run_pipeline(g, n, n_micro)
-        _check_pipeline_microbatches(per_rank, n, n_micro)
-        _check_pipeline_loss(per_rank, expected, n_micro)
-        _check_pipeline_grads(per_rank, expected, n_micro)
+@EXERCISE.check("pipeline_step", points=1, hidden=True, world_size=2)
+def pipeline_other_batch_sizes(g):
+    """Batches of 3 (MSELoss) and 1 sample (MSELoss with reduction='sum')."""
+    for kind, n in (("mlp", 3), ("mlp_sum", 1)):
+        per_rank, expected = _run_pipeline(g, kind, n)
+        _check_pipeline_loss(per_rank, expected, kind, n)
+        _check_pipeline_grads(per_rank, expected, kind, n)

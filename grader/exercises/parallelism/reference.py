@@ -91,29 +91,57 @@ def linear_reference(seed: int, in_features: int, out_features: int, shape: tupl
 
 
 # ----------------------------------------------------- pipeline parallelism
-HIDDEN = 5
+class Transpose(nn.Module):
+    """Swaps two dimensions: a stage whose output is not contiguous in memory,
+    as after attention's head reshuffles (dist.send refuses such tensors)."""
+
+    def __init__(self, dim0: int, dim1: int):
+        super().__init__()
+        self.dim0, self.dim1 = dim0, dim1
+
+    def forward(self, x):
+        return x.transpose(self.dim0, self.dim1)
 
 
-def pipeline_stages(seed: int, in_features: int = 4, out_features: int = 3) -> tuple[nn.Module, nn.Module]:
+# kind -> what the messages say about it
+PIPELINE_CASES = {
+    "mlp": "2-D activation (n, 5), nn.MSELoss()",
+    "mlp_sum": "2-D activation (n, 5), nn.MSELoss(reduction='sum')",
+    "sequence": "non-contiguous 3-D activation (n, 3, 5), nn.CrossEntropyLoss() with integer class targets",
+}
+
+
+def pipeline_case(kind: str, n: int, seed: int = 31):
+    """(first stage, second stage, inputs, targets, loss_fn): one model cut in
+    two after its first stage, and a batch of n samples."""
     torch.manual_seed(seed)
-    first = nn.Sequential(nn.Linear(in_features, HIDDEN), nn.Tanh())
-    second = nn.Sequential(nn.Linear(HIDDEN, 6), nn.Tanh(), nn.Linear(6, out_features))
-    return first, second
+    g = torch.Generator().manual_seed(seed + 1)
+    if kind in ("mlp", "mlp_sum"):
+        first = nn.Sequential(nn.Linear(4, 5), nn.Tanh())
+        second = nn.Sequential(nn.Linear(5, 6), nn.Tanh(), nn.Linear(6, 3))
+        inputs, targets = torch.randn(n, 4, generator=g), torch.randn(n, 3, generator=g)
+        loss_fn = nn.MSELoss(reduction="sum" if kind == "mlp_sum" else "mean")
+    elif kind == "sequence":
+        # Sequences (n, 5, 4) -> activations (n, 3, 5), transposed -> logits of 4 classes. Rank 1's
+        # stage starts with a Flatten, so nothing in it tells the activation's shape: only a header can.
+        first = nn.Sequential(nn.Linear(4, 3), nn.Tanh(), Transpose(1, 2))
+        second = nn.Sequential(nn.Flatten(1), nn.Linear(15, 4))
+        inputs = torch.randn(n, 5, 4, generator=g)
+        targets = torch.randint(0, 4, (n,), generator=g)
+        loss_fn = nn.CrossEntropyLoss()
+    else:
+        raise ValueError(f"unknown pipeline case {kind!r}")
+    return first, second, inputs, targets, loss_fn
 
 
-def pipeline_batch(seed: int, n: int, in_features: int = 4, out_features: int = 3):
-    return regression_batch(seed, n, in_features, out_features)
+def pipeline_description(kind: str, n: int) -> str:
+    return f"{n} samples, " + PIPELINE_CASES[kind].replace("(n,", f"({n},")
 
 
-def pipeline_reference(model_seed: int, data_seed: int, n: int) -> dict:
-    """The loss and both stages' gradients of one unsplit model, whole batch."""
-    first, second = pipeline_stages(model_seed)
-    x, y = pipeline_batch(data_seed, n)
-    loss = F.mse_loss(second(first(x)), y)
+def pipeline_reference(kind: str, n: int) -> dict:
+    """The loss and both stages' gradients of the unsplit model, in one process."""
+    first, second, inputs, targets, loss_fn = pipeline_case(kind, n)
+    loss = loss_fn(second(first(inputs)), targets)
     loss.backward()
     return {"loss": loss.item(),
             "grads": [[p.grad.clone() for p in stage.parameters()] for stage in (first, second)]}
-
-
-def microbatch_sizes(n: int, n_microbatches: int) -> list[int]:
-    return [len(b) for b in torch.tensor_split(torch.arange(n), n_microbatches)]

@@ -576,10 +576,24 @@ def sharded_with_three_ranks(g):
 # --- save_sharded_checkpoint ------------------------------------------------------------
 
 CHECKPOINT_STEPS = 3
-SLOW_WRITE_S = 0.3
+SLOW_WRITE_MAX_S = 1.5  # how long rank 0's write waits for ranks that return without waiting for it
 
 
-def _in_rank_checkpoint(ctx, student, resume: bool):
+def _returned_marker(ctx, rank: int) -> str:
+    return os.path.join(ctx.workdir, f"returned.{rank}")
+
+
+def _hold_write_until_others_returned(ctx) -> None:
+    """A slow disk on rank 0, made deterministic: the write starts only once every other rank has
+    returned and looked for the file, or after SLOW_WRITE_MAX_S when they are (rightly) still
+    waiting in a barrier. A rank that returns early therefore always finds no file."""
+    deadline = time.monotonic() + SLOW_WRITE_MAX_S
+    others = [_returned_marker(ctx, r) for r in range(1, ctx.world_size)]
+    while time.monotonic() < deadline and not all(os.path.exists(m) for m in others):
+        time.sleep(0.02)
+
+
+def _in_rank_checkpoint(ctx, student, resume: bool, slow_write: bool):
     from torch.distributed.optim import ZeroRedundancyOptimizer
 
     adam, kwargs, _ = ref.OPTIMIZERS["adam"]
@@ -598,8 +612,8 @@ def _in_rank_checkpoint(ctx, student, resume: bool):
         target = os.fspath(f) if isinstance(f, (str, os.PathLike)) else getattr(f, "name", None)
         if isinstance(target, str):
             writes.append(target)
-            if ctx.rank == 0:
-                time.sleep(SLOW_WRITE_S)  # a slow disk: a rank that does not wait for rank 0 will notice
+            if ctx.rank == 0 and slow_write:
+                _hold_write_until_others_returned(ctx)
         return real_save(obj, f, *args, **kwargs)
 
     torch.save = recording_save
@@ -612,6 +626,7 @@ def _in_rank_checkpoint(ctx, student, resume: bool):
         complete_at_return = True
     except Exception:
         complete_at_return = False
+    open(_returned_marker(ctx, ctx.rank), "w").close()
     dist.barrier()  # ours: now the file is finished whatever the student did (or we hang with rank 0)
     problems, params = _checkpoint_problems(path, model), None
     if resume and not problems:
@@ -651,8 +666,8 @@ def _checkpoint_problems(path: str, model: nn.Module) -> list[str]:
     return problems
 
 
-def _run_checkpoint(g, resume: bool, world_size: int | None = None) -> list:
-    result = g.run_raw(_in_rank_checkpoint, resume, world_size=world_size,
+def _run_checkpoint(g, resume: bool, world_size: int | None = None, slow_write: bool = False) -> list:
+    result = g.run_raw(_in_rank_checkpoint, resume, slow_write, world_size=world_size,
                        timeout=min(g.timeout, CHECKPOINT_TIMEOUT_S))
     if result.ok:
         return [r.value for r in result.ranks]
@@ -704,7 +719,7 @@ def _verify_resume(results) -> None:
 def checkpoint_complete_and_written_once(g):
     """Rank 0 alone writes model and full optimizer state; no rank returns before the file is complete;
     the call never deadlocks (run with a short timeout)."""
-    _verify_checkpoint_written(_run_checkpoint(g, resume=False))
+    _verify_checkpoint_written(_run_checkpoint(g, resume=False, slow_write=True))
 
 
 @check("save_sharded_checkpoint", points=2)
@@ -716,6 +731,6 @@ def resume_matches_uninterrupted_run(g):
 @check("save_sharded_checkpoint", points=1, hidden=True, world_size=3)
 def checkpoint_with_three_ranks(g):
     """Three ranks: written once, complete, and resumes exactly."""
-    results = _run_checkpoint(g, resume=True, world_size=3)
+    results = _run_checkpoint(g, resume=True, world_size=3, slow_write=True)
     _verify_checkpoint_written(results)
     _verify_resume(results)

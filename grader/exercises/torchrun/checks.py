@@ -395,6 +395,17 @@ def _script(g) -> str:
     return source
 
 
+def _scenario(g, scenario, *args) -> runs.ScriptRun:
+    """Run a scenario on the student's script, once per grading: the plain check and the
+    snapshot probe share one run (the probe's pause and hard link change nothing else)."""
+    source = _script(g)
+    cache = g.__dict__.setdefault("_torchrun_runs", {})
+    key = (scenario.__name__, source, args)
+    if key not in cache:
+        cache[key] = runs.with_retry(scenario, source, *args)
+    return cache[key]
+
+
 def _check_final(run: runs.ScriptRun, epochs: int, what: str, likely: str) -> None:
     final = run.final
     if final is None:
@@ -451,7 +462,7 @@ def train_script_matches_single_process(g):
     """torchrun --standalone --nproc-per-node=2 train.py --epochs 3 ...: the final model equals one
     process trained on the same global batches; the log lists 0, 1, 2; the last snapshot holds
     model, optimizer and epochs_run 3."""
-    run = runs.with_retry(runs.plain, _script(g), EPOCHS)
+    run = _scenario(g, runs.linked, EPOCHS, 1)
     what = "2 workers, 3 epochs"
     _check_final(run, EPOCHS, what, "each rank takes batches of GLOBAL_BATCH // world_size from a "
                  "DistributedSampler(dataset, shuffle=True, seed=problem.SEED) with set_epoch(epoch) each epoch, "
@@ -467,7 +478,7 @@ def train_script_resumes_after_a_killed_worker(g):
     """4 epochs, --max-restarts=1; the grader SIGKILLs worker LOCAL_RANK 1 after the 2nd snapshot.
     torchrun restarts both workers; they must resume at epoch 2 (the log then lists 0, 1, 2, 3)
     and end with the final model of an uninterrupted run."""
-    run = runs.with_retry(runs.killed, _script(g), KILL_EPOCHS, KILL_AFTER)
+    run = _scenario(g, runs.killed, KILL_EPOCHS, KILL_AFTER)
     what = "after a worker was killed"
     if not run.acted:
         if run.log_when_acted is None:
@@ -504,7 +515,7 @@ def train_script_resumes_after_a_killed_worker(g):
 def train_script_on_two_nodes(g):
     """Two torchrun agents (--nnodes=2, one worker each, c10d on 127.0.0.1), each "node" in its own
     directory: the result equals the single-process reference, and only global rank 0 writes."""
-    run = runs.with_retry(runs.two_nodes, _script(g), EPOCHS)
+    run = _scenario(g, runs.two_nodes, EPOCHS)
     if run.other_files:
         raise CheckFailed(f"on 2 nodes, the worker of node 1 (RANK 1, LOCAL_RANK 0) wrote {run.other_files}: "
                           "only global rank 0 may write the snapshot, the log and the final model; test "
@@ -520,7 +531,7 @@ def train_script_replaces_the_snapshot_atomically(g):
     """After the first snapshot the grader hard-links it and lets the run go on: a snapshot written
     to a temporary file and os.replace()d leaves the link's content alone (a crash mid-write
     never leaves a half-written snapshot); one rewritten in place changes it."""
-    run = runs.with_retry(runs.linked, _script(g), EPOCHS, 1)
+    run = _scenario(g, runs.linked, EPOCHS, 1)
     if not run.acted:
         raise CheckFailed("the grader waits for the epoch log to list 1 epoch, then looks at the snapshot; "
                           f"the log listed {run.log_when_acted or run.log}, snapshot present: "

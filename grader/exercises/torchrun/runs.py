@@ -101,15 +101,6 @@ def _logged(path: str) -> int:
     return len(read_log(path) or [])
 
 
-def plain(source: str, directory: str, epochs: int) -> ScriptRun:
-    """torchrun --standalone --nproc-per-node=2 train.py ..."""
-    _write_script(directory, source)
-    run = ScriptRun(epochs)
-    with Torchrun(grader_command("train.py", 2) + script_args(epochs), directory, RUN_TIMEOUT_S) as proc:
-        run.absorb(proc)
-    return run.collect(directory)
-
-
 def killed(source: str, directory: str, epochs: int, kill_after: int) -> ScriptRun:
     """Two workers, --max-restarts=1; SIGKILL local rank 1 once the log lists `kill_after` epochs.
 
