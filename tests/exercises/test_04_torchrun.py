@@ -1,8 +1,9 @@
 """Exercise 04_torchrun: the solution gets full marks from real torchrun runs; each typical
 mistake fails the check aimed at it, with the message naming it, and nothing unrelated.
 
-Every torchrun start costs a few seconds, so each mutant runs only the checks it targets
-(plus a cheap unrelated one) instead of all checks of its task.
+Every torchrun start costs a few seconds, so each mutant runs only the check it targets
+(the cheapest that shows the mistake) plus a cheap unrelated one, not all checks of its task;
+the full-marks test runs every check, real torchrun runs included.
 """
 from __future__ import annotations
 
@@ -62,12 +63,12 @@ MUTANTS = {
         "raise KeyError(name)\n            raise RuntimeError(f\"{name} is not set",
         "launch the script with torchrun", "read_dist_env_reads_its_argument"),
     "restart_count_ignored": (
-        "read_dist_env_on_torchrun_workers",
+        "read_dist_env_reads_its_argument",
         'restart_count=int(environ.get("TORCHELASTIC_RESTART_COUNT", "0")),',
         "restart_count=0,",
-        "TORCHELASTIC_RESTART_COUNT=1", "read_dist_env_names_a_missing_variable"),
+        "TORCHELASTIC_RESTART_COUNT=2", "read_dist_env_names_a_missing_variable"),
     "port_left_a_string": (
-        "read_dist_env_on_torchrun_workers",
+        "read_dist_env_reads_its_argument",
         'master_port=int(need("MASTER_PORT")),', 'master_port=need("MASTER_PORT"),',
         "convert MASTER_PORT with int()", "read_dist_env_names_a_missing_variable"),
     "reads_os_environ": (
@@ -96,15 +97,11 @@ MUTANTS = {
     "max_restarts_ignored": (
         "torchrun_command_restarts",
         'f"--max-restarts={max_restarts}"]', '"--max-restarts=0"]',
-        "--max-restarts=1", "torchrun_command_runs_one_node"),
+        "--max-restarts=1", "read_dist_env_names_a_missing_variable"),
     "batch_not_divided": (
         "train_script_matches_single_process",
         "batch_size=problem.GLOBAL_BATCH // world_size", "batch_size=problem.GLOBAL_BATCH",
         "GLOBAL_BATCH // world_size", "read_dist_env_names_a_missing_variable"),
-    "ddp_state_dict_saved": (
-        "train_script_matches_single_process",
-        "save_atomically(model.state_dict(), args.out)", "save_atomically(ddp_model.state_dict(), args.out)",
-        "DDP wrapper's state_dict", "read_dist_env_names_a_missing_variable"),
     "resume_from_epoch_0": (
         "train_script_resumes_after_a_killed_worker",
         'epochs_run = snapshot["epochs_run"]', "epochs_run = 0",
