@@ -3,8 +3,14 @@ mistake fails the check that targets it, with a message naming it (real
 multi-process runs, like the grader)."""
 from __future__ import annotations
 
+import os
+import tempfile
+
 import pytest
 
+from grader.checks import Exercise, run_checks
+from grader.exercises import get_exercise
+from grader.submission import read_python_file
 from tests.helpers import failed, grade_source, mutate, solution_source
 
 EXERCISE = "01_parallelism"
@@ -18,6 +24,19 @@ def solution():
 def grade_mutant(solution, old, new, task):
     report = grade_source(EXERCISE, mutate(solution, old, new), task=task)
     return report, failed(report)
+
+
+def grade_one_check(source, check_name):
+    """Only one check: a deadlocking mutant costs a full timeout per check."""
+    exercise = get_exercise(EXERCISE)
+    only = Exercise(exercise.id, exercise.tasks, exercise.title)
+    only.checks = [c for c in exercise.checks if c.name == check_name]
+    assert only.checks, check_name
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "submission.py")
+        with open(path, "w") as f:
+            f.write(source)
+        return failed(run_checks(only, read_python_file(path)))
 
 
 def test_solution_gets_full_marks(solution):
@@ -85,12 +104,11 @@ def test_ring_collective_imported_by_name(solution):
 
 
 def test_ring_blocking_send_deadlocks(solution):
-    report, bad = grade_mutant(
+    bad = grade_one_check(mutate(
         solution,
         "request = dist.isend(chunks[send_index].contiguous(), nxt)  # not blocking: every rank sends at once\n"
         "        dist.recv(incoming, prev)\n        request.wait()",
-        "dist.send(chunks[send_index].contiguous(), nxt)\n        dist.recv(incoming, prev)",
-        "ring_all_reduce")
+        "dist.send(chunks[send_index].contiguous(), nxt)\n        dist.recv(incoming, prev)"), "ring_sums_in_place")
     assert "deadlock" in bad["ring_sums_in_place"] and "blocking dist.send" in bad["ring_sums_in_place"]
 
 
@@ -152,33 +170,83 @@ def test_column_full_weight_on_every_rank(solution):
     assert "rank r holds the output rows" in bad["column_parallel_forward"]
 
 
-# ------------------------------------------------------ pipeline_train_step
-def test_pipeline_summing_microbatch_losses(solution):
-    _, bad = grade_mutant(solution, " * (len(part) / len(x))", "", "pipeline_train_step")
-    assert "4 times too large" in bad["pipeline_gradients_match"]
-    assert "n_microbatches = 4 times the batch's mean loss" in bad["pipeline_loss_matches"]
-    assert "pipeline_uses_microbatches" not in bad
-
-
-def test_pipeline_plain_mean_of_microbatches(solution):
-    _, bad = grade_mutant(solution, " * (len(part) / len(x))", " / n_microbatches", "pipeline_train_step")
-    assert set(bad) == {"pipeline_uneven_microbatches"}  # equal micro-batches hide it
-
-
-def test_pipeline_whole_batch(solution):
-    _, bad = grade_mutant(solution, "x_parts = torch.tensor_split(x, n_microbatches)\n"
-                          "    y_parts = torch.tensor_split(y, n_microbatches)",
-                          "x_parts, y_parts = [x], [y]", "pipeline_train_step")
-    assert "once per micro-batch" in bad["pipeline_uses_microbatches"]
-    assert "pipeline_loss_matches" not in bad and "pipeline_gradients_match" not in bad
+# ------------------------------------------------------------ pipeline_step
+HEADER_SENT = ("        dist.send(torch.tensor([activation.dim()], dtype=torch.int64, device=inputs.device), dst=1)\n"
+               "        dist.send(torch.tensor(activation.shape, dtype=torch.int64, device=inputs.device), dst=1)\n")
+HEADER_RECEIVED = ("    ndim = torch.empty(1, dtype=torch.int64, device=targets.device)\n"
+                   "    dist.recv(ndim, src=0)\n"
+                   "    shape = torch.empty(int(ndim.item()), dtype=torch.int64, device=targets.device)\n"
+                   "    dist.recv(shape, src=0)\n"
+                   "    activation = torch.empty(shape.tolist(), device=targets.device)")
+GUESSED_SHAPE = "    activation = torch.empty(len(targets), 5, device=targets.device)"  # right for the visible MLP only
 
 
 def test_pipeline_received_activation_without_grad(solution):
-    _, bad = grade_mutant(solution, "activation.requires_grad_(True)", "pass", "pipeline_train_step")
+    _, bad = grade_mutant(solution, "activation.requires_grad_(True)", "pass", "pipeline_step")
     assert "call activation.requires_grad_()" in bad["pipeline_gradients_match"]
 
 
 def test_pipeline_first_stage_without_backward(solution):
-    _, bad = grade_mutant(solution, "activation.backward(grad)", "pass", "pipeline_train_step")
+    _, bad = grade_mutant(solution, "activation.backward(grad)", "pass", "pipeline_step")
     assert "stage 0 got no gradient" in bad["pipeline_gradients_match"]
     assert "pipeline_loss_matches" not in bad
+
+
+def test_pipeline_first_stage_returning_a_value(solution):
+    _, bad = grade_mutant(solution, "        return None\n", "        return 0.0\n", "pipeline_step")
+    assert "rank 0 returned 0.0" in bad["pipeline_loss_matches"] and "must return None" in bad["pipeline_loss_matches"]
+    assert "pipeline_gradients_match" not in bad
+
+
+def test_pipeline_guessing_the_activation_shape(solution):
+    # No header: rank 1 allocates the visible MLP's shape, which fits the visible checks only.
+    source = mutate(mutate(solution, HEADER_SENT, ""), HEADER_RECEIVED, GUESSED_SHAPE)
+    bad = failed(grade_source(EXERCISE, source, task="pipeline_step"))
+    assert set(bad) == {"pipeline_3d_activation_cross_entropy"}
+    assert "Rank 1 cannot know the activation's shape" in bad["pipeline_3d_activation_cross_entropy"]
+
+
+def test_pipeline_header_received_as_float(solution):
+    _, bad = grade_mutant(solution, "ndim = torch.empty(1, dtype=torch.int64, device=targets.device)",
+                          "ndim = torch.empty(1, device=targets.device)", "pipeline_step")
+    assert "a shape (or dtype) mismatch" in bad["pipeline_loss_matches"]
+
+
+def test_pipeline_sending_a_non_contiguous_activation(solution):
+    _, bad = grade_mutant(solution, "dist.send(activation.detach().contiguous(), dst=1)",
+                          "dist.send(activation.detach(), dst=1)", "pipeline_step")
+    assert set(bad) == {"pipeline_3d_activation_cross_entropy"}
+    assert "need contiguous tensors" in bad["pipeline_3d_activation_cross_entropy"]
+
+
+def test_pipeline_activation_buffer_with_the_targets_dtype(solution):
+    _, bad = grade_mutant(solution, "activation = torch.empty(shape.tolist(), device=targets.device)",
+                          "activation = torch.empty(shape.tolist(), dtype=targets.dtype, device=targets.device)",
+                          "pipeline_step")
+    assert set(bad) == {"pipeline_3d_activation_cross_entropy"}  # float targets hide it
+    assert "not targets.dtype" in bad["pipeline_3d_activation_cross_entropy"]
+
+
+def test_pipeline_own_loss_instead_of_loss_fn(solution):
+    _, bad = grade_mutant(solution, "loss = loss_fn(stage(activation), targets)",
+                          "loss = torch.nn.functional.mse_loss(stage(activation), targets)", "pipeline_step")
+    assert "never called loss_fn" in bad["pipeline_loss_matches"]
+    assert "never called loss_fn" in bad["pipeline_3d_activation_cross_entropy"]
+
+
+def test_pipeline_waiting_for_the_gradient_before_sending(solution):
+    send = "        dist.send(activation.detach().contiguous(), dst=1)  # send needs contiguous memory; no graph crosses\n"
+    receive = "        dist.recv(grad, src=1)\n"
+    bad = grade_one_check(mutate(mutate(solution, send, ""), receive, receive + send), "pipeline_loss_matches")
+    assert "both ranks are receiving" in bad["pipeline_loss_matches"]
+
+
+def test_pipeline_header_sent_but_not_received(solution):
+    # Rank 1 skips the header: rank 0 still sends it while rank 1 sends the gradient.
+    bad = grade_one_check(mutate(solution, HEADER_RECEIVED, GUESSED_SHAPE), "pipeline_loss_matches")
+    assert "a rank sends before its peer receives" in bad["pipeline_loss_matches"]
+
+
+def test_pipeline_gradient_never_sent_back(solution):
+    bad = grade_one_check(mutate(solution, "    dist.send(activation.grad, dst=0)\n", ""), "pipeline_loss_matches")
+    assert "rank 1 must send the activation's gradient back" in bad["pipeline_loss_matches"]
