@@ -102,6 +102,8 @@ def _expected_from(env: dict) -> reference.DistEnv:
 
 def _compare(answer: dict, expected: reference.DistEnv, env: dict, where: str) -> None:
     """Raise CheckFailed naming the first wrong field of the student's DistEnv."""
+    if answer.get("error", "").startswith("NotImplementedError"):
+        raise CheckFailed("read_dist_env raises NotImplementedError: replace the stub with your code")
     if "error" in answer:
         raise CheckFailed(f"read_dist_env raised {where}: {answer['error']}")
     fields = answer["fields"]
@@ -199,6 +201,8 @@ def read_dist_env_names_a_missing_variable(g):
     cases = [{k: v for k, v in SAMPLE_ENV.items() if k != var} for var in reference.REQUIRED]
     results = g.run(_read_env_cases, cases, world_size=1, init_group=False)[0]
     for var, result in zip(reference.REQUIRED, results):
+        if result.get("error", "").startswith("NotImplementedError"):
+            raise CheckFailed("read_dist_env raises NotImplementedError: replace the stub with your code")
         if "error" not in result:
             raise CheckFailed(f"read_dist_env returned normally for a mapping without {var}; it must raise an "
                               "error naming it (does it read os.environ instead of its `environ` argument, or "
@@ -429,6 +433,10 @@ def _check_state(state, epochs: int, what: str, likely: str) -> None:
         assert_close(state[key], expected[key], f"{what}, `{key}`", likely)
 
 
+def _log_state(log: list[int] | None) -> str:
+    return "no epoch log was written" if log is None else f"the log listed only {log}"
+
+
 def _check_log(run: runs.ScriptRun, expected: list[int], what: str) -> None:
     log = run.log
     if log is None:
@@ -483,7 +491,7 @@ def train_script_resumes_after_a_killed_worker(g):
     if not run.acted:
         if run.log_when_acted is None:
             raise CheckFailed(f"the grader waits for the epoch log to list {KILL_AFTER} epochs before it kills a "
-                              f"worker; the log listed {run.log}\n" + evidence(run.output, run.timed_out))
+                              f"worker; {_log_state(run.log)}\n" + evidence(run.output, run.timed_out))
         raise CheckFailed("the grader found no worker with LOCAL_RANK 1 to kill (please tell the instructor)")
     before = run.log_when_acted
     if before != list(range(KILL_AFTER)):
@@ -533,9 +541,9 @@ def train_script_replaces_the_snapshot_atomically(g):
     never leaves a half-written snapshot); one rewritten in place changes it."""
     run = _scenario(g, runs.linked, EPOCHS, 1)
     if not run.acted:
+        state = "but there was no snapshot" if run.log_when_acted else _log_state(run.log)
         raise CheckFailed("the grader waits for the epoch log to list 1 epoch, then looks at the snapshot; "
-                          f"the log listed {run.log_when_acted or run.log}, snapshot present: "
-                          f"{run.snapshot_when_acted}\n" + evidence(run.output, run.timed_out))
+                          f"{state}\n" + evidence(run.output, run.timed_out))
     _check_final(run, EPOCHS, "3 epochs", "the run went on normally after the first snapshot")
     link = run.link
     if isinstance(link, dict) and link.get("epochs_run") == 1:
