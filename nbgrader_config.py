@@ -28,3 +28,9 @@ c.Exchange.path_includes_course = True
 c.ClearSolutions.code_stub = {"python": "# YOUR CODE HERE\nraise NotImplementedError()"}
 # The check cells print their own verdicts; nbgrader only needs their exit status.
 c.ExecutePreprocessor.timeout = 600
+# Feedback shows each check's verdict, never the code of hidden tests.
+c.GenerateFeedback.preprocessors = [
+    "nbgrader.preprocessors.GetGrades",
+    "nbgrader.preprocessors.ClearHiddenTests",
+    "nbconvert.preprocessors.CSSHTMLHeaderPreprocessor",
+]

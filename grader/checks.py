@@ -225,9 +225,9 @@ class Report:
         return all(c.passed for c in self.checks)
 
     def to_json(self) -> dict:
-        keys = ("name", "task", "passed", "points", "max_points", "message")
+        keys = ("name", "task", "passed", "points", "max_points", "message", "hidden", "notes")
         return {"exercise": self.exercise, "score": self.score, "max_score": self.max_score,
-                "checks": [{k: asdict(c)[k] for k in keys} | {"notes": c.notes} for c in self.checks]}
+                "checks": [{k: asdict(c)[k] for k in keys} for c in self.checks]}
 
     def lines(self) -> list[str]:
         out = []
@@ -236,4 +236,5 @@ class Report:
             out.append(f"{mark} {c.task}: {c.name} ({c.points:g}/{c.max_points:g})")
             if not c.passed:
                 out += ["    " + line for line in c.message.splitlines()]
+            out += ["    " + note for note in c.notes if note.startswith("skipped")]
         return out

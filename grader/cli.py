@@ -19,6 +19,7 @@ from grader.submission import SubmissionError, read_submission
 
 OTHER_COMMANDS = [
     "grader.progress",  # python -m grader progress: which tasks of which assignments pass
+    "grader.gradebook.commands",  # python -m grader grade | report
 ]
 
 

@@ -1,71 +1,66 @@
-"""make demo: grade the bundled sample submissions and print the grade table.
+"""make demo: the instructor's whole loop on the bundled sample submissions.
 
-The samples live in samples/submitted/<student>/<assignment>/ (nbgrader's
-layout); samples/make_samples.py rebuilds them from the solution.
+A throwaway course in build/demo (its own exchange and SQLite gradebook):
+release 02_ddp_basics, each sample student (samples/submitted/<student>/)
+fetches it, answers and submits, the instructor collects, grades in parallel
+into the gradebook, generates feedback, exports grades.csv and writes the
+class report. samples/make_samples.py rebuilds the samples from the solution.
 """
 from __future__ import annotations
 
 import glob
 import os
+import shutil
 import time
 
-from grader.checks import run_checks
-from grader.engine import warm_up
-from grader.exercises import get_exercise
-from grader.submission import SubmissionError, read_submission
+from grader.gradebook import roundtrip
+from grader.gradebook.batch import grade_assignment
+from grader.gradebook.commands import format_grades
+from grader.gradebook.inject import gradebook_scores, write_results
+from grader.gradebook.report import write_report
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SAMPLES = os.path.join(ROOT, "samples", "submitted")
 
 
-def grade_samples(assignment: str = "02_ddp_basics", samples: str = SAMPLES) -> dict[str, object]:
-    exercise = get_exercise(assignment)
-    results = {}
-    for path in sorted(glob.glob(os.path.join(samples, "*", assignment, "*.ipynb"))):
-        student = path.split(os.sep)[-3]
-        try:
-            results[student] = run_checks(exercise, read_submission(path))
-        except SubmissionError as exc:
-            results[student] = str(exc)
-    return results
+def sample_students(assignment: str) -> dict[str, str]:
+    return {path.split(os.sep)[-3]: path
+            for path in sorted(glob.glob(os.path.join(SAMPLES, "*", assignment, f"{assignment}.ipynb")))}
 
 
-def grade_table(assignment: str, results: dict) -> str:
-    tasks = get_exercise(assignment).tasks
-    width = max(len(t) for t in tasks)
-    students = list(results)
-    lines = [" " * width + "  " + "  ".join(f"{s:>6}" for s in students)]
-    for task in tasks:
-        cells = []
-        for s in students:
-            report = results[s]
-            if isinstance(report, str):
-                cells.append(f"{'-':>6}")
-                continue
-            mine = [c for c in report.checks if c.task == task]
-            cells.append(f"{sum(c.points for c in mine):>3g}/{sum(c.max_points for c in mine):<2g}")
-        lines.append(f"{task:<{width}}  " + "  ".join(cells))
-    totals = [(f"{r.score:>3g}/{r.max_score:<2g}" if not isinstance(r, str) else f"{'n/a':>6}") for r in results.values()]
-    lines.append(f"{'total':<{width}}  " + "  ".join(totals))
-    return "\n".join(lines)
-
-
-def main(assignment: str = "02_ddp_basics") -> int:
+def main(assignment: str = "02_ddp_basics", root: str | None = None, jobs: int | None = None) -> int:
     start = time.monotonic()
-    warm_up()
-    print(f"Grading the sample submissions of {assignment} with real 2-process runs "
-          f"(gloo on CPU, nccl when there are enough GPUs)...", flush=True)
-    results = grade_samples(assignment)
+    root = root or os.path.join(ROOT, "build", "demo")
+    shutil.rmtree(root, ignore_errors=True)
+    step = lambda text: print(f"[{time.monotonic() - start:5.1f} s] {text}", flush=True)  # noqa: E731
+
+    course = roundtrip.make_course(root, [assignment])
+    step(f"course in {root}: nbgrader generate_assignment + release_assignment {assignment}")
+    roundtrip.release(course, assignment)
+    students = sample_students(assignment)
+    for student, answers in students.items():
+        notebook = roundtrip.fetch(course, assignment, student)
+        shutil.copy(answers, notebook)  # the student's work
+        roundtrip.submit(course, assignment, student)
+    step(f"{len(students)} students fetched, answered and submitted: {', '.join(students)}")
+    roundtrip.collect(course, assignment)
+    step("collected; grading in parallel with real 2-process runs (gloo on CPU, nccl with enough GPUs)")
+    results = grade_assignment(course, assignment, jobs=jobs or os.cpu_count() or 1)
+    problems = write_results(course, assignment, results)
+    feedback = roundtrip.feedback(course, assignment)
+    csv = roundtrip.export(course)
+    report, plot = write_report(course, assignment)
+    step("graded, feedback generated, grades exported")
     print()
-    print(grade_table(assignment, results))
+    print(format_grades(results, gradebook_scores(course, assignment), problems))
     print()
-    for student, report in results.items():
-        if isinstance(report, str):
-            print(f"{student}: cannot be graded: {report}")
-            continue
-        misses = [c for c in report.checks if not c.passed]
-        if misses:
-            first = misses[0].message.splitlines()[0]
-            print(f"{student}: {len(misses)} failed check(s); first: {misses[0].name}: {first}")
-    print(f"\ngraded {len(results)} submissions in {time.monotonic() - start:.1f} s")
+    for student, result in sorted(results.items()):
+        failed = [c for c in (result.get("report") or {}).get("checks", []) if not c["passed"] and not c["hidden"]]
+        if failed:
+            print(f"{student}: first failed check {failed[0]['name']}: {failed[0]['message'].splitlines()[0]}")
+    print()
+    print(f"gradebook (formgrader):  {course.db_url}")
+    print(f"feedback for students:   {feedback}/<student>/{assignment}/{assignment}.html")
+    print(f"grades:                  {csv}")
+    print(f"class report:            {report}\n                         {plot}")
     return 0

@@ -1,0 +1,72 @@
+"""python -m grader grade | report (and the hidden _grade-worker)."""
+from __future__ import annotations
+
+import argparse
+import os
+
+from grader.gradebook.course import Course
+
+
+def _grade(args) -> int:
+    from grader.gradebook.batch import grade_assignment
+    from grader.gradebook.inject import gradebook_scores, write_results
+
+    course = Course(os.path.abspath(args.root))
+    results = grade_assignment(course, args.assignment, jobs=args.jobs, timeout=args.timeout,
+                               world_size=args.world_size, progress=not args.quiet)
+    problems = write_results(course, args.assignment, results)
+    scores = gradebook_scores(course, args.assignment)
+    print(format_grades(results, scores, problems))
+    return 0
+
+
+def format_grades(results: dict, scores: dict, problems: dict | None = None) -> str:
+    lines = [f"{'student':<12} {'score':>9}  notes"]
+    for student, result in sorted(results.items()):
+        score, max_score = scores.get(student, (0, 0))
+        notes = list(result.get("flags", []))
+        if not result.get("readable", True) and result.get("error"):
+            notes.insert(0, result["error"])
+        if problems and student in problems and result.get("readable"):
+            notes.append(f"nbgrader: {problems[student]}")
+        lines.append(f"{student:<12} {score:>4g}/{max_score:<4g}  {'; '.join(notes)}")
+    return "\n".join(lines)
+
+
+def _report(args) -> int:
+    from grader.gradebook.report import write_report
+
+    md, png = write_report(Course(os.path.abspath(args.root)), args.assignment, args.out)
+    print(f"class report: {md}\nplot: {png}")
+    return 0
+
+
+def _worker(args) -> int:
+    from grader.gradebook.batch import worker_main
+
+    return worker_main(args.assignment, args.out, args.timeout, args.world_size)
+
+
+def register(sub) -> None:
+    grade = sub.add_parser("grade", help="autograde every collected submission of an assignment, in parallel, "
+                                         "into nbgrader's gradebook")
+    grade.add_argument("assignment")
+    grade.add_argument("--root", default=".", help="the course directory (default: the current one)")
+    grade.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="submissions graded at once")
+    grade.add_argument("--timeout", type=float, default=30.0, help="seconds before a run counts as hung")
+    grade.add_argument("--world-size", type=int, default=2)
+    grade.add_argument("--quiet", action="store_true", help="no progress bar")
+    grade.set_defaults(func=_grade)
+
+    report = sub.add_parser("report", help="the class report of an assignment (markdown and a PNG plot)")
+    report.add_argument("assignment")
+    report.add_argument("--root", default=".")
+    report.add_argument("--out", default=None, help="folder for the report (default: COURSE/reports)")
+    report.set_defaults(func=_report)
+
+    worker = sub.add_parser("_grade-worker", help=argparse.SUPPRESS)
+    worker.add_argument("assignment")
+    worker.add_argument("--out", required=True)
+    worker.add_argument("--timeout", type=float, default=30.0)
+    worker.add_argument("--world-size", type=int, default=2)
+    worker.set_defaults(func=_worker)
