@@ -7,27 +7,283 @@
 The code checked is what is defined in the kernel *now* (serialized by value),
 not the saved file, so the same line works while editing and as an nbgrader
 test cell.
+
+In a Jupyter kernel the result is one rich output (HTML, with a plain-text
+twin holding the same ✓/✗ lines) that fills in as each check finishes: the
+targeted message under each ✗, and what each rank printed, folded when long.
+Nothing is ever written to stderr: nbgrader gives 0 points to a test cell
+whose outputs contain a stderr stream, so warnings and stray output of the
+grader's own processes are captured and shown folded instead.
 """
 from __future__ import annotations
 
+import contextlib
+import html
+import io
+import os
 import sys
+import tempfile
+import time
+import warnings
+from dataclasses import dataclass, field
 
-from grader.checks import run_checks
+from grader.checks import Check, CheckResult, Exercise, Grading, _run_one
 from grader.exercises import get_exercise
-from grader.submission import from_namespace
+from grader.submission import LoadReport, PickledSubmission, from_namespace
+
+SHOWN_OUTPUT_LINES = 8  # a rank's output longer than this is folded
+SHOWN_MESSAGE_LINES = 30  # a longer failure message (a deep stack) shows its head, the rest folded
 
 
 def checker(exercise_id: str, world_size: int = 2, timeout: float = 30.0):
     exercise = get_exercise(exercise_id)
 
-    def check(task: str, hidden: bool = False, namespace: dict | None = None):
+    def check(task: str, hidden: bool = False, namespace: dict | None = None) -> None:
+        checks = exercise.checks_for(task, hidden)  # ValueError naming the tasks for a typo
         ns = namespace if namespace is not None else vars(sys.modules["__main__"])
-        submission = from_namespace(ns, exercise.tasks)
-        report = run_checks(exercise, submission, task=task, hidden=hidden, world_size=world_size, timeout=timeout)
-        print("\n".join(report.lines()))
-        if not report.passed:
-            failed = [c.name for c in report.checks if not c.passed]
-            raise AssertionError(f"{task}: {len(failed)} check(s) failed: {', '.join(failed)}")
+        view = _View(task, len(checks), rich=_in_kernel())
+        with _captured_stderr() as stray:
+            submission = from_namespace(ns, exercise.tasks)
+            results = run_task_checks(exercise, submission, checks, world_size, timeout, on_result=view.add)
+        view.finish(stray.text())
+        failed = [r.name for r in results if not r.passed]
+        if failed:
+            raise ChecksFailed(f"{task}: {len(failed)} of {_plural(len(results), 'check')} failed "
+                               f"({', '.join(failed)}); the reasons are shown above") from None
         # nothing returned: the last line of a cell would print it under the ✓ lines
 
     return check
+
+
+class ChecksFailed(AssertionError):
+    """Some check of the task failed (nbgrader then gives the check cell 0 points)."""
+
+    def _render_traceback_(self) -> list[str]:
+        # IPython shows these lines instead of a traceback through the grader: the
+        # reasons are in the output above, the grader's frames would only bury them.
+        return [f"\x1b[31mAssertionError\x1b[0m: {self}"]
+
+
+# --- running ------------------------------------------------------------------------
+
+@dataclass
+class TaskResult(CheckResult):
+    """A CheckResult plus what each rank printed during the check's runs."""
+
+    outputs: list[list[str]] = field(default_factory=list)  # one list per run, one string per rank
+
+
+class _RecordingGrading(Grading):
+    """A Grading that keeps each run's per-rank output (RankReport.output)."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.outputs: list[list[str]] = []
+
+    def run_raw(self, *args, **kwargs):
+        result = super().run_raw(*args, **kwargs)
+        self.outputs.append([r.output for r in result.ranks])
+        return result
+
+
+def run_task_checks(exercise: Exercise, submission, checks: list[Check], world_size: int = 2,
+                    timeout: float = 30.0, on_result=None) -> list[TaskResult]:
+    """Run `checks` on the submission, like grader.checks.run_checks, keeping the ranks' output.
+
+    A kernel submission skips the preflight run: its definitions are known
+    without executing anything (an object that cannot be rebuilt in a rank
+    still fails its own checks, with the reason), which saves one launch per
+    check cell.
+    """
+    grading = _RecordingGrading(submission, world_size, timeout)
+    if isinstance(submission, PickledSubmission):
+        grading.load_report = LoadReport(list(submission.blobs), list(submission.problems))
+    else:
+        grading.preflight()
+    results = []
+    for check in checks:
+        grading.outputs = []
+        result = _run_one(check, grading)
+        results.append(TaskResult(**vars(result), outputs=grading.outputs))
+        if on_result:
+            on_result(results[-1])
+    return results
+
+
+# --- no stderr in the cell ------------------------------------------------------------
+
+class _Stray:
+    def __init__(self):
+        self.python = io.StringIO()
+        self.caught: list[warnings.WarningMessage] = []
+        self.fd_text = ""
+
+    def text(self) -> str:
+        parts = [self.python.getvalue(), self.fd_text]
+        parts += [f"{w.category.__name__}: {w.message} ({os.path.basename(w.filename)}:{w.lineno})"
+                  for w in self.caught]
+        return "\n".join(p.strip("\n") for p in parts if p.strip())
+
+
+_fd_log: int | None = None  # one append-only file per kernel; the forkserver keeps it as its stderr
+
+
+@contextlib.contextmanager
+def _captured_stderr():
+    """Python warnings and stderr writes, and in a kernel also file descriptors 1
+    and 2 (where processes started now, like the engine's forkserver, write),
+    go to a buffer instead of the cell's stderr stream."""
+    global _fd_log
+    stray = _Stray()
+    redirect_fds = _in_kernel()
+    saved, start = [], 0
+    if redirect_fds:
+        if _fd_log is None:
+            path = tempfile.mktemp(prefix="grader-kernel-", suffix=".log")
+            _fd_log = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_APPEND, 0o600)  # appends stay whole
+            os.unlink(path)
+        start = os.fstat(_fd_log).st_size
+        for fd in (1, 2):
+            saved.append(os.dup(fd))
+            os.dup2(_fd_log, fd)
+    try:
+        with warnings.catch_warnings(record=True) as caught, contextlib.redirect_stderr(stray.python):
+            warnings.simplefilter("default")
+            yield stray
+        stray.caught = list(caught)
+    finally:
+        if redirect_fds:
+            for fd, copy in zip((1, 2), saved):
+                os.dup2(copy, fd)
+                os.close(copy)
+            size = os.fstat(_fd_log).st_size
+            stray.fd_text = os.pread(_fd_log, min(size - start, 64_000), start).decode("utf-8", "replace")
+
+
+def _in_kernel() -> bool:
+    ipython = sys.modules.get("IPython")
+    shell = ipython.get_ipython() if ipython else None
+    return getattr(shell, "kernel", None) is not None
+
+
+# --- showing the results ------------------------------------------------------------------
+
+def result_lines(result: CheckResult) -> list[str]:
+    """The plain-text verdict of one check (the same lines as Report.lines())."""
+    mark = "✓" if result.passed else "✗"
+    lines = [f"{mark} {result.task}: {result.name} ({result.points:g}/{result.max_points:g})"]
+    if not result.passed:
+        lines += ["    " + line for line in result.message.splitlines()]
+    return lines
+
+
+def rank_outputs(result: TaskResult) -> list[tuple[str, str]]:
+    """(label, text) for every rank that printed something during the check."""
+    runs = [run for run in getattr(result, "outputs", []) if any(o.strip() for o in run)]
+    shown = []
+    for i, run in enumerate(runs):
+        for rank, text in enumerate(run):
+            if text.strip():
+                label = f"rank {rank}" + (f", run {i + 1} of {len(runs)}" if len(runs) > 1 else "")
+                shown.append((label, text.rstrip("\n")))
+    return shown
+
+
+def _plural(n: int, word: str) -> str:
+    return f"{n} {word}" + ("" if n == 1 else "s")
+
+
+class _View:
+    """The output of one check cell: printed lines, or one HTML display updated in place."""
+
+    def __init__(self, task: str, expected: int, rich: bool):
+        self.task = task
+        self.expected = expected
+        self.rich = rich
+        self.results: list[TaskResult] = []
+        self.stray = ""
+        self.started = time.monotonic()
+        self.done = False
+        self.handle = None
+        if rich:
+            from IPython.display import display
+
+            self.handle = display(self, display_id=True)
+
+    def add(self, result: TaskResult) -> None:
+        self.results.append(result)
+        if self.rich:
+            self.handle.update(self)
+        else:
+            print("\n".join(self._text_of(result)), flush=True)
+
+    def finish(self, stray: str) -> None:
+        self.done, self.stray = True, stray
+        if self.rich:
+            self.handle.update(self)
+        elif stray:
+            print("\n".join(self._stray_text()), flush=True)
+
+    # plain text: the ✓/✗ lines, then indented rank output
+    def _text_of(self, result: TaskResult) -> list[str]:
+        lines = result_lines(result)
+        for label, text in rank_outputs(result):
+            out = text.splitlines()
+            if len(out) > 2 * SHOWN_OUTPUT_LINES:
+                out = out[:SHOWN_OUTPUT_LINES] + [f"... ({len(out) - SHOWN_OUTPUT_LINES - 4} lines left out) ..."] \
+                    + out[-4:]
+            lines += [f"    {label} printed:"] + ["      | " + line for line in out]
+        return lines
+
+    def _stray_text(self) -> list[str]:
+        return ["    (messages from the grader's processes:)"] + ["      " + l for l in self.stray.splitlines()]
+
+    def __repr__(self) -> str:  # text/plain: what nbgrader, tests and text-only front ends read
+        lines = [line for r in self.results for line in self._text_of(r)]
+        if not self.done:
+            lines.append(f"... checking {self.task}: {len(self.results)} of {self.expected} done")
+        elif self.stray:
+            lines += self._stray_text()
+        return "\n".join(lines)
+
+    def _repr_html_(self) -> str:
+        rows = [self._html_of(r) for r in self.results]
+        if not self.done:
+            rows.append(f'<div style="color:var(--jp-ui-font-color2,#777)">⋯ checking {html.escape(self.task)}: '
+                        f"{len(self.results)} of {_plural(self.expected, 'check')} done</div>")
+        else:
+            passed = sum(r.passed for r in self.results)
+            points = sum(r.points for r in self.results)
+            total = sum(r.max_points for r in self.results)
+            seconds = time.monotonic() - self.started
+            rows.append(f'<div style="color:var(--jp-ui-font-color2,#777);margin-top:2px">{html.escape(self.task)}: '
+                        f"{passed} of {_plural(len(self.results), 'check')} pass, {points:g}/{total:g} points, "
+                        f"{seconds:.1f} s</div>")
+            if self.stray:
+                rows.append(_folded("messages from the grader's processes (not your code)", self.stray, open_=False))
+        return ('<div class="grader-check" style="font-family:var(--jp-code-font-family,monospace);'
+                'font-size:var(--jp-code-font-size,13px);line-height:1.45">' + "".join(rows) + "</div>")
+
+    @staticmethod
+    def _html_of(result: TaskResult) -> str:
+        head = html.escape(result_lines(result)[0])
+        color = "var(--jp-success-color1,#2e7d32)" if result.passed else "var(--jp-error-color1,#c62828)"
+        parts = [f'<div class="grader-{"pass" if result.passed else "fail"}" style="color:{color}">{head}</div>']
+        if not result.passed:
+            message = result.message.splitlines()
+            shown, rest = message[:SHOWN_MESSAGE_LINES], message[SHOWN_MESSAGE_LINES:]
+            parts.append(f'<pre class="grader-message" style="margin:0 0 4px 2em;white-space:pre-wrap;'
+                         f'background:none;padding:0">{html.escape(chr(10).join(shown))}</pre>')
+            if rest:
+                parts.append(_folded(f"{len(rest)} more lines", "\n".join(rest), open_=False))
+        for label, text in rank_outputs(result):
+            n = len(text.splitlines())
+            parts.append(_folded(f"{label} printed {_plural(n, 'line')}", text, open_=n <= SHOWN_OUTPUT_LINES))
+        return "".join(parts)
+
+
+def _folded(summary: str, text: str, open_: bool) -> str:
+    return (f'<details style="margin:0 0 4px 2em"{" open" if open_ else ""}>'
+            f'<summary style="cursor:pointer;color:var(--jp-ui-font-color2,#777)">{html.escape(summary)}</summary>'
+            f'<pre style="margin:0;max-height:24em;overflow:auto;white-space:pre-wrap">{html.escape(text)}</pre>'
+            "</details>")
