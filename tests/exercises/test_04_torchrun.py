@@ -94,6 +94,11 @@ MUTANTS = {
         "torchrun_command_runs_one_node",
         "return cmd + [script]", "return cmd[:3] + [script] + cmd[3:]",
         "the script must be the last element", "read_dist_env_names_a_missing_variable"),
+    "standalone_for_two_nodes": (
+        "torchrun_command_runs_two_nodes",
+        """            raise ValueError("a job on more than one node needs an rdzv_endpoint that every node can reach")""",
+        "            pass",
+        "raise ValueError when nnodes > 1", "read_dist_env_names_a_missing_variable"),
     "max_restarts_ignored": (
         "torchrun_command_restarts",
         'f"--max-restarts={max_restarts}"]', '"--max-restarts=0"]',

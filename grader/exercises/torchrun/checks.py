@@ -241,9 +241,21 @@ FLAGS = {"standalone", "no-python", "run-path", "module", "m", "virtual-local-ra
 RUN_PREFIX = [sys.executable, "-m", "torch.distributed.run"]
 
 
-def _call_torchrun_command(ctx, student, calls):
-    """In a rank: torchrun_command(*args, **kwargs) for each call."""
+def _call_torchrun_command(ctx, student, calls, expect_value_error=()):
+    """In a rank: torchrun_command(*args, **kwargs) for each call; the calls in
+    `expect_value_error` must raise ValueError instead."""
     fn = student.task("torchrun_command")
+    for args, kwargs in expect_value_error:
+        shown = ", ".join([repr(a) for a in args] + [f"{k}={v!r}" for k, v in kwargs.items()])
+        try:
+            value = fn(*args, **kwargs)
+        except ValueError:
+            continue
+        except Exception as exc:
+            raise CheckFailed(f"torchrun_command({shown}) raised {type(exc).__name__}: {exc}; expected a "
+                              "ValueError (more than one node needs an rdzv_endpoint)")
+        raise CheckFailed(f"torchrun_command({shown}) returned {value!r}; a job on more than one node cannot be "
+                          "--standalone: raise ValueError when nnodes > 1 and there is no rdzv_endpoint")
     results = []
     for args, kwargs in calls:
         shown = ", ".join([repr(a) for a in args] + [f"{k}={v!r}" for k, v in kwargs.items()])
@@ -352,11 +364,13 @@ def _check_ranks(records: dict, world: int, output: str, timed_out: bool, what: 
 @EXERCISE.check("torchrun_command", points=1, hidden=True)
 def torchrun_command_runs_two_nodes(g):
     """torchrun_command(script, 1, nnodes=2, node_rank=0/1, rdzv_endpoint='127.0.0.1:PORT'): two
-    agents started with these commands form one job of two workers."""
+    agents started with these commands form one job of two workers. Without an endpoint,
+    nnodes=2 raises ValueError."""
     with ProbeDir() as probe:
         endpoint = f"127.0.0.1:{free_port()}"
         calls = [((probe.script, 1), {"nnodes": 2, "node_rank": i, "rdzv_endpoint": endpoint}) for i in range(2)]
-        built = g.run(_call_torchrun_command, calls, world_size=1, init_group=False)[0]
+        no_endpoint = [((probe.script, 1), {"nnodes": 2})]
+        built = g.run(_call_torchrun_command, calls, no_endpoint, world_size=1, init_group=False)[0]
         for i, (shown, cmd) in enumerate(built):
             _check_static(shown, cmd, probe.script, 1, 2, i, endpoint, 0)
         output, timed_out = _run_probe([cmd for _, cmd in built], probe)
