@@ -122,8 +122,12 @@ class RankReport:
         if self.status == "hung":
             return f"rank {self.rank} hung: " + stacks.summarize_stack(self.stack)
         if self.status == "exited":
-            how = _exit_meaning(self.exitcode)
-            return f"rank {self.rank} exited with {how} before returning a result"
+            text = f"rank {self.rank} exited with {_exit_meaning(self.exitcode)} before returning a result"
+            if self.exitcode == -signal.SIGABRT:
+                text += (" (gloo aborts a process when ranks call different collectives, or send tensors of "
+                         "different sizes: do all ranks make the same collective calls in the same order?)")
+            tail = [line for line in self.output.strip().splitlines() if line.strip()][-5:]
+            return text + ("\nits last output:\n" + "\n".join("  " + line for line in tail) if tail else "")
         if self.status == "stopped":
             return f"rank {self.rank} was stopped because another rank failed"
         return f"rank {self.rank}: {self.status}"

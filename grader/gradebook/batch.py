@@ -32,15 +32,20 @@ from grader.submission import SubmissionError, read_submission
 SUBMISSION_BOUND_S = 900  # a whole submission, every check bounded already; this only guards the worker
 
 
-def grader_digest() -> str:
-    """Changes whenever the grader's code changes: cached results are then stale."""
-    h = hashlib.sha256()
+def grader_digest(assignment: str) -> str:
+    """Changes whenever the code that grades `assignment` changes (the engine,
+    the checks framework, the exercise's checks): cached results are then stale."""
+    from grader.exercises import MODULES
+
     base = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    for folder, _, files in sorted(os.walk(base)):
-        for name in sorted(files):
-            if name.endswith(".py"):
-                with open(os.path.join(folder, name), "rb") as f:
-                    h.update(name.encode() + f.read())
+    exercise_dir = os.path.join(base, *MODULES[assignment].split(".")[1:-1])
+    sources = [os.path.join(base, name) for name in ("checks.py", "submission.py", "tolerances.py")]
+    for folder in (os.path.join(base, "engine"), exercise_dir):
+        sources += [os.path.join(folder, name) for name in sorted(os.listdir(folder)) if name.endswith(".py")]
+    h = hashlib.sha256()
+    for path in sources:
+        with open(path, "rb") as f:
+            h.update(path[len(base):].encode() + f.read())
     return h.hexdigest()[:16]
 
 
@@ -68,13 +73,14 @@ def _write_atomic(path: str, payload: dict) -> None:
     os.replace(tmp, path)
 
 
-def grade_one(assignment: str, student: str, path: str | None, timeout: float, world_size: int) -> dict:
+def grade_one(assignment: str, student: str, path: str | None, timeout: float, world_size: int,
+              version: str, shown_as: str = "") -> dict:
     """Grade one private copy of a submission (runs in a worker process)."""
     data = None
     if path is not None:
         with open(path, "rb") as f:
             data = f.read()
-    result = {"student": student, "assignment": assignment, "grader": grader_digest(),
+    result = {"student": student, "assignment": assignment, "grader": version,
               "sha256": hashlib.sha256(data).hexdigest() if data is not None else None}
     exercise = get_exercise(assignment)
     try:
@@ -84,7 +90,8 @@ def grade_one(assignment: str, student: str, path: str | None, timeout: float, w
         result["readable"], result["error"] = True, None
         result["report"] = report.to_json()
     except SubmissionError as exc:
-        result["readable"], result["error"] = False, str(exc)
+        exc = str(exc).replace(path or "", shown_as or f"{student}'s {assignment}.ipynb")
+        result["readable"], result["error"] = False, exc
         result["report"] = {"exercise": assignment, "score": 0, "max_score": exercise.max_score,
                             "checks": [{"name": c.name, "task": c.task, "passed": False, "points": 0,
                                         "max_points": c.points, "message": f"not graded: {exc}", "hidden": c.hidden,
@@ -92,11 +99,12 @@ def grade_one(assignment: str, student: str, path: str | None, timeout: float, w
     return result
 
 
-def worker_main(assignment: str, out_dir: str, timeout: float, world_size: int) -> int:
-    """Read 'student<TAB>path' lines on stdin; write each result; print 'done student'."""
+def worker_main(assignment: str, out_dir: str, timeout: float, world_size: int, version: str) -> int:
+    """Read 'student<TAB>private copy<TAB>submitted path' lines on stdin; write
+    each result; print 'done student'."""
     for line in sys.stdin:
-        student, path = line.rstrip("\n").split("\t")
-        result = grade_one(assignment, student, path or None, timeout, world_size)
+        student, path, shown_as = line.rstrip("\n").split("\t")
+        result = grade_one(assignment, student, path or None, timeout, world_size, version, shown_as)
         _write_atomic(os.path.join(out_dir, f"{student}.json"), result)
         print(f"done\t{student}", flush=True)
     return 0
@@ -121,11 +129,11 @@ def grade_assignment(course: Course, assignment: str, jobs: int = 2, timeout: fl
     os.makedirs(out_dir, exist_ok=True)
     gradebook = course.db_url[len("sqlite:///"):] if course.db_url.startswith("sqlite:///") else None
     snapshot = Snapshot(list(submissions.values()) + ([gradebook] if gradebook else []))
-    version = grader_digest()
+    version = grader_digest(assignment)
     try:
         pending = [s for s, p in submissions.items() if cached(course, assignment, s, snapshot.digest(p), version) is None]
-        items = [(s, snapshot.private_copy(submissions[s], f"{s}.ipynb")) for s in pending]
-        _run_workers(items, assignment, out_dir, jobs, timeout, world_size, progress, len(submissions))
+        items = [(s, snapshot.private_copy(submissions[s], f"{s}.ipynb"), submissions[s]) for s in pending]
+        _run_workers(items, assignment, out_dir, jobs, timeout, world_size, progress, len(submissions), version)
         tampered = snapshot.restore_changed()
     finally:
         snapshot.close()
@@ -134,7 +142,7 @@ def grade_assignment(course: Course, assignment: str, jobs: int = 2, timeout: fl
         result = cached(course, assignment, student, snapshot.digest(path), version)
         if result is None:  # a worker died on it, or it changed while being graded
             result = {"student": student, "assignment": assignment, "readable": False, "sha256": None,
-                      "error": "grading did not finish", "report": None}
+                      "error": "grading did not finish (a grader worker died on this submission)", "report": None}
         result["in_notebook"] = in_notebook_results(snapshot.content[path])
         result["flags"] = _flags(result, tampered, path, gradebook)
         results[student] = result
@@ -155,7 +163,7 @@ def _flags(result: dict, tampered: list[str], path: str, gradebook: str | None) 
     return flags
 
 
-def _run_workers(items, assignment, out_dir, jobs, timeout, world_size, progress, total) -> None:
+def _run_workers(items, assignment, out_dir, jobs, timeout, world_size, progress, total, version) -> None:
     if not items:
         return
     bar = tqdm(total=total, initial=total - len(items), desc=f"grading {assignment}", unit="submission",
@@ -166,7 +174,8 @@ def _run_workers(items, assignment, out_dir, jobs, timeout, world_size, progress
 
     def start_worker():
         proc = subprocess.Popen([sys.executable, "-m", "grader", "_grade-worker", assignment, "--out", out_dir,
-                                 "--timeout", str(timeout), "--world-size", str(world_size)],
+                                 "--timeout", str(timeout), "--world-size", str(world_size),
+                                 "--version", version],
                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, bufsize=1,
                                 start_new_session=True)
         selector.register(proc.stdout, selectors.EVENT_READ, proc)
@@ -175,9 +184,9 @@ def _run_workers(items, assignment, out_dir, jobs, timeout, world_size, progress
 
     def feed(proc):
         if queue:
-            student, path = queue.pop(0)
+            student, path, shown_as = queue.pop(0)
             workers[proc] = (student, time.monotonic())
-            proc.stdin.write(f"{student}\t{path or ''}\n")
+            proc.stdin.write(f"{student}\t{path or ''}\t{shown_as}\n")
             proc.stdin.flush()
         else:
             workers[proc] = None

@@ -44,7 +44,7 @@ def _report(args) -> int:
 def _worker(args) -> int:
     from grader.gradebook.batch import worker_main
 
-    return worker_main(args.assignment, args.out, args.timeout, args.world_size)
+    return worker_main(args.assignment, args.out, args.timeout, args.world_size, args.version)
 
 
 def register(sub) -> None:
@@ -69,4 +69,5 @@ def register(sub) -> None:
     worker.add_argument("--out", required=True)
     worker.add_argument("--timeout", type=float, default=30.0)
     worker.add_argument("--world-size", type=int, default=2)
+    worker.add_argument("--version", required=True, help="the grader digest the parent run started with")
     worker.set_defaults(func=_worker)
