@@ -2,7 +2,9 @@
 #   make demo    grade the bundled sample submissions and print the grades (the main job)
 #   make test    the whole test suite (what CI runs)
 #   make lab     JupyterLab on the course
-#   make bench   benchmarks (engine vs fresh torchrun)
+#   make bench   benchmarks (engine vs fresh torchrun; make grade vs plain nbgrader autograde)
+#   make grade   autograde every collected submission of ASSIGNMENT, in parallel, into the gradebook
+#   make report  the class report of ASSIGNMENT (markdown and a PNG plot)
 #   make exercises  regenerate exercises/ (student release) from solutions/
 
 PYTHON ?= python3
@@ -10,8 +12,11 @@ VENV := .venv
 BIN := $(CURDIR)/$(VENV)/bin
 export PATH := $(BIN):$(PATH)
 ASSIGNMENTS := 01_parallelism 02_ddp_basics 03_syncbn_sharded 04_torchrun
+ASSIGNMENT ?= 02_ddp_basics
+COURSE ?= $(CURDIR)
+JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 
-.PHONY: install demo test lab bench exercises clean
+.PHONY: install demo test lab bench grade report exercises clean
 
 install: $(VENV)/.installed
 
@@ -31,6 +36,13 @@ lab: install
 
 bench: install
 	$(BIN)/python benchmarks/bench_engine.py
+	$(BIN)/python benchmarks/bench_grading.py
+
+grade: install
+	$(BIN)/python -m grader grade $(ASSIGNMENT) --root $(COURSE) --jobs $(JOBS)
+
+report: install
+	$(BIN)/python -m grader report $(ASSIGNMENT) --root $(COURSE)
 
 exercises: install
 	for a in $(ASSIGNMENTS); do \
@@ -38,4 +50,4 @@ exercises: install
 	done
 
 clean:
-	rm -rf $(VENV) gradebook.db .nbgrader .pytest_cache
+	rm -rf $(VENV) gradebook.db .nbgrader .pytest_cache build
