@@ -25,6 +25,7 @@ import shutil
 import signal
 import socket
 import tempfile
+import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -50,20 +51,23 @@ class _NoMainPopen(popen_forkserver.Popen):
     value, so that step is only slow and surprising.
     """
 
+    _lock = threading.Lock()  # runs may start from several threads (a notebook's checks run side by side)
+
     def _launch(self, process_obj):
-        original = spawn.get_preparation_data
+        with self._lock:
+            original = spawn.get_preparation_data
 
-        def without_main(name):
-            data = original(name)
-            data.pop("init_main_from_path", None)
-            data.pop("init_main_from_name", None)
-            return data
+            def without_main(name):
+                data = original(name)
+                data.pop("init_main_from_path", None)
+                data.pop("init_main_from_name", None)
+                return data
 
-        spawn.get_preparation_data = without_main
-        try:
-            super()._launch(process_obj)
-        finally:
-            spawn.get_preparation_data = original
+            spawn.get_preparation_data = without_main
+            try:
+                super()._launch(process_obj)
+            finally:
+                spawn.get_preparation_data = original
 
 
 def _forkserver():
