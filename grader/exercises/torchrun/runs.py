@@ -46,6 +46,7 @@ class ScriptRun:
     snapshot: object = None
     link: object = None  # the hard link's content (linked scenario)
     other_files: list[str] = field(default_factory=list)  # what node 1 wrote (two_nodes)
+    retried: bool = False  # a first run was lost to a teardown abort and repeated
 
     def complete(self) -> bool:
         """The run got as far as a loadable final model and a full log."""
@@ -179,6 +180,7 @@ def with_retry(scenario, source: str, *args) -> ScriptRun:
             run = scenario(source, directory, *args)
         finally:
             shutil.rmtree(directory, ignore_errors=True)
+        run.retried = attempt > 0
         if run.complete() or not run.died_at_teardown:
             return run
     return run

@@ -1,0 +1,74 @@
+"""The grader's probe runs (04_torchrun): torchrun jobs of the grader's own worker script.
+
+    with ProbeDir(submission) as probe:
+        output, timed_out = run_probe([command + ...], probe)
+        probe.records()   # (rank, attempt) -> what that worker saw (and read_dist_env's answer)
+
+The probe (probe.py) imports no torch, so a probe run costs only torchrun's own
+start-up: a few seconds.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+
+import cloudpickle
+
+from grader.exercises.torchrun.launch import Torchrun, worker_env
+
+PROBE_SOURCE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "probe.py")
+PROBE_TIMEOUT_S = 45.0
+
+class ProbeDir:
+    """A fresh directory holding the grader's probe script, its output folder and,
+    when given, the pickled submission the probe loads read_dist_env from."""
+
+    def __init__(self, submission=None):
+        self.root = tempfile.mkdtemp(prefix="torchrun-probe-")
+        self.script = os.path.join(self.root, "probe.py")
+        self.out = os.path.join(self.root, "out")
+        os.mkdir(self.out)
+        shutil.copy(PROBE_SOURCE, self.script)
+        self.extra: list[str] = []
+        if submission is not None:
+            path = os.path.join(self.root, "submission.pkl")
+            with open(path, "wb") as f:
+                cloudpickle.dump(submission, f)
+            self.extra = [path]
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        shutil.rmtree(self.root, ignore_errors=True)
+
+    def records(self) -> dict[tuple[int, int], dict]:
+        """(rank, attempt) -> what that worker wrote."""
+        found = {}
+        for name in os.listdir(self.out):
+            if name.endswith(".json"):
+                rank, attempt = name[len("rank"):-len(".json")].split("-attempt")
+                with open(os.path.join(self.out, name)) as f:
+                    found[(int(rank), int(attempt))] = json.load(f)
+        return found
+
+
+def run_probe(commands: list[list[str]], probe: ProbeDir, env_extra: dict | None = None) -> tuple[str, bool]:
+    """Run one torchrun agent per command at once (each ending with the probe script);
+    returns their joined output and whether any was killed at the deadline."""
+    env = worker_env(env_extra)
+    procs = [Torchrun(cmd + [probe.out] + probe.extra, probe.root, PROBE_TIMEOUT_S, env) for cmd in commands]
+    output, timed_out = "", False
+    try:
+        for proc in procs:
+            proc.start()
+        for proc in procs:
+            proc.wait()
+            output += proc.output
+            timed_out = timed_out or proc.timed_out
+    finally:
+        for proc in procs:
+            proc.stop()
+    return output, timed_out
