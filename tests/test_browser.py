@@ -1,0 +1,276 @@
+"""End to end, the way a student meets the course: JupyterLab in a real browser.
+
+Debian's Chromium (/usr/bin/chromium, installed in CI by .ci/install-browser),
+driven by Playwright for Python, headless. The course is a temporary copy with
+its own exchange, HOME and Jupyter settings, so the repository is not touched.
+
+In the browser: fetch 02_ddp_basics from the Assignments tab, open it, write a
+correct pick_backend and a make_dataloader without a DistributedSampler (the
+typical mistake), run the setup cell, the answers and their check cells, read
+the ✓ and the ✗ with its message from the page, save, submit from the
+Assignments tab; then the submission must be in the exchange's inbound folder.
+Screenshots: artifacts/browser/*.png (with the server's log).
+"""
+from __future__ import annotations
+
+import glob
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+
+import psutil
+import pytest
+
+from tests.helpers import ROOT
+
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
+                 "--no-first-run", "--disable-sync", "--disable-quic", "--disable-dev-shm-usage"]
+ARTIFACTS = os.path.join(ROOT, "artifacts", "browser")
+EXERCISE = "02_ddp_basics"
+COURSE_ID = "ddp-course"  # nbgrader_config.py
+BIN = os.path.dirname(sys.executable)
+STUB = "# YOUR CODE HERE\n    raise NotImplementedError()"
+CORRECT_PICK_BACKEND = 'return "nccl" if torch.cuda.is_available() else "gloo"'
+NO_SAMPLER = "return DataLoader(dataset, batch_size=batch_size, shuffle=True)"  # every rank sees everything
+FIRST_CHECK_S = 150  # the first check of a kernel starts the engine's forkserver (torch import) on busy cores
+
+
+def _missing() -> str:
+    if not os.path.exists(CHROMIUM):
+        return f"no Chromium at {CHROMIUM} (Debian package `chromium`; CI installs it with .ci/install-browser)"
+    try:
+        import playwright.sync_api  # noqa: F401
+    except ImportError:
+        return "Playwright for Python is not installed (pip install playwright; never `playwright install`)"
+    return ""
+
+
+pytestmark = [pytest.mark.skipif(bool(_missing()), reason=_missing() or "-"), pytest.mark.timeout(420)]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _settings(config_dir: str) -> None:
+    """JupyterLab user settings: every cell rendered (no windowing), no news fetched from the internet."""
+    settings = {
+        "@jupyterlab/notebook-extension/tracker.jupyterlab-settings": {"windowingMode": "none"},
+        "@jupyterlab/apputils-extension/notification.jupyterlab-settings": {"fetchNews": "false",
+                                                                            "checkForUpdates": False},
+    }
+    for name, value in settings.items():
+        path = os.path.join(config_dir, "lab", "user-settings", name)
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path, "w") as f:
+            json.dump(value, f)
+
+
+@pytest.fixture(scope="module")
+def course(tmp_path_factory):
+    """A temporary course with 02_ddp_basics released to its own exchange."""
+    base = tmp_path_factory.mktemp("browser")
+    root, home = base / "course", base / "home"
+    os.makedirs(root / "exercises")
+    shutil.copy(os.path.join(ROOT, "nbgrader_config.py"), root)
+    shutil.copytree(os.path.join(ROOT, "exercises", EXERCISE), root / "exercises" / EXERCISE)
+    _settings(str(home / ".jupyter"))
+    env = dict(os.environ, HOME=str(home), JUPYTER_CONFIG_DIR=str(home / ".jupyter"),
+               JUPYTER_RUNTIME_DIR=str(base / "runtime"), IPYTHONDIR=str(home / ".ipython"),
+               XDG_CACHE_HOME=str(base / "cache"), NBGRADER_EXCHANGE=str(base / "exchange"),
+               PATH=BIN + os.pathsep + os.environ.get("PATH", ""))  # nbgrader calls alembic from PATH
+    env.pop("JUPYTER_PATH", None)
+    subprocess.run([sys.executable, "-m", "nbgrader", "release_assignment", EXERCISE, "--log-level=WARN"],
+                   cwd=root, env=env, check=True, timeout=180)
+    assert os.path.isfile(base / "exchange" / COURSE_ID / "outbound" / EXERCISE / f"{EXERCISE}.ipynb")
+    return {"root": root, "exchange": base / "exchange", "env": env, "base": base}
+
+
+def _kill_tree(proc: subprocess.Popen) -> None:
+    """The server, its kernels and everything they started (the engine's forkserver and ranks)."""
+    try:
+        family = psutil.Process(proc.pid).children(recursive=True)
+    except psutil.Error:
+        family = []
+    proc.terminate()  # the server shuts its kernels down on SIGTERM
+    try:
+        proc.wait(timeout=15)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(timeout=10)
+    for p in family:
+        try:
+            p.kill()
+        except psutil.Error:
+            pass
+    psutil.wait_procs(family, timeout=10)
+
+
+@pytest.fixture(scope="module")
+def lab(course):
+    """`jupyter lab` on the temporary course, with a token, on a free port; always stopped afterwards."""
+    os.makedirs(ARTIFACTS, exist_ok=True)
+    port, token = _free_port(), "browser-test-token"
+    log = open(os.path.join(ARTIFACTS, "jupyter-server.log"), "w")
+    cmd = [os.path.join(BIN, "jupyter-lab"), "--no-browser", "--ServerApp.ip=127.0.0.1", f"--ServerApp.port={port}",
+           "--ServerApp.port_retries=0", f"--ServerApp.token={token}", f"--ServerApp.root_dir={course['root']}"]
+    if os.geteuid() == 0:
+        cmd.append("--allow-root")  # CI runs as root
+    proc = subprocess.Popen(cmd, cwd=course["root"], env=course["env"], stdout=log, stderr=subprocess.STDOUT)
+    try:
+        url = f"http://127.0.0.1:{port}"
+        deadline = time.monotonic() + 120
+        while True:
+            try:
+                with urllib.request.urlopen(f"{url}/api/status?token={token}", timeout=5) as reply:
+                    if reply.status == 200:
+                        break
+            except OSError:
+                pass
+            if proc.poll() is not None or time.monotonic() > deadline:
+                pytest.fail(f"jupyter lab did not start (see {log.name})")
+            time.sleep(0.5)
+        yield {"url": url, "token": token}
+    finally:
+        _kill_tree(proc)
+        log.close()
+
+
+@pytest.fixture(scope="module")
+def browser_page(lab, course):
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        context = p.chromium.launch_persistent_context(
+            str(course["base"] / "chromium-profile"), executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS,
+            viewport={"width": 1400, "height": 1000})
+        try:
+            context.set_default_timeout(60_000)  # every wait is bounded
+            yield context.new_page()
+        finally:
+            context.close()
+
+
+def _shot(page, name: str) -> None:
+    page.screenshot(path=os.path.join(ARTIFACTS, f"{name}.png"))
+
+
+def _code_cell(page, text: str):
+    """The code cell whose input contains `text` (exactly one)."""
+    cell = page.locator(".jp-NotebookPanel .jp-CodeCell").filter(has=page.locator(".jp-InputArea", has_text=text))
+    assert cell.count() == 1, f"expected one code cell containing {text!r}, found {cell.count()}"
+    return cell
+
+
+def _run(page, cell) -> None:
+    cell.locator(".jp-InputArea-editor").click()
+    page.keyboard.press("Shift+Enter")
+
+
+def _write_answer(page, cell, new_source: str) -> None:
+    cell.locator(".cm-content").click()
+    page.keyboard.press("Control+A")
+    page.keyboard.insert_text(new_source)  # as if pasted: no auto-indent, no auto-closed brackets
+
+
+def _source_of(path: str, grade_id: str) -> str:
+    with open(path) as f:
+        cells = json.load(f)["cells"]
+    [cell] = [c for c in cells if c["metadata"].get("nbgrader", {}).get("grade_id") == grade_id]
+    return "".join(cell["source"])
+
+
+def test_a_student_fetches_checks_and_submits_in_jupyterlab(lab, course, browser_page):
+    from playwright.sync_api import expect
+
+    page = browser_page
+    released = os.path.join(ROOT, "exercises", EXERCISE, f"{EXERCISE}.ipynb")
+    pick_backend = _source_of(released, "pick_backend_answer").replace(STUB, CORRECT_PICK_BACKEND)
+    make_dataloader = _source_of(released, "make_dataloader_answer").replace(STUB, NO_SAMPLER)
+    try:
+        # JupyterLab with nbgrader's menu; the Assignments tab lists the released exercise: fetch it
+        page.goto(f"{lab['url']}/lab?token={lab['token']}")
+        page.locator("#jp-main-dock-panel").wait_for()
+        page.locator(".lm-MenuBar-itemLabel", has_text="Nbgrader").click()
+        page.locator(".lm-Menu-itemLabel", has_text="Assignment List").click()
+        released_row = page.locator("#released_assignments_list .list_item", has_text=EXERCISE)
+        released_row.get_by_role("button", name="Fetch").click()
+        fetched = page.locator("#fetched_assignments_list")
+        fetched.get_by_role("button", name="Submit").wait_for()
+        _shot(page, "01-assignments-fetched")
+        fetched_nb = course["root"] / COURSE_ID / EXERCISE / f"{EXERCISE}.ipynb"
+        assert fetched_nb.is_file()
+
+        # open the fetched notebook from the file browser, as a student would
+        listing = page.locator(".jp-DirListing-content")
+        listing.locator(".jp-DirListing-item", has_text=COURSE_ID).dblclick()
+        listing.locator(".jp-DirListing-item", has_text=EXERCISE).first.dblclick()
+        listing.locator(".jp-DirListing-item", has_text=f"{EXERCISE}.ipynb").dblclick()
+        page.locator(".jp-NotebookPanel").wait_for()
+        expect(page.locator("#jp-main-statusbar")).to_contain_text("Idle", timeout=120_000)  # kernel up
+        expect(page.locator(".jp-NotebookPanel-toolbar")).to_contain_text("Validate")  # nbgrader's button
+        _shot(page, "02-notebook-open")
+
+        # the setup cell, a correct answer and its check: ✓
+        _run(page, _code_cell(page, f'check = checker("{EXERCISE}")'))
+        answer = _code_cell(page, "def pick_backend() -> str:")
+        _write_answer(page, answer, pick_backend)
+        _run(page, answer)
+        check = _code_cell(page, 'check("pick_backend")')
+        _run(page, check)
+        out = check.locator(".jp-OutputArea")
+        expect(out).to_contain_text("pick_backend: 1 of 1 check pass", timeout=FIRST_CHECK_S * 1000)
+        expect(out).to_contain_text("✓ pick_backend: backend_matches_hardware (1/1)")
+        expect(out.locator(".grader-pass")).to_have_count(1)
+        assert "✗" not in out.inner_text()
+        check.scroll_into_view_if_needed()
+        _shot(page, "03-check-pass")
+
+        # the typical mistake and its check: ✗ with the targeted message, then the AssertionError
+        answer = _code_cell(page, "def make_dataloader(")
+        _write_answer(page, answer, make_dataloader)
+        _run(page, answer)
+        check = _code_cell(page, 'check("make_dataloader")')
+        _run(page, check)
+        out = check.locator(".jp-OutputArea")
+        expect(out).to_contain_text("AssertionError: make_dataloader", timeout=120_000)
+        text = out.inner_text()
+        assert "✗ make_dataloader: dataloader_shards_disjoint_and_cover (0/2)" in text
+        assert "the DataLoader has no DistributedSampler" in text  # the message names the mistake
+        assert "Traceback" not in text and "grader/notebook.py" not in text  # no wall of grader frames
+        expect(out.locator(".grader-fail")).not_to_have_count(0)
+        check.scroll_into_view_if_needed()
+        _shot(page, "04-check-fail")
+
+        # save, then submit from the Assignments tab
+        page.keyboard.press("Escape")
+        page.keyboard.press("Control+s")
+        deadline = time.monotonic() + 30
+        while NO_SAMPLER not in fetched_nb.read_text() and time.monotonic() < deadline:
+            time.sleep(0.25)
+        assert NO_SAMPLER in fetched_nb.read_text(), "the notebook was not saved"
+        saved = {c["metadata"].get("nbgrader", {}).get("grade_id"): c for c in json.loads(fetched_nb.read_text())["cells"]}
+        for grade_id in ("pick_backend_check", "make_dataloader_check"):  # nbgrader: stderr would mean 0 points
+            kinds = [(o["output_type"], o.get("name")) for o in saved[grade_id]["outputs"]]
+            assert ("stream", "stderr") not in kinds and ("display_data", None) in kinds, (grade_id, kinds)
+        page.locator(".lm-TabBar-tab", has_text="Assignments").click()
+        fetched.get_by_role("button", name="Submit").click()
+        page.locator("#submitted_assignments_list .list_item", has_text=EXERCISE).first.wait_for()
+        _shot(page, "05-submitted")
+    except Exception:
+        _shot(page, "failure")
+        raise
+
+    inbound = glob.glob(os.path.join(course["exchange"], COURSE_ID, "inbound", f"*+{EXERCISE}+*", f"{EXERCISE}.ipynb"))
+    assert len(inbound) == 1, f"no submission in the exchange's inbound folder: {inbound}"
+    with open(inbound[0]) as f:
+        submitted = f.read()
+    assert NO_SAMPLER in submitted and 'else \\"gloo\\"' in submitted  # the student's answers, as saved
