@@ -31,8 +31,18 @@ demo: install
 test: install
 	$(BIN)/python -m pytest tests lessons --nbval-lax
 
+# Student and instructor on one laptop: each exercise is (re)released to the local exchange
+# (.nbgrader/exchange, or $NBGRADER_EXCHANGE) when it changed, so that Nbgrader > Assignment List
+# fetches it (into ddp-course/<id>/) and submits it; Validate sits in each notebook's toolbar;
+# Nbgrader > Formgrader is the instructor's side (collect, autograde, feedback).
+EXCHANGE = $(or $(NBGRADER_EXCHANGE),$(CURDIR)/.nbgrader/exchange)
 lab: install
-	$(BIN)/jupyter lab --notebook-dir=$(CURDIR)
+	@for a in $(ASSIGNMENTS); do \
+	  test -d exercises/$$a || continue; \
+	  cmp -s exercises/$$a/$$a.ipynb $(EXCHANGE)/ddp-course/outbound/$$a/$$a.ipynb || \
+	    $(BIN)/nbgrader release_assignment $$a --force --log-level=ERROR || exit 1; \
+	done
+	$(BIN)/jupyter lab --ServerApp.root_dir=$(CURDIR) $(if $(filter 0,$(shell id -u)),--allow-root)
 
 bench: install
 	$(BIN)/python benchmarks/bench_engine.py
