@@ -30,6 +30,7 @@ from grader.exercises import MODULES, get_exercise
 LEGEND = "✓ passes   ✗ fails (run its check cell to see why)   · not started"
 INSTRUCTOR_DIRS = {"solutions", "source", "release", "submitted", "autograded", "feedback", ".nbgrader",
                    ".ipynb_checkpoints"}
+GRADED_COPY = {"submitted", "autograded", "feedback"}  # nbgrader runs the notebook there: no overview
 CACHE_ENTRIES = 64
 
 
@@ -81,12 +82,14 @@ def candidates(root: str, assignment: str) -> list[str]:
 def find_root(start: str) -> str:
     """The course folder holding the student's notebooks, from wherever the kernel runs.
 
-    The nearest folder up from `start` with the course's nbgrader_config.py (a
-    clone of the course), else the nearest one holding some assignment's
-    notebook one level down (a folder of fetched assignments), else `start`.
+    The nearest folder up from `start` (at most two levels: a notebook sits in
+    <root>/exercises/<id>/ or <root>/<course>/<id>/) with the course's
+    nbgrader_config.py (a clone of the course), else the nearest one holding
+    some assignment's notebook one level down (a folder of fetched
+    assignments), else `start`.
     """
     start = os.path.abspath(start)
-    chain = [start] + [p for p in _parents(start)]
+    chain = ([start] + list(_parents(start)))[:3]
     for folder in chain:
         if os.path.isfile(os.path.join(folder, "nbgrader_config.py")) and os.path.isdir(os.path.join(folder, "exercises")):
             return folder
@@ -318,6 +321,9 @@ def show_progress(root: str | None = None, assignments: list[str] | None = None,
     """The progress table, in a notebook cell (or printed outside one). Save your notebook first."""
     from grader.notebook import _captured_stderr, _in_kernel
 
+    if root is None and GRADED_COPY & set(os.path.abspath(os.getcwd()).split(os.sep)):
+        print("(the progress overview is for the student's own copy; not run in a submitted or graded one)")
+        return
     root = os.path.abspath(root) if root else find_root(os.getcwd())
     chosen = assignments or list(MODULES)
     view = _ProgressView(root, len(chosen))

@@ -124,3 +124,13 @@ def test_the_root_is_found_from_inside_a_fetched_assignment(tmp_path):
     os.makedirs(tmp_path / "home" / "exercises")
     assert find_root(fetched) == str(tmp_path / "home")
     assert find_root(str(clone)) == str(clone)  # nothing around: where it was asked
+
+
+def test_no_overview_inside_a_copy_nbgrader_grades(tmp_path, capsys, monkeypatch):
+    from grader.progress import show_progress
+
+    graded = tmp_path / "autograded" / "student" / EXERCISE
+    student_copy(graded)
+    monkeypatch.chdir(graded)
+    show_progress()
+    assert "not run in a submitted or graded one" in capsys.readouterr().out
