@@ -133,11 +133,15 @@ def run_task_checks(exercise: Exercise, submission, checks: list[Check], world_s
         return TaskResult(**vars(result), outputs=grading.outputs)
 
     results = []
-    with ThreadPoolExecutor(max(parallel, 1), thread_name_prefix="grader-check") as pool:
+    pool = ThreadPoolExecutor(max(parallel, 1), thread_name_prefix="grader-check")
+    try:
         for future in [pool.submit(one, check) for check in checks]:  # reported in the checks' order
             results.append(future.result())
             if on_result:
                 on_result(results[-1])
+    finally:
+        # Interrupted (the kernel's stop button): return now; runs already started end within their timeout.
+        pool.shutdown(wait=False, cancel_futures=True)
     return results
 
 
