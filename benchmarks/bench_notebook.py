@@ -1,14 +1,15 @@
 """Benchmark: how long a student waits for a task's check cell, in a real kernel.
 
-    make bench     (or: .venv/bin/python benchmarks/bench_notebook.py [--exercise ID|all] [--repeats N])
+    make bench     (or: .venv/bin/python benchmarks/bench_notebook.py [--exercise ID ...|all] [--repeats N] [--strict])
 
 Starts a Jupyter kernel, defines the solution's answers in it (as a student who
 ran their answer cells), runs one first check (it starts the engine's
 forkserver, about 3 s once per kernel), then times `check("<task>")` for every
 task: all the visible checks of the task, exactly what its check cell runs.
 Target: under 1 s per task on a 2-core laptop, once the first check ran.
-Exit status 1 when a task of 01-03 misses the target (04_torchrun launches real
-torchrun agents by design and is reported, not judged).
+By default 01-03; 04_torchrun launches real torchrun agents by design (seconds
+per check) and is measured with `--exercise all` but not judged. With
+--strict the exit status is 1 when a task misses the target.
 """
 from __future__ import annotations
 
@@ -75,10 +76,13 @@ def bench_exercise(exercise_id: str, repeats: int) -> tuple[float, list[tuple[st
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--exercise", default="02_ddp_basics", help=f"one of {', '.join(MODULES)}, or all")
+    parser.add_argument("--exercise", action="append", choices=list(MODULES) + ["all"],
+                        help="an exercise (repeatable), or all; default: every exercise but 04_torchrun")
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--strict", action="store_true", help="exit status 1 when a task misses the target")
     args = parser.parse_args()
-    exercises = list(MODULES) if args.exercise == "all" else [args.exercise]
+    chosen = args.exercise or [e for e in MODULES if e not in NOT_JUDGED]
+    exercises = list(MODULES) if "all" in chosen else chosen
     print(f"machine: {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f} (timings grow with the load)")
     missed = []
     for exercise_id in exercises:
@@ -94,7 +98,7 @@ def main() -> int:
                 missed.append(f"{exercise_id}/{task}")
     print(f"\ntarget: every task's checks in under {TARGET_S:g} s once warm: "
           + ("met" if not missed else "missed by " + ", ".join(missed)))
-    return 1 if missed else 0
+    return 1 if missed and args.strict else 0
 
 
 if __name__ == "__main__":

@@ -102,6 +102,21 @@ SIDE_BY_SIDE = 3  # checks of one task run at once: their ranks mostly wait (sle
 ONE_AT_A_TIME = {"04_torchrun"}  # real torchrun agents: seconds of CPU each; side by side they crowd 2 cores
 
 
+_warm = False
+
+
+def _warm_parent() -> None:
+    """Once per kernel, inside the first check's output capture: start the engine's
+    forkserver, and import here too what the forkserver preloads for the ranks
+    (torch._dynamo and friends, about 1 s, otherwise paid by the first check whose
+    reference steps an optimizer). The two overlap: the forkserver is a separate process."""
+    global _warm
+    if not _warm:
+        warm_up()
+        import grader.engine.preload  # noqa: F401
+        _warm = True
+
+
 def run_task_checks(exercise: Exercise, submission, checks: list[Check], world_size: int = 2,
                     timeout: float = 30.0, on_result=None) -> list[TaskResult]:
     """Run `checks` on the submission, like grader.checks.run_checks, keeping the ranks' output.
@@ -115,7 +130,7 @@ def run_task_checks(exercise: Exercise, submission, checks: list[Check], world_s
     released only while the check waits for its ranks, so references never
     interleave; only the multi-process runs overlap.
     """
-    warm_up()  # start the forkserver once, here (inside the caller's output capture), not in a thread
+    _warm_parent()
     if isinstance(submission, PickledSubmission):
         load_report, load_failure = LoadReport(list(submission.blobs), list(submission.problems)), None
     else:
