@@ -198,7 +198,6 @@ def _captured_stderr():
             os.dup2(_fd_log, fd)
     try:
         with warnings.catch_warnings(record=True) as caught, contextlib.redirect_stderr(stray.python):
-            warnings.simplefilter("default")
             yield stray
         stray.caught = list(caught)
     finally:
