@@ -14,7 +14,9 @@ EXERCISE = "02_ddp_basics"
 
 
 def outputs_text(cell) -> str:
-    return "".join(o.get("text", "") + "".join(o.get("traceback", [])) for o in cell.get("outputs", []))
+    # check() shows one display_data (text/plain + text/html); print() and errors are streams and tracebacks
+    return "".join(o.get("text", "") + o.get("data", {}).get("text/plain", "") + "".join(o.get("traceback", []))
+                   for o in cell.get("outputs", []))
 
 
 def test_solution_notebook_passes_every_check_in_a_kernel(tmp_path):
