@@ -306,7 +306,7 @@ class _ProgressView:
                 f"<span title='{t.passed_checks}/{t.checks} checks, {t.points:g}/{t.max_points:g} points' "
                 f"style='color:{colors[t.status]};white-space:nowrap;margin-right:0.8em'>"
                 f"{MARKS[t.status]} {html.escape(t.task)}</span>" for t in row.tasks)
-            body.append(f"<tr><td style='white-space:nowrap;vertical-align:top'><b>{row.assignment}</b><br>"
+            body.append(f"<tr><td style='white-space:nowrap;vertical-align:top;padding:2px 1.5em 2px 0'><b>{row.assignment}</b><br>"
                         f"<span style='color:#888'>{row.passed}/{len(row.tasks)} tasks, {row.points:g}/"
                         f"{row.max_points:g} pts</span></td><td style='text-align:left'>{chips}</td></tr>")
         if not self.done:
