@@ -47,6 +47,7 @@ lab: install
 bench: install
 	$(BIN)/python benchmarks/bench_engine.py
 	$(BIN)/python benchmarks/bench_grading.py
+	$(BIN)/python benchmarks/bench_notebook.py
 
 grade: install
 	$(BIN)/python -m grader grade $(ASSIGNMENT) --root $(COURSE) --jobs $(JOBS)

@@ -13,12 +13,6 @@ c.CourseDirectory.root = here
 c.CourseDirectory.course_id = "ddp-course"
 c.CourseDirectory.source_directory = "solutions"
 c.CourseDirectory.release_directory = "exercises"
-c.CourseDirectory.db_assignments = [
-    dict(name="01_parallelism"),
-    dict(name="02_ddp_basics"),
-    dict(name="03_syncbn_sharded"),
-    dict(name="04_torchrun"),
-]
 # The embedded SQLite gradebook; for a large course point it at PostgreSQL:
 #   c.CourseDirectory.db_url = "postgresql://user:password@host/gradebook"
 c.CourseDirectory.db_url = os.environ.get("NBGRADER_DB_URL", "sqlite:///" + os.path.join(here, "gradebook.db"))

@@ -40,8 +40,9 @@ SHOWN_MESSAGE_LINES = 30  # a longer failure message (a deep stack) shows its he
 
 def checker(exercise_id: str, world_size: int = 2, timeout: float = 30.0):
     exercise = get_exercise(exercise_id)
+    earned: dict[tuple[str, bool], float] = {}  # (task, hidden) -> points, for nbgrader's partial credit
 
-    def check(task: str, hidden: bool = False, namespace: dict | None = None) -> None:
+    def check(task: str, hidden: bool = False, namespace: dict | None = None) -> float | None:
         checks = exercise.checks_for(task, hidden)  # ValueError naming the tasks for a typo
         ns = namespace if namespace is not None else vars(sys.modules["__main__"])
         view = _View(task, len(checks), rich=_in_kernel())
@@ -50,12 +51,22 @@ def checker(exercise_id: str, world_size: int = 2, timeout: float = 30.0):
             results = run_task_checks(exercise, submission, checks, world_size, timeout, on_result=view.add)
         view.finish(stray.text())
         failed = [r.name for r in results if not r.passed]
+        earned[task, hidden] = sum(r.points for r in results)
+        if os.environ.get("NBGRADER_EXECUTION") == "autograde":
+            # nbgrader's autograde reads a number as the cell's partial credit: the task's points so
+            # far (the hidden tests' call comes last in the cell, so it returns visible + hidden)
+            return _Points(earned.get((task, False), 0) + earned.get((task, True), 0))
         if failed:
             raise ChecksFailed(f"{task}: {len(failed)} of {_plural(len(results), 'check')} failed "
                                f"({', '.join(failed)}); the reasons are shown above") from None
         # nothing returned: the last line of a cell would print it under the ✓ lines
 
     return check
+
+
+class _Points(float):
+    def __repr__(self) -> str:
+        return f"{float(self):g}"
 
 
 class ChecksFailed(AssertionError):
