@@ -58,3 +58,24 @@ def test_a_crash_in_the_kernel_points_at_the_students_cell(tmp_path):
     text = outputs_text(nb.cells[2])
     assert "ValueError: half-written answer" in text
     assert '<Cell In[2]>, line 2, in pick_backend: raise ValueError("half-written answer")' in text
+
+
+def test_a_hang_and_rank_output_are_shown_without_stderr(tmp_path):
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_code_cell(src) for src in [
+        'from grader.notebook import checker\ncheck = checker("02_ddp_basics", timeout=5)',
+        'import torch.distributed as dist\n\ndef cleanup():\n    print("cleaning up on rank", dist.get_rank())\n'
+        '    if dist.get_rank() == 0:\n        dist.barrier()  # only rank 0: a deadlock\n',
+        'check("cleanup")']]
+    client = NotebookClient(nb, timeout=300, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}})
+    try:
+        client.execute()
+    except CellExecutionError:
+        pass
+    outputs = nb.cells[2].outputs
+    assert not any(o.get("output_type") == "stream" and o.get("name") == "stderr" for o in outputs)
+    text = outputs_text(nb.cells[2])
+    html = "".join(o.get("data", {}).get("text/html", "") for o in outputs)
+    assert "✗ cleanup: cleanup_waits_then_destroys" in text
+    assert "rank 0 hung: waiting in barrier" in text and "<Cell In[2]>" in text
+    assert "cleaning up on rank 1" in html  # each rank's output, shown per rank
