@@ -13,6 +13,11 @@ import shutil
 import subprocess
 import sys
 
+from nbgrader.auth import Authenticator
+from nbgrader.coursedir import CourseDirectory
+from nbgrader.exchange import ExchangeError, ExchangeFactory
+from traitlets.config import Config
+
 from grader.gradebook.course import Course
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -59,19 +64,35 @@ def student_home(course: Course, student: str) -> str:
     return os.path.join(course.root, "students", student)
 
 
+def _as_student(action: str, course: Course, assignment: str, student: str) -> None:
+    """nbgrader's own exchange classes, as `nbgrader fetch_assignment|submit` runs them
+    for a student, in-process (a subprocess per student costs seconds of imports)."""
+    config = Config()
+    config.Exchange.root = exchange_root(course.root)
+    config.Exchange.assignment_dir = student_home(course, student)
+    config.Exchange.path_includes_course = False
+    config.CourseDirectory.course_id = COURSE_ID
+    config.CourseDirectory.assignment_id = assignment
+    config.CourseDirectory.student_id = student  # one OS user plays every student here
+    factory = ExchangeFactory(config=config)
+    exchange = factory.FetchAssignment if action == "fetch" else factory.Submit
+    app = exchange(coursedir=CourseDirectory(config=config), authenticator=Authenticator(config=config),
+                   config=config)
+    try:
+        app.start()
+    except ExchangeError as exc:
+        raise StepFailed(f"{action} of {assignment} for {student} failed: {exc}") from exc
+
+
 def fetch(course: Course, assignment: str, student: str) -> str:
     """The student fetches the assignment; returns the path of their notebook."""
-    home = student_home(course, student)
-    os.makedirs(home, exist_ok=True)
-    nbgrader(["fetch_assignment", assignment, "--course", COURSE_ID, f"--Exchange.root={exchange_root(course.root)}"],
-             home, course.root)
-    return os.path.join(home, assignment, f"{assignment}.ipynb")
+    os.makedirs(student_home(course, student), exist_ok=True)
+    _as_student("fetch", course, assignment, student)
+    return os.path.join(student_home(course, student), assignment, f"{assignment}.ipynb")
 
 
 def submit(course: Course, assignment: str, student: str) -> None:
-    # one OS user plays every student here: nbgrader takes the student id from --student
-    nbgrader(["submit", assignment, "--course", COURSE_ID, f"--Exchange.root={exchange_root(course.root)}",
-              f"--student={student}"], student_home(course, student), course.root)
+    _as_student("submit", course, assignment, student)
 
 
 def collect(course: Course, assignment: str) -> None:
