@@ -576,7 +576,7 @@ def sharded_with_three_ranks(g):
 # --- save_sharded_checkpoint ------------------------------------------------------------
 
 CHECKPOINT_STEPS = 3
-SLOW_WRITE_MAX_S = 1.5  # how long rank 0's write waits for ranks that return without waiting for it
+SLOW_WRITE_MAX_S = 0.6  # how long rank 0's write waits for ranks that return without waiting for it
 
 
 def _returned_marker(ctx, rank: int) -> str:
