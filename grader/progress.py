@@ -15,7 +15,6 @@ Hidden checks are not run: they are the instructor's.
 """
 from __future__ import annotations
 
-import argparse
 import glob
 import hashlib
 import html

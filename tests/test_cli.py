@@ -5,7 +5,6 @@ never a hang, and the submission file is unchanged byte for byte.
 """
 import hashlib
 import json
-import os
 import subprocess
 import sys
 

@@ -5,10 +5,8 @@ the class lands in submitted/ as nbgrader's collect leaves it, among them
 submissions that try to cheat or break the batch. Grading is parallel, its
 scores equal grading one by one, and nobody gains anything by cheating.
 """
-import copy
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -19,7 +17,6 @@ from nbgrader.api import Gradebook
 
 from grader.gradebook import roundtrip
 from grader.gradebook.batch import grade_assignment
-from grader.gradebook.course import Course
 from grader.gradebook.inject import gradebook_scores, write_results
 from grader.gradebook.report import write_report
 from samples.make_samples import solution_answers
@@ -52,7 +49,7 @@ def place(course, student, content) -> str:
     with open(os.path.join(folder, "timestamp.txt"), "w") as f:
         f.write("2026-11-29 12:00:00.000000 UTC")
     path = os.path.join(folder, f"{A}.ipynb")
-    with open(path, "w" if isinstance(content, str) else "w") as f:
+    with open(path, "w") as f:
         f.write(content if isinstance(content, str) else json.dumps(content))
     return path
 

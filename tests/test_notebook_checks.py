@@ -1,7 +1,6 @@
 """check("task") in a real Jupyter kernel: the code defined in the kernel is
 checked (functions in __main__ reach the ranks by value), ✓/✗ lines are
 printed, and a failure raises AssertionError so nbgrader counts it."""
-import json
 import os
 
 import nbformat

@@ -17,7 +17,6 @@ import signal
 import sys
 import threading
 import time
-import traceback
 from dataclasses import dataclass
 from datetime import timedelta
 

@@ -61,7 +61,7 @@ def check_static(shown: str, cmd: list[str], script: str, nproc: int, nnodes: in
         if got is None or str(got) != str(value):
             raise CheckFailed(f"{call} = {cmd!r}: expected --{name}={value}, got "
                               + ("none" if got is None else f"--{name}={got}")
-                              + (f" (are nproc_per_node and nnodes swapped?)" if name in ("nproc-per-node", "nnodes")
+                              + (" (are nproc_per_node and nnodes swapped?)" if name in ("nproc-per-node", "nnodes")
                                  and str(got) in (str(nproc), str(nnodes)) else ""))
 
     expect("nproc-per-node", nproc)
