@@ -40,6 +40,7 @@ def write_report(course: Course, assignment: str, out_dir: str | None = None) ->
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
 
     out_dir = out_dir or os.path.join(course.root, "reports")
     os.makedirs(out_dir, exist_ok=True)
@@ -56,11 +57,15 @@ def write_report(course: Course, assignment: str, out_dir: str | None = None) ->
 
     failing = sorted((r for r in rows if r["graded"] and r["passed"] < r["graded"]),
                      key=lambda r: r["graded"] - r["passed"])
-    fig, ax = plt.subplots(figsize=(9, 0.45 * max(len(failing), 2) + 1.2))
-    labels = [f"{r['task']}: {r['check']}" for r in failing]
-    ax.barh(labels, [r["graded"] - r["passed"] for r in failing], color="tab:red")
-    ax.set_xlabel("students failing this check")
-    ax.set_title(f"{assignment}: the mistakes the class makes most ({len(results)} submissions)")
+    fig, ax = plt.subplots(figsize=(13, 0.5 * max(len(failing), 2) + 1.4))
+    counts = [r["graded"] - r["passed"] for r in failing]
+    ax.barh([f"{r['task']}: {r['check']}" for r in failing], counts, color="tab:red", alpha=0.3)
+    for y, (row, count) in enumerate(zip(failing, counts)):
+        mistake = row["top_failures"][0][0] if row["top_failures"] and not row["hidden"] else "(hidden check)"
+        ax.text(0.05, y, mistake if len(mistake) <= 90 else mistake[:87] + "...", va="center", fontsize=7)
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.set_xlabel(f"students failing the check (of {len(results)}), with its most frequent message")
+    ax.set_title(f"{assignment}: the mistakes the class makes most", loc="left")
     fig.tight_layout()
     png = os.path.join(out_dir, f"{assignment}.png")
     fig.savefig(png, dpi=100)
