@@ -60,7 +60,7 @@ def write_report(course: Course, assignment: str, out_dir: str | None = None) ->
     fig, ax = plt.subplots(figsize=(13, 0.5 * max(len(failing), 2) + 1.4))
     counts = [r["graded"] - r["passed"] for r in failing]
     ax.barh([f"{r['task']}: {r['check']}" for r in failing], counts, color="tab:red", alpha=0.3)
-    for y, (row, count) in enumerate(zip(failing, counts)):
+    for y, row in enumerate(failing):
         mistake = row["top_failures"][0][0] if row["top_failures"] and not row["hidden"] else "(hidden check)"
         ax.text(0.05, y, mistake if len(mistake) <= 90 else mistake[:87] + "...", va="center", fontsize=7)
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
