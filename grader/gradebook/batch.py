@@ -24,6 +24,7 @@ import time
 from tqdm import tqdm
 
 from grader.checks import run_checks
+from grader.engine.launcher import kill_tree
 from grader.exercises import get_exercise
 from grader.gradebook.course import Course
 from grader.gradebook.snapshot import Snapshot
@@ -195,10 +196,7 @@ def _run_workers(items, assignment, out_dir, jobs, timeout, world_size, progress
     def stop(proc):
         selector.unregister(proc.stdout)
         del workers[proc]
-        try:
-            os.killpg(proc.pid, 9)
-        except OSError:
-            pass
+        kill_tree(proc.pid)  # the worker, its forkserver and any rank still running
         proc.wait(timeout=10)
 
     for _ in range(min(jobs, len(queue))):
