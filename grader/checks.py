@@ -82,6 +82,14 @@ class CheckResult:
     notes: list[str] = field(default_factory=list)
     seconds: float = 0.0
 
+    def lines(self) -> list[str]:
+        """The plain-text verdict: a ✓/✗ line, the message under a ✗, a skip note under a ✓."""
+        mark = "✓" if self.passed else "✗"
+        out = [f"{mark} {self.task}: {self.name} ({self.points:g}/{self.max_points:g})"]
+        if not self.passed:
+            out += ["    " + line for line in self.message.splitlines()]
+        return out + ["    " + note for note in self.notes if note.startswith("skipped")]
+
 
 class Exercise:
     def __init__(self, exercise_id: str, tasks: list[str], title: str = ""):
@@ -227,14 +235,7 @@ class Report:
     def to_json(self) -> dict:
         keys = ("name", "task", "passed", "points", "max_points", "message", "hidden", "notes")
         return {"exercise": self.exercise, "score": self.score, "max_score": self.max_score,
-                "checks": [{k: asdict(c)[k] for k in keys} for c in self.checks]}
+                "checks": [{k: v for k, v in asdict(c).items() if k in keys} for c in self.checks]}
 
     def lines(self) -> list[str]:
-        out = []
-        for c in self.checks:
-            mark = "✓" if c.passed else "✗"
-            out.append(f"{mark} {c.task}: {c.name} ({c.points:g}/{c.max_points:g})")
-            if not c.passed:
-                out += ["    " + line for line in c.message.splitlines()]
-            out += ["    " + note for note in c.notes if note.startswith("skipped")]
-        return out
+        return [line for c in self.checks for line in c.lines()]

@@ -32,7 +32,7 @@ def _check(args) -> int:
     except (SubmissionError, UnknownExercise, ValueError) as exc:
         print(f"error: {exc.args[0] if exc.args else exc}", file=sys.stderr)
         return 2
-    stream = None if args.json else (lambda r: print("\n".join(_lines(r)), flush=True))
+    stream = None if args.json else (lambda r: print("\n".join(r.lines()), flush=True))
     report = run_checks(exercise, submission, task=args.task, world_size=args.world_size,
                         timeout=args.timeout, on_result=stream)
     if args.json:
@@ -41,11 +41,6 @@ def _check(args) -> int:
         print(f"score: {report.score:g}/{report.max_score:g}")
     return 0 if report.passed else 1
 
-
-def _lines(result):
-    from grader.checks import Report
-
-    return Report("", [result]).lines()
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -228,15 +228,6 @@ def _in_kernel() -> bool:
 
 # --- showing the results ------------------------------------------------------------------
 
-def result_lines(result: CheckResult) -> list[str]:
-    """The plain-text verdict of one check (the same lines as Report.lines())."""
-    mark = "✓" if result.passed else "✗"
-    lines = [f"{mark} {result.task}: {result.name} ({result.points:g}/{result.max_points:g})"]
-    if not result.passed:
-        lines += ["    " + line for line in result.message.splitlines()]
-    return lines
-
-
 def rank_outputs(result: TaskResult) -> list[tuple[str, str]]:
     """(label, text) for every rank that printed something during the check."""
     runs = [run for run in getattr(result, "outputs", []) if any(o.strip() for o in run)]
@@ -286,7 +277,7 @@ class _View:
 
     # plain text: the ✓/✗ lines, then indented rank output
     def _text_of(self, result: TaskResult) -> list[str]:
-        lines = result_lines(result)
+        lines = result.lines()
         for label, text in rank_outputs(result):
             out = text.splitlines()
             if len(out) > 2 * SHOWN_OUTPUT_LINES:
@@ -326,7 +317,7 @@ class _View:
 
     @staticmethod
     def _html_of(result: TaskResult) -> str:
-        head = html.escape(result_lines(result)[0])
+        head = html.escape(result.lines()[0])
         color = "var(--jp-success-color1,#2e7d32)" if result.passed else "var(--jp-error-color1,#c62828)"
         parts = [f'<div class="grader-{"pass" if result.passed else "fail"}" style="color:{color}">{head}</div>']
         if not result.passed:

@@ -25,6 +25,7 @@ from nbgrader.preprocessors import (AssignLatePenalties, CheckCellMetadata, Igno
                                     NbGraderPreprocessor, SaveAutoGrades)
 from traitlets import Unicode
 
+from grader.checks import CheckResult
 from grader.gradebook.course import Course
 
 
@@ -32,13 +33,11 @@ def task_lines(checks: list[dict]) -> list[str]:
     """The ✓/✗ lines of one task; a hidden check shows only its verdict."""
     lines = []
     for c in checks:
-        mark = "✓" if c["passed"] else "✗"
         if c.get("hidden"):
+            mark = "✓" if c["passed"] else "✗"
             lines.append(f"{mark} hidden check of {c['task']} ({c['points']:g}/{c['max_points']:g})")
             continue
-        lines.append(f"{mark} {c['task']}: {c['name']} ({c['points']:g}/{c['max_points']:g})")
-        if not c["passed"]:
-            lines += ["    " + line for line in c["message"].splitlines()]
+        lines += CheckResult(**c).lines()
     return lines
 
 

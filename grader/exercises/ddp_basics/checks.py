@@ -243,12 +243,16 @@ def _train(g):
     return results, expected_params, expected_losses
 
 
+def _require_set_epoch(rank: int, sampler_epoch: int) -> None:
+    if sampler_epoch != EPOCHS - 1:
+        raise CheckFailed(f"rank {rank}: after epoch {EPOCHS - 1} the sampler's epoch is {sampler_epoch}: "
+                          "call loader.sampler.set_epoch(epoch), or every epoch repeats the same order")
+
+
 def _check_training(g):
     results, expected_params, _ = _train(g)
     for rank, (params, _, sampler_epoch) in enumerate(results):
-        if sampler_epoch != EPOCHS - 1:
-            raise CheckFailed(f"after epoch {EPOCHS - 1} the sampler's epoch is {sampler_epoch}: call "
-                              "loader.sampler.set_epoch(epoch) first, or every epoch repeats the same order")
+        _require_set_epoch(rank, sampler_epoch)
         assert_close(params, expected_params, f"rank {rank}'s parameters after {EPOCHS} epochs",
                      "one optimizer step per batch: zero_grad, forward, loss, backward, step, with the "
                      "batches moved to the device")
@@ -257,9 +261,7 @@ def _check_training(g):
 @check("train_one_epoch", points=1)
 def train_calls_set_epoch(g):
     for rank, (_, _, sampler_epoch) in enumerate(g.run(_in_rank_train)):
-        if sampler_epoch != EPOCHS - 1:
-            raise CheckFailed(f"rank {rank}: after epoch {EPOCHS - 1} the sampler's epoch is {sampler_epoch}: "
-                              "call loader.sampler.set_epoch(epoch), or every epoch repeats the same order")
+        _require_set_epoch(rank, sampler_epoch)
 
 
 @check("train_one_epoch", points=3)
