@@ -24,11 +24,17 @@ from dataclasses import asdict, dataclass, field
 from typing import Callable
 
 from grader.engine import RunResult, run_distributed
+from grader.engine.plan import HardwarePlan, current_plan
 from grader.submission import LoadReport, Submission
 
 
 class CheckFailed(AssertionError):
     """A check's verdict: the message names the likely mistake."""
+
+
+class CheckSkipped(Exception):
+    """The check cannot run on this hardware (the message says why). It pays its
+    points only when every other check of its task passes; then the report says so."""
 
 
 class MissingTask(Exception):
@@ -131,6 +137,10 @@ class Grading:
         self.notes: list[str] = []
         self.load_report: LoadReport | None = None
         self.load_failure: str | None = None
+
+    def plan(self, world_size: int | None = None) -> HardwarePlan:
+        """The hardware plan a run of this check gets (backend, device per rank)."""
+        return current_plan(world_size or self.world_size)
 
     def preflight(self) -> None:
         """Execute the answers once, alone, to learn what they define."""
