@@ -1,4 +1,4 @@
-"""Checks: named, point-weighted tests of one task, run against a submission.
+"""Checks: named, point-weighted tests of one task, and their results.
 
 An exercise module declares its checks:
 
@@ -13,19 +13,14 @@ An exercise module declares its checks:
     def _wrapped_params(ctx, student):           # runs in every rank
         model = student.task("wrap_model")(...)
 
-`g.run` is the one seam between checks and the student's code: it loads the
-submission inside each rank and turns a crash, hang or missing task into a
-CheckFailed whose message says what went wrong and where.
+`g` is a grader.grading.Grading: `g.run` is the one seam between checks and
+the student's code. grader.runner.run_checks runs the checks (the CLI, the
+notebook, `make grade` and the progress view all use it).
 """
 from __future__ import annotations
 
-import time
 from dataclasses import asdict, dataclass, field
 from typing import Callable
-
-from grader.engine import RunResult, run_distributed
-from grader.engine.plan import HardwarePlan, current_plan
-from grader.submission import LoadReport, Submission
 
 
 class CheckFailed(AssertionError):
@@ -37,34 +32,6 @@ class CheckSkipped(Exception):
     points only when every other check of its task passes; then the report says so."""
 
 
-class MissingTask(Exception):
-    pass
-
-
-class Student:
-    """The student's definitions inside a rank."""
-
-    def __init__(self, namespace, report: LoadReport):
-        self._ns = namespace
-        self.report = report
-
-    def task(self, name: str):
-        try:
-            return getattr(self._ns, name)
-        except AttributeError:
-            hint = ("; while loading your answers: " + "; ".join(self.report.problems)) if self.report.problems else ""
-            raise MissingTask(f"`{name}` is not defined in your answers{hint}") from None
-
-
-def _call_with_student(ctx, submission: Submission, fn: Callable, args: tuple):
-    namespace, report = submission.load()
-    return fn(ctx, Student(namespace, report), *args)
-
-
-def _load_only(ctx, submission: Submission) -> dict:
-    return vars(submission.load()[1])
-
-
 @dataclass
 class Check:
     name: str
@@ -73,7 +40,6 @@ class Check:
     fn: Callable
     hidden: bool = False
     world_size: int | None = None  # None: the grader's world size
-    doc: str = ""
 
 
 @dataclass
@@ -87,6 +53,11 @@ class CheckResult:
     hidden: bool = False
     notes: list[str] = field(default_factory=list)
     seconds: float = 0.0
+    plan: str = ""  # the hardware plan its runs used, e.g. "2 ranks, gloo on CPU (no GPU visible)"
+    skipped: bool = False  # could not run on this hardware (credited only beside a fully passing task)
+    tampered: bool = False  # the submission changed the grader while this check ran
+    hung: bool = False  # a run of this check did not finish in time
+    outputs: list[list[str]] = field(default_factory=list)  # what each rank printed, per run (if kept)
 
     def lines(self) -> list[str]:
         """The plain-text verdict: a ✓/✗ line, the message under a ✗, a skip note under a ✓."""
@@ -98,18 +69,32 @@ class CheckResult:
 
 
 class Exercise:
-    def __init__(self, exercise_id: str, tasks: list[str], title: str = ""):
+    """One exercise: its tasks, its checks, and how the tools treat it.
+
+    side_by_side: the checks of one task may run at once in the notebook (their ranks
+    mostly wait); False for checks that are CPU-heavy themselves (real torchrun agents).
+    judged_by_bench: `make bench` holds its warm check time to about a second.
+    """
+
+    def __init__(self, exercise_id: str, tasks: list[str], side_by_side: bool = True,
+                 judged_by_bench: bool = True):
         self.id = exercise_id
         self.tasks = list(tasks)
-        self.title = title
+        self.side_by_side = side_by_side
+        self.judged_by_bench = judged_by_bench
         self.checks: list[Check] = []
+
+    @property
+    def notebook(self) -> str:
+        """The solution notebook, relative to the course root (nbgrader's source/<id>/<id>.ipynb)."""
+        return f"solutions/{self.id}/{self.id}.ipynb"
 
     def check(self, task: str, points: float = 1, hidden: bool = False, world_size: int | None = None):
         if task not in self.tasks:
             raise ValueError(f"{task!r} is not a task of {self.id}")
 
         def register(fn):
-            self.checks.append(Check(fn.__name__, task, points, fn, hidden, world_size, (fn.__doc__ or "").strip()))
+            self.checks.append(Check(fn.__name__, task, points, fn, hidden, world_size))
             return fn
 
         return register
@@ -120,109 +105,12 @@ class Exercise:
         return [c for c in self.checks
                 if (task is None or c.task == task) and (hidden is None or c.hidden == hidden)]
 
+    def points_of(self, task: str, hidden: bool | None = None) -> float:
+        return sum(c.points for c in self.checks_for(task, hidden))
+
     @property
     def max_score(self) -> float:
         return sum(c.points for c in self.checks)
-
-
-class Grading:
-    """What a check function gets: the submission and how to run it."""
-
-    def __init__(self, submission: Submission, world_size: int = 2, timeout: float = 30.0,
-                 backend: str | None = None):
-        self.submission = submission
-        self.world_size = world_size
-        self.timeout = timeout
-        self.backend = backend
-        self.notes: list[str] = []
-        self.load_report: LoadReport | None = None
-        self.load_failure: str | None = None
-
-    def plan(self, world_size: int | None = None) -> HardwarePlan:
-        """The hardware plan a run of this check gets (backend, device per rank)."""
-        return current_plan(world_size or self.world_size)
-
-    def preflight(self) -> None:
-        """Execute the answers once, alone, to learn what they define."""
-        result = run_distributed(_load_only, 1, (self.submission,), timeout=self.timeout, init_group=False,
-                                 backend="gloo", trusted=False)
-        if result.ok:
-            self.load_report = LoadReport(**result.ranks[0].value)
-        else:
-            self.load_failure = "loading your answers failed: " + result.failure().replace("rank 0 ", "it ", 1)
-
-    def run_raw(self, fn: Callable, *args, world_size: int | None = None, timeout: float | None = None,
-                init_group: bool = True) -> RunResult:
-        result = run_distributed(_call_with_student, world_size or self.world_size, (self.submission, fn, args),
-                                 timeout=timeout or self.timeout, backend=self.backend, init_group=init_group,
-                                 trusted=False)
-        self.notes += result.notes
-        return result
-
-    def run(self, fn: Callable, *args, world_size: int | None = None, timeout: float | None = None,
-            init_group: bool = True, hint: str = "") -> list:
-        """Run fn(ctx, student, *args) on every rank; a failure becomes a CheckFailed."""
-        result = self.run_raw(fn, *args, world_size=world_size, timeout=timeout, init_group=init_group)
-        if not result.ok:
-            raise CheckFailed(describe_failure(result, hint))
-        return [r.value for r in result.ranks]
-
-
-def describe_failure(result: RunResult, hint: str = "") -> str:
-    errors = [r.error for r in result.ranks if r.status == "error" and r.error]
-    if errors and errors[0]["type"] == "MissingTask":
-        return errors[0]["message"]
-    if errors and errors[0]["type"] == "CheckFailed":
-        return errors[0]["message"]
-    if errors and errors[0]["type"] == "NotImplementedError":
-        where = errors[0]["student_frames"][-1] if errors[0]["student_frames"] else ""
-        return "not implemented yet: your code raises NotImplementedError" + (f" ({where})" if where else "")
-    text = result.failure()
-    if any(r.status == "hung" for r in result.ranks):
-        text = "the run did not finish in time (a deadlock: ranks waiting in different collectives, or a " \
-               "collective only some ranks call?)\n" + text
-    return f"{hint}\n{text}" if hint else text
-
-
-def run_checks(exercise: Exercise, submission: Submission, task: str | None = None, hidden: bool | None = None,
-               world_size: int = 2, timeout: float = 30.0, backend: str | None = None,
-               on_result: Callable[[CheckResult], None] | None = None) -> "Report":
-    """Run the selected checks; a missing or crashing task fails its own checks only."""
-    grading = Grading(submission, world_size, timeout, backend)
-    grading.preflight()
-    results = []
-    for check in exercise.checks_for(task, hidden):
-        results.append(_run_one(check, grading))
-        if on_result:
-            on_result(results[-1])
-    return Report(exercise.id, results)
-
-
-def _run_one(check: Check, grading: Grading) -> CheckResult:
-    start = time.monotonic()
-    grading.notes = []
-    message, passed = "", False
-    if grading.load_failure:
-        message = grading.load_failure
-    elif check.task not in grading.load_report.defined:
-        message = f"`{check.task}` is not defined in your answers"
-        if grading.load_report.problems:
-            message += "; while loading them: " + "; ".join(grading.load_report.problems)
-    else:
-        try:
-            ws = check.world_size or grading.world_size
-            saved, grading.world_size = grading.world_size, ws
-            try:
-                check.fn(grading)
-            finally:
-                grading.world_size = saved
-            passed = True
-        except CheckFailed as exc:
-            message = str(exc)
-        except Exception as exc:  # a bug in a check must not pass or crash the batch
-            message = f"the check itself failed ({type(exc).__name__}: {exc}); please tell the instructor"
-    return CheckResult(check.name, check.task, passed, check.points if passed else 0, check.points, message,
-                       check.hidden, list(grading.notes), round(time.monotonic() - start, 3))
 
 
 @dataclass
@@ -242,10 +130,23 @@ class Report:
     def passed(self) -> bool:
         return all(c.passed for c in self.checks)
 
+    @property
+    def tampered(self) -> bool:
+        return any(c.tampered for c in self.checks)
+
     def to_json(self) -> dict:
-        keys = ("name", "task", "passed", "points", "max_points", "message", "hidden", "notes")
+        keys = ("name", "task", "passed", "points", "max_points", "message", "hidden", "notes", "plan",
+                "skipped", "tampered")
         return {"exercise": self.exercise, "score": self.score, "max_score": self.max_score,
                 "checks": [{k: v for k, v in asdict(c).items() if k in keys} for c in self.checks]}
 
     def lines(self) -> list[str]:
         return [line for c in self.checks for line in c.lines()]
+
+
+# The runner and the seam, importable from here as before.
+from grader.grading import Grading, MissingTask, Student, describe_failure  # noqa: E402
+from grader.runner import run_checks  # noqa: E402
+
+__all__ = ["CheckFailed", "CheckSkipped", "Check", "CheckResult", "Exercise", "Report", "Grading", "Student",
+           "MissingTask", "describe_failure", "run_checks"]

@@ -24,6 +24,8 @@ import sys
 import time
 from dataclasses import asdict, dataclass, field
 
+from grader import cells
+from grader.digest import grader_digest
 from grader.exercises import MODULES, get_exercise
 
 LEGEND = "✓ passes   ✗ fails (run its check cell to see why)   · not started"
@@ -118,34 +120,10 @@ def pick_notebook(paths: list[str]) -> str | None:
 # --- reading answers -----------------------------------------------------------------
 
 def _answer_cells(path: str) -> dict[str, dict]:
-    with open(path, encoding="utf-8") as f:
-        nb = json.load(f)
-    cells = {}
-    for cell in nb.get("cells", []):
-        meta = cell.get("metadata", {}).get("nbgrader", {})
-        grade_id = meta.get("grade_id", "")
-        if cell.get("cell_type") == "code" and meta.get("solution") and not meta.get("grade") \
-                and grade_id.endswith("_answer"):
-            cells[grade_id[: -len("_answer")]] = cell
-    return cells
+    return cells.answer_cells(cells.read_cells(path))
 
 
-def _source(cell: dict) -> str:
-    source = cell.get("source", "")
-    return "".join(source) if isinstance(source, list) else str(source)
-
-
-def untouched(cell: dict) -> bool:
-    """The answer cell still holds the released stub: nbgrader's checksum of it is unchanged."""
-    meta = cell.get("metadata", {}).get("nbgrader", {})
-    if "checksum" not in meta:
-        return False  # no release checksum (a solution notebook): count it as an answer
-    m = hashlib.md5()
-    # nbgrader.utils.compute_checksum for an answer cell (solution, not graded, not locked), without
-    # importing nbgrader (seconds): source, type, is_grade, is_solution, is_locked, grade_id.
-    for part in (_source(cell), "code", "False", "True", "False", meta["grade_id"]):
-        m.update(part.encode("utf-8"))
-    return m.hexdigest() == meta["checksum"]
+untouched = cells.untouched
 
 
 def _answers_changed(path: str) -> bool:
@@ -156,17 +134,6 @@ def _answers_changed(path: str) -> bool:
 
 
 # --- grading, with a cache --------------------------------------------------------------
-
-def _checks_fingerprint(assignment: str) -> str:
-    """Changes when the exercise's checks change (any .py file of its package)."""
-    package = os.path.dirname(sys.modules[MODULES[assignment]].__file__)
-    m = hashlib.sha256()
-    for name in sorted(os.listdir(package)):
-        if name.endswith(".py"):
-            with open(os.path.join(package, name), "rb") as f:
-                m.update(name.encode() + f.read())
-    return m.hexdigest()
-
 
 def _cache_path() -> str:
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
@@ -198,7 +165,7 @@ def _save_cache(cache: dict) -> None:
 def assignment_progress(assignment: str, path: str | None, cache: dict | None = None,
                         timeout: float = 30.0, world_size: int = 2) -> AssignmentProgress:
     """Grade the visible checks of the started tasks of one saved notebook."""
-    from grader.notebook import run_task_checks  # heavy (torch): only when something is graded
+    from grader.runner import SIDE_BY_SIDE, run_checks  # heavy (torch): only when something is graded
     from grader.submission import SubmissionError, read_notebook
 
     exercise = get_exercise(assignment)
@@ -212,14 +179,14 @@ def assignment_progress(assignment: str, path: str | None, cache: dict | None = 
         progress.problem = f"cannot read the notebook: {exc}"
         return progress
     started = [t for t in exercise.tasks if t in answers and not untouched(answers[t])]
-    key = hashlib.sha256(json.dumps([assignment, _checks_fingerprint(assignment), world_size,
+    key = hashlib.sha256(json.dumps([assignment, grader_digest(assignment), world_size,
                                      [c.source for c in submission.cells], started]).encode()).hexdigest()
     if cache is not None and key in cache:
         progress.tasks = [TaskProgress(**t) for t in cache[key]["tasks"]]
         progress.cached = True
         return progress
-    checks = [c for t in started for c in exercise.checks_for(t, hidden=False)]
-    results = run_task_checks(exercise, submission, checks, world_size, timeout) if checks else []
+    results = run_checks(exercise, submission, tasks=started, hidden=False, world_size=world_size,
+                         timeout=timeout, side_by_side=SIDE_BY_SIDE).checks if started else []
     for task in exercise.tasks:
         mine = [r for r in results if r.task == task]
         visible = exercise.checks_for(task, hidden=False)
@@ -318,7 +285,7 @@ class _ProgressView:
 
 def show_progress(root: str | None = None, assignments: list[str] | None = None, timeout: float = 30.0) -> None:
     """The progress table, in a notebook cell (or printed outside one). Save your notebook first."""
-    from grader.notebook import _captured_stderr, _in_kernel
+    from grader.notebook_view import captured_stderr, in_kernel
 
     if root is None and GRADED_COPY & set(os.path.abspath(os.getcwd()).split(os.sep)):
         print("(the progress overview is for the student's own copy; not run in a submitted or graded one)")
@@ -326,11 +293,11 @@ def show_progress(root: str | None = None, assignments: list[str] | None = None,
     root = os.path.abspath(root) if root else find_root(os.getcwd())
     chosen = assignments or list(MODULES)
     view = _ProgressView(root, len(chosen))
-    if _in_kernel():
+    if in_kernel():
         from IPython.display import display
 
         handle = display(view, display_id=True)
-        with _captured_stderr():  # nothing on stderr in a notebook cell
+        with captured_stderr():  # nothing on stderr in a notebook cell
             view.rows = course_progress(root, chosen, timeout=timeout,
                                         on_assignment=lambda row: handle.update(view))
         view.done = True

@@ -26,6 +26,8 @@ from dataclasses import dataclass, field
 
 import cloudpickle
 
+from grader import cells as cells_
+
 
 class SubmissionError(Exception):
     """The submission cannot be read at all (CLI exit code 2)."""
@@ -54,19 +56,20 @@ def _strip_magics(source: str) -> str:
 
 
 class Submission:
-    label: str = "submission"
-
     def load(self) -> tuple[types.SimpleNamespace, LoadReport]:
         raise NotImplementedError
+
+    def known_definitions(self) -> LoadReport | None:
+        """What the answers define, when that is known without running them."""
+        return None
 
     def register_sources(self) -> None:
         """Make the answer sources visible to linecache (for tracebacks)."""
 
 
 class SourceSubmission(Submission):
-    def __init__(self, cells: list[Cell], label: str):
+    def __init__(self, cells: list[Cell]):
         self.cells = cells
-        self.label = label
 
     def register_sources(self) -> None:
         for cell in self.cells:
@@ -124,12 +127,13 @@ def _kernel_dumps(obj) -> bytes:
 class PickledSubmission(Submission):
     """Objects taken from a live kernel, serialized by value."""
 
-    def __init__(self, blobs: dict[str, bytes], problems: list[str], label: str = "kernel",
-                 sources: dict[str, list[str]] | None = None):
+    def __init__(self, blobs: dict[str, bytes], problems: list[str], sources: dict[str, list[str]] | None = None):
         self.blobs = blobs
         self.problems = problems
-        self.label = label
         self.sources = sources or {}
+
+    def known_definitions(self) -> LoadReport:
+        return LoadReport(list(self.blobs), list(self.problems))
 
     def register_sources(self) -> None:
         for name, lines in self.sources.items():
@@ -163,11 +167,6 @@ def from_namespace(namespace: dict, names: list[str]) -> PickledSubmission:
     return PickledSubmission(blobs, problems, sources=sources)
 
 
-def _is_answer_cell(cell: dict) -> bool:
-    meta = cell.get("metadata", {}).get("nbgrader", {})
-    return cell.get("cell_type") == "code" and bool(meta.get("solution")) and not meta.get("grade")
-
-
 def read_notebook(path: str) -> SourceSubmission:
     try:
         with open(path, "rb") as f:
@@ -180,14 +179,12 @@ def read_notebook(path: str) -> SourceSubmission:
         raise SubmissionError(f"{path} is not a notebook: it has no list of cells")
     answers = []
     for index, cell in enumerate(cells, start=1):
-        if isinstance(cell, dict) and _is_answer_cell(cell):
-            source = cell.get("source", "")
-            source = "".join(source) if isinstance(source, list) else str(source)
-            answers.append(Cell(f"<cell {index}>", source))
+        if isinstance(cell, dict) and cells_.is_answer_cell(cell):
+            answers.append(Cell(f"<cell {index}>", cells_.source(cell)))
     if not answers:
         raise SubmissionError(f"{path} has no answer cells (code cells marked as nbgrader solutions); "
                               "is it the notebook of this exercise, with its cells intact?")
-    return SourceSubmission(answers, os.path.basename(path))
+    return SourceSubmission(answers)
 
 
 def read_python_file(path: str) -> SourceSubmission:
@@ -200,7 +197,7 @@ def read_python_file(path: str) -> SourceSubmission:
         compile(source, path, "exec")
     except SyntaxError as exc:
         raise SubmissionError(f"{path} has a syntax error at line {exc.lineno}: {exc.msg}") from None
-    return SourceSubmission([Cell(os.path.abspath(path), source)], os.path.basename(path))
+    return SourceSubmission([Cell(os.path.abspath(path), source)])
 
 
 def read_submission(path: str) -> SourceSubmission:

@@ -1,12 +1,19 @@
 """The multi-process engine: real torch.distributed runs, bounded and clean.
 
-- launcher.py: the parent side (run_distributed, RunResult)
-- worker.py:   the child side (one process per rank, DistContext)
-- preload.py:  what the forkserver imports once
-- stacks.py:   tracebacks and hung stacks, the student's frames first
+- plan.py:      the hardware plan of a run (nccl with one GPU per rank, else gloo on CPU)
+- launcher.py:  the parent side: run_distributed, start, collect, release
+- processes.py: the forkserver, ports, kill_tree, rank output files
+- results.py:   RankReport and RunResult
+- worker.py:    the child side (one process per rank, DistContext)
+- integrity.py: inside a rank, notice student code that replaces the grader's objects
+- preload.py:   what the forkserver imports once
+- stacks.py:    tracebacks and hung stacks, the student's frames first
 """
-from grader.engine.launcher import RankReport, RunFailed, RunResult, default_backend, free_port, run_distributed, warm_up
+from grader.engine.launcher import run_distributed
+from grader.engine.plan import HardwarePlan, current_plan, plan_for
+from grader.engine.processes import free_port, kill_tree, warm_up
+from grader.engine.results import RankReport, RunFailed, RunResult
 from grader.engine.worker import DistContext
 
-__all__ = ["run_distributed", "RunResult", "RankReport", "RunFailed", "DistContext",
-           "default_backend", "free_port", "warm_up"]
+__all__ = ["run_distributed", "RunResult", "RankReport", "RunFailed", "DistContext", "HardwarePlan",
+           "plan_for", "current_plan", "free_port", "kill_tree", "warm_up"]

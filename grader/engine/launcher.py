@@ -17,199 +17,24 @@ notebook: it is serialized by value with cloudpickle.
 """
 from __future__ import annotations
 
-import multiprocessing
 import multiprocessing.connection
-from multiprocessing import popen_forkserver, spawn
 import os
 import shutil
 import signal
-import socket
 import tempfile
-import threading
 import time
-from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Callable
 
 import cloudpickle
-import psutil
 
 from grader.engine import stacks, worker
+from grader.engine.plan import HardwarePlan, current_plan
+from grader.engine.processes import RankProcess, forkserver_context, free_port, kill_tree, read_output
+from grader.engine.results import RankReport, RunResult, exit_meaning
 
 RELEASE_GRACE_S = 3.0  # how long a rank may take to exit after reporting
-STACK_WAIT_S = 1.0
-STARTUP_TIMEOUT_S = 180.0  # a cold forkserver on a busy 2-core machine  # how long a hung rank gets to write its stack
-OUTPUT_LIMIT = 32_000  # characters of a rank's output kept (head and tail)
-
-_context = None
-
-
-class _NoMainPopen(popen_forkserver.Popen):
-    """Start a rank without re-running the parent's __main__ in it.
-
-    multiprocessing normally re-imports __main__ in every child (a script, or
-    nothing useful in a notebook); our ranks receive everything they need by
-    value, so that step is only slow and surprising.
-    """
-
-    _lock = threading.Lock()  # runs may start from several threads (a notebook's checks run side by side)
-
-    def _launch(self, process_obj):
-        with self._lock:
-            original = spawn.get_preparation_data
-
-            def without_main(name):
-                data = original(name)
-                data.pop("init_main_from_path", None)
-                data.pop("init_main_from_name", None)
-                return data
-
-            spawn.get_preparation_data = without_main
-            try:
-                super()._launch(process_obj)
-            finally:
-                spawn.get_preparation_data = original
-
-
-def _forkserver():
-    global _context
-    if _context is None:
-        ctx = multiprocessing.get_context("forkserver")
-        ctx.set_forkserver_preload(["grader.engine.preload"])
-        _context = ctx
-    return _context
-
-
-class _RankProcess(multiprocessing.context.ForkServerProcess):
-    @staticmethod
-    def _Popen(process_obj):
-        return _NoMainPopen(process_obj)
-
-
-def warm_up() -> None:
-    """Start the forkserver now (about 3 s once per grader process)."""
-    from multiprocessing import forkserver
-
-    _forkserver()
-    forkserver.ensure_running()
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def default_backend(world_size: int) -> str:
-    """nccl with one GPU per rank when there are enough GPUs, else gloo."""
-    import torch
-
-    if torch.cuda.is_available() and torch.cuda.device_count() >= world_size:
-        return "nccl"
-    return "gloo"
-
-
-@dataclass
-class RankReport:
-    """What one rank did. status: ok | error | hung | exited | stopped."""
-
-    rank: int
-    status: str = "pending"
-    value: Any = None
-    error: dict | None = None
-    exitcode: int | None = None
-    stack: str = ""
-    output: str = ""
-
-    def describe(self) -> str:
-        if self.status == "error":
-            return f"rank {self.rank} raised " + stacks.format_exception(self.error)
-        if self.status == "hung":
-            return f"rank {self.rank} hung: " + stacks.summarize_stack(self.stack)
-        if self.status == "exited":
-            text = f"rank {self.rank} exited with {_exit_meaning(self.exitcode)} before returning a result"
-            if self.exitcode == -signal.SIGABRT:
-                text += (" (gloo aborts a process when ranks call different collectives, or send tensors of "
-                         "different sizes: do all ranks make the same collective calls in the same order?)")
-            tail = [line for line in self.output.strip().splitlines() if line.strip()][-5:]
-            return text + ("\nits last output:\n" + "\n".join("  " + line for line in tail) if tail else "")
-        if self.status == "stopped":
-            return f"rank {self.rank} was stopped because another rank failed"
-        return f"rank {self.rank}: {self.status}"
-
-
-def _exit_meaning(code: int | None) -> str:
-    if code is None:
-        return "no exit code"
-    if code < 0:
-        try:
-            return f"signal {signal.Signals(-code).name}"
-        except ValueError:
-            return f"signal {-code}"
-    return f"code {code} (did the code call sys.exit or os._exit?)"
-
-
-@dataclass
-class RunResult:
-    ranks: list[RankReport]
-    backend: str
-    seconds: float
-    notes: list[str] = field(default_factory=list)
-
-    @property
-    def ok(self) -> bool:
-        return all(r.status == "ok" for r in self.ranks)
-
-    @property
-    def values(self) -> list:
-        if not self.ok:
-            raise RunFailed(self)
-        return [r.value for r in self.ranks]
-
-    def failure(self) -> str:
-        """The first real failure (a crash or hang, not a rank stopped by it)."""
-        bad = [r for r in self.ranks if r.status not in ("ok", "stopped")]
-        return "\n\n".join(r.describe() for r in bad) or "no failure"
-
-
-class RunFailed(RuntimeError):
-    def __init__(self, result: RunResult):
-        self.result = result
-        super().__init__(result.failure())
-
-
-def _read_output(path: str) -> str:
-    try:
-        size = os.path.getsize(path)
-        with open(path, "rb") as f:
-            if size <= OUTPUT_LIMIT:
-                data = f.read().decode("utf-8", "replace")
-            else:
-                half = OUTPUT_LIMIT // 2
-                head = f.read(half).decode("utf-8", "replace")
-                f.seek(size - half)
-                tail = f.read().decode("utf-8", "replace")
-                data = f"{head}\n... [{size - OUTPUT_LIMIT} bytes of output left out] ...\n{tail}"
-    except OSError:
-        return ""
-    return data
-
-
-def kill_tree(pid: int) -> None:
-    """SIGKILL a rank, its process group and every descendant."""
-    try:
-        procs = psutil.Process(pid).children(recursive=True)
-    except psutil.Error:
-        procs = []
-    for sig_target in (lambda: os.killpg(pid, signal.SIGKILL), lambda: os.kill(pid, signal.SIGKILL)):
-        try:
-            sig_target()
-        except (ProcessLookupError, PermissionError, OSError):
-            pass
-    for p in procs:
-        try:
-            p.kill()
-        except psutil.Error:
-            pass
+STACK_WAIT_S = 1.0  # how long a hung rank gets to write its stack
+STARTUP_TIMEOUT_S = 180.0  # a cold forkserver on a busy 2-core machine
 
 
 def run_distributed(
@@ -219,7 +44,7 @@ def run_distributed(
     kwargs: dict | None = None,
     *,
     timeout: float = 30.0,
-    backend: str | None = None,
+    plan: HardwarePlan | None = None,
     init_group: bool = True,
     port_retries: int = 2,
     trusted: bool = True,
@@ -233,7 +58,12 @@ def run_distributed(
 
     trusted=False when the ranks run untrusted (student) code: their results
     are then loaded like torch.load(weights_only=True) (tensors, numbers,
-    strings, containers), so a rank can send data but never code to run here.
+    strings, containers), so a rank can send data but never code to run here;
+    and student code is watched (integrity.Guard): a rank whose code replaced
+    part of the grader or torch reports a Tampered error instead of its value.
+
+    plan: the hardware plan (backend, device per rank); by default the one the
+    visible GPUs give this world size (grader.engine.plan).
     """
     if world_size < 1:
         raise ValueError(f"world_size must be at least 1, got {world_size}")
@@ -241,9 +71,11 @@ def run_distributed(
         payload = cloudpickle.dumps((fn, tuple(args), dict(kwargs or {})))
     except Exception as exc:
         raise TypeError(f"cannot send {getattr(fn, '__name__', fn)!r} and its arguments to the ranks: {exc}") from exc
-    backend = backend or default_backend(world_size)
+    plan = plan or current_plan(world_size)
+    if plan.world_size != world_size:
+        raise ValueError(f"the plan is for {plan.world_size} ranks, the run has {world_size}")
     for attempt in range(port_retries + 1):
-        result = _run_once(payload, world_size, backend, timeout, init_group, trusted)
+        result = _run_once(payload, plan, timeout, init_group, trusted)
         clash = any("address already in use" in str(r.error).lower() or "eaddrinuse" in str(r.error).lower()
                     for r in result.ranks if r.error)
         if not clash or attempt == port_retries:
@@ -251,9 +83,9 @@ def run_distributed(
     return result
 
 
-def _run_once(payload: bytes, world_size: int, backend: str, timeout: float, init_group: bool,
-              trusted: bool) -> RunResult:
-    ctx = _forkserver()
+def _run_once(payload: bytes, plan: HardwarePlan, timeout: float, init_group: bool, trusted: bool) -> RunResult:
+    world_size = plan.world_size
+    ctx = forkserver_context()
     rundir = tempfile.mkdtemp(prefix="grader-run-")
     workdir = os.path.join(rundir, "work")
     os.mkdir(workdir)
@@ -267,14 +99,15 @@ def _run_once(payload: bytes, world_size: int, backend: str, timeout: float, ini
         for rank in range(world_size):
             parent_end, child_end = ctx.Pipe(duplex=True)
             spec = worker.RankSpec(
-                rank=rank, world_size=world_size, backend=backend, init_group=init_group,
+                rank=rank, world_size=world_size, backend=plan.backend, device=plan.device(rank),
+                hide_gpus=plan.hides_gpus, guard=not trusted, init_group=init_group,
                 master_addr="127.0.0.1", master_port=port,
                 store_path=os.path.join(rundir, "store"), workdir=workdir,
                 output_path=os.path.join(rundir, f"rank{rank}.out"),
                 stack_path=os.path.join(rundir, f"rank{rank}.stack"),
                 payload=payload, timeout=timeout, launcher_pid=os.getpid(), threads=threads,
             )
-            proc = _RankProcess(target=worker.main, args=(spec, child_end), name=f"rank{rank}")
+            proc = RankProcess(target=worker.main, args=(spec, child_end), name=f"rank{rank}")
             proc.start()
             child_end.close()
             procs.append(proc)
@@ -291,11 +124,11 @@ def _run_once(payload: bytes, world_size: int, backend: str, timeout: float, ini
         for proc in procs:
             proc.join(timeout=5)
         for rank, report in enumerate(reports):
-            report.output = _read_output(os.path.join(rundir, f"rank{rank}.out"))
+            report.output = read_output(os.path.join(rundir, f"rank{rank}.out"))
         for conn in conns:
             conn.close()
         shutil.rmtree(rundir, ignore_errors=True)
-    return RunResult(reports, backend, time.monotonic() - started, notes)
+    return RunResult(reports, plan, time.monotonic() - started, notes)
 
 
 def _collect(reports, procs, conns, timeout, trusted) -> None:
@@ -398,5 +231,5 @@ def _release_and_reap(reports, procs, conns, notes, failed) -> None:
             notes.append(f"rank {r.rank} reported its result but did not exit within "
                          f"{RELEASE_GRACE_S:.0f} s; it was killed (teardown noise, not counted)")
         elif proc.exitcode != 0:
-            notes.append(f"rank {r.rank} reported its result, then ended with {_exit_meaning(proc.exitcode)} "
+            notes.append(f"rank {r.rank} reported its result, then ended with {exit_meaning(proc.exitcode)} "
                          "(teardown noise, not counted)")

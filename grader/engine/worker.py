@@ -10,6 +10,7 @@ thread join that never returns in ~ProcessGroupGloo) cannot touch a result.
 """
 from __future__ import annotations
 
+import dataclasses
 import faulthandler
 import io
 import os
@@ -22,7 +23,7 @@ from datetime import timedelta
 
 import cloudpickle
 
-from grader.engine import stacks
+from grader.engine import integrity, stacks
 
 
 @dataclass(frozen=True)
@@ -37,10 +38,7 @@ class DistContext:
     master_addr: str
     master_port: int
     workdir: str
-
-    @property
-    def is_main(self) -> bool:
-        return self.rank == 0
+    guard: "object" = None  # integrity.Guard in untrusted runs: the check runner verifies with it
 
 
 @dataclass(frozen=True)
@@ -50,6 +48,9 @@ class RankSpec:
     rank: int
     world_size: int
     backend: str
+    device: str  # "cuda:r" or "cpu", from the run's hardware plan
+    hide_gpus: bool  # fewer GPUs than ranks: the rank sees none (CUDA_VISIBLE_DEVICES="")
+    guard: bool  # untrusted code runs: watch it for tampering (integrity.Guard)
     init_group: bool
     master_addr: str
     master_port: int
@@ -133,6 +134,8 @@ def main(spec: RankSpec, conn) -> None:
     threading.Thread(target=_watch_launcher, args=(spec,), daemon=True).start()
     conn.send_bytes(encode(("started", None)))  # the launcher's timeout starts now
 
+    if spec.hide_gpus:  # before anything here touches CUDA: the student's `torch.cuda.is_available()` is then False
+        os.environ["CUDA_VISIBLE_DEVICES"] = ""
     os.environ.update(
         MASTER_ADDR=spec.master_addr,
         MASTER_PORT=str(spec.master_port),
@@ -148,11 +151,9 @@ def main(spec: RankSpec, conn) -> None:
     import torch.distributed as dist
 
     torch.set_num_threads(spec.threads)
-    if spec.backend == "nccl":
-        device = torch.device("cuda", spec.rank)
+    device = torch.device(spec.device)
+    if device.type == "cuda":
         torch.cuda.set_device(device)
-    else:
-        device = torch.device("cpu")
     ctx = DistContext(
         rank=spec.rank,
         local_rank=spec.rank,
@@ -163,23 +164,32 @@ def main(spec: RankSpec, conn) -> None:
         master_port=spec.master_port,
         workdir=spec.workdir,
     )
+    # Bound now, before student code runs: a later swap of these names changes nothing here.
+    send, describe, exit_now = conn.send_bytes, stacks.describe_exception, os._exit
+    guard = None
     try:
         if spec.init_group:
             _init_process_group(spec, torch, dist)
         fn, args, kwargs = cloudpickle.loads(spec.payload)
-        value = fn(ctx, *args, **kwargs)
+        if spec.guard:
+            guard = integrity.Guard()
+            ctx = dataclasses.replace(ctx, guard=guard)
+        try:
+            value = fn(ctx, *args, **kwargs)
+        finally:
+            if guard is not None:
+                guard.verify("while it was checked")
         try:
             message = encode(("ok", value))
         except Exception as exc:
-            message = encode(("error", stacks.describe_exception(
-                TypeError(f"the value returned by rank {spec.rank} could not be sent back: {exc}"))))
-    except BaseException as exc:  # SystemExit and KeyboardInterrupt too
-        message = encode(("error", stacks.describe_exception(exc)))
+            raise TypeError(f"the value returned by rank {spec.rank} could not be sent back: {exc}") from None
+    except BaseException as exc:  # SystemExit, KeyboardInterrupt and integrity.Tampered too
+        message = encode(("error", describe(exc)))
     try:
         sys.stdout.flush()
         sys.stderr.flush()
-        conn.send_bytes(message)
+        send(message)
         conn.recv()  # the release: every rank has reported (or the launcher gave up)
     except BaseException:
         pass
-    os._exit(0)
+    exit_now(0)

@@ -29,7 +29,7 @@ def grade_mutant(solution, old, new, task):
 def grade_one_check(source, check_name):
     """Only one check: a deadlocking mutant costs a full timeout per check."""
     exercise = get_exercise(EXERCISE)
-    only = Exercise(exercise.id, exercise.tasks, exercise.title)
+    only = Exercise(exercise.id, exercise.tasks)
     only.checks = [c for c in exercise.checks if c.name == check_name]
     assert only.checks, check_name
     with tempfile.TemporaryDirectory() as tmp:

@@ -23,7 +23,7 @@ EXERCISE = get_exercise(ID)
 
 def grade_checks(source: str, names: list[str]):
     """Grade `source` with only the named checks (hidden ones included)."""
-    subset = Exercise(ID, EXERCISE.tasks, EXERCISE.title)
+    subset = Exercise(ID, EXERCISE.tasks, side_by_side=False, judged_by_bench=False)
     subset.checks = [c for c in EXERCISE.checks if c.name in names]
     assert len(subset.checks) == len(names), f"unknown check among {names}"
     with tempfile.TemporaryDirectory() as tmp:

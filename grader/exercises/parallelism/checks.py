@@ -14,7 +14,6 @@ from grader.tolerances import assert_close
 EXERCISE = Exercise(
     "01_parallelism",
     tasks=["shard_indices", "average_gradients", "ring_all_reduce", "ColumnParallelLinear", "pipeline_step"],
-    title="Data vs model parallelism, by hand",
 )
 
 RING_TIMEOUT = 10.0  # a ring of a few hundred floats takes milliseconds; anything longer is a deadlock

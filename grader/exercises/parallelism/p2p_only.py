@@ -9,6 +9,7 @@ so that each message's peer and size are recorded on the way to the real call.
 from __future__ import annotations
 
 import contextlib
+import inspect
 import threading
 from dataclasses import dataclass, field
 
@@ -118,6 +119,7 @@ def point_to_point_only(task: str, student_fn):
         patch(dist, name, wrapper)
     # `from torch.distributed import all_reduce` in the answers binds the
     # original function in the answers' globals: replace it there too.
+    student_fn = inspect.unwrap(student_fn)  # the grader wraps a task to verify after each call
     answer_globals = getattr(student_fn, "__globals__", None)
     if answer_globals is None:  # a class: look at its methods' globals
         for value in vars(student_fn).values() if hasattr(student_fn, "__dict__") else ():

@@ -23,7 +23,6 @@ EXERCISE = Exercise(
     "03_syncbn_sharded",
     tasks=["convert_to_sync_bn", "global_batch_stats", "DistributedBatchNorm", "partition_parameters",
            "ShardedOptimizer", "save_sharded_checkpoint"],
-    title="SyncBatchNorm and sharded state",
 )
 check = EXERCISE.check
 

@@ -1,0 +1,90 @@
+"""What a run produced: one RankReport per rank, and the RunResult around them."""
+from __future__ import annotations
+
+import signal
+from dataclasses import dataclass, field
+from typing import Any
+
+from grader.engine import stacks
+from grader.engine.plan import HardwarePlan
+
+
+@dataclass
+class RankReport:
+    """What one rank did. status: ok | error | hung | exited | stopped."""
+
+    rank: int
+    status: str = "pending"
+    value: Any = None
+    error: dict | None = None
+    exitcode: int | None = None
+    stack: str = ""
+    output: str = ""
+
+    def describe(self) -> str:
+        if self.status == "error":
+            return f"rank {self.rank} raised " + stacks.format_exception(self.error)
+        if self.status == "hung":
+            return f"rank {self.rank} hung: " + stacks.summarize_stack(self.stack)
+        if self.status == "exited":
+            text = f"rank {self.rank} exited with {exit_meaning(self.exitcode)} before returning a result"
+            if self.exitcode == -signal.SIGABRT:
+                text += (" (gloo aborts a process when ranks call different collectives, or send tensors of "
+                         "different sizes: do all ranks make the same collective calls in the same order?)")
+            tail = [line for line in self.output.strip().splitlines() if line.strip()][-5:]
+            return text + ("\nits last output:\n" + "\n".join("  " + line for line in tail) if tail else "")
+        if self.status == "stopped":
+            return f"rank {self.rank} was stopped because another rank failed"
+        return f"rank {self.rank}: {self.status}"
+
+
+def exit_meaning(code: int | None) -> str:
+    if code is None:
+        return "no exit code"
+    if code < 0:
+        try:
+            return f"signal {signal.Signals(-code).name}"
+        except ValueError:
+            return f"signal {-code}"
+    return f"code {code} (did the code call sys.exit or os._exit?)"
+
+
+@dataclass
+class RunResult:
+    ranks: list[RankReport]
+    plan: HardwarePlan
+    seconds: float
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def backend(self) -> str:
+        return self.plan.backend
+
+    @property
+    def hung(self) -> bool:
+        return any(r.status == "hung" for r in self.ranks)
+
+    @property
+    def tampered(self) -> bool:
+        return any(r.error and r.error.get("type") == "Tampered" for r in self.ranks)
+
+    @property
+    def ok(self) -> bool:
+        return all(r.status == "ok" for r in self.ranks)
+
+    @property
+    def values(self) -> list:
+        if not self.ok:
+            raise RunFailed(self)
+        return [r.value for r in self.ranks]
+
+    def failure(self) -> str:
+        """The first real failure (a crash or hang, not a rank stopped by it)."""
+        bad = [r for r in self.ranks if r.status not in ("ok", "stopped")]
+        return "\n\n".join(r.describe() for r in bad) or "no failure"
+
+
+class RunFailed(RuntimeError):
+    def __init__(self, result: RunResult):
+        self.result = result
+        super().__init__(result.failure())

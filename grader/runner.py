@@ -1,0 +1,141 @@
+"""The one check runner: the CLI, the notebook, `make grade` and the progress view all call run_checks.
+
+    report = run_checks(get_exercise("02_ddp_basics"), read_submission("answers.ipynb"))
+    print("\\n".join(report.lines()), report.score)
+
+Rules it applies to every check, wherever it is run from:
+- a missing or crashing task fails its own checks only;
+- a check that could not run on this hardware (CheckSkipped) is credited only
+  when every other check of its task passes, and says so;
+- once a check of a task has hung, the task's later checks are reported as not
+  run because of that hang (the task costs one timeout, the stack shows once);
+- a submission that changed the grader while a check ran gets 0 for that check.
+
+side_by_side > 1 runs up to that many checks at once, in threads: a check's
+parent-side code (its single-process reference, seeded through torch's global
+RNG) holds a lock released only while it waits for its ranks, so references
+never interleave; only the multi-process runs overlap.
+"""
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from typing import Callable
+
+from grader.checks import Check, CheckFailed, CheckResult, CheckSkipped, Exercise, Report
+from grader.grading import Grading
+from grader.submission import Submission
+
+
+SIDE_BY_SIDE = 3  # checks of one task at once in a notebook: their ranks mostly wait (barriers, startup)
+
+
+def run_checks(exercise: Exercise, submission: Submission, task: str | None = None, hidden: bool | None = None,
+               world_size: int = 2, timeout: float = 30.0, on_result: Callable[[CheckResult], None] | None = None,
+               side_by_side: int = 1, keep_output: bool = False, tasks: list[str] | None = None) -> Report:
+    """Run the selected checks (one task, several `tasks`, or all); on_result sees each final
+    result, in the checks' order."""
+    if tasks is not None:
+        checks = [c for t in tasks for c in exercise.checks_for(t, hidden)]
+    else:
+        checks = exercise.checks_for(task, hidden)
+    load_report, load_failure, load_tampered = _definitions(submission, world_size, timeout)
+    parallel = max(1, min(len(checks), side_by_side if exercise.side_by_side else 1))
+    lock = threading.Lock() if parallel > 1 else None
+    hung_in: dict[str, str] = {}  # task -> the check whose run hung
+
+    def one(check: Check) -> CheckResult:
+        grading = Grading(submission, world_size, timeout, parent_lock=lock, keep_output=keep_output)
+        grading.load_report, grading.load_failure, grading.tampered = load_report, load_failure, load_tampered
+        with lock or contextlib.nullcontext():
+            result = _run_one(check, grading, hung_in.get(check.task))
+        if result.hung:
+            hung_in.setdefault(check.task, check.name)
+        return result
+
+    pending = [None] * len(checks)
+    results: list[CheckResult] = []
+    pool = ThreadPoolExecutor(parallel, thread_name_prefix="grader-check")
+    try:
+        futures = [pool.submit(one, check) for check in checks] if parallel > 1 else None
+        for i, check in enumerate(checks):
+            pending[i] = futures[i].result() if futures else one(check)
+            for final in _finalize(checks, pending, len(results)):
+                results.append(final)
+                if on_result:
+                    on_result(final)
+    finally:
+        # Interrupted (a kernel's stop button): return now; runs already started end within their timeout.
+        pool.shutdown(wait=False, cancel_futures=True)
+    return Report(exercise.id, results)
+
+
+def _definitions(submission: Submission, world_size: int, timeout: float):
+    """What the answers define: known without running them (a live kernel), or by one run alone."""
+    known = submission.known_definitions()
+    if known is not None:
+        return known, None, False
+    grading = Grading(submission, world_size, timeout)
+    grading.preflight()
+    return grading.load_report, grading.load_failure, grading.tampered
+
+
+def _finalize(checks: list[Check], pending: list, done: int) -> list[CheckResult]:
+    """The results from index `done` on that are final: a skipped check waits for its task."""
+    final = []
+    for i in range(done, len(checks)):
+        result = pending[i]
+        if result is None:
+            break
+        if result.skipped:
+            others = [pending[j] for j, c in enumerate(checks) if c.task == result.task and j != i]
+            if any(o is None for o in others):
+                break
+            _credit_skipped(result, others)
+        final.append(result)
+    return final
+
+
+def _credit_skipped(result: CheckResult, others: list[CheckResult]) -> None:
+    reason = result.message
+    if others and all(o.passed for o in others):
+        result.passed, result.points, result.message = True, result.max_points, ""
+        result.notes.append(f"skipped: {reason}; credited because every other check of {result.task} passed")
+    else:
+        result.message = (f"not run on this machine: {reason}\n(a check that cannot run here is credited only when "
+                          f"every other check of {result.task} passes)")
+
+
+def _run_one(check: Check, grading: Grading, hung_in: str | None = None) -> CheckResult:
+    start = time.monotonic()
+    message, passed, skipped = "", False, False
+    if grading.load_failure:
+        message = grading.load_failure
+    elif check.task not in grading.load_report.defined:
+        message = f"`{check.task}` is not defined in your answers"
+        if grading.load_report.problems:
+            message += "; while loading them: " + "; ".join(grading.load_report.problems)
+    elif hung_in:
+        message = (f"not run: `{check.task}` already hung in {hung_in} (above, with the stack); "
+                   "fix that hang first, these checks would wait the same way")
+    else:
+        grading.world_size = check.world_size or grading.world_size
+        try:
+            check.fn(grading)
+            passed = True
+        except CheckFailed as exc:
+            message = str(exc)
+        except CheckSkipped as exc:
+            message, skipped = str(exc), True
+        except Exception as exc:  # a bug in a check must not pass or crash the batch
+            message = f"the check itself failed ({type(exc).__name__}: {exc}); please tell the instructor"
+    if grading.tampered and not message.startswith("your code changed the grader"):
+        message = ("your code changed the grader or torch while this check ran, so it scores 0"
+                   + (f"\n{message}" if message else ""))
+    passed = passed and not grading.tampered
+    return CheckResult(check.name, check.task, passed, check.points if passed else 0, check.points, message,
+                       check.hidden, list(grading.notes), round(time.monotonic() - start, 3),
+                       plan="; ".join(grading.plans), skipped=skipped and not grading.tampered,
+                       tampered=grading.tampered, hung=grading.hung and not passed, outputs=grading.outputs)
