@@ -13,7 +13,11 @@ def _grade(args) -> int:
 
     course = Course(os.path.abspath(args.root))
     results = grade_assignment(course, args.assignment, jobs=args.jobs, timeout=args.timeout,
-                               world_size=args.world_size, progress=not args.quiet)
+                               world_size=args.world_size, progress=not args.quiet, shard=args.shard)
+    if args.shard:  # a shard only fills graded/; one later run without --shard merges into the gradebook
+        print(f"shard {args.shard[0]}/{args.shard[1]}: {len(results)} submissions graded into "
+              f"{course.results_dir(args.assignment)}; merge with: python -m grader grade {args.assignment}")
+        return 0
     problems = write_results(course, args.assignment, results)
     scores = gradebook_scores(course, args.assignment)
     print(format_grades(results, scores, problems))
@@ -31,6 +35,17 @@ def format_grades(results: dict, scores: dict, problems: dict | None = None) -> 
             notes.append(f"nbgrader: {problems[student]}")
         lines.append(f"{student:<12} {score:>4g}/{max_score:<4g}  {'; '.join(notes)}")
     return "\n".join(lines)
+
+
+def shard(text: str) -> tuple[int, int]:
+    """'i/n' -> (i, n), 0 <= i < n."""
+    try:
+        i, n = (int(part) for part in text.split("/"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--shard wants i/n (e.g. 0/4), not {text!r}") from None
+    if not 0 <= i < n:
+        raise argparse.ArgumentTypeError(f"--shard {text}: i must be in 0..n-1")
+    return i, n
 
 
 def _report(args) -> int:
@@ -56,6 +71,9 @@ def register(sub) -> None:
     grade.add_argument("--timeout", type=float, default=30.0, help="seconds before a run counts as hung")
     grade.add_argument("--world-size", type=int, default=2)
     grade.add_argument("--quiet", action="store_true", help="no progress bar")
+    grade.add_argument("--shard", type=shard, default=None, metavar="I/N",
+                       help="grade only shard I of N (into graded/, not the gradebook), e.g. one task of a "
+                            "Slurm job array; then run once without --shard to merge")
     grade.set_defaults(func=_grade)
 
     report = sub.add_parser("report", help="the class report of an assignment (markdown and a PNG plot)")
