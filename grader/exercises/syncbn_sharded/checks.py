@@ -15,7 +15,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from grader.checks import CheckFailed, Exercise, describe_failure
+from grader.checks import CheckFailed, CheckSkipped, Exercise, describe_failure
 from grader.exercises.syncbn_sharded import reference as ref
 from grader.tolerances import assert_close, tolerance
 
@@ -127,32 +127,29 @@ def _in_rank_sync_bn_nccl(ctx, student, tail: tuple):
     x = ref.shard(problem["batches"][0], problem["sizes"], ctx.rank).to(ctx.device).requires_grad_(True)
     y = model(x)
     (y * ref.shard(problem["upstream"][0], problem["sizes"], ctx.rank).to(ctx.device)).sum().backward()
-    return _cpu(y), _cpu(x.grad)
+    return _cpu(y), _cpu(x.grad), ctx.backend
 
 
 @check("convert_to_sync_bn", points=1)
 def sync_bn_trains_under_nccl_with_2_gpus(g):
-    """With 2 or more GPUs: the converted model runs real nn.SyncBatchNorm under nccl and matches one
-    BatchNorm over the whole batch. nn.SyncBatchNorm refuses CPU tensors, so on fewer GPUs the check is
-    skipped (it passes with a note) and the conversion is checked by structure only."""
-    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
-    if gpus < 2:
-        g.notes.append(f"skipped: nn.SyncBatchNorm runs only on GPUs (it refuses CPU tensors) and this check "
-                       f"needs 2 of them; {gpus} visible here, so convert_to_sync_bn was checked by structure only")
-        return
+    """With a GPU per rank (nccl): the converted model runs real nn.SyncBatchNorm and matches one
+    BatchNorm over the whole batch. nn.SyncBatchNorm refuses CPU tensors, so with fewer GPUs the check
+    is skipped (credited only when the task's other checks pass) and the conversion is checked by
+    structure only."""
+    plan = g.plan(2)
+    if plan.backend != "nccl":
+        raise CheckSkipped(f"nn.SyncBatchNorm runs only on GPUs (it refuses CPU tensors) and this check needs one "
+                           f"per rank; this machine has {plan.gpus} GPU(s) for 2 ranks, so convert_to_sync_bn was "
+                           "checked by structure only")
     tail = (2, 2)
-    saved, g.backend = g.backend, "nccl"
-    try:
-        results = g.run(_in_rank_sync_bn_nccl, tail, world_size=2)
-    finally:
-        g.backend = saved
+    results = g.run(_in_rank_sync_bn_nccl, tail, world_size=2)
     problem = ref.bn_problem(2, tail, steps=1)
     expected = ref.reference_bn_run(problem, tail)
-    for rank, (y, x_grad) in enumerate(results):
+    for rank, (y, x_grad, backend) in enumerate(results):
         _assert_close(y, ref.shard(expected["outputs"][0], problem["sizes"], rank),
-                     f"rank {rank}: SyncBatchNorm output", backend="nccl")
+                      f"rank {rank}: SyncBatchNorm output", backend=backend)
         _assert_close(x_grad, ref.shard(expected["input_grads"][0], problem["sizes"], rank),
-                     f"rank {rank}: SyncBatchNorm input gradient", backend="nccl")
+                      f"rank {rank}: SyncBatchNorm input gradient", backend=backend)
 
 
 # --- global_batch_stats -----------------------------------------------------------------

@@ -1,0 +1,184 @@
+"""02_ddp_basics: pick_backend, pick_device, setup, cleanup.
+
+Expected backends and devices come from each rank's context (the run's hardware
+plan). The decision itself is also exercised in the rank under a simulated GPU
+machine and a simulated CPU machine (simulated.py), so an answer that ignores
+torch.cuda.is_available() fails on any hardware.
+"""
+from __future__ import annotations
+
+import torch
+import torch.distributed as dist
+
+from grader.checks import CheckFailed, describe_failure
+from grader.exercises import happens_before as hb
+from grader.exercises.ddp_basics.exercise import check
+from grader.exercises.ddp_basics.simulated import cuda_available, device_index
+
+HOLD_BOUND_S = 5.0  # safety bound of a held rank; a correct or wrong answer ends the wait sooner
+
+
+def _attempt(fn, *args):
+    try:
+        return "ok", fn(*args)
+    except Exception as exc:  # reported as the answer's own behaviour under the simulation
+        return "error", f"{type(exc).__name__}: {exc}"
+
+
+# --- pick_backend ---------------------------------------------------------------------
+
+def _in_rank_backend(ctx, student):
+    pick = student.task("pick_backend")
+    simulated = {}
+    for available in (True, False):
+        with cuda_available(available, ctx.world_size):
+            simulated[available] = _attempt(pick)
+    return pick(), simulated, ctx.backend
+
+
+@check("pick_backend", points=1)
+def backend_matches_hardware(g):
+    for rank, (backend, simulated, expected) in enumerate(g.run(_in_rank_backend)):
+        if backend != expected:
+            raise CheckFailed(f"rank {rank}: pick_backend() returned {backend!r} on this machine "
+                              f"({g.plan().describe()}), expected {expected!r}: "
+                              "nccl when torch.cuda.is_available(), gloo on CPU")
+        for available, want in ((True, "nccl"), (False, "gloo")):
+            status, got = simulated[available]
+            machine = "a GPU machine" if available else "a CPU-only machine"
+            if status == "error":
+                raise CheckFailed(f"on {machine} (torch.cuda.is_available() made to return {available}), "
+                                  f"pick_backend() raised {got}")
+            if got != want:
+                raise CheckFailed(f"on {machine} (torch.cuda.is_available() made to return {available}), "
+                                  f"pick_backend() returned {got!r}, expected {want!r}: decide with "
+                                  "torch.cuda.is_available(), not a fixed answer")
+
+
+# --- pick_device ----------------------------------------------------------------------
+
+def _in_rank_device(ctx, student):
+    pick = student.task("pick_device")
+    simulated = {}
+    for available in (True, False):
+        with cuda_available(available, ctx.world_size) as set_device_calls:
+            status, device = _attempt(pick, ctx.local_rank)
+            simulated[available] = (status, str(device), [device_index(d) for d in set_device_calls])
+    return str(pick(ctx.local_rank)), simulated, str(ctx.device), ctx.local_rank
+
+
+@check("pick_device", points=1)
+def device_is_this_ranks(g):
+    for rank, (device, simulated, expected, local_rank) in enumerate(g.run(_in_rank_device)):
+        if device != expected:
+            raise CheckFailed(f"rank {rank}: pick_device({local_rank}) returned {device} on this machine "
+                              f"({g.plan().describe()}), expected {expected}")
+        status, got, set_device = simulated[True]
+        gpu = f"on a GPU machine (torch.cuda.is_available() made to return True), pick_device({local_rank})"
+        if status == "error":
+            raise CheckFailed(f"{gpu} raised {got}")
+        if got != f"cuda:{local_rank}":
+            raise CheckFailed(f"{gpu} returned {got}, expected cuda:{local_rank}: use the local rank as the GPU "
+                              "index when torch.cuda.is_available()")
+        if local_rank not in set_device:
+            raise CheckFailed(f"{gpu} did not call torch.cuda.set_device({local_rank}): without it every rank's "
+                              "default CUDA device is GPU 0, and they pile onto it")
+        status, got, _ = simulated[False]
+        if (status, got) != ("ok", "cpu"):
+            raise CheckFailed(f"on a CPU-only machine pick_device({local_rank}) "
+                              + (f"raised {got}" if status == "error" else f"returned {got}")
+                              + ": without CUDA every rank runs on the CPU")
+
+
+# --- setup ------------------------------------------------------------------------------
+
+def _in_rank_setup(ctx, student):
+    student.task("setup")(ctx.rank, ctx.world_size, ctx.master_addr, ctx.master_port)
+    if not dist.is_initialized():
+        raise CheckFailed("after setup() there is no default process group: call dist.init_process_group")
+    seen = (dist.get_rank(), dist.get_world_size(), dist.get_backend())
+    total = torch.ones(1, device=ctx.device)
+    dist.all_reduce(total)  # the group really connects every rank
+    dist.destroy_process_group()
+    return seen + (total.item(), ctx.backend)
+
+
+def _in_rank_setup_on_simulated_gpus(ctx, student):
+    """setup() on a simulated GPU machine: the backend it asks for is recorded, the group
+    is really formed with this machine's backend."""
+    real_init, requested = dist.init_process_group, []
+
+    def recording_init(*args, **kwargs):
+        requested.append(kwargs.pop("backend", args[0] if args else None))
+        return real_init(ctx.backend, *args[1:], **kwargs)
+
+    dist.init_process_group = recording_init
+    try:
+        with cuda_available(True, ctx.world_size):
+            student.task("setup")(ctx.rank, ctx.world_size, ctx.master_addr, ctx.master_port)
+    finally:
+        dist.init_process_group = real_init
+    if dist.is_initialized():
+        dist.destroy_process_group()
+    return [str(b) for b in requested]
+
+
+@check("setup", points=2)
+def process_group_has_right_rank_and_size(g):
+    result = g.run_raw(_in_rank_setup, init_group=False)
+    if not result.ok and "EADDRINUSE" in result.failure():
+        raise CheckFailed("two processes both tried to host the rendezvous on the master port, as only rank 0 "
+                          "does: did every process join as rank 0? pass rank=rank to init_process_group (the port "
+                          "was free: the grader retried with fresh ports)")
+    if not result.ok:
+        raise CheckFailed(describe_failure(result))
+    for rank, (got_rank, size, backend, total, expected_backend) in enumerate(r.value for r in result.ranks):
+        if (got_rank, size) != (rank, g.world_size):
+            raise CheckFailed(f"process {rank} joined as rank {got_rank} of {size}, expected rank {rank} of "
+                              f"{g.world_size}: pass rank= and world_size= to init_process_group")
+        if backend != expected_backend:
+            raise CheckFailed(f"the group uses {backend}, expected {expected_backend} on this machine "
+                              f"({g.plan().describe()}): use pick_backend()")
+        if total != g.world_size:
+            raise CheckFailed(f"an all_reduce over the group summed {total:g} ones, expected {g.world_size}")
+    for rank, requested in enumerate(g.run(_in_rank_setup_on_simulated_gpus, init_group=False)):
+        if requested != ["nccl"]:
+            raise CheckFailed(f"on a GPU machine (torch.cuda.is_available() made to return True), rank {rank}'s "
+                              f"setup() asked init_process_group for {requested or 'nothing'}, expected ['nccl']: "
+                              "pass pick_backend() as the backend, not a fixed name")
+
+
+# --- cleanup ----------------------------------------------------------------------------
+
+def _in_rank_cleanup(ctx, student):
+    """Happens-before evidence, no timing: the last rank enters cleanup only once rank 0 is
+    blocked in a collective or has returned; rank 0 records whether the last rank had entered
+    when its own cleanup returned. Without a barrier, rank 0 has provably returned first."""
+    last = ctx.world_size - 1
+    cleanup = student.task("cleanup")
+    last_had_entered = None
+    if ctx.rank == last:
+        hb.wait_until(lambda: hb.blocked_or_returned(ctx, [0]), HOLD_BOUND_S)
+        hb.mark(ctx, "entered")
+        cleanup()
+    elif ctx.rank == 0:
+        with hb.in_collective_markers(ctx, cleanup):
+            cleanup()
+        last_had_entered = hb.marked(ctx, "entered", last)
+        hb.mark(ctx, "returned")
+    else:
+        cleanup()
+    return last_had_entered, dist.is_initialized()
+
+
+@check("cleanup", points=1)
+def cleanup_waits_then_destroys(g):
+    results = g.run(_in_rank_cleanup)
+    for rank, (_, still_initialized) in enumerate(results):
+        if still_initialized:
+            raise CheckFailed(f"rank {rank} still has a process group after cleanup(): "
+                              "call dist.destroy_process_group()")
+    if not results[0][0]:
+        raise CheckFailed(f"rank 0 left cleanup() before rank {g.world_size - 1} had even entered it: call "
+                          "dist.barrier() before destroy_process_group(), so no rank tears down while others "
+                          "still communicate")
