@@ -27,6 +27,7 @@ from dataclasses import asdict, dataclass, field
 from grader import cells
 from grader.digest import grader_digest
 from grader.exercises import MODULES, get_exercise
+from grader.lessons.quiz import lesson_scores, quiz_report
 
 LEGEND = "✓ passes   ✗ fails (run its check cell to see why)   · not started"
 INSTRUCTOR_DIRS = {"solutions", "source", "release", "submitted", "autograded", "feedback", ".nbgrader",
@@ -306,6 +307,7 @@ def show_progress(root: str | None = None, assignments: list[str] | None = None,
         view.rows = course_progress(root, chosen, timeout=timeout)
         view.done = True
         print(repr(view))
+    print(quiz_report(root))  # the lessons' Quick Checks, next to the exercises
 
 
 # --- python -m grader progress --------------------------------------------------------------
@@ -319,13 +321,16 @@ def _main(args) -> int:
         rows = course_progress(root, args.assignment, not args.no_cache, args.timeout)
         print(json.dumps({"root": root, "assignments": [
             {"assignment": r.assignment, "notebook": r.notebook, "problem": r.problem,
-             "tasks": [asdict(t) for t in r.tasks]} for r in rows]}, ensure_ascii=False))
+             "tasks": [asdict(t) for t in r.tasks]} for r in rows],
+            "lessons": [{"lesson": lesson, "quiz": shown} for lesson, shown in lesson_scores(root)]},
+            ensure_ascii=False))
         return 0
     print(f"Your progress: the visible checks, run on your saved notebooks under {root}", flush=True)
     for row in course_progress(root, args.assignment, not args.no_cache, args.timeout,
                                on_assignment=lambda r: print("\n".join(text_rows(r, root)), flush=True)):
         pass
     print(LEGEND)
+    print(quiz_report(root))  # the lessons' Quick Checks, next to the exercises
     return 0
 
 

@@ -1,0 +1,3 @@
+"""Helpers of the lesson notebooks (lessons/*.ipynb): the Quick Checks (quiz), the figures (plots),
+and output that carries no path of the machine that ran it (show). Each function names the lesson
+and section where it is used."""

@@ -1,0 +1,124 @@
+"""The lessons' Quick Checks: the plain answer key lives here, never in the package or the notebooks."""
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from grader.lessons import quiz
+from tests.helpers import ROOT
+
+KEY = {  # the plain key (the package stores salted hashes only)
+    "01_data_vs_model_parallelism": "cbcdca",
+    "02_ddp_basics": "cadbabcd",
+    "03_syncbn_and_sharded_state": "bdcacad",
+    "04_torchrun": "cbdabdac",
+}
+
+
+def key_dict(lesson):
+    return {f"q{i}": letter for i, letter in enumerate(KEY[lesson], 1)}
+
+
+def lesson_path(lesson):
+    return os.path.join(ROOT, "lessons", f"{lesson}.ipynb")
+
+
+@pytest.mark.parametrize("lesson", KEY)
+def test_exactly_the_key_is_right(lesson):
+    assert list(quiz.QUIZZES[lesson]) == list(key_dict(lesson))
+    for question, right in key_dict(lesson).items():
+        for letter in "abcd":
+            verdict = quiz.verdicts(lesson, {question: letter})[question]
+            assert verdict == ("right" if letter == right else "wrong"), (lesson, question, letter)
+
+
+@pytest.mark.parametrize("lesson", KEY)
+def test_the_key_is_not_in_the_package_or_the_notebook(lesson):
+    with open(quiz.__file__, encoding="utf-8") as f:
+        package = f.read()
+    with open(lesson_path(lesson), encoding="utf-8") as f:
+        notebook = f.read()
+    for text in (package, notebook):
+        assert KEY[lesson] not in text
+        assert json.dumps(key_dict(lesson)) not in text
+    assert quiz.read_answers(lesson_path(lesson)) == {q: "" for q in key_dict(lesson)}, "ship the quiz unanswered"
+
+
+def test_the_key_is_balanced_so_a_constant_guess_earns_little():
+    for lesson in KEY:
+        for letter in "abcd":
+            assert quiz.score(lesson, {q: letter for q in key_dict(lesson)}).right <= 3, (lesson, letter)
+
+
+def test_check_prints_a_verdict_and_an_explanation_per_answered_question(capsys):
+    lesson = "02_ddp_basics"
+    answers = {"q1": "c", "q2": "b", "q3": "(D)"}  # right, wrong, right in another spelling
+    assert quiz.check(lesson, answers) is None
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith("q1  ✓ c: ") and len(lines[0]) > 30
+    assert lines[1].startswith("q2  ✗ b: ") and len(lines[1]) > 30
+    assert lines[2].startswith("q3  ✓ d: ")
+    assert lines[3:8] == [f"q{i}  unanswered" for i in range(4, 9)]
+    assert lines[-1] == "2/8 right"
+    assert str(quiz.score(lesson, answers)) == "2/8 right (5 unanswered)"
+
+
+def test_all_unanswered_and_bad_input(capsys):
+    quiz.check("02_ddp_basics", {})
+    assert "No answers yet" in capsys.readouterr().out
+    with pytest.raises(ValueError, match="no Quick Check"):
+        quiz.check("99_nope", {})
+    with pytest.raises(TypeError, match="must be a dict"):
+        quiz.check("02_ddp_basics", ["c"])
+
+
+def student_lessons(tmp_path, answers_by_lesson):
+    """A course folder whose lessons hold these answers, written into the tagged answer cell."""
+    os.makedirs(tmp_path / "lessons")
+    for lesson in KEY:
+        with open(lesson_path(lesson), encoding="utf-8") as f:
+            nb = json.load(f)
+        if lesson in answers_by_lesson:
+            cell = next(c for c in nb["cells"] if quiz.ANSWERS_TAG in c["metadata"].get("tags", []))
+            cell["source"] = answers_by_lesson[lesson]
+        with open(tmp_path / "lessons" / f"{lesson}.ipynb", "w", encoding="utf-8") as f:
+            json.dump(nb, f)
+    return str(tmp_path)
+
+
+def test_scores_are_read_from_the_saved_lessons_without_running_them(tmp_path):
+    right2 = key_dict("02_ddp_basics")
+    root = student_lessons(tmp_path, {
+        "02_ddp_basics": f"answers = {json.dumps(right2)}\n",
+        "03_syncbn_and_sharded_state": "answers = {'q1': \n",  # a half-typed cell
+    })
+    scores = dict(quiz.lesson_scores(root))
+    assert scores["02_ddp_basics"] == "8/8 right"
+    assert scores["03_syncbn_and_sharded_state"] == \
+        "cannot read the answers: the answer cell does not parse: '{' was never closed (line 1)"
+    root = student_lessons(tmp_path / "again", {
+        "02_ddp_basics": 'answers = {"q1": "c", "q2": "b"}  # two answered\n',
+        "03_syncbn_and_sharded_state": "answers = dict(q1='b')\n",  # not a plain dict literal
+    })
+    scores = dict(quiz.lesson_scores(root))
+    assert scores["02_ddp_basics"] == "1/8 right (6 unanswered)"
+    assert scores["03_syncbn_and_sharded_state"].startswith("cannot read the answers: `answers` must be a plain dict")
+    os.remove(tmp_path / "again" / "lessons" / "01_data_vs_model_parallelism.ipynb")
+    assert "no lesson notebook found" in quiz.quiz_report(root)
+
+
+def test_progress_lists_the_quiz_scores(tmp_path):
+    root = student_lessons(tmp_path, {"02_ddp_basics": 'answers = {"q1": "c"}\n'})
+    shutil.copy(os.path.join(ROOT, "nbgrader_config.py"), root)
+    os.makedirs(os.path.join(root, "exercises"))
+    done = subprocess.run([sys.executable, "-m", "grader", "progress", "--root", root], capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert "02_ddp_basics                  1/8 right (7 unanswered)" in done.stdout
+    done = subprocess.run([sys.executable, "-m", "grader", "progress", "--root", root, "--json"],
+                          capture_output=True, text=True, timeout=120)
+    lessons = json.loads(done.stdout)["lessons"]
+    assert {"lesson": "02_ddp_basics", "quiz": "1/8 right (7 unanswered)"} in lessons
