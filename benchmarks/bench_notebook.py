@@ -7,8 +7,9 @@ ran their answer cells), runs one first check (it starts the engine's
 forkserver, about 3 s once per kernel), then times `check("<task>")` for every
 task: all the visible checks of the task, exactly what its check cell runs.
 Target: under 1 s per task on a 2-core laptop, once the first check ran.
-By default 01-03; 04_torchrun launches real torchrun agents by design (seconds
-per check) and is measured with `--exercise all` but not judged. With
+By default the exercises whose Exercise says judged_by_bench; 04_torchrun launches
+real torchrun agents by design (seconds per check) and is measured with
+`--exercise all` but not judged. With
 --strict the exit status is 1 when a task misses the target.
 """
 from __future__ import annotations
@@ -29,7 +30,6 @@ from grader.exercises import MODULES, get_exercise  # noqa: E402
 from grader.submission import read_notebook  # noqa: E402
 
 TARGET_S = 1.0
-NOT_JUDGED = {"04_torchrun"}  # its checks run fresh torchrun processes (seconds each) on purpose
 
 
 def run(client, code: str, timeout: float = 600) -> dict:
@@ -55,7 +55,7 @@ def timed(task: str) -> str:
 
 def bench_exercise(exercise_id: str, repeats: int) -> tuple[float, list[tuple[str, int, float, float]]]:
     exercise = get_exercise(exercise_id)
-    answers = read_notebook(os.path.join(ROOT, "solutions", exercise_id, f"{exercise_id}.ipynb"))
+    answers = read_notebook(os.path.join(ROOT, exercise.notebook))
     with tempfile.TemporaryDirectory() as cwd:
         manager, client = start_new_kernel(kernel_name="python3", cwd=cwd)
         try:
@@ -80,7 +80,7 @@ def main() -> int:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--strict", action="store_true", help="exit status 1 when a task misses the target")
     args = parser.parse_args()
-    chosen = args.exercise or [e for e in MODULES if e not in NOT_JUDGED]
+    chosen = args.exercise or [e for e in MODULES if get_exercise(e).judged_by_bench]
     exercises = list(MODULES) if "all" in chosen else chosen
     print(f"machine: {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f} (timings grow with the load)")
     missed = []
@@ -90,7 +90,7 @@ def main() -> int:
               f"median of {args.repeats}:")
         for task, n, median, worst in rows:
             ok = median < TARGET_S
-            judged = exercise_id not in NOT_JUDGED
+            judged = get_exercise(exercise_id).judged_by_bench
             verdict = "ok" if ok else ("SLOW" if judged else "slow (real torchrun, not judged)")
             print(f"  {task:24s} {n} check{'s' if n != 1 else ' '}  {median:6.3f} s  (worst {worst:.3f} s)  {verdict}")
             if judged and not ok:

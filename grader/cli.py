@@ -1,6 +1,8 @@
 """python -m grader ...
 
     python -m grader check EXERCISE SUBMISSION [--json] [--world-size N] [--timeout S] [--task NAME]
+    python -m grader list [--json]          the exercises and their settings (the registry)
+    python -m grader selfcheck              grade solutions and known-wrong submissions on this hardware
 
 Exit codes: 0 every check passed, 1 some check failed, 2 the submission (or
 the command line) cannot be read.
@@ -18,6 +20,7 @@ from grader.submission import SubmissionError, read_submission
 
 
 OTHER_COMMANDS = [
+    "grader.selfcheck",  # python -m grader selfcheck
     "grader.progress",  # python -m grader progress: which tasks of which assignments pass
     "grader.gradebook.commands",  # python -m grader grade | report
 ]
@@ -38,8 +41,26 @@ def _check(args) -> int:
     if args.json:
         print(json.dumps(report.to_json(), ensure_ascii=False))
     else:
+        plans = list(dict.fromkeys(p for c in report.checks for p in c.plan.split("; ") if p))
+        if plans:
+            print("ran on: " + "; ".join(plans))
         print(f"score: {report.score:g}/{report.max_score:g}")
     return 0 if report.passed else 1
+
+
+def _list(args) -> int:
+    """The registry: one line per exercise (ids only with --ids, for the Makefile)."""
+    for exercise_id in MODULES:
+        exercise = get_exercise(exercise_id)
+        if args.ids:
+            print(exercise_id)
+        elif args.json:
+            print(json.dumps({"id": exercise.id, "notebook": exercise.notebook, "tasks": exercise.tasks,
+                              "max_score": exercise.max_score, "side_by_side": exercise.side_by_side,
+                              "judged_by_bench": exercise.judged_by_bench}))
+        else:
+            print(f"{exercise.id:<20} {len(exercise.tasks)} tasks, {exercise.max_score:g} points  {exercise.notebook}")
+    return 0
 
 
 
@@ -54,6 +75,10 @@ def build_parser() -> argparse.ArgumentParser:
     check.add_argument("--timeout", type=float, default=30.0, help="seconds before a run counts as hung (default 30)")
     check.add_argument("--task", default=None, help="only the checks of this task")
     check.set_defaults(func=_check)
+    listing = sub.add_parser("list", help="the exercises (the registry) and their settings")
+    listing.add_argument("--ids", action="store_true", help="only the ids, one per line")
+    listing.add_argument("--json", action="store_true", help="one JSON object per line")
+    listing.set_defaults(func=_list)
     demo = sub.add_parser("demo", help="grade the bundled sample submissions and print the grades")
     demo.add_argument("--assignment", default="02_ddp_basics")
     demo.set_defaults(func=lambda args: __import__("grader.demo").demo.main(args.assignment))

@@ -92,8 +92,11 @@ class Grading:
         """Execute the answers once, alone, to learn what they define."""
         result = run_distributed(_load_only, 1, (self.submission,), timeout=self.timeout, init_group=False,
                                  trusted=False)
-        if result.ok:
-            self.load_report = LoadReport(**result.ranks[0].value)
+        value = result.ranks[0].value if result.ok else None
+        if result.ok and isinstance(value, dict) and set(value) == {"defined", "problems"}:
+            self.load_report = LoadReport(**value)
+        elif result.ok:
+            self.load_failure = "loading your answers sent back something that is not the grader's report"
         else:
             self.tampered = result.tampered
             self.load_failure = "loading your answers failed: " + result.failure().replace("rank 0 ", "it ", 1)

@@ -16,8 +16,9 @@ README says what is and is not defended.
 from __future__ import annotations
 
 import builtins
-import inspect
 import sys
+
+_BUILTINS = vars(builtins)
 
 THIRD_PARTY = (
     "torch", "torch.distributed", "torch.distributed.distributed_c10d", "torch.nn", "torch.nn.functional",
@@ -32,32 +33,37 @@ CLASSES = (
 )
 
 
+# Bound at import, before any student code: verify() must work even when builtins were swapped.
+_isinstance, _callable, _vars, _type, _list, _getattr = isinstance, callable, vars, type, list, getattr
+_ModuleType = _type(sys)
+
+
 class Tampered(Exception):
     """Student code replaced part of the grader (or of torch) while being checked."""
 
 
 def _grader_modules() -> list:
     # The forkserver preloads every exercise's checks (preload.py), so they are all here already.
-    return [m for name, m in list(sys.modules.items()) if m is not None and (name == "grader" or name.startswith("grader."))]
+    return [m for name, m in _list(sys.modules.items()) if m is not None and (name == "grader" or name.startswith("grader."))]
 
 
 def _namespaces(grader_only: bool) -> dict[str, dict]:
     spaces = {}
     for module in _grader_modules():
-        spaces[module.__name__] = vars(module)
-        for name, value in list(vars(module).items()):
-            if inspect.isclass(value) and getattr(value, "__module__", "") == module.__name__:
-                spaces[f"{module.__name__}.{name}"] = vars(value)
-    spaces["builtins"] = vars(builtins)
+        spaces[module.__name__] = _vars(module)
+        for name, value in _list(_vars(module).items()):
+            if _isinstance(value, _type) and _getattr(value, "__module__", "") == module.__name__:
+                spaces[f"{module.__name__}.{name}"] = _vars(value)
+    spaces["builtins"] = _BUILTINS
     if grader_only:
         return spaces
     for name in THIRD_PARTY:
         if name in sys.modules:
-            spaces[name] = vars(sys.modules[name])
+            spaces[name] = _vars(sys.modules[name])
     for module, cls in CLASSES:
-        value = getattr(sys.modules.get(module), cls, None)
-        if inspect.isclass(value):
-            spaces[f"{module}.{cls}"] = vars(value)
+        value = _getattr(sys.modules.get(module), cls, None)
+        if _isinstance(value, _type):
+            spaces[f"{module}.{cls}"] = _vars(value)
     return spaces
 
 
@@ -65,12 +71,29 @@ def _watched(name: str, value) -> bool:
     """Code, not state: functions, classes and modules (a module's counters and flags change legitimately)."""
     if name.startswith("__") and name.endswith("__") and name not in ("__init__", "__call__", "__import__"):
         return False
-    return callable(value) or inspect.ismodule(value) or isinstance(value, (staticmethod, classmethod, property))
+    return _callable(value) or _isinstance(value, (_ModuleType, staticmethod, classmethod, property))
 
 
 def _record(spaces: dict[str, dict]) -> dict[tuple[str, str], object]:
-    return {(where, name): value for where, space in spaces.items() for name, value in list(space.items())
+    return {(where, name): value for where, space in spaces.items() for name, value in _list(space.items())
             if _watched(name, value)}
+
+
+def _put_back(where: str, space, name: str, value) -> None:
+    try:
+        if _type(space) is dict:
+            space[name] = value
+        else:  # a class's mappingproxy
+            cls = _class_of(where)
+            if cls is not None:
+                setattr(cls, name, value)
+    except Exception:
+        pass
+
+
+def _class_of(where: str):
+    module, _, cls = where.rpartition(".")
+    return getattr(sys.modules.get(module), cls, None)
 
 
 class Guard:
@@ -96,6 +119,9 @@ class Guard:
                 changed.append(f"{where}.{name} (deleted)")
             elif space[name] is not value:
                 changed.append(f"{where}.{name}")
+            else:
+                continue
+            _put_back(where, space, name, value)  # so this rank can still report (a broken isinstance breaks tracebacks)
         if changed:
             shown = ", ".join(changed[:5]) + (f" and {len(changed) - 5} more" if len(changed) > 5 else "")
             raise Tampered(f"your code changed the grader or torch {when}: {shown} was replaced. A check must see "

@@ -23,15 +23,14 @@ LAZY_MODULES = [
     "torch.utils.data",
     "cloudpickle",
     "grader.engine.worker",
-    # Every exercise's checks: imported before any student code runs in a rank, so the
-    # integrity guard knows all of them (and a check's first run does not pay the import).
-    "grader.exercises.parallelism.checks",
-    "grader.exercises.ddp_basics.checks",
-    "grader.exercises.syncbn_sharded.checks",
-    "grader.exercises.torchrun.checks",
+    "grader.checks",
 ]
 
-for _name in LAZY_MODULES:
+# Every exercise's checks too: imported before any student code runs in a rank, so the
+# integrity guard knows all of them (and a check's first run does not pay the import).
+from grader.exercises import MODULES  # noqa: E402
+
+for _name in LAZY_MODULES + list(MODULES.values()):
     try:
         importlib.import_module(_name)
     except Exception:  # a missing optional module only costs speed

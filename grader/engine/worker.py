@@ -165,7 +165,7 @@ def main(spec: RankSpec, conn) -> None:
         workdir=spec.workdir,
     )
     # Bound now, before student code runs: a later swap of these names changes nothing here.
-    send, describe, exit_now = conn.send_bytes, stacks.describe_exception, os._exit
+    send, describe, exit_now, encode_ = conn.send_bytes, stacks.describe_exception, os._exit, encode
     guard = None
     try:
         if spec.init_group:
@@ -180,11 +180,11 @@ def main(spec: RankSpec, conn) -> None:
             if guard is not None:
                 guard.verify("while it was checked")
         try:
-            message = encode(("ok", value))
+            message = encode_(("ok", value))
         except Exception as exc:
             raise TypeError(f"the value returned by rank {spec.rank} could not be sent back: {exc}") from None
     except BaseException as exc:  # SystemExit, KeyboardInterrupt and integrity.Tampered too
-        message = encode(("error", describe(exc)))
+        message = encode_(("error", describe(exc)))
     try:
         sys.stdout.flush()
         sys.stderr.flush()

@@ -1,0 +1,118 @@
+"""A submission that tampers with the grader gains nothing (issue: checks that cannot be fooled).
+
+Each case is a real submission graded through the CLI, in real ranks. Student
+code runs inside the ranks, so these cases try what a curious student would:
+swap a grader helper, wrap a torch.distributed collective, patch CheckFailed,
+the result reporting or builtins, or leave the rank early after printing a fake ✓.
+"""
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from grader.exercises import get_exercise
+from tests.helpers import ROOT, solution_source
+
+HONEST_RING_CHEAT = '''
+import torch.distributed as dist
+
+def ring_all_reduce(tensor):
+    dist.all_reduce(tensor)  # the forbidden collective
+'''
+
+CASES = {
+    # name: (exercise, the submission's source, the task graded)
+    "replace a grader helper": ("01_parallelism", HONEST_RING_CHEAT + '''
+import contextlib
+import grader.exercises.parallelism.checks as checks
+from grader.exercises.parallelism.p2p_only import Message, Traffic
+
+@contextlib.contextmanager
+def _fake(task, fn):
+    yield Traffic([Message("send", 1, 1), Message("recv", 1, 1)])
+
+checks.point_to_point_only = _fake
+''', "ring_all_reduce"),
+    "wrap dist.all_reduce to fake a result": ("02_ddp_basics", "SOLUTION" + '''
+import torch.distributed as _dist
+_real = _dist.all_reduce
+def _fake_all_reduce(tensor, *args, **kwargs):
+    return _real(tensor, *args, **kwargs)
+_dist.all_reduce = _fake_all_reduce
+''', "setup"),
+    "wrap a collective inside a task, left in place": ("02_ddp_basics", "SOLUTION" + '''
+def cleanup():
+    import torch.distributed as _dist
+    _dist.barrier = lambda *a, **k: None
+    _dist.destroy_process_group()
+''', "cleanup"),
+    "patch CheckFailed": ("02_ddp_basics", "SOLUTION" + '''
+import grader.checks, grader.grading
+class _Never(Exception):
+    pass
+grader.checks.CheckFailed = _Never
+grader.grading.CheckFailed = _Never
+def wrap_model(model, device):
+    return model
+''', "wrap_model"),
+    "patch the result reporting": ("02_ddp_basics", "SOLUTION" + '''
+import grader.engine.worker as _w
+_real_encode = _w.encode
+def _encode(message):
+    return _real_encode(("ok", message[1]))
+_w.encode = _encode
+def pick_backend():
+    raise RuntimeError("no idea")
+''', "pick_backend"),
+    "patch builtins": ("02_ddp_basics", "SOLUTION" + '''
+import builtins
+_real_isinstance = builtins.isinstance
+builtins.isinstance = lambda obj, cls: True
+def wrap_model(model, device):
+    return model
+''', "wrap_model"),
+}
+
+
+def _source(exercise_id: str, text: str) -> str:
+    return text.replace("SOLUTION", solution_source(exercise_id) + "\n", 1)
+
+
+def grade_cli(exercise_id: str, source: str, task: str, tmp_path) -> dict:
+    path = tmp_path / "submission.py"
+    path.write_text(source)
+    proc = subprocess.run([sys.executable, "-m", "grader", "check", exercise_id, str(path), "--json", "--task", task,
+                           "--timeout", "20"], capture_output=True, text=True, timeout=600, cwd=ROOT)
+    assert proc.returncode in (0, 1), proc.stderr
+    return json.loads(proc.stdout)
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_tampering_gains_nothing_and_says_so(case, tmp_path):
+    exercise_id, text, task = CASES[case]
+    report = grade_cli(exercise_id, _source(exercise_id, text), task, tmp_path)
+    assert report["score"] == 0, json.dumps(report, indent=1)
+    assert report["max_score"] == get_exercise(exercise_id).points_of(task)
+    for check in report["checks"]:
+        assert not check["passed"] and check["tampered"], check
+        assert "changed the grader" in check["message"], check["message"]
+
+
+def test_leaving_the_rank_after_printing_a_fake_pass_gains_nothing(tmp_path):
+    source = _source("02_ddp_basics", "SOLUTION" + '''
+def pick_backend():
+    import os
+    print("✓ pick_backend: backend_matches_hardware (1/1)", flush=True)
+    os._exit(0)
+''')
+    report = grade_cli("02_ddp_basics", source, "pick_backend", tmp_path)
+    assert report["score"] == 0
+    assert "exited with code 0" in report["checks"][0]["message"], report["checks"][0]["message"]
+
+
+def test_the_untampered_solution_is_not_flagged(tmp_path):
+    """The guard must not fire on honest code (which patches nothing)."""
+    report = grade_cli("02_ddp_basics", solution_source("02_ddp_basics"), "cleanup", tmp_path)
+    assert report["score"] == report["max_score"] and not any(c["tampered"] for c in report["checks"])
