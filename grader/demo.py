@@ -4,7 +4,9 @@ A throwaway course in build/demo (its own exchange and SQLite gradebook):
 release 02_ddp_basics, each sample student (samples/submitted/<student>/)
 fetches it, answers and submits, the instructor collects, grades in parallel
 into the gradebook, generates feedback, exports grades.csv and writes the
-class report. samples/make_samples.py rebuilds the samples from the solution.
+class report. samples/make_samples.py rebuilds the samples from the solution;
+gwen's notebook still shows the ✓ of a check she ran before breaking her
+answer, so she is flagged (formgrader and report).
 """
 from __future__ import annotations
 
@@ -16,7 +18,7 @@ import time
 from grader.gradebook import roundtrip
 from grader.gradebook.batch import grade_assignment
 from grader.gradebook.commands import format_grades
-from grader.gradebook.inject import gradebook_scores, write_results
+from grader.gradebook.inject import gradebook_marks, gradebook_scores, write_results
 from grader.gradebook.report import write_report
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -52,13 +54,17 @@ def main(assignment: str = "02_ddp_basics", root: str | None = None, jobs: int |
     report, plot = write_report(course, assignment)
     step("graded, feedback generated, grades exported")
     print()
-    print(format_grades(results, gradebook_scores(course, assignment), problems))
+    marks = gradebook_marks(course, assignment)
+    print(format_grades(results, gradebook_scores(course, assignment), problems, marks))
     print()
     for student, result in sorted(results.items()):
         failed = [c for c in (result.get("report") or {}).get("checks", []) if not c["passed"] and not c["hidden"]]
         if failed:
             print(f"{student}: first failed check {failed[0]['name']}: {failed[0]['message'].splitlines()[0]}")
     print()
+    flagged = sorted(s for s, m in marks.items() if m["flagged"])
+    print(f"flagged in the gradebook (the formgrader's \"Flagged?\" column): {', '.join(flagged) or 'nobody'}; "
+          f"the class report lists them first, with the reason")
     print(f"gradebook (formgrader):  {course.db_url}")
     print(f"feedback for students:   {feedback}/<student>/{assignment}/{assignment}.html")
     print(f"grades:                  {csv}")

@@ -5,73 +5,61 @@
 The authoritative score comes from the checks run on the answer cells
 extracted from each submission, in fresh processes: nothing a student's code
 does in its own kernel (patching the grader, hiding tracebacks, reading
-NBGRADER_EXECUTION) reaches it. Each result is written atomically to
-graded/<assignment>/<student>.json with the digest of what was graded, so a
-re-run skips what is done (idempotent) and a run killed halfway resumes.
-Worker processes are long-lived (`python -m grader _grade-worker`): each keeps
-its forkserver warm across the submissions it grades.
+NBGRADER_EXECUTION) reaches it. What the run needs is checked first
+(preflight.py). The parent alone writes graded/<assignment>/<student>.json
+(results.py), with the digest of what was graded, so a re-run skips what is
+done (idempotent), a run killed halfway resumes, and a result file forged by
+student code is put back and flagged. Worker processes are long-lived
+(pool.py): each keeps its forkserver warm across the submissions it grades.
 """
 from __future__ import annotations
 
 import hashlib
 import json
-import os
-import selectors
-import subprocess
+import re
 import sys
-import time
 
-from tqdm import tqdm
-
-from grader.checks import run_checks
-from grader.engine.launcher import kill_tree
+from grader.digest import grader_digest
 from grader.exercises import get_exercise
 from grader.gradebook.course import Course
+from grader.gradebook.pool import private_channel, run_pool
+from grader.gradebook.preflight import check_ready
+from grader.gradebook.results import ResultStore
 from grader.gradebook.snapshot import Snapshot
+from grader.runner import run_checks
 from grader.submission import SubmissionError, read_submission
 
-SUBMISSION_BOUND_S = 900  # a whole submission, every check bounded already; this only guards the worker
+_TAG = re.compile(r"<[^>]*>")
 
 
-def grader_digest(assignment: str) -> str:
-    """Changes whenever the code that grades `assignment` changes (the engine,
-    the checks framework, the exercise's checks): cached results are then stale."""
-    from grader.exercises import MODULES
-
-    base = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    exercise_dir = os.path.join(base, *MODULES[assignment].split(".")[1:-1])
-    sources = [os.path.join(base, name) for name in ("checks.py", "submission.py", "tolerances.py")]
-    for folder in (os.path.join(base, "engine"), exercise_dir):
-        sources += [os.path.join(folder, name) for name in sorted(os.listdir(folder)) if name.endswith(".py")]
-    h = hashlib.sha256()
-    for path in sources:
-        with open(path, "rb") as f:
-            h.update(path[len(base):].encode() + f.read())
-    return h.hexdigest()[:16]
-
-
-def in_notebook_results(data: bytes | None) -> dict[str, bool | None]:
-    """What the submitted notebook's own check cells showed: task -> passed."""
+def in_notebook_results(data: bytes | None) -> dict[str, bool]:
+    """What the submitted notebook's own check cells showed: task -> passed. check() writes a
+    display (display_data, updated in place, text/plain and text/html); print() and results count too."""
     try:
         cells = json.loads(data.decode("utf-8"))["cells"]
     except Exception:
         return {}
     shown = {}
     for cell in cells if isinstance(cells, list) else []:
-        grade_id = (cell.get("metadata", {}).get("nbgrader", {}) or {}).get("grade_id", "") if isinstance(cell, dict) else ""
-        if not grade_id.endswith("_check") or not cell.get("outputs"):
+        meta = (cell.get("metadata") or {}).get("nbgrader") or {} if isinstance(cell, dict) else {}
+        grade_id = str(meta.get("grade_id", "") or "") if isinstance(meta, dict) else ""
+        outputs = cell.get("outputs") if grade_id.endswith("_check") else None
+        if not isinstance(outputs, list) or not outputs:
             continue
-        text = "".join("".join(o.get("text", "")) if isinstance(o.get("text"), (str, list)) else "" for o in cell["outputs"])
-        error = any(o.get("output_type") == "error" for o in cell["outputs"])
-        shown[grade_id[: -len("_check")]] = ("✓" in text) and ("✗" not in text) and not error
+        texts, error = [], False
+        for out in outputs:
+            if not isinstance(out, dict):
+                continue
+            error |= out.get("output_type") == "error" or (out.get("output_type") == "stream"
+                                                            and out.get("name") == "stderr")
+            data_ = out.get("data") if isinstance(out.get("data"), dict) else {}
+            for part in (out.get("text"), data_.get("text/plain"), data_.get("text/html")):
+                part = "".join(part) if isinstance(part, list) else part
+                if isinstance(part, str):
+                    texts.append(_TAG.sub(" ", part))
+        text = "\n".join(texts)
+        shown[grade_id[: -len("_check")]] = "✓" in text and "✗" not in text and not error
     return shown
-
-
-def _write_atomic(path: str, payload: dict) -> None:
-    tmp = f"{path}.tmp{os.getpid()}"
-    with open(tmp, "w") as f:
-        json.dump(payload, f, indent=1, ensure_ascii=False)
-    os.replace(tmp, path)
 
 
 def grade_one(assignment: str, student: str, path: str | None, timeout: float, world_size: int,
@@ -100,131 +88,105 @@ def grade_one(assignment: str, student: str, path: str | None, timeout: float, w
     return result
 
 
-def worker_main(assignment: str, out_dir: str, timeout: float, world_size: int, version: str) -> int:
-    """Read 'student<TAB>private copy<TAB>submitted path' lines on stdin; write
-    each result; print 'done student'."""
+def worker_main(assignment: str, timeout: float, world_size: int, version: str) -> int:
+    """Read 'student<TAB>private copy<TAB>submitted path<TAB>token' lines on stdin; send back
+    'token<TAB>result JSON' for each on the private channel (pool.py)."""
+    channel = private_channel()
     for line in sys.stdin:
-        student, path, shown_as = line.rstrip("\n").split("\t")
+        student, path, shown_as, token = line.rstrip("\n").split("\t")
         result = grade_one(assignment, student, path or None, timeout, world_size, version, shown_as)
-        _write_atomic(os.path.join(out_dir, f"{student}.json"), result)
-        print(f"done\t{student}", flush=True)
+        channel.write(f"{token}\t{json.dumps(result, ensure_ascii=False)}\n")
+        channel.flush()
     return 0
 
 
-def cached(course: Course, assignment: str, student: str, digest: str | None, version: str) -> dict | None:
-    path = os.path.join(course.results_dir(assignment), f"{student}.json")
-    try:
-        with open(path) as f:
-            result = json.load(f)
-    except (OSError, json.JSONDecodeError):
-        return None
-    return result if result.get("sha256") == digest and result.get("grader") == version else None
+def _valid(result: dict | None, digest: str | None, version: str) -> bool:
+    return bool(result) and result.get("sha256") == digest and result.get("grader") == version
+
+
+class _Guard:
+    """Between ticks: did any result file, submission or the gradebook change? Put it back, and
+    flag the students whose code may have run then (named alone when only one could have)."""
+
+    def __init__(self, store: ResultStore, snapshot: Snapshot, submissions: dict[str, str], gradebook: str | None):
+        self.store, self.snapshot, self.gradebook = store, snapshot, gradebook
+        self.owner = {path: student for student, path in submissions.items()}
+        self.flags: dict[str, list[str]] = {}
+
+    def flag(self, student: str, why: str) -> None:
+        if why not in self.flags.setdefault(student, []):
+            self.flags[student].append(why)
+
+    def tick(self, suspects: set[str]) -> None:
+        forged = self.store.forged()
+        self.store.restore(forged)
+        events = [f"result file {name} was forged (the grader's own result was put back)" for name in forged]
+        for path in self.snapshot.restore_changed():
+            if path == self.gradebook:
+                events.append("the gradebook was changed while the class was graded (restored)")
+            else:
+                events.append(f"{self.owner.get(path, path)}'s submission was changed while the class was graded "
+                              f"(the original was restored)")
+        for event in events:
+            for student in sorted(suspects):
+                others = sorted(suspects - {student})
+                self.flag(student, event + (f"; this submission was graded then, with {', '.join(others)}"
+                                            if others else "; only this submission was being graded then"))
 
 
 def grade_assignment(course: Course, assignment: str, jobs: int = 2, timeout: float = 30.0, world_size: int = 2,
                      progress: bool = True, shard: tuple[int, int] | None = None) -> dict[str, dict]:
     """Grade every collected submission (or shard (i, n): every n-th student from the i-th, in name order);
-    returns student -> result."""
-    get_exercise(assignment)  # an unknown assignment fails before anything starts
-    submissions = course.submitted(assignment)
+    returns student -> result. Raises preflight.NotReady, before anything is graded or written."""
+    submissions = check_ready(course, assignment)
     if shard is not None:
         submissions = {s: submissions[s] for s in sorted(submissions)[shard[0]::shard[1]]}
-    out_dir = course.results_dir(assignment)
-    os.makedirs(out_dir, exist_ok=True)
+    store = ResultStore(course.results_dir(assignment))  # earlier results, read before any student code runs
     gradebook = course.db_url[len("sqlite:///"):] if course.db_url.startswith("sqlite:///") else None
     snapshot = Snapshot(list(submissions.values()) + ([gradebook] if gradebook else []))
     version = grader_digest(assignment)
+    guard = _Guard(store, snapshot, submissions, gradebook)
+    accepted = {s: r for s in submissions if _valid(r := store.earlier(s), snapshot.digest(submissions[s]), version)}
+
+    def on_result(student: str, result: dict) -> None:
+        if _valid(result, snapshot.digest(submissions[student]), version):
+            accepted[student] = result
+            store.accept(student, result)
+        else:
+            guard.flag(student, "the grader's copy of this submission changed while it was graded; regrade it")
+
     try:
-        pending = [s for s, p in submissions.items() if cached(course, assignment, s, snapshot.digest(p), version) is None]
+        pending = [s for s in submissions if s not in accepted]
         items = [(s, snapshot.private_copy(submissions[s], f"{s}.ipynb"), submissions[s]) for s in pending]
-        _run_workers(items, assignment, out_dir, jobs, timeout, world_size, progress, len(submissions), version)
-        tampered = snapshot.restore_changed()
+        run_pool(items, [assignment, "--timeout", str(timeout), "--world-size", str(world_size), "--version", version],
+                 jobs, on_result, guard.flag, guard.tick, progress, len(submissions), f"grading {assignment}")
+        guard.tick(set())  # put back anything changed after the last tick (no one left to name)
     finally:
         snapshot.close()
     results = {}
     for student, path in submissions.items():
-        result = cached(course, assignment, student, snapshot.digest(path), version)
+        result = accepted.get(student)
         if result is None:  # a worker died on it, or it changed while being graded
             result = {"student": student, "assignment": assignment, "readable": False, "sha256": None,
                       "error": "grading did not finish (a grader worker died on this submission)", "report": None}
+        result["run_flags"] = list(dict.fromkeys(result.get("run_flags", []) + guard.flags.get(student, [])))
         result["in_notebook"] = in_notebook_results(snapshot.content[path])
-        result["flags"] = _flags(result, tampered, path, gradebook)
+        result["flags"] = _flags(result)
+        if student in accepted:
+            store.accept(student, result)  # flags kept with the result: the report and later runs see them
         results[student] = result
+    guard.tick(set())
     return results
 
 
-def _flags(result: dict, tampered: list[str], path: str, gradebook: str | None) -> list[str]:
+def _flags(result: dict) -> list[str]:
     flags = []
     report = result.get("report") or {"checks": []}
     failed_tasks = {c["task"] for c in report["checks"] if not c["passed"]}
     for task, shown_pass in sorted(result["in_notebook"].items()):
         if shown_pass and task in failed_tasks:
             flags.append(f"the notebook shows ✓ for {task}, but the grader's own run fails it")
-    if path in tampered:
-        flags.append("this submission was changed while the class was graded; the original was restored")
-    if gradebook in tampered:
-        flags.append("the gradebook was changed while the class was graded (restored); a submission wrote to it")
-    return flags
-
-
-def _run_workers(items, assignment, out_dir, jobs, timeout, world_size, progress, total, version) -> None:
-    if not items:
-        return
-    bar = tqdm(total=total, initial=total - len(items), desc=f"grading {assignment}", unit="submission",
-               disable=not progress, file=sys.stderr)
-    queue = list(items)
-    selector = selectors.DefaultSelector()
-    workers = {}
-
-    def start_worker():
-        proc = subprocess.Popen([sys.executable, "-m", "grader", "_grade-worker", assignment, "--out", out_dir,
-                                 "--timeout", str(timeout), "--world-size", str(world_size),
-                                 "--version", version],
-                                stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, bufsize=1,
-                                start_new_session=True)
-        selector.register(proc.stdout, selectors.EVENT_READ, proc)
-        workers[proc] = None
-        feed(proc)
-
-    def feed(proc):
-        if queue:
-            student, path, shown_as = queue.pop(0)
-            workers[proc] = (student, time.monotonic())
-            proc.stdin.write(f"{student}\t{path or ''}\t{shown_as}\n")
-            proc.stdin.flush()
-        else:
-            workers[proc] = None
-            proc.stdin.close()
-
-    def stop(proc):
-        selector.unregister(proc.stdout)
-        del workers[proc]
-        kill_tree(proc.pid)  # the worker, its forkserver and any rank still running
-        proc.wait(timeout=10)
-
-    for _ in range(min(jobs, len(queue))):
-        start_worker()
-    try:
-        while workers:
-            for key, _ in selector.select(timeout=1.0):
-                proc = key.data
-                line = proc.stdout.readline()
-                if line.startswith("done"):
-                    bar.update(1)
-                    feed(proc)
-                elif not line:  # the worker ended: finished, or died on a submission
-                    if workers[proc] is not None:
-                        bar.update(1)  # its current submission stays ungraded and is reported so
-                    stop(proc)
-                    if queue:
-                        start_worker()
-            for proc, job in list(workers.items()):
-                if job and time.monotonic() - job[1] > SUBMISSION_BOUND_S:
-                    stop(proc)
-                    bar.update(1)
-                    if queue:
-                        start_worker()
-    finally:
-        for proc in list(workers):
-            stop(proc)
-        bar.close()
+    for c in report["checks"]:
+        if c.get("tampered"):
+            flags.append(f"the submission changed the grader while {c['task']}: {c['name']} ran (0 points for it)")
+    return flags + result["run_flags"]

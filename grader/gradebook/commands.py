@@ -3,32 +3,41 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 
 from grader.gradebook.course import Course
 
 
 def _grade(args) -> int:
     from grader.gradebook.batch import grade_assignment
-    from grader.gradebook.inject import gradebook_scores, write_results
+    from grader.gradebook.inject import gradebook_marks, gradebook_scores, write_results
+    from grader.gradebook.preflight import NotReady
 
     course = Course(os.path.abspath(args.root))
-    results = grade_assignment(course, args.assignment, jobs=args.jobs, timeout=args.timeout,
-                               world_size=args.world_size, progress=not args.quiet, shard=args.shard)
+    try:
+        results = grade_assignment(course, args.assignment, jobs=args.jobs, timeout=args.timeout,
+                                   world_size=args.world_size, progress=not args.quiet, shard=args.shard)
+    except NotReady as exc:
+        print(f"python -m grader grade: {exc}", file=sys.stderr)
+        return 2
     if args.shard:  # a shard only fills graded/; one later run without --shard merges into the gradebook
         print(f"shard {args.shard[0]}/{args.shard[1]}: {len(results)} submissions graded into "
               f"{course.results_dir(args.assignment)}; merge with: python -m grader grade {args.assignment}")
         return 0
     problems = write_results(course, args.assignment, results)
     scores = gradebook_scores(course, args.assignment)
-    print(format_grades(results, scores, problems))
+    print(format_grades(results, scores, problems, gradebook_marks(course, args.assignment)))
     return 0
 
 
-def format_grades(results: dict, scores: dict, problems: dict | None = None) -> str:
+def format_grades(results: dict, scores: dict, problems: dict | None = None, marks: dict | None = None) -> str:
+    """The grade table: nbgrader's score, then the notes: errors, flags (FLAGGED), late penalty."""
     lines = [f"{'student':<12} {'score':>9}  notes"]
     for student, result in sorted(results.items()):
         score, max_score = scores.get(student, (0, 0))
-        notes = list(result.get("flags", []))
+        mark = (marks or {}).get(student, {})
+        notes = ([f"late: -{mark['late_penalty']:g} (nbgrader's late penalty)"] if mark.get("late_penalty") else [])
+        notes += [f"FLAGGED: {f}" for f in result.get("flags", [])]
         if not result.get("readable", True) and result.get("error"):
             notes.insert(0, result["error"])
         if problems and student in problems and result.get("readable"):
@@ -59,7 +68,7 @@ def _report(args) -> int:
 def _worker(args) -> int:
     from grader.gradebook.batch import worker_main
 
-    return worker_main(args.assignment, args.out, args.timeout, args.world_size, args.version)
+    return worker_main(args.assignment, args.timeout, args.world_size, args.version)
 
 
 def register(sub) -> None:
@@ -84,7 +93,6 @@ def register(sub) -> None:
 
     worker = sub.add_parser("_grade-worker", help=argparse.SUPPRESS)
     worker.add_argument("assignment")
-    worker.add_argument("--out", required=True)
     worker.add_argument("--timeout", type=float, default=30.0)
     worker.add_argument("--world-size", type=int, default=2)
     worker.add_argument("--version", required=True, help="the grader digest the parent run started with")

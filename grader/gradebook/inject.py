@@ -4,16 +4,18 @@ nbgrader's autograde is kept, with one preprocessor swapped: instead of
 executing the student's notebook in a kernel (serial, and open to whatever the
 student's code does there), InjectCheckResults writes into each check cell the
 ✓/✗ lines and the points our out-of-kernel run gave that task (a numeric
-result is nbgrader's partial credit). nbgrader then saves the grades, copies
-the notebook to autograded/ and builds feedback as usual. Last, every task's
-score is written into the gradebook directly from our results, so a student
-who deleted or retyped a check cell, or sent a notebook nbgrader cannot read,
-is still scored, and only by the authoritative run.
+result is nbgrader's partial credit), from the results the grading run holds
+in memory. nbgrader then saves the grades and its late penalty;
+StripCheckPoints then drops that number, so the autograded notebook and the
+feedback show the ✓/✗ lines only, and nbgrader copies the notebook to
+autograded/ as usual. Last, every task's score is written into the gradebook
+directly from our results (so a student who deleted or retyped a check cell,
+or sent a notebook nbgrader cannot read, is still scored, and only by the
+authoritative run), the late penalty is recomputed from that score with
+nbgrader's own plugin, and flagged submissions get the formgrader's flag.
 """
 from __future__ import annotations
 
-import json
-import os
 import warnings
 
 import nbformat
@@ -23,7 +25,7 @@ from nbgrader.apps import NbGraderAPI
 from nbgrader.coursedir import CourseDirectory
 from nbgrader.preprocessors import (AssignLatePenalties, CheckCellMetadata, IgnorePattern, LimitOutput,
                                     NbGraderPreprocessor, SaveAutoGrades)
-from traitlets import Unicode
+from traitlets import Dict
 
 from grader.checks import CheckResult
 from grader.gradebook.course import Course
@@ -51,13 +53,10 @@ def task_scores(result: dict) -> dict[str, float]:
 class InjectCheckResults(NbGraderPreprocessor):
     """Stands in for nbgrader's Execute: fills check cells from our results."""
 
-    results_dir = Unicode("", help="Folder of <student>.json results written by `python -m grader grade`.").tag(
-        config=True)
+    results = Dict(help="student -> result of `python -m grader grade` (never re-read from a file)").tag(config=True)
 
     def preprocess(self, nb, resources):
-        student = resources["nbgrader"]["student"]
-        with open(os.path.join(self.results_dir, f"{student}.json")) as f:
-            result = json.load(f)
+        result = self.results[resources["nbgrader"]["student"]]
         checks = (result.get("report") or {}).get("checks", [])
         for cell in nb.cells:
             grade_id = cell.metadata.get("nbgrader", {}).get("grade_id", "")
@@ -72,17 +71,28 @@ class InjectCheckResults(NbGraderPreprocessor):
         return nb, resources
 
 
-def autograde_config(course: Course, assignment: str):
+class StripCheckPoints(NbGraderPreprocessor):
+    """Drops a check cell's numeric result (nbgrader's partial credit, already saved): what a student
+    reads under a check cell is its ✓/✗ lines, not `Out[ ]: 3`. Also usable in GenerateFeedback."""
+
+    def preprocess_cell(self, cell, resources, index):
+        if cell.cell_type == "code" and cell.metadata.get("nbgrader", {}).get("grade_id", "").endswith("_check"):
+            cell.outputs = [o for o in cell.get("outputs", []) if o.get("output_type") != "execute_result"]
+        return cell, resources
+
+
+def autograde_config(course: Course, assignment: str, results: dict[str, dict]):
     config = course.config
     config.Autograde.autograde_preprocessors = [InjectCheckResults, IgnorePattern, ClearMetadataPreprocessor,
-                                                LimitOutput, SaveAutoGrades, AssignLatePenalties, CheckCellMetadata]
-    config.InjectCheckResults.results_dir = course.results_dir(assignment)
+                                                LimitOutput, SaveAutoGrades, AssignLatePenalties, StripCheckPoints,
+                                                CheckCellMetadata]
+    config.InjectCheckResults.results = results
     return config
 
 
 def write_results(course: Course, assignment: str, results: dict[str, dict]) -> dict[str, str]:
     """Autograde (our way) and score every student; returns student -> nbgrader's log on failure."""
-    config = autograde_config(course, assignment)
+    config = autograde_config(course, assignment, results)
     api = NbGraderAPI(coursedir=CourseDirectory(config=config), config=config)
     problems = {}
     for student, result in results.items():
@@ -94,6 +104,8 @@ def write_results(course: Course, assignment: str, results: dict[str, dict]) -> 
                 {"success": False, "log": result.get("error", "")}
         if not outcome["success"]:
             problems[student] = (outcome.get("error") or outcome.get("log") or "").strip().splitlines()[-1:]
+    late = AssignLatePenalties(config=config)
+    late.init_plugin()
     with Gradebook(course.db_url) as gb, warnings.catch_warnings():
         warnings.simplefilter("ignore")  # SQLAlchemy's autoflush notes inside nbgrader's API
         for student, result in results.items():
@@ -110,10 +122,39 @@ def write_results(course: Course, assignment: str, results: dict[str, dict]) -> 
                 grade.auto_score = points
                 grade.needs_manual_grade = False
             gb.db.commit()
+            _late_penalty_and_flag(gb, late, assignment, student, bool(result.get("flags")))
     return {s: " ".join(p) for s, p in problems.items()}
+
+
+def _late_penalty_and_flag(gb: Gradebook, late: AssignLatePenalties, assignment: str, student: str,
+                           flagged: bool) -> None:
+    """nbgrader's late penalty, from the score now in the gradebook, as its AssignLatePenalties computes it;
+    the formgrader's "Flagged?" set when the run flagged the submission (never cleared: a human may have set it)."""
+    try:
+        notebook = gb.find_submission_notebook(assignment, assignment, student)
+    except MissingEntry:
+        return  # nothing nbgrader could read: no notebook to score or flag
+    gb.db.refresh(notebook)
+    seconds_late = gb.find_submission(assignment, student).total_seconds_late
+    notebook.late_submission_penalty = None
+    if seconds_late > 0:
+        penalty = late.plugin_inst.late_submission_penalty(student, notebook.score, seconds_late)
+        if penalty is not None:
+            notebook.late_submission_penalty = late._check_late_penalty(notebook, penalty)
+    if flagged:
+        notebook.flagged = True
+    gb.db.commit()
 
 
 def gradebook_scores(course: Course, assignment: str) -> dict[str, tuple[float, float]]:
     """student -> (score, max score), as nbgrader's gradebook (and formgrader) has them."""
     with Gradebook(course.db_url) as gb:
         return {s.student.id: (s.score, s.max_score) for s in gb.find_assignment(assignment).submissions}
+
+
+def gradebook_marks(course: Course, assignment: str) -> dict[str, dict]:
+    """student -> {score, late_penalty, flagged}: the formgrader's columns."""
+    with Gradebook(course.db_url) as gb:
+        return {s.student.id: {"score": s.score, "late_penalty": s.late_submission_penalty,
+                               "flagged": any(n.flagged for n in s.notebooks)}
+                for s in gb.find_assignment(assignment).submissions}

@@ -1,5 +1,6 @@
-"""The class report: per check, how many passed, the most frequent failure
-messages, and a plot of which DDP mistakes the class makes most.
+"""The class report: flagged students first, then per check how many passed and
+the most frequent failure messages, per task how many got full marks, and a
+plot: which DDP mistakes the class makes most, next to a histogram of totals.
 
     python -m grader report 02_ddp_basics [--root COURSE]
 """
@@ -34,6 +35,35 @@ def summarize(assignment: str, results: list[dict]) -> list[dict]:
     return rows
 
 
+def full_marks_per_task(assignment: str, results: list[dict]) -> dict[str, tuple[int, float]]:
+    """task -> (students with every point of the task, the task's points)."""
+    exercise = get_exercise(assignment)
+    out = {}
+    for task in exercise.tasks:
+        top = sum(c.points for c in exercise.checks if c.task == task)
+        full = sum(1 for r in results if r.get("report") and
+                   sum(c["points"] for c in r["report"]["checks"] if c["task"] == task) >= top)
+        out[task] = (full, top)
+    return out
+
+
+def _md(assignment: str, results: list[dict], rows: list[dict]) -> list[str]:
+    flagged = [r for r in results if r.get("flags")]
+    lines = [f"# Class report: {assignment}", ""]
+    if flagged:
+        lines += [f"## Flagged ({len(flagged)}): look at these first", ""]
+        lines += [f"- **{r['student']}**: {'; '.join(r['flags'])}" for r in flagged] + [""]
+    graded = [r for r in results if r.get("report")]
+    lines += [f"{len(results)} submissions graded.", "", "| task | full marks |", "|---|---|"]
+    for task, (full, top) in full_marks_per_task(assignment, results).items():
+        lines.append(f"| {task} ({top:g} point{'' if top == 1 else 's'}) | {full}/{len(graded)} |")
+    lines += ["", "| check | task | passed | most frequent failure |", "|---|---|---|---|"]
+    for row in rows:
+        top = row["top_failures"][0][0] if row["top_failures"] else ""
+        lines.append(f"| {row['check']} | {row['task']} | {row['passed']}/{row['graded']} | {top.replace('|', '/')} |")
+    return lines
+
+
 def write_report(course: Course, assignment: str, out_dir: str | None = None) -> tuple[str, str]:
     """Writes <out>/<assignment>.md and <out>/<assignment>.png; returns their paths."""
     import matplotlib
@@ -46,18 +76,14 @@ def write_report(course: Course, assignment: str, out_dir: str | None = None) ->
     os.makedirs(out_dir, exist_ok=True)
     results = load_results(course, assignment)
     rows = summarize(assignment, results)
-    lines = [f"# Class report: {assignment}", "", f"{len(results)} submissions graded.", "",
-             "| check | task | passed | most frequent failure |", "|---|---|---|---|"]
-    for row in rows:
-        top = row["top_failures"][0][0] if row["top_failures"] else ""
-        lines.append(f"| {row['check']} | {row['task']} | {row['passed']}/{row['graded']} | {top.replace('|', '/')} |")
     md = os.path.join(out_dir, f"{assignment}.md")
     with open(md, "w") as f:
-        f.write("\n".join(lines) + "\n")
+        f.write("\n".join(_md(assignment, results, rows)) + "\n")
 
     failing = sorted((r for r in rows if r["graded"] and r["passed"] < r["graded"]),
                      key=lambda r: r["graded"] - r["passed"])
-    fig, ax = plt.subplots(figsize=(13, 0.5 * max(len(failing), 2) + 1.4))
+    fig, (ax, hist) = plt.subplots(1, 2, figsize=(17, 0.5 * max(len(failing), 4) + 1.4),
+                                   gridspec_kw={"width_ratios": [3, 1]})
     counts = [r["graded"] - r["passed"] for r in failing]
     ax.barh([f"{r['task']}: {r['check']}" for r in failing], counts, color="tab:red", alpha=0.3)
     for y, row in enumerate(failing):
@@ -66,6 +92,15 @@ def write_report(course: Course, assignment: str, out_dir: str | None = None) ->
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_xlabel(f"students failing the check (of {len(results)}), with its most frequent message")
     ax.set_title(f"{assignment}: the mistakes the class makes most", loc="left")
+
+    max_score = get_exercise(assignment).max_score
+    totals = [r["report"]["score"] for r in results if r.get("report")]
+    hist.hist(totals, bins=min(int(max_score) + 1, 17), range=(0, max_score), color="tab:blue", alpha=0.6,
+              edgecolor="white")
+    hist.yaxis.set_major_locator(MaxNLocator(integer=True))
+    hist.set_xlabel(f"total score (of {max_score:g})")
+    hist.set_ylabel("students")
+    hist.set_title("total scores", loc="left")
     fig.tight_layout()
     png = os.path.join(out_dir, f"{assignment}.png")
     fig.savefig(png, dpi=100)
