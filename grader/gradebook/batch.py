@@ -141,7 +141,8 @@ def grade_assignment(course: Course, assignment: str, jobs: int = 2, timeout: fl
     submissions = check_ready(course, assignment)
     if shard is not None:
         submissions = {s: submissions[s] for s in sorted(submissions)[shard[0]::shard[1]]}
-    store = ResultStore(course.results_dir(assignment))  # earlier results, read before any student code runs
+    # earlier results, read before any student code runs (a shard watches only its own students' files)
+    store = ResultStore(course.results_dir(assignment), list(submissions) if shard else None)
     gradebook = course.db_url[len("sqlite:///"):] if course.db_url.startswith("sqlite:///") else None
     snapshot = Snapshot(list(submissions.values()) + ([gradebook] if gradebook else []))
     version = grader_digest(assignment)

@@ -30,9 +30,10 @@ def encode(result: dict) -> bytes:
 
 
 class ResultStore:
-    def __init__(self, folder: str):
+    def __init__(self, folder: str, students: list[str] | None = None):
         self.folder = folder
-        self.initial = _read_all(folder)  # before any student code runs
+        self.names = None if students is None else {f"{s}.json" for s in students}  # a shard watches its own
+        self.initial = self._read()  # before any student code runs
         self.expected = dict(self.initial)  # file name -> the bytes that must be there now
 
     def earlier(self, student: str) -> dict | None:
@@ -57,6 +58,10 @@ class ResultStore:
         os.replace(tmp, os.path.join(self.folder, name))
         self.expected[name] = data
 
+    def _read(self) -> dict[str, bytes]:
+        found = _read_all(self.folder)
+        return found if self.names is None else {n: d for n, d in found.items() if n in self.names}
+
     def forged_one(self, name: str) -> bool:
         try:
             with open(os.path.join(self.folder, name), "rb") as f:
@@ -66,7 +71,7 @@ class ResultStore:
 
     def forged(self) -> list[str]:
         """Result files that differ from what the grader wrote (or found at the start)."""
-        now = _read_all(self.folder)
+        now = self._read()
         return sorted(name for name in set(now) | set(self.expected) if now.get(name) != self.expected.get(name))
 
     def restore(self, names: list[str]) -> None:
