@@ -1,0 +1,358 @@
+"""A class on JupyterHub (deploy/hub/jupyterhub_config.py), end to end in a real browser.
+
+Real local accounts (useradd; root only), PAM login, each server spawned as
+its user; the instructor's formgrader is a hub service run as the instructor
+in a course directory with this repository's layout; one shared exchange.
+Debian's Chromium, driven by Playwright as in tests/test_browser.py:
+
+- the instructor generates and releases 02_ddp_basics in the formgrader;
+- two students log in, fetch it, answer pick_backend (one right, one wrong),
+  see ✓ and ✗, and submit;
+- the instructor collects (formgrader), grades (`python -m grader grade`),
+  generates and releases feedback; both students fetch their feedback;
+- as a student (runuser), the other's work and submission and the
+  instructor's course directory cannot be read.
+Screenshots and the hub's log: artifacts/hub/.
+"""
+from __future__ import annotations
+
+import glob
+import json
+import os
+import pwd
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+
+import psutil
+import pytest
+
+from grader.gradebook.course import Course
+from grader.gradebook.inject import gradebook_scores
+from tests.helpers import ROOT
+from tests.test_browser import (CHROMIUM, CHROMIUM_ARGS, CORRECT_PICK_BACKEND, STUB, _code_cell, _free_port,
+                                _missing as _browser_missing, _run, _settings, _source_of, _write_answer)
+
+A = "02_ddp_basics"
+COURSE_ID = "ddp-course"
+INSTRUCTOR, STUDENTS = "ddp-teacher", ("ddp-alice", "ddp-bob")
+PASSWORD = "hub-test-password"  # throwaway accounts, deleted at the end
+WRONG_PICK_BACKEND = 'return "nccl"'  # nccl even without a GPU
+BIN = os.path.dirname(sys.executable)
+CONFIG = os.path.join(ROOT, "deploy", "hub", "jupyterhub_config.py")
+PROXY = os.path.join(ROOT, "deploy", "hub", "node_modules", ".bin", "configurable-http-proxy")
+ARTIFACTS = os.path.join(ROOT, "artifacts", "hub")
+FIRST_CHECK_S = 240  # two students' first checks at once, each starting the engine's forkserver on 2 busy cores
+
+
+def _missing() -> str:
+    if os.geteuid() != 0:
+        return "needs root: it creates real local accounts (useradd) and the hub spawns servers as them"
+    if not shutil.which("useradd") or not shutil.which("runuser"):
+        return "no useradd/runuser on this machine"
+    if not os.path.exists(os.path.join(BIN, "jupyterhub")):
+        return "JupyterHub is not installed (pip install -e '.[test]')"
+    if not os.access(PROXY, os.X_OK):
+        return "configurable-http-proxy is not installed (npm ci --prefix deploy/hub; .ci/install-services does it)"
+    return _browser_missing()
+
+
+pytestmark = [pytest.mark.skipif(bool(_missing()), reason=_missing() or "-"), pytest.mark.timeout(900)]
+
+
+def _as(user: str, *cmd: str, **kw) -> subprocess.CompletedProcess:
+    return subprocess.run(["runuser", "-u", user, "--", *cmd], capture_output=True, text=True, timeout=600, **kw)
+
+
+def _kill_user_processes(users) -> None:
+    """Every process still running as one of the test accounts (their servers, kernels, ranks), by pid."""
+    uids = {pwd.getpwnam(u).pw_uid for u in users if _exists(u)}
+    procs = [p for p in psutil.process_iter(["uids"]) if p.info["uids"] and p.info["uids"].real in uids]
+    for p in procs:
+        try:
+            p.kill()
+        except psutil.Error:
+            pass
+    psutil.wait_procs(procs, timeout=10)
+
+
+def _exists(user: str) -> bool:
+    try:
+        pwd.getpwnam(user)
+        return True
+    except KeyError:
+        return False
+
+
+@pytest.fixture(scope="module")
+def accounts():
+    users = (INSTRUCTOR, *STUDENTS)
+    for user in users:  # a run killed earlier may have left them
+        if _exists(user):
+            _kill_user_processes([user])
+            subprocess.run(["userdel", "-r", user], capture_output=True, timeout=60)
+        subprocess.run(["useradd", "-m", "-s", "/bin/bash", user], check=True, timeout=60)
+        os.chmod(os.path.expanduser(f"~{user}"), 0o700)  # Debian's default home is world-readable
+        subprocess.run(["chpasswd"], input=f"{user}:{PASSWORD}\n", text=True, check=True, timeout=60)
+        home = os.path.expanduser(f"~{user}")
+        _settings(os.path.join(home, ".jupyter"))  # every cell rendered, no news fetched
+        subprocess.run(["chown", "-R", f"{user}:{user}", home], check=True, timeout=60)
+    try:
+        if _as(STUDENTS[0], os.path.join(BIN, "python"), "-c", "import grader, nbgrader").returncode != 0:
+            pytest.skip(f"the course's venv ({BIN}) is not usable by other accounts (a folder above it is private)")
+        yield users
+    finally:
+        _kill_user_processes(users)
+        for user in users:
+            subprocess.run(["userdel", "-r", user], capture_output=True, timeout=60)
+
+
+@pytest.fixture(scope="module")
+def course(accounts):
+    """The instructor's course directory (this repository's layout) and the shared exchange."""
+    course = os.path.join(os.path.expanduser(f"~{INSTRUCTOR}"), "course")
+    os.makedirs(os.path.join(course, "solutions"))
+    shutil.copy(os.path.join(ROOT, "nbgrader_config.py"), course)
+    shutil.copytree(os.path.join(ROOT, "solutions", A), os.path.join(course, "solutions", A))
+    subprocess.run(["chown", "-R", f"{INSTRUCTOR}:{INSTRUCTOR}", course], check=True, timeout=60)
+    shared = tempfile.mkdtemp(prefix="hub-")
+    os.chmod(shared, 0o755)
+    exchange = os.path.join(shared, "exchange")
+    os.makedirs(exchange)
+    os.chmod(exchange, 0o1777)  # nbgrader's docs: everyone writes, the sticky bit keeps them apart
+    try:
+        yield {"root": course, "exchange": exchange, "state": os.path.join(shared, "state")}
+    finally:
+        shutil.rmtree(shared, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def hub(course):
+    os.makedirs(ARTIFACTS, exist_ok=True)
+    os.makedirs(course["state"])
+    ports = {name: _free_port() for name in ("HUB_PORT", "HUB_PROXY_API_PORT", "HUB_API_PORT", "HUB_SERVICE_PORT")}
+    env = dict(os.environ, HUB_COURSE=course["root"], HUB_EXCHANGE=course["exchange"], HUB_STATE=course["state"],
+               HUB_INSTRUCTOR=INSTRUCTOR, HUB_STUDENTS=",".join(STUDENTS),
+               PATH=BIN + os.pathsep + os.environ.get("PATH", ""), **{k: str(v) for k, v in ports.items()})
+    env.pop("NBGRADER_DB_URL", None)
+    log = open(os.path.join(ARTIFACTS, "jupyterhub.log"), "w")
+    proc = subprocess.Popen([os.path.join(BIN, "jupyterhub"), "-f", CONFIG], cwd=course["state"], env=env,
+                            stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    url = f"http://127.0.0.1:{ports['HUB_PORT']}"
+    try:
+        deadline = time.monotonic() + 120
+        while True:
+            try:
+                with urllib.request.urlopen(f"{url}/hub/health", timeout=5) as reply:
+                    if reply.status == 200:
+                        break
+            except OSError:
+                pass
+            if proc.poll() is not None or time.monotonic() > deadline:
+                pytest.fail(f"the hub did not start (see {log.name})")
+            time.sleep(0.5)
+        yield {"url": url, "env": env}
+    finally:
+        family = psutil.Process(proc.pid).children(recursive=True) if proc.poll() is None else []
+        proc.terminate()  # the hub stops the proxy, the service and the users' servers
+        try:
+            proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=10)
+        for p in family:
+            try:
+                p.kill()
+            except psutil.Error:
+                pass
+        psutil.wait_procs(family, timeout=10)
+        log.close()
+
+
+@pytest.fixture(scope="module")
+def browser(hub):
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
+        try:
+            yield browser
+        finally:
+            browser.close()
+
+
+def _shot(page, name: str) -> None:
+    page.screenshot(path=os.path.join(ARTIFACTS, f"{name}.png"))
+
+
+def _login(browser, hub, user: str):
+    """A browser context of its own (its own cookies), logged in through the hub's PAM login form."""
+    context = browser.new_context(viewport={"width": 1400, "height": 1000})
+    context.set_default_timeout(60_000)  # every wait is bounded
+    page = context.new_page()
+    page.goto(f"{hub['url']}/hub/login")
+    page.locator("#username_input").fill(user)
+    page.locator("#password_input").fill(PASSWORD)
+    page.locator("#login_submit").click()
+    page.wait_for_url(lambda url: "/hub/login" not in url)
+    return page
+
+
+def _formgrader_row(page, hub):
+    page.goto(f"{hub['url']}/services/{COURSE_ID}/formgrader/manage_assignments")
+    row = page.locator("tr", has_text=A)
+    row.wait_for()
+    return row
+
+
+def _formgrader_action(page, row, cell: str) -> None:
+    """Click the action of one column of the assignment's row; nbgrader's result dialog must say success."""
+    row.locator(f".{cell} a").click()
+    dialog = page.locator("#success-modal, #error-modal")
+    dialog.first.wait_for(timeout=180_000)
+    assert page.locator("#success-modal").count() == 1, dialog.first.inner_text()
+
+
+def _open_assignments(page):
+    page.locator(".lm-MenuBar-itemLabel", has_text="Nbgrader").click()
+    page.locator(".lm-Menu-itemLabel", has_text="Assignment List").click()
+
+
+def _start_student(browser, hub, student: str, answer: str):
+    """Log in, fetch, open the notebook, answer pick_backend and start its check (not waited for)."""
+    page = _login(browser, hub, student)
+    page.locator("#jp-main-dock-panel").wait_for(timeout=180_000)  # the hub spawned the student's server
+    assert f"/user/{student}/" in page.url
+    _open_assignments(page)
+    page.locator("#released_assignments_list .list_item", has_text=A).get_by_role("button", name="Fetch").click()
+    page.locator("#fetched_assignments_list").get_by_role("button", name="Submit").wait_for()
+    listing = page.locator(".jp-DirListing-content")
+    listing.locator(".jp-DirListing-item", has_text=COURSE_ID).dblclick()
+    listing.locator(".jp-DirListing-item", has_text=A).first.dblclick()
+    listing.locator(".jp-DirListing-item", has_text=f"{A}.ipynb").dblclick()
+    page.locator(".jp-NotebookPanel").wait_for()
+    from playwright.sync_api import expect
+
+    expect(page.locator("#jp-main-statusbar")).to_contain_text("Idle", timeout=180_000)
+    _run(page, _code_cell(page, f'check = checker("{A}")'))
+    cell = _code_cell(page, "def pick_backend() -> str:")
+    _write_answer(page, cell, answer)
+    _run(page, cell)
+    _run(page, _code_cell(page, 'check("pick_backend")'))
+    return page
+
+
+def _saved(student: str) -> str:
+    return os.path.join(os.path.expanduser(f"~{student}"), COURSE_ID, A, f"{A}.ipynb")
+
+
+def _save_and_submit(page, student: str, expected: str) -> None:
+    page.keyboard.press("Escape")
+    page.keyboard.press("Control+s")
+    deadline = time.monotonic() + 30
+    while expected not in open(_saved(student)).read() and time.monotonic() < deadline:
+        time.sleep(0.25)
+    assert expected in open(_saved(student)).read(), f"{student}'s notebook was not saved"
+    page.locator(".lm-TabBar-tab", has_text="Assignments").click()
+    page.locator("#fetched_assignments_list").get_by_role("button", name="Submit").click()
+    page.locator("#submitted_assignments_list .list_item", has_text=A).first.wait_for()
+
+
+def _instructor(hub, course, *cmd: str) -> str:
+    env = ["env", f"PATH={hub['env']['PATH']}", f"NBGRADER_EXCHANGE={course['exchange']}",
+           f"HOME={os.path.expanduser('~' + INSTRUCTOR)}"]
+    proc = _as(INSTRUCTOR, *env, *cmd, cwd=course["root"])
+    assert proc.returncode == 0, f"{cmd} as the instructor failed:\n{proc.stdout}{proc.stderr}"
+    return proc.stdout
+
+
+def test_a_class_on_the_hub(hub, course, browser):
+    from playwright.sync_api import expect
+
+    released = os.path.join(ROOT, "exercises", A, f"{A}.ipynb")
+    answers = {STUDENTS[0]: _source_of(released, "pick_backend_answer").replace(STUB, CORRECT_PICK_BACKEND),
+               STUDENTS[1]: _source_of(released, "pick_backend_answer").replace(STUB, WRONG_PICK_BACKEND)}
+    pages = {}
+    teacher = _login(browser, hub, INSTRUCTOR)
+    try:
+        # the instructor generates and releases the assignment in the formgrader (a hub service)
+        row = _formgrader_row(teacher, hub)
+        _formgrader_action(teacher, row, "assign")
+        row = _formgrader_row(teacher, hub)
+        row.locator(".release a").click()
+        expect(row.locator(".status")).to_contain_text("released", timeout=120_000)
+        _shot(teacher, "01-instructor-released")
+        assert glob.glob(os.path.join(course["exchange"], COURSE_ID, "outbound", A, f"{A}.ipynb"))
+
+        # two students: fetch, answer, check (both checks run at once), see ✓ and ✗, submit
+        for student in STUDENTS:
+            pages[student] = _start_student(browser, hub, student, answers[student])
+        verdicts = {STUDENTS[0]: "✓ pick_backend: backend_matches_hardware (1/1)", STUDENTS[1]: "✗ pick_backend"}
+        for n, student in enumerate(STUDENTS):
+            page = pages[student]
+            out = _code_cell(page, 'check("pick_backend")').locator(".jp-OutputArea")
+            expect(out).to_contain_text(verdicts[student], timeout=FIRST_CHECK_S * 1000)
+            _code_cell(page, 'check("pick_backend")').scroll_into_view_if_needed()
+            _shot(page, f"{2 + n}-{student}-checked")
+            assert ("✗" in out.inner_text()) == (n == 1) and ("✓" in out.inner_text()) == (n == 0)
+        for student in STUDENTS:
+            _save_and_submit(pages[student], student, answers[student].splitlines()[-1].strip())
+            _shot(pages[student], f"04-{student}-submitted")
+
+        # the instructor collects in the formgrader, grades, generates and releases feedback
+        row = _formgrader_row(teacher, hub)
+        _formgrader_action(teacher, row, "collect")
+        _shot(teacher, "05-instructor-collected")
+        _instructor(hub, course, os.path.join(BIN, "python"), "-m", "grader", "grade", A, "--root", course["root"],
+                    "--jobs", "2", "--quiet")
+        _instructor(hub, course, os.path.join(BIN, "nbgrader"), "generate_feedback", A, "--log-level=WARN")
+        _instructor(hub, course, os.path.join(BIN, "nbgrader"), "release_feedback", A, "--log-level=WARN")
+
+        # both students fetch their feedback from the Assignments tab
+        for student in STUDENTS:
+            page = pages[student]
+            page.reload()
+            page.locator("#jp-main-dock-panel").wait_for()
+            _open_assignments(page)
+            page.locator("#submitted_assignments_list").get_by_role("button", name="Fetch Feedback").first.click()
+            deadline = time.monotonic() + 60
+            pattern = os.path.join(os.path.expanduser(f"~{student}"), COURSE_ID, A, "feedback", "*", f"{A}.html")
+            while not glob.glob(pattern) and time.monotonic() < deadline:
+                time.sleep(0.5)
+            _shot(page, f"06-{student}-feedback")
+            [feedback] = glob.glob(pattern)
+            html = open(feedback).read()
+            assert ("✓ pick_backend" in html) == (student == STUDENTS[0]), student
+            assert ("✗ pick_backend" in html) == (student == STUDENTS[1]), student
+            assert os.stat(feedback).st_uid == pwd.getpwnam(student).pw_uid
+    except Exception:
+        for name, page in [("instructor", teacher), *pages.items()]:
+            _shot(page, f"failure-{name}")
+        raise
+
+    # the grades, as the gradebook has them: only the right answer scores
+    scores = gradebook_scores(Course(course["root"]), A)
+    assert scores[STUDENTS[0]][0] == 1 and scores[STUDENTS[1]][0] == 0, scores
+    _students_are_kept_apart(course)
+
+
+def _students_are_kept_apart(course) -> None:
+    alice, bob = STUDENTS
+    inbound = os.path.join(course["exchange"], COURSE_ID, "inbound")
+    [alices_submission] = glob.glob(os.path.join(inbound, f"{alice}+{A}+*", f"{A}.ipynb"))
+    instructor_copy = os.path.join(course["root"], "submitted", alice, A, f"{A}.ipynb")
+    solution = os.path.join(course["root"], "solutions", A, f"{A}.ipynb")
+    for path in (_saved(alice), alices_submission, instructor_copy, solution):
+        assert os.path.isfile(path), path
+    assert _as(alice, "cat", _saved(alice)).returncode == 0  # the owner can (the paths are right)
+    # bob, as bob: not alice's work, not her submission (inbound cannot be listed), not the course directory
+    for cmd in (["cat", _saved(alice)], ["ls", os.path.dirname(os.path.expanduser(f"~{alice}/x"))],
+                ["sh", "-c", f"cat {inbound}/{alice}+*/{A}.ipynb"], ["ls", inbound],
+                ["cat", instructor_copy], ["cat", solution], ["ls", course["root"]]):
+        proc = _as(bob, *cmd)
+        assert proc.returncode != 0 and ("Permission denied" in proc.stderr or "No such file" in proc.stderr), \
+            (cmd, proc.stdout[:200], proc.stderr)
+        assert '"cells"' not in proc.stdout
