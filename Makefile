@@ -26,10 +26,15 @@ $(VENV)/.installed: pyproject.toml
 	$(BIN)/python -m pip install --quiet -e .
 	touch $@
 
+# What only the tests need (pytest, nbval, playwright, ...): pyproject's `test` extra.
+$(VENV)/.installed-test: $(VENV)/.installed
+	$(BIN)/python -m pip install --quiet -e '.[test]'
+	touch $@
+
 demo: install
 	$(BIN)/python -m grader demo
 
-test: install
+test: install $(VENV)/.installed-test
 	$(BIN)/python -m pytest tests lessons --nbval-lax
 
 # Student and instructor on one laptop: each exercise is (re)released to the local exchange

@@ -1,7 +1,6 @@
-"""The course layout: dependencies in step, exercises/ generated from solutions/,
-check-cell points equal to the checks' points."""
+"""The course layout: dependencies in step, exercises/ generated from solutions/
+(the cells' conventions and points: tests/test_cells.py)."""
 import filecmp
-import json
 import os
 import shutil
 import subprocess
@@ -11,7 +10,7 @@ import tomllib
 import pytest
 import yaml
 
-from grader.exercises import MODULES, get_exercise
+from grader.exercises import MODULES
 from tests.helpers import ROOT
 
 ASSIGNMENTS = [a for a in MODULES if os.path.isdir(os.path.join(ROOT, "solutions", a))]
@@ -30,6 +29,15 @@ def test_environment_yml_mirrors_pyproject():
         env = yaml.safe_load(f)
     pip = next(d["pip"] for d in env["dependencies"] if isinstance(d, dict) and "pip" in d)
     assert [d for d in pip if d != "-e ."] == deps
+
+
+def test_test_tools_are_an_extra_not_a_runtime_dependency():
+    with open(os.path.join(ROOT, "pyproject.toml"), "rb") as f:
+        project = tomllib.load(f)["project"]
+    runtime = " ".join(project["dependencies"])
+    for tool in ("pytest", "nbval", "playwright"):
+        assert tool not in runtime, f"{tool} is only for tests: put it in the `test` extra"
+        assert any(d.startswith(tool) for d in project["optional-dependencies"]["test"])
 
 
 def test_torch_is_pinned():
@@ -54,18 +62,3 @@ def test_exercises_are_generated_from_solutions(assignment, tmp_path):
     for name in cmp.common_files:
         with open(fresh / name, "rb") as a, open(os.path.join(committed, name), "rb") as b:
             assert a.read() == b.read(), f"exercises/{assignment}/{name} is out of date: run `make exercises`"
-
-
-@pytest.mark.parametrize("assignment", ASSIGNMENTS)
-def test_every_task_has_an_answer_and_a_check_cell_worth_its_checks(assignment):
-    exercise = get_exercise(assignment)
-    with open(os.path.join(ROOT, "solutions", assignment, f"{assignment}.ipynb")) as f:
-        cells = json.load(f)["cells"]
-    meta = {c["metadata"].get("nbgrader", {}).get("grade_id"): c for c in cells}
-    for task in exercise.tasks:
-        assert f"{task}_answer" in meta, f"no answer cell for {task}"
-        check_cell = meta.get(f"{task}_check")
-        assert check_cell is not None, f"no check cell for {task}"
-        points = sum(c.points for c in exercise.checks_for(task))
-        assert check_cell["metadata"]["nbgrader"]["points"] == points, f"{task}: cell points != checks' points"
-        assert f'check("{task}")' in "".join(check_cell["source"])

@@ -1,0 +1,112 @@
+"""The one runner's rules, with real ranks: skipped checks, hangs, side by side, streaming."""
+import time
+
+import pytest
+
+from grader.checks import CheckFailed, CheckSkipped, Exercise
+from grader.engine import warm_up
+from grader.runner import run_checks
+from grader.submission import Cell, SourceSubmission
+
+ANSWERS = SourceSubmission([Cell("<cell 1>", '''
+import torch, torch.distributed as dist
+
+def fine():
+    return 1
+
+def broken():
+    return 2
+
+def hangs():
+    if dist.get_rank() == 0:
+        dist.all_reduce(torch.ones(1))  # rank 1 never joins
+    return 1
+''')])
+
+
+def _call(ctx, student, name):
+    return student.task(name)()
+
+
+def make_exercise() -> Exercise:
+    ex = Exercise("runner_test", tasks=["fine", "broken", "hangs"])
+
+    @ex.check("fine", points=2)
+    def fine_runs(g):
+        assert g.run(_call, "fine") == [1, 1]
+
+    @ex.check("fine", points=1)
+    def fine_needs_two_gpus(g):
+        raise CheckSkipped("needs 2 GPUs, this machine has none")
+
+    @ex.check("broken", points=1)
+    def broken_fails(g):
+        g.run(_call, "fine")
+        raise CheckFailed("a wrong answer")
+
+    @ex.check("broken", points=1)
+    def broken_needs_two_gpus(g):
+        raise CheckSkipped("needs 2 GPUs, this machine has none")
+
+    for i in range(3):
+        @ex.check("hangs", points=1)
+        def hang_check(g):
+            g.run(_call, "hangs")
+        hang_check.__name__ = f"hang_check_{i}"
+        ex.checks[-1].name = f"hang_check_{i}"
+    return ex
+
+
+@pytest.fixture(scope="module", autouse=True)
+def warm():
+    warm_up()
+
+
+def by_name(report):
+    return {c.name: c for c in report.checks}
+
+
+def test_a_skipped_check_pays_only_beside_a_passing_task():
+    report = run_checks(make_exercise(), ANSWERS, tasks=["fine", "broken"])
+    checks = by_name(report)
+    credited = checks["fine_needs_two_gpus"]
+    assert credited.passed and credited.points == 1 and credited.skipped
+    assert any("credited because every other check of fine passed" in n for n in credited.notes)
+    assert any("credited" in line for line in credited.lines())
+    refused = checks["broken_needs_two_gpus"]
+    assert not refused.passed and refused.points == 0
+    assert "not run on this machine: needs 2 GPUs" in refused.message and "credited only when" in refused.message
+
+
+def test_a_task_that_hangs_costs_one_timeout_and_shows_its_stack_once():
+    start = time.monotonic()
+    report = run_checks(make_exercise(), ANSWERS, task="hangs", timeout=3)
+    elapsed = time.monotonic() - start
+    first, *rest = report.checks
+    assert not first.passed and first.hung and "waiting in all_reduce" in first.message
+    for other in rest:
+        assert not other.passed and "already hung in hang_check_0" in other.message
+        assert "waiting in" not in other.message  # the stack is shown once
+    assert elapsed < 3 * 2 + 20, f"{elapsed:.0f} s: more than about one timeout"
+
+
+def test_side_by_side_gives_the_same_results_in_the_same_order():
+    seen = []
+    one = run_checks(make_exercise(), ANSWERS, tasks=["fine", "broken"])
+    many = run_checks(make_exercise(), ANSWERS, tasks=["fine", "broken"], side_by_side=3,
+                      on_result=lambda r: seen.append(r.name))
+    assert [(c.name, c.passed, c.points) for c in one.checks] == [(c.name, c.passed, c.points) for c in many.checks]
+    assert seen == [c.name for c in many.checks]
+
+
+def test_every_result_says_which_plan_it_ran_on():
+    report = run_checks(make_exercise(), ANSWERS, task="fine")
+    assert report.checks[0].plan.startswith("2 ranks, ")
+    assert report.to_json()["checks"][0]["plan"] == report.checks[0].plan
+
+
+def test_rank_output_is_kept_when_asked():
+    printing = SourceSubmission([Cell("<cell 1>", "def fine():\n    print('hello from a rank')\n    return 1\n")])
+    ex = make_exercise()
+    report = run_checks(ex, printing, task="fine", keep_output=True)
+    assert any("hello from a rank" in text for run in report.checks[0].outputs for text in run)
