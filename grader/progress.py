@@ -320,7 +320,7 @@ def _main(args) -> int:
     if args.json:
         rows = course_progress(root, args.assignment, not args.no_cache, args.timeout)
         print(json.dumps({"root": root, "assignments": [
-            {"assignment": r.assignment, "notebook": r.notebook, "problem": r.problem,
+            {"assignment": r.assignment, "notebook": r.notebook, "problem": r.problem, "cached": r.cached,
              "tasks": [asdict(t) for t in r.tasks]} for r in rows],
             "lessons": [{"lesson": lesson, "quiz": shown} for lesson, shown in lesson_scores(root)]},
             ensure_ascii=False))

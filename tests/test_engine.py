@@ -93,9 +93,9 @@ def _sys_exit(ctx):
     sys.exit(4)
 
 
-def _hangs_with_a_grandchild(ctx):
+def _hangs_with_a_grandchild(ctx, pid_dir):
     child = subprocess.Popen(["sleep", "600"])
-    with open(os.path.join(ctx.workdir, f"grandchild{ctx.rank}"), "w") as f:
+    with open(os.path.join(pid_dir, f"grandchild{ctx.rank}"), "w") as f:
         f.write(str(child.pid))
     time.sleep(600)
 
@@ -108,31 +108,46 @@ def test_early_exit_and_sys_exit_are_reported():
     assert "SystemExit" in result.failure()
 
 
-def test_no_process_is_left_behind_after_failing_runs():
+def _alive(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+def test_no_process_is_left_behind_after_failing_runs(tmp_path):
     before = descendants()
-    for fn in [_crash_on_rank1, _collective_only_on_rank0, _exits_early, _hangs_with_a_grandchild] * 2:
-        result = run_distributed(fn, world_size=2, timeout=2)
-        assert not result.ok
-    time.sleep(0.5)
-    leftover = descendants() - before
+    for fn in [_crash_on_rank1, _collective_only_on_rank0, _exits_early] * 2:
+        assert not run_distributed(fn, world_size=2, timeout=2).ok
+    assert not run_distributed(_hangs_with_a_grandchild, world_size=2, args=(str(tmp_path),), timeout=2).ok
+    # run_distributed returns after it has killed and reaped its ranks: nothing to wait for
+    leftover = {p for p in descendants() - before if _alive(p)}
     assert not leftover, f"processes left behind: {[psutil.Process(p).cmdline() for p in leftover]}"
-    sleepers = [p for p in psutil.process_iter(["cmdline"]) if p.info["cmdline"] == ["sleep", "600"]]
-    assert not sleepers, "a grandchild started by a rank survived the run"
+    grandchildren = [int(p.read_text()) for p in tmp_path.glob("grandchild*")]
+    assert len(grandchildren) == 2, "the ranks did not start their grandchildren"
+    assert not [p for p in grandchildren if _alive(p)], "a grandchild started by a rank survived the run"
 
 
-def _abort_after_reporting(ctx):
+def _abort_after_reporting(ctx, pid_file):
     import threading
 
     if ctx.rank == 0:
+        with open(pid_file, "w") as f:
+            f.write(str(os.getpid()))
         # teardown noise: this rank dies with SIGABRT after it has reported
         threading.Timer(0.3, os.abort).start()
     else:
-        time.sleep(1.0)
+        # report only once rank 0 has died: its abort certainly came after its report
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            if os.path.exists(pid_file) and not _alive(int(open(pid_file).read() or 0)):
+                break
+            time.sleep(0.05)
     return ctx.rank
 
 
-def test_abort_after_reporting_is_a_note_not_a_failure():
-    result = run_distributed(_abort_after_reporting, world_size=2)
+def test_abort_after_reporting_is_a_note_not_a_failure(tmp_path):
+    result = run_distributed(_abort_after_reporting, world_size=2, args=(str(tmp_path / "rank0.pid"),))
     assert result.ok and result.values == [0, 1]
     assert any("SIGABRT" in note for note in result.notes), result.notes
 

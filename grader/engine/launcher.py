@@ -74,13 +74,12 @@ def run_distributed(
     plan = plan or current_plan(world_size)
     if plan.world_size != world_size:
         raise ValueError(f"the plan is for {plan.world_size} ranks, the run has {world_size}")
-    for attempt in range(port_retries + 1):
+    for _ in range(port_retries):  # a port taken between free_port() and a check's bind: try fresh ones
         result = _run_once(payload, plan, timeout, init_group, trusted)
-        clash = any("address already in use" in str(r.error).lower() or "eaddrinuse" in str(r.error).lower()
-                    for r in result.ranks if r.error)
-        if not clash or attempt == port_retries:
+        if not any("address already in use" in str(r.error).lower() or "eaddrinuse" in str(r.error).lower()
+                   for r in result.ranks if r.error):
             return result
-    return result
+    return _run_once(payload, plan, timeout, init_group, trusted)
 
 
 def _run_once(payload: bytes, plan: HardwarePlan, timeout: float, init_group: bool, trusted: bool) -> RunResult:

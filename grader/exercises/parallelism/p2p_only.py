@@ -39,12 +39,6 @@ class Message:
 class Traffic:
     messages: list[Message] = field(default_factory=list)
 
-    def sent(self) -> list[Message]:
-        return [m for m in self.messages if m.kind == "send"]
-
-    def received(self) -> list[Message]:
-        return [m for m in self.messages if m.kind == "recv"]
-
 
 def _forbidden(task: str, name: str):
     def refuse(*args, **kwargs):
