@@ -10,7 +10,9 @@ import nbformat
 from nbclient import NotebookClient
 
 from grader.exercises import MODULES
-from grader.progress import candidates, find_root, pick_notebook, untouched, _answer_cells
+from grader.cells import untouched
+from grader.progress import candidates, find_root, pick_notebook
+from grader.progress.find import answer_cells as _answer_cells
 from tests.helpers import ROOT
 
 EXERCISE = "02_ddp_basics"

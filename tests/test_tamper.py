@@ -6,7 +6,6 @@ swap a grader helper, wrap a torch.distributed collective, patch CheckFailed,
 the result reporting or builtins, or leave the rank early after printing a fake ✓.
 """
 import json
-import os
 import subprocess
 import sys
 

@@ -1,0 +1,145 @@
+"""Showing progress: a text table (python -m grader progress) and a notebook view (show_progress())."""
+from __future__ import annotations
+
+import html
+import json
+import os
+import sys
+from dataclasses import asdict
+
+from grader.exercises import MODULES
+from grader.lessons.quiz import lesson_scores, quiz_report
+from grader.progress.find import GRADED_COPY, find_root
+from grader.progress.grade import AssignmentProgress, course_progress
+
+LEGEND = "✓ passes   ✗ fails (run its check cell to see why)   · not started"
+
+
+MARKS = {"pass": "✓", "fail": "✗", "todo": "·"}
+
+
+def _relative(path: str | None, root: str) -> str:
+    if path is None:
+        return "no notebook found"
+    rel = os.path.relpath(path, root)
+    return path if rel.startswith("..") else rel
+
+
+def text_rows(row: AssignmentProgress, root: str, width: int = 100) -> list[str]:
+    if row.notebook is None or row.problem:
+        return [f"{row.assignment:<20} {row.problem or 'no notebook found (fetch it from the Assignments tab)'}"]
+    head = (f"{row.assignment:<20} {row.passed:>2}/{len(row.tasks)} tasks  {row.points:g}/{row.max_points:g} "
+            f"points  {_relative(row.notebook, root)}")
+    lines, line = [head], "  "
+    for t in row.tasks:
+        item = f"  {MARKS[t.status]} {t.task}"
+        if len(line) + len(item) > width:
+            lines.append(line)
+            line = "  "
+        line += item
+    return lines + [line]
+
+
+def text_report(rows: list[AssignmentProgress], root: str) -> str:
+    lines = [f"Your progress: the visible checks, run on your saved notebooks under {root}"]
+    for row in rows:
+        lines += text_rows(row, root)
+    return "\n".join(lines + [LEGEND])
+
+
+class _ProgressView:
+    """The notebook cell's output: an HTML table with a plain-text twin, filled in row by row."""
+
+    def __init__(self, root: str, expected: int):
+        self.root, self.expected, self.rows, self.done = root, expected, [], False
+
+    def __repr__(self) -> str:
+        report = text_report(self.rows, self.root)
+        return report if self.done else report + f"\n... grading {len(self.rows)} of {self.expected} assignments"
+
+    def _repr_html_(self) -> str:
+        colors = {"pass": "var(--jp-success-color1,#2e7d32)", "fail": "var(--jp-error-color1,#c62828)",
+                  "todo": "var(--jp-ui-font-color2,#888)"}
+        body = []
+        for row in self.rows:
+            if row.notebook is None or row.problem:
+                what = html.escape(row.problem or "no notebook found (fetch it from the Assignments tab)")
+                body.append(f"<tr><td><b>{row.assignment}</b></td><td colspan=2 style='color:#888'>{what}</td></tr>")
+                continue
+            chips = " ".join(
+                f"<span title='{t.passed_checks}/{t.checks} checks, {t.points:g}/{t.max_points:g} points' "
+                f"style='color:{colors[t.status]};white-space:nowrap;margin-right:0.8em'>"
+                f"{MARKS[t.status]} {html.escape(t.task)}</span>" for t in row.tasks)
+            body.append(f"<tr><td style='white-space:nowrap;vertical-align:top;padding:2px 1.5em 2px 0'><b>{row.assignment}</b><br>"
+                        f"<span style='color:#888'>{row.passed}/{len(row.tasks)} tasks, {row.points:g}/"
+                        f"{row.max_points:g} pts</span></td><td style='text-align:left'>{chips}</td></tr>")
+        if not self.done:
+            body.append(f"<tr><td colspan=2 style='color:#888'>⋯ grading {len(self.rows)} of "
+                        f"{self.expected} assignments</td></tr>")
+        return ("<div class='grader-progress'><table style='border-collapse:collapse'>" + "".join(body)
+                + f"</table><div style='color:#888;font-size:smaller'>{html.escape(LEGEND)} · visible checks of "
+                f"your saved notebooks under {html.escape(self.root)}</div></div>")
+
+
+def show_progress(root: str | None = None, assignments: list[str] | None = None, timeout: float = 30.0) -> None:
+    """The progress table, in a notebook cell (or printed outside one). Save your notebook first."""
+    from grader.notebook_view import captured_stderr, in_kernel
+
+    if root is None and GRADED_COPY & set(os.path.abspath(os.getcwd()).split(os.sep)):
+        print("(the progress overview is for the student's own copy; not run in a submitted or graded one)")
+        return
+    root = os.path.abspath(root) if root else find_root(os.getcwd())
+    chosen = assignments or list(MODULES)
+    view = _ProgressView(root, len(chosen))
+    if in_kernel():
+        from IPython.display import display
+
+        handle = display(view, display_id=True)
+        with captured_stderr():  # nothing on stderr in a notebook cell
+            view.rows = course_progress(root, chosen, timeout=timeout,
+                                        on_assignment=lambda row: handle.update(view))
+        view.done = True
+        handle.update(view)
+    else:
+        view.rows = course_progress(root, chosen, timeout=timeout)
+        view.done = True
+        print(repr(view))
+    print(quiz_report(root))  # the lessons' Quick Checks, next to the exercises
+
+
+# --- python -m grader progress --------------------------------------------------------------
+
+def _main(args) -> int:
+    root = os.path.abspath(args.root) if args.root else find_root(os.getcwd())
+    if not os.path.isdir(root):
+        print(f"error: no such folder: {root}", file=sys.stderr)
+        return 2
+    if args.json:
+        rows = course_progress(root, args.assignment, not args.no_cache, args.timeout)
+        print(json.dumps({"root": root, "assignments": [
+            {"assignment": r.assignment, "notebook": r.notebook, "problem": r.problem, "cached": r.cached,
+             "tasks": [asdict(t) for t in r.tasks]} for r in rows],
+            "lessons": [{"lesson": lesson, "quiz": shown} for lesson, shown in lesson_scores(root)]},
+            ensure_ascii=False))
+        return 0
+    print(f"Your progress: the visible checks, run on your saved notebooks under {root}", flush=True)
+    for row in course_progress(root, args.assignment, not args.no_cache, args.timeout,
+                               on_assignment=lambda r: print("\n".join(text_rows(r, root)), flush=True)):
+        pass
+    print(LEGEND)
+    print(quiz_report(root))  # the lessons' Quick Checks, next to the exercises
+    return 0
+
+
+def register(sub) -> None:
+    parser = sub.add_parser("progress", help="which tasks of which assignments pass, from your notebooks",
+                            description="Which tasks of which assignments pass: the visible checks, run on your "
+                                        "saved notebooks (untouched tasks are skipped, verdicts cached).")
+    parser.add_argument("--root", default=None,
+                        help="the folder holding your notebooks (default: the course folder around the current one)")
+    parser.add_argument("--assignment", action="append", choices=list(MODULES), default=None,
+                        help="only this assignment (repeatable)")
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    parser.add_argument("--no-cache", action="store_true", help="grade again even if nothing changed")
+    parser.add_argument("--timeout", type=float, default=30.0, help="seconds before a run counts as hung")
+    parser.set_defaults(func=_main)
