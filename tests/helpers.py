@@ -28,6 +28,21 @@ def mutate(source: str, old: str, new: str) -> str:
     return source.replace(old, new, 1)
 
 
+def replace_definition(source: str, name: str, code: str) -> str:
+    """The solution with the top-level function or class `name` replaced by `code` (a whole
+    wrong answer, e.g. the laziest one)."""
+    import ast
+    import textwrap
+
+    nodes = [n for n in ast.parse(source).body
+             if isinstance(n, (ast.FunctionDef, ast.ClassDef)) and n.name == name]
+    assert nodes, f"no top-level definition of {name!r} in the solution"
+    node = nodes[-1]
+    lines = source.splitlines(keepends=True)
+    start = min([node.lineno] + [d.lineno for d in node.decorator_list]) - 1
+    return "".join(lines[:start]) + textwrap.dedent(code).strip() + "\n" + "".join(lines[node.end_lineno:])
+
+
 def grade_source(exercise_id: str, source: str, task: str | None = None, world_size: int = 2,
                  timeout: float = 30.0, checks: list[str] | None = None) -> Report:
     """Grade `source` (Python defining the tasks) with real runs: every check, one task's, or

@@ -154,9 +154,15 @@ class BufferNet(nn.Module):
         return self.norm(self.linear(x)).sum(dim=1, keepdim=True)
 
 
+def _require_by_hand(mini) -> None:
+    if isinstance(mini, DDP) or any(isinstance(m, DDP) for m in getattr(mini, "modules", lambda: [])()):
+        raise CheckFailed("MiniDDP is (or wraps) torch's DistributedDataParallel: the task is to build it by hand, "
+                          "with dist.broadcast in __init__ and gradient hooks that all-reduce")
+
+
 def _in_rank_mini_broadcast(ctx, student):
     model = ref.seeded(BufferNet, seed=ctx.rank + 1).to(ctx.device)
-    student.task("MiniDDP")(model)
+    _require_by_hand(student.task("MiniDDP")(model))
     state = model.state_dict()
     return {k: v.detach().cpu().clone() for k, v in state.items()}
 
@@ -174,6 +180,7 @@ def _in_rank_mini_vs_ddp(ctx, student, factory_name, steps=5):
     factory = {"tiny": lambda: ref.tiny_net(seed=0), "frozen": ref.FrozenNet, "tied": ref.TiedNet}[factory_name]
     ddp = DDP(ref.seeded(factory, 1).to(ctx.device))
     mini = student.task("MiniDDP")(ref.seeded(factory, ctx.rank + 1).to(ctx.device))
+    _require_by_hand(mini)
     inner = getattr(mini, "module", None)
     if not isinstance(inner, nn.Module):
         raise CheckFailed("MiniDDP has no `.module` attribute holding the wrapped model")

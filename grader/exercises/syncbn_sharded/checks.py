@@ -89,6 +89,10 @@ def _verify_structure(result: dict) -> None:
 
 
 def _verify_state_kept(result: dict) -> None:
+    if not any(cls == "SyncBatchNorm" for cls, *_ in result["after"].values()):
+        raise CheckFailed("the returned model has no nn.SyncBatchNorm at all: nothing was converted, so there is no "
+                          "state to keep; every BatchNorm must become an nn.SyncBatchNorm "
+                          "(nn.SyncBatchNorm.convert_sync_batchnorm)")
     before, after = result["state_before"], result["state_after"]
     missing = sorted(set(before) - set(after))
     if missing:
@@ -219,6 +223,9 @@ def _in_rank_distributed_bn(ctx, student, tail: tuple, steps: int):
     problem = ref.bn_problem(ctx.world_size, tail, steps)
     sizes = problem["sizes"]
     bn = student.task("DistributedBatchNorm")(ref.CHANNELS, eps=problem["eps"], momentum=problem["momentum"])
+    if isinstance(bn, nn.SyncBatchNorm):
+        raise CheckFailed("DistributedBatchNorm is an nn.SyncBatchNorm: the task is to build it by hand, from "
+                          "global_batch_stats and an autograd-aware all-reduce")
     for name in ("weight", "bias"):
         if not isinstance(getattr(bn, name, None), nn.Parameter):
             raise CheckFailed(f"DistributedBatchNorm has no nn.Parameter `{name}` of shape ({ref.CHANNELS},), "
@@ -429,11 +436,21 @@ def _verify_balance(shapes, world_size, owned) -> None:
                           "e.g. largest first, each to the rank with the fewest elements so far")
 
 
+def _verify_everyone_owns(shapes, world_size, owned) -> None:
+    idle = [rank for rank, indices in enumerate(owned) if not indices]
+    if idle and len(shapes) >= world_size:
+        raise CheckFailed(f"for {len(shapes)} parameters over world_size={world_size}, rank(s) {idle} own no "
+                          "parameter: that is no sharding at all; spread the parameters over every rank, balanced "
+                          "by element count")
+
+
 @check("partition_parameters", points=1)
 def every_parameter_owned_once(g):
-    """One list per rank; every index exactly once; the same answer on every rank."""
+    """One list per rank; every index exactly once; no rank idle while there are enough parameters;
+    the same answer on every rank."""
     for case in _partition_cases(g, ref.PARTITION_CASES):
         _verify_covering(*case)
+        _verify_everyone_owns(*case)
 
 
 @check("partition_parameters", points=2)
@@ -484,12 +501,34 @@ def _in_rank_sharded(ctx, student, opt_name: str, steps: int):
         nn.functional.mse_loss(model(x), y).backward()
         opt.step()
     params = [_cpu(p) for p in model.parameters()]
+    # One more step from gradients that differ per rank: a sharded optimizer still leaves every
+    # rank the same parameters (the owners' results, broadcast); a plain one does not.
+    opt.zero_grad()
+    nn.functional.mse_loss(model(x), y + ctx.rank).backward()
+    opt.step()
+    after_divergent = [_cpu(p) for p in model.parameters()]
     opt.zero_grad()
     leftover = [i for i, p in enumerate(model.parameters()) if p.grad is not None and bool(p.grad.any())]
     inner = _inner_optimizers(opt)
     state = sum(ref.state_elements(o) for o in inner) if inner or getattr(opt, "optim", 0) is None else None
     return {"initial": initial, "params": params, "leftover_grads": leftover, "state": state,
-            "backend": ctx.backend}
+            "after_divergent": after_divergent, "backend": ctx.backend}
+
+
+def _disagreement(results) -> str | None:
+    first = results[0]["after_divergent"]
+    for rank, got in enumerate(results[1:], start=1):
+        if any(not torch.equal(a, b) for a, b in zip(got["after_divergent"], first)):
+            return (f"after a step whose gradients differ between ranks, ranks 0 and {rank} hold different "
+                    "parameters: each rank stepped every parameter itself, so nothing is sharded. Step only the "
+                    "parameters this rank owns, then broadcast each from its owner")
+    return None
+
+
+def _require_sharded_step(results) -> None:
+    problem = _disagreement(results)
+    if problem:
+        raise CheckFailed(problem)
 
 
 def _verify_sharded_params(results, opt_name: str) -> None:
@@ -536,13 +575,17 @@ def _verify_sharded_state(results, opt_name: str) -> None:
 @check("ShardedOptimizer", points=2)
 def matches_unsharded_adam(g):
     """10 steps of ShardedOptimizer(Adam) give every rank the parameters of 10 steps of plain Adam."""
-    _verify_sharded_params(g.run(_in_rank_sharded, "adam", SHARDED_STEPS), "adam")
+    results = g.run(_in_rank_sharded, "adam", SHARDED_STEPS)
+    _verify_sharded_params(results, "adam")
+    _require_sharded_step(results)
 
 
 @check("ShardedOptimizer", points=1)
 def matches_unsharded_sgd_momentum(g):
     """The same with SGD(momentum=0.9): one state tensor per parameter instead of two."""
-    _verify_sharded_params(g.run(_in_rank_sharded, "sgd_momentum", SHARDED_STEPS), "sgd_momentum")
+    results = g.run(_in_rank_sharded, "sgd_momentum", SHARDED_STEPS)
+    _verify_sharded_params(results, "sgd_momentum")
+    _require_sharded_step(results)
 
 
 @check("ShardedOptimizer", points=2)
@@ -553,8 +596,14 @@ def optimizer_state_is_sharded(g):
 
 @check("ShardedOptimizer", points=1)
 def zero_grad_clears_every_gradient(g):
-    """After zero_grad() no parameter, owned here or not, keeps a gradient."""
-    for rank, got in enumerate(g.run(_in_rank_sharded, "sgd_momentum", 1)):
+    """After zero_grad() no parameter, owned here or not, keeps a gradient (of an optimizer that
+    shards something: its state or its step)."""
+    results = g.run(_in_rank_sharded, "sgd_momentum", 1)
+    total = ref.OPTIMIZERS["sgd_momentum"][2] * sum(p.numel() for p in ref.mlp().parameters())
+    if len(results) > 1 and all((got["state"] or 0) >= total for got in results) and _disagreement(results):
+        raise CheckFailed("this is no sharded optimizer: every rank keeps the whole optimizer state and steps "
+                          "every parameter itself. " + _disagreement(results))
+    for rank, got in enumerate(results):
         if got["leftover_grads"]:
             raise CheckFailed(f"rank {rank}: after zero_grad() parameters {got['leftover_grads']} still have "
                               "gradients: clear the gradients of every parameter, not only of the ones this "
