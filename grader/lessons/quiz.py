@@ -35,13 +35,13 @@ QUIZZES: dict[str, dict[str, Question]] = {
         "q2": Q("59d50d72d302", "49fd97e8537a173c", "The mean of four equal-sized shard means is the mean over all 128 "
                 "samples, and the gradient is linear in the loss (§2)."),
         "q3": Q("fe9c73158e5a", "140b740b1503252d", "Reduce-scatter then all-gather, N-1 steps each, n/N elements per "
-                "step: 2(N-1)/N·n, almost 2n for large N whatever the number of ranks (§3)."),
+                "step: 2(N-1)/N·n, almost 2n for large N whatever the number of ranks (§5)."),
         "q4": Q("326b36631fc4", "1682ecbea7e6aa59", "GPipe's bubble is (N-1)/(M+N-1) with N stages and M micro-"
-                "batches: 3/7, about 43% (§4)."),
+                "batches: 3/7, about 43% (§3.2)."),
         "q5": Q("00a70d8dff5a", "0142603dc6043f2d", "reduce_scatter sums element-wise and leaves rank r only the r-th "
-                "slice; all_reduce leaves the whole sum everywhere (§3)."),
+                "slice; all_reduce leaves the whole sum everywhere (§4)."),
         "q6": Q("9f2fb2a59a7b", "cddb653b61e4a8be", "Tensor parallelism communicates inside every layer, forward and "
-                "backward, with nothing to overlap: it needs NVLink-class links (§5)."),
+                "backward, on the critical path: it needs the fastest links, such as NVLink (§3.1)."),
     },
     "02_ddp_basics": {
         "q1": Q("5c162a21571d", "1315280c01e26f74", "DDP all-reduces (sums) the gradients inside backward() and divides "
@@ -79,21 +79,21 @@ QUIZZES: dict[str, dict[str, Question]] = {
     },
     "04_torchrun": {
         "q1": Q("c2d7b90292ff", "6f981e6bfadbbc38", "Node 1, local rank 1: RANK = 1·4 + 1 = 5, LOCAL_RANK = 1, WORLD_SIZE "
-                "= 8, LOCAL_WORLD_SIZE = 4 (§1)."),
+                "= 8, LOCAL_WORLD_SIZE = 4 (§1, §4)."),
         "q2": Q("b6360d6efb2e", "597d7c4fd014ce0f", "torchrun restarts the whole worker group after a new rendezvous; "
-                "the script resumes from its last snapshot (§3)."),
+                "the script resumes from its last snapshot (§2)."),
         "q3": Q("798fda763437", "bb8b7c6af2f84fb4", "os.replace is atomic: a worker killed mid-write leaves the old "
-                "snapshot intact instead of a half-written one (§3)."),
+                "snapshot intact instead of a half-written one (§2)."),
         "q4": Q("67983b910c08", "d847a453f45d2a4e", "Momentum buffers are optimizer state: without them the run goes on, "
-                "but not as the uninterrupted run would (§3)."),
+                "but not as the uninterrupted run would (§2)."),
         "q5": Q("0c16ebd76f7e", "d6cd2b0b0585d248", "The c10d rendezvous store is hosted at that endpoint; every agent "
-                "must reach it to join (§4)."),
+                "must reach it to join (§3)."),
         "q6": Q("bae7b9747b94", "b7ea9353933064ed", "An elastic job: it starts with 2 nodes, accepts up to 4, and "
-                "restarts all workers with the new WORLD_SIZE when membership changes (§4)."),
+                "restarts all workers with the new WORLD_SIZE when membership changes (§3)."),
         "q7": Q("b8a8ffe606bf", "b85e6986e5e1cc02", "DETAIL checks that the ranks' collectives match, and a "
                 "monitored_barrier names a rank that does not arrive (§5)."),
         "q8": Q("f5dbebc43983", "092a7d9860ec4351", "LOCAL_RANK 0 exists once per node: with 2 nodes two writers race "
-                "on the same shared file; guard with RANK 0 (§3)."),
+                "on the same shared file; guard with RANK 0 (§4)."),
     },
 }
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 import os
 import re
 import site
+import socket
 import sys
 import sysconfig
 import tempfile
@@ -28,7 +29,12 @@ def tidy(text: str) -> str:
     for path, name in _prefixes():
         text = text.replace(path + os.sep, f"{name}{os.sep}" if name else "").replace(path, name or ".")
     # a random temporary folder name (tmpXXXX, lesson4-XXXX) still says nothing useful: shorten it
-    return re.sub(r"<tmp>/([A-Za-z0-9_.-]*?)[-_]?[a-z0-9_]{8}(?=/|\b)", r"<tmp>/\1", text)
+    text = re.sub(r"<tmp>/([A-Za-z0-9_.-]*?)[-_]?[a-z0-9_]{8}(?=/|\b)", r"<tmp>/\1", text)
+    # the run's date and time (torchrun's summary, glog-style log prefixes) and this machine's name
+    text = re.sub(r"\b\d{4}-\d\d-\d\d[_ T]\d\d:\d\d:\d\d(\.\d+)?", "<time>", text)
+    text = re.sub(r"(?m)^([IWEF])\d{4} \d\d:\d\d:\d\d\.\d+ ", r"\1<time> ", text)
+    host = socket.gethostname()
+    return re.sub(rf"\b{re.escape(host)}\b", "<host>", text) if len(host) > 2 else text
 
 
 def summary(result) -> None:
