@@ -36,7 +36,7 @@ def _in_rank_backend(ctx, student):
     return pick(), simulated, ctx.backend
 
 
-@check("pick_backend", points=1)
+@check("pick_backend", points=0.5)
 def backend_matches_hardware(g):
     for rank, (backend, simulated, expected) in enumerate(g.run(_in_rank_backend)):
         if backend != expected:
@@ -67,7 +67,7 @@ def _in_rank_device(ctx, student):
     return str(pick(ctx.local_rank)), simulated, str(ctx.device), ctx.local_rank
 
 
-@check("pick_device", points=1)
+@check("pick_device", points=0.5)
 def device_is_this_ranks(g):
     for rank, (device, simulated, expected, local_rank) in enumerate(g.run(_in_rank_device)):
         if device != expected:
@@ -123,7 +123,7 @@ def _in_rank_setup_on_simulated_gpus(ctx, student):
     return [str(b) for b in requested]
 
 
-@check("setup", points=2)
+@check("setup", points=1)
 def process_group_has_right_rank_and_size(g):
     result = g.run_raw(_in_rank_setup, init_group=False)
     if not result.ok and "EADDRINUSE" in result.failure():
@@ -171,7 +171,7 @@ def _in_rank_cleanup(ctx, student):
     return last_had_entered, dist.is_initialized()
 
 
-@check("cleanup", points=1)
+@check("cleanup", points=0.5)
 def cleanup_waits_then_destroys(g):
     results = g.run(_in_rank_cleanup)
     for rank, (_, still_initialized) in enumerate(results):

@@ -98,7 +98,7 @@ def checkpoint_has_unwrapped_keys(g):
         raise CheckFailed(f"the checkpoint's keys are {keys[:4]}..., expected {expected[:4]}...: {hint}")
 
 
-@check("save_checkpoint", points=2)
+@check("save_checkpoint", points=1)
 def checkpoint_complete_before_return(g):
     results = g.run(_in_rank_save)
     _require_model_state(results)
@@ -128,7 +128,7 @@ def _in_rank_load(ctx, student):
     return ref.flat_params(model), calls, str(next(model.parameters()).device)
 
 
-@check("load_checkpoint", points=1)
+@check("load_checkpoint", points=0.5)
 def checkpoint_loads_onto_device(g):
     expected = ref.flat_params(ref.tiny_net(seed=7))
     for rank, (params, calls, device) in enumerate(g.run(_in_rank_load)):
@@ -212,12 +212,12 @@ def _compare_mini_to_ddp(g, factory_name):
                      "MiniDDP must match DDP step for step")
 
 
-@check("MiniDDP", points=3)
+@check("MiniDDP", points=4)
 def mini_ddp_matches_ddp(g):
     _compare_mini_to_ddp(g, "tiny")
 
 
-@check("MiniDDP", points=2)
+@check("MiniDDP", points=3)
 def mini_ddp_frozen_and_tied_parameters(g):
     try:
         _compare_mini_to_ddp(g, "frozen")

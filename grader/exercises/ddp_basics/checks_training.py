@@ -31,7 +31,7 @@ def _in_rank_wrap(ctx, student):
     return ref.flat_params(wrapped.module), ref.flat_grads(wrapped.module)
 
 
-@check("wrap_model", points=2)
+@check("wrap_model", points=1)
 def wrap_model_broadcasts_rank0_parameters(g):
     expected = ref.flat_params(ref.tiny_net(seed=1))
     for rank, (params, _) in enumerate(g.run(_in_rank_wrap)):
@@ -40,7 +40,7 @@ def wrap_model_broadcasts_rank0_parameters(g):
                      "wrap the model itself in DistributedDataParallel")
 
 
-@check("wrap_model", points=2)
+@check("wrap_model", points=1)
 def wrap_model_gradients_match_full_batch(g):
     model = ref.tiny_net(seed=1)
     data = ref.RegressionDataset(n=8 * g.world_size)
@@ -95,12 +95,12 @@ def _shards_disjoint_and_covering(g, n):
                           "(drop_last=False, the sampler pads instead)")
 
 
-@check("make_dataloader", points=2)
+@check("make_dataloader", points=1)
 def dataloader_shards_disjoint_and_cover(g):
     _shards_disjoint_and_covering(g, 24)
 
 
-@check("make_dataloader", points=1)
+@check("make_dataloader", points=0.5)
 def dataloader_shuffles_with_seed(g):
     for seed in (0, 5):
         per_rank = _loader_runs(g, 24, seed=seed)
@@ -116,7 +116,7 @@ def dataloader_shuffles_with_seed(g):
                                       "gives: pass the seed to the sampler, and batch_size to the DataLoader")
 
 
-@check("make_dataloader", points=1, hidden=True, world_size=3)
+@check("make_dataloader", points=0.5, hidden=True, world_size=3)
 def dataloader_three_ranks_uneven(g):
     _shards_disjoint_and_covering(g, 20)  # 20 samples over 3 ranks: the sampler pads to 21
 

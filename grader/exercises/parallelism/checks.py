@@ -90,13 +90,13 @@ def _check_shards(g, cases):
                           "without a fixed seed")
 
 
-@EXERCISE.check("shard_indices", points=2)
+@EXERCISE.check("shard_indices", points=1.5)
 def shards_are_disjoint_covering_balanced(g):
     """Shares of 9 and 10 samples over 2, 3 and 4 ranks: disjoint, covering, balanced."""
     _check_shards(g, SHARD_CASES)
 
 
-@EXERCISE.check("shard_indices", points=1, hidden=True)
+@EXERCISE.check("shard_indices", points=0.5, hidden=True)
 def shards_edge_cases(g):
     """Fewer samples than ranks, no samples, a large batch, one rank."""
     _check_shards(g, SHARD_EDGE_CASES)
@@ -256,7 +256,7 @@ def ring_sums_in_place(g):
         _check_ring_sum(g, g.world_size, length)
 
 
-@EXERCISE.check("ring_all_reduce", points=1)
+@EXERCISE.check("ring_all_reduce", points=2)
 def ring_passes_chunks_to_neighbours(g):
     """The grader's world size (2), length 10: sends only to the next rank, one chunk of about numel/N per message."""
     per_rank = _check_ring_sum(g, g.world_size, 10)
@@ -362,14 +362,14 @@ def _check_column_input_grad(per_rank, expected):
                      backend=got["backend"])
 
 
-@EXERCISE.check("ColumnParallelLinear", points=1)
+@EXERCISE.check("ColumnParallelLinear", points=2)
 def column_parallel_forward(g):
     """The grader's world size (2), 4 -> 6 features: every rank holds 3 output rows and returns the full output."""
     per_rank, expected = _run_column(g, g.world_size, 4, 6, (5, 4))
     _check_column_forward(per_rank, expected)
 
 
-@EXERCISE.check("ColumnParallelLinear", points=2)
+@EXERCISE.check("ColumnParallelLinear", points=3)
 def column_parallel_shard_gradients(g):
     """The grader's world size (2): each shard's weight and bias gradients equal its rows of the full layer's gradients."""
     per_rank, expected = _run_column(g, g.world_size, 4, 6, (5, 4))
@@ -377,7 +377,7 @@ def column_parallel_shard_gradients(g):
     _check_column_shard_grads(per_rank, expected, g.world_size)
 
 
-@EXERCISE.check("ColumnParallelLinear", points=1)
+@EXERCISE.check("ColumnParallelLinear", points=2)
 def column_parallel_input_gradient(g):
     """The grader's world size (2): the input gradient is the full layer's, on every rank."""
     per_rank, expected = _run_column(g, g.world_size, 4, 6, (5, 4))
@@ -561,7 +561,7 @@ def pipeline_loss_matches(g):
     _check_pipeline_loss(per_rank, expected, "mlp", 8)
 
 
-@EXERCISE.check("pipeline_step", points=2, world_size=2)
+@EXERCISE.check("pipeline_step", points=3, world_size=2)
 def pipeline_gradients_match(g):
     """2 stages, 8 samples, MSELoss: both stages' gradients equal the unsplit model's."""
     per_rank, expected = _run_pipeline(g, "mlp", 8)

@@ -83,7 +83,7 @@ def _check_probe_records(records: dict, expected_keys: list[tuple[int, int]], ou
         _compare(record["answer"], _expected_from(env), env, where)
 
 
-@EXERCISE.check("read_dist_env", points=2)
+@EXERCISE.check("read_dist_env", points=1)
 def read_dist_env_on_torchrun_workers(g):
     """On the workers of `torchrun --standalone --nproc-per-node=2 --max-restarts=1` whose
     rank 1 fails once, read_dist_env(os.environ) matches each worker's environment,
@@ -95,7 +95,7 @@ def read_dist_env_on_torchrun_workers(g):
                              "a 2-worker run restarted once")
 
 
-@EXERCISE.check("read_dist_env", points=1, hidden=True)
+@EXERCISE.check("read_dist_env", points=0.5, hidden=True)
 def read_dist_env_on_two_nodes(g):
     """Two torchrun agents (--nnodes=2, one worker each) on 127.0.0.1: the worker of node 1
     has RANK 1 but LOCAL_RANK 0, WORLD_SIZE 2 but LOCAL_WORLD_SIZE 1."""
@@ -147,7 +147,7 @@ def read_dist_env_names_a_missing_variable(g):
                               f"{result['error']}")
 
 
-@EXERCISE.check("read_dist_env", points=1, hidden=True)
+@EXERCISE.check("read_dist_env", points=0.5, hidden=True)
 def read_dist_env_reads_its_argument(g):
     """A mapping that is not os.environ (rank 5 of 8, restart 2) is read exactly, into a dataclass;
     without TORCHELASTIC_RESTART_COUNT (a plain launcher) restart_count is 0."""
