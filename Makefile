@@ -7,6 +7,7 @@
 #   make report  the class report of ASSIGNMENT (markdown and a PNG plot)
 #   make exercises  regenerate exercises/ (student release) from solutions/
 #   make selfcheck  grade the solutions and known-wrong submissions on this machine's hardware
+#   make hub     JupyterHub for the class on 127.0.0.1:8000 (root; deploy/hub/jupyterhub_config.py)
 
 PYTHON ?= python3
 VENV := .venv
@@ -17,7 +18,7 @@ ASSIGNMENT ?= 02_ddp_basics
 COURSE ?= $(CURDIR)
 JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 
-.PHONY: install demo test lab bench grade report exercises selfcheck clean
+.PHONY: install demo test lab bench grade report exercises selfcheck clean hub
 
 install: $(VENV)/.installed
 
@@ -71,3 +72,10 @@ selfcheck: install
 
 clean:
 	rm -rf $(VENV) gradebook.db .nbgrader .pytest_cache build
+
+# JupyterHub for the class (README: Running a class on a hub); settings: HUB_* in the environment.
+hub: install
+	$(BIN)/python -m pip install --quiet -e '.[hub]'
+	test -x deploy/hub/node_modules/.bin/configurable-http-proxy || npm ci --prefix deploy/hub --no-audit --no-fund
+	mkdir -p $(or $(HUB_STATE),build/hub)
+	$(BIN)/jupyterhub -f deploy/hub/jupyterhub_config.py
