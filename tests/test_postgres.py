@@ -19,6 +19,7 @@ import subprocess
 import sys
 import tempfile
 
+import psutil
 import pytest
 
 from grader.gradebook import roundtrip
@@ -100,6 +101,15 @@ def _course(root: str, db_url: str | None) -> roundtrip.Course:
     subprocess.run([sys.executable, "-m", "nbgrader", "collect", A, "--log-level=ERROR"], cwd=root, env=env,
                    check=True, timeout=300)
     return course
+
+
+def _copy_collected(source, root: str, db_url: str | None = None) -> roundtrip.Course:
+    """A copy of a collected course, with nothing graded and a fresh gradebook (the assignment only)."""
+    shutil.copytree(source.root, root, ignore=shutil.ignore_patterns("graded", "autograded", "feedback",
+                                                                      "gradebook.db", "grades.csv"))
+    subprocess.run([sys.executable, "-m", "nbgrader", "generate_assignment", A, "--force", "--log-level=WARN"],
+                   cwd=root, env=_env(db_url), check=True, timeout=300)
+    return roundtrip.Course(root)
 
 
 def _grade(course, db_url: str | None, *extra: str) -> subprocess.Popen:
@@ -202,7 +212,7 @@ def test_two_make_grade_runs_at_once_lose_nothing_and_write_nothing_twice(postgr
     source, _ = postgres_class
     url = postgres("gradebook_concurrent")
     course = roundtrip.Course(str(tmp_path / "course"))
-    shutil.copytree(source.root, course.root, ignore=shutil.ignore_patterns("autograded", "feedback"))
+    shutil.copytree(source.root, course.root, ignore=shutil.ignore_patterns("autograded", "feedback"))  # graded/ kept
     subprocess.run([sys.executable, "-m", "nbgrader", "generate_assignment", A, "--force", "--log-level=WARN"],
                    cwd=course.root, env=_env(url), check=True, timeout=300)
     before = _rows(url)
@@ -217,8 +227,8 @@ def test_two_make_grade_runs_at_once_lose_nothing_and_write_nothing_twice(postgr
 
 
 def test_shards_graded_at_once_give_exactly_the_grades_of_one_run(sqlite_class, tmp_path):
-    _, scores, checks = sqlite_class
-    course = _course(str(tmp_path / "course"), None)
+    reference, scores, checks = sqlite_class
+    course = _copy_collected(reference, str(tmp_path / "course"))
     outputs = _finish(*(_grade(course, None, "--jobs", "1", "--shard", f"{i}/2") for i in range(2)))
     assert "shard 0/2: 1 submissions" in outputs[0] and "shard 1/2: 1 submissions" in outputs[1]
     assert not os.path.exists(os.path.join(course.root, "gradebook.db")) or not gradebook_scores(course, A)
@@ -235,3 +245,84 @@ def test_a_bad_shard_is_a_clear_error():
         proc = subprocess.run([sys.executable, "-m", "grader", "grade", A, "--shard", bad], capture_output=True,
                               text=True, timeout=60)
         assert proc.returncode == 2 and says in proc.stderr, proc.stderr
+
+
+SLURM = ("slurmctld", "slurmd", "munged", "sbatch", "sinfo")
+
+
+@pytest.fixture(scope="module")
+def slurm():
+    """A one-node Slurm cluster (Debian's slurm-wlm) in a temporary folder; yields its environment."""
+    if os.geteuid() != 0 or not all(shutil.which(t) or os.path.exists(f"/usr/sbin/{t}") for t in SLURM):
+        pytest.skip("needs root and Debian's slurm-wlm (slurmctld, slurmd, munged, sbatch)")
+    d = pathlib.Path(tempfile.mkdtemp(prefix="slurm-"))
+    os.chmod(d, 0o755)
+    host, ports = socket.gethostname().split(".")[0], (_free_port(), _free_port())
+    (d / "slurm.conf").write_text(f"""ClusterName=grading
+SlurmctldHost={host}(127.0.0.1)
+SlurmUser=root
+SlurmctldPort={ports[0]}
+SlurmdPort={ports[1]}
+AuthInfo=socket={d}/munge.socket
+StateSaveLocation={d}/state
+SlurmdSpoolDir={d}/spool
+SlurmctldPidFile={d}/slurmctld.pid
+SlurmdPidFile={d}/slurmd.pid
+SlurmctldLogFile={d}/slurmctld.log
+SlurmdLogFile={d}/slurmd.log
+ProctrackType=proctrack/linuxproc
+TaskPlugin=task/none
+SelectType=select/cons_tres
+SelectTypeParameters=CR_CPU
+ReturnToService=2
+MpiDefault=none
+JobCompType=jobcomp/none
+AccountingStorageType=accounting_storage/none
+NodeName={host} NodeAddr=127.0.0.1 CPUs=2 State=UNKNOWN
+PartitionName=grading Nodes=ALL Default=YES MaxTime=INFINITE State=UP
+""")
+    os.makedirs(d / "state")
+    os.makedirs(d / "spool")
+    shutil.chown(d, "munge")
+    env = dict(os.environ, SLURM_CONF=str(d / "slurm.conf"), PATH=BIN + os.pathsep + os.environ.get("PATH", ""))
+    started = []
+    try:
+        subprocess.run(["runuser", "-u", "munge", "--", "munged", f"--socket={d}/munge.socket",
+                        f"--pid-file={d}/munged.pid", f"--log-file={d}/munged.log", f"--seed-file={d}/munged.seed"],
+                       check=True, timeout=30)
+        started.append(d / "munged.pid")
+        for daemon in ("slurmctld", "slurmd"):
+            subprocess.run([daemon, "-f", str(d / "slurm.conf")], check=True, timeout=30, env=env)
+            started.append(d / f"{daemon}.pid")
+        deadline = time.monotonic() + 60
+        while subprocess.run(["sinfo", "-h", "-o", "%t"], capture_output=True, text=True, env=env,
+                             timeout=30).stdout.strip() != "idle":
+            assert time.monotonic() < deadline, (d / "slurmctld.log").read_text()[-2000:]
+            time.sleep(0.5)
+        yield env, d
+    finally:
+        for pid_file in reversed(started):
+            try:
+                pid = int(pid_file.read_text())
+                os.kill(pid, 15)
+                psutil.Process(pid).wait(timeout=20)
+            except (OSError, ValueError, psutil.Error):
+                pass
+        shutil.rmtree(d, ignore_errors=True)
+
+
+def test_a_slurm_job_array_grades_the_shards_then_one_job_merges(slurm, sqlite_class, tmp_path):
+    env, d = slurm
+    reference, scores, checks = sqlite_class
+    course = _copy_collected(reference, str(tmp_path / "course"))
+    grade = f"{sys.executable} -m grader grade {A} --root {course.root} --quiet --jobs 1 --timeout 10"
+    array = subprocess.run(["sbatch", "--parsable", "--array=0-1", "--cpus-per-task=1", f"--output={d}/shard-%a.out",
+                            "--wrap", f"{grade} --shard $SLURM_ARRAY_TASK_ID/2"],
+                           capture_output=True, text=True, env=env, timeout=60, check=True).stdout.strip()
+    merge = subprocess.run(["sbatch", "--wait", f"--dependency=afterok:{array}", f"--output={d}/merge.out",
+                            "--wrap", grade], capture_output=True, text=True, env=env, timeout=STEP_S)
+    logs = "".join(p.read_text() for p in sorted(d.glob("*.out")))
+    assert merge.returncode == 0, merge.stdout + merge.stderr + logs
+    assert "shard 0/2: 1 submissions" in logs and "shard 1/2: 1 submissions" in logs, logs
+    assert gradebook_scores(course, A) == scores
+    assert _checks(course) == checks

@@ -14,7 +14,9 @@
 
 Everything is set from the environment (make hub sets the defaults):
 HUB_PORT, HUB_COURSE, HUB_INSTRUCTOR, HUB_STUDENTS (comma-separated),
-HUB_EXCHANGE, HUB_STATE (the hub's database, cookie secret, logs).
+HUB_EXCHANGE, HUB_STATE (the hub's database, cookie secret, logs), HUB_PYTHON
+(the course's Python for every server: every account must be able to run it,
+so not one under a private home; default: the hub's own).
 """
 import os
 import sys
@@ -31,8 +33,8 @@ COURSE = env("HUB_COURSE", REPO)
 EXCHANGE = env("HUB_EXCHANGE", "/srv/nbgrader/exchange")
 INSTRUCTOR = env("HUB_INSTRUCTOR", "instructor")
 STUDENTS = [s for s in env("HUB_STUDENTS", "").split(",") if s]
-BIN = os.path.dirname(sys.executable)  # the course's venv: jupyterhub-singleuser, nbgrader, alembic, the grader
-PATH = BIN + os.pathsep + env("PATH", "/usr/bin:/bin")
+PYTHON = env("HUB_PYTHON", sys.executable)  # the course's venv: JupyterLab, nbgrader, the grader
+PATH = os.path.dirname(PYTHON) + os.pathsep + env("PATH", "/usr/bin:/bin")
 
 # the hub, its proxy and the servers listen on 127.0.0.1 only
 c.JupyterHub.bind_url = f"http://127.0.0.1:{PORT}"
@@ -52,7 +54,7 @@ c.Authenticator.admin_users = {INSTRUCTOR}
 
 # each user's own server, as that user, in their home (DockerSpawner or KubeSpawner in a real course)
 c.JupyterHub.spawner_class = "localprocess"
-c.Spawner.cmd = [os.path.join(BIN, "jupyterhub-singleuser")]
+c.Spawner.cmd = [PYTHON, "-m", "jupyterhub.singleuser"]
 c.Spawner.default_url = "/lab"
 c.Spawner.http_timeout = 120
 c.Spawner.start_timeout = 120
@@ -67,7 +69,7 @@ SERVICE_PORT = int(env("HUB_SERVICE_PORT", str(PORT + 99)))
 c.JupyterHub.services = [{
     "name": COURSE_ID,
     "url": f"http://127.0.0.1:{SERVICE_PORT}",
-    "command": [os.path.join(BIN, "jupyterhub-singleuser"), f"--ServerApp.root_dir={COURSE}"],
+    "command": [PYTHON, "-m", "jupyterhub.singleuser", f"--ServerApp.root_dir={COURSE}"],
     "user": INSTRUCTOR,
     "cwd": COURSE,
     "environment": {"PATH": PATH, "NBGRADER_EXCHANGE": EXCHANGE, "JUPYTERHUB_DEFAULT_URL": "/lab",
