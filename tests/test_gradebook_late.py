@@ -1,0 +1,72 @@
+"""Late submissions keep nbgrader's penalty under `make grade` (issue 17).
+
+A course with nbgrader's late-submission plugin configured (SubMarks, nbgrader's
+documented example: one point per hour late) and a due date: a late, partly
+wrong submission gets the same score and the same penalty from `make grade`
+as from plain `nbgrader autograde` (which runs check() in a kernel); an
+on-time one gets no penalty.
+"""
+import os
+import subprocess
+import sys
+
+import pytest
+
+from grader.gradebook import roundtrip
+from grader.gradebook.inject import gradebook_marks
+from samples.make_samples import solution_answers
+from tests.test_instructor_workflow import A, notebook_with, place
+
+SUBMARKS = '''
+from nbgrader.plugins import BasePlugin
+
+
+class SubMarks(BasePlugin):
+    def late_submission_penalty(self, student_id, score, total_seconds_late):
+        """One point per hour late."""
+        return round(total_seconds_late / 3600, 0)
+'''
+LATE_CONFIG = '''
+import sys
+sys.path.insert(0, here)  # submarks.py, next to this file
+c.AssignLatePenalties.plugin_class = "submarks.SubMarks"
+'''
+DUE = "2026-11-29 09:00:00 UTC"  # place() stamps submissions 2026-11-29 12:00:00 UTC: three hours late
+
+
+@pytest.fixture(scope="module")
+def course(tmp_path_factory):
+    course = roundtrip.make_course(str(tmp_path_factory.mktemp("late")), [A])
+    with open(os.path.join(course.root, "submarks.py"), "w") as f:
+        f.write(SUBMARKS)
+    with open(os.path.join(course.root, "nbgrader_config.py"), "a") as f:
+        f.write(LATE_CONFIG)
+    roundtrip.nbgrader(["generate_assignment", A, "--force"], course.root, course.root)
+    roundtrip.nbgrader(["db", "assignment", "add", A, f"--duedate={DUE}"], course.root, course.root)
+    good = solution_answers()
+    wrong = dict(good, train_one_epoch_answer=good["train_one_epoch_answer"].replace(
+        "    loader.sampler.set_epoch(epoch)\n", ""))
+    place(course, "lara", notebook_with(wrong))
+    otto = place(course, "otto", notebook_with(wrong))
+    with open(os.path.join(os.path.dirname(otto), "timestamp.txt"), "w") as f:
+        f.write("2026-11-29 08:00:00.000000 UTC")
+    return course
+
+
+def test_make_grade_keeps_nbgraders_late_penalty(course):
+    roundtrip.nbgrader(["autograde", A, "--student", "lara", "--force"], course.root, course.root, timeout=900)
+    plain = gradebook_marks(course, A)["lara"]
+    assert plain["late_penalty"] == 3 and 0 < plain["score"] < 32, plain
+
+    proc = subprocess.run([sys.executable, "-m", "grader", "grade", A, "--root", course.root, "--quiet", "--jobs", "1"],
+                          capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    ours = gradebook_marks(course, A)
+    assert (ours["lara"]["score"], ours["lara"]["late_penalty"]) == (plain["score"], plain["late_penalty"])
+    assert ours["otto"]["score"] == plain["score"] and not ours["otto"]["late_penalty"]
+    assert "late: -3 (nbgrader's late penalty)" in next(l for l in proc.stdout.splitlines() if l.startswith("lara"))
+    csv = roundtrip.export(course)
+    with open(csv) as f:
+        rows = [r.split(",") for r in f.read().splitlines()]
+    header, lara = rows[0], next(r for r in rows if "lara" in r)
+    assert float(lara[header.index("late_submission_penalty")]) == 3
