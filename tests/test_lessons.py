@@ -15,7 +15,7 @@ from tests.helpers import ROOT
 LESSONS = sorted(glob.glob(os.path.join(ROOT, "lessons", "*.ipynb")))
 # Parts of absolute paths that only the machine that ran a lesson has, and a run's date and time.
 MACHINE_PATHS = re.compile(r"/work/|/root/|/home/|/tmp/|/var/folders/|\.venv|site-packages|[A-Z]:\\\\Users")
-TIMESTAMP = re.compile(r"\b20\d\d-\d\d-\d\d[ T_]\d\d:\d\d|^[IWEF]\d{4} \d\d:\d\d:\d\d\.\d{6}", re.M)
+TIMESTAMP = re.compile(r"\b20\d\d-\d\d-\d\d[ T_]\d\d:\d\d|^[IWEF]\d{4} \d\d:\d\d:\d\d\.\d{6}", re.MULTILINE)
 
 
 def load(path):
@@ -66,7 +66,7 @@ def test_a_linked_table_of_contents_whose_links_resolve(path):
     cells = load(path)["cells"]
     markdown = "\n".join(source(c) for c in cells if c["cell_type"] == "markdown")
     anchors = set(re.findall(r'<a id="([^"]+)"></a>', markdown))
-    headings = re.findall(r'^<a id="s(\d+)"></a>\n## \1\. ', markdown, flags=re.M)
+    headings = re.findall(r'^<a id="s(\d+)"></a>\n## \1\. ', markdown, flags=re.MULTILINE)
     assert len(headings) >= 5, "every numbered section heading carries its anchor"
     contents = source(cells[0])
     assert "**Contents**" in contents

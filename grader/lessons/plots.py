@@ -14,7 +14,7 @@ def backward_timeline(grads_ready, buckets, backward_done):
     Lesson 2 (lessons/02_ddp_basics.ipynb), §7 "Gradients synchronize themselves in backward()".
     grads_ready: [(layer, seconds)]; buckets: [(layers, start, end)]; backward_done: seconds.
     """
-    fig, ax = plt.subplots(figsize=(10, 3.2))
+    _, ax = plt.subplots(figsize=(10, 3.2))
     previous = 0.0
     for layer, t in sorted(grads_ready, key=lambda e: e[1]):  # compute: from the previous gradient to this one
         ax.broken_barh([(previous * 1e3, (t - previous) * 1e3)], (2.6, 0.8), color="tab:blue", alpha=0.75)
@@ -41,7 +41,7 @@ def epoch_orders(with_set_epoch, without_set_epoch, epochs=3, ranks=2):
 
     Lesson 2, §8 "DistributedSampler and set_epoch". Each argument: orders[rank][epoch] = list of sample ids.
     """
-    fig, axes = plt.subplots(1, 2, figsize=(11, 3.6), sharey=True)
+    _, axes = plt.subplots(1, 2, figsize=(11, 3.6), sharey=True)
     for ax, orders, title in ((axes[0], with_set_epoch, "with sampler.set_epoch(epoch)"),
                               (axes[1], without_set_epoch, "without set_epoch")):
         rows = [orders[rank][epoch] for epoch in range(epochs) for rank in range(ranks)]
@@ -68,7 +68,7 @@ def mean_estimate_errors(batch_sizes, errors):
     Lesson 3 (lessons/03_syncbn_and_sharded_state.ipynb), §1 "BatchNorm under DDP".
     errors[sorted_shards] = [(local_error, global_error) per batch size].
     """
-    fig, axes = plt.subplots(1, 2, figsize=(11, 3.8), sharey=True)
+    _, axes = plt.subplots(1, 2, figsize=(11, 3.8), sharey=True)
     for ax, sorted_shards in zip(axes, (False, True)):
         local, pooled = zip(*errors[sorted_shards])
         ax.loglog(batch_sizes, local, "o-", label="this rank's own batch (BatchNorm under DDP)")
@@ -87,7 +87,7 @@ def accuracy_bars(accuracy, situations, methods, steps=60):
 
     Lesson 3, §2 "When local statistics hurt". accuracy[(situation label, method label)] = accuracy.
     """
-    fig, ax = plt.subplots(figsize=(10, 3.8))
+    _, ax = plt.subplots(figsize=(10, 3.8))
     width = 0.27
     for i, method in enumerate(methods):
         values = [accuracy[label, method] for label in situations]
@@ -112,7 +112,7 @@ def memory_per_rank(world_sizes, measured, mb=2 ** 20, psi=7.5e9, gpus=(1, 2, 4,
 
     Lesson 3, §5 "ZeRO stages 1 to 3, measured". measured[n] = per-rank {method: {part: bytes}}.
     """
-    fig, (left, right) = plt.subplots(1, 2, figsize=(12, 4))
+    _, (left, right) = plt.subplots(1, 2, figsize=(12, 4))
     for method, marker in (("DDP", "o"), ("ZeRO-1", "s"), ("FSDP2 (ZeRO-3)", "^")):
         left.plot(world_sizes, [max(sum(r[method].values()) for r in measured[n]) / mb for n in world_sizes],
                   marker=marker, color=ZERO_COLORS[method], label=f"{method}, measured")

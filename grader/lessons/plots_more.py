@@ -11,7 +11,7 @@ def training_memory(models, training_state_gb, batches, activation_mb, params_mb
 
     Lesson 1 (lessons/01_data_vs_model_parallelism.ipynb), §1 "Why parallelize at all?".
     """
-    fig, (left, right) = plt.subplots(1, 2, figsize=(12, 4))
+    _, (left, right) = plt.subplots(1, 2, figsize=(12, 4))
     bottom = [0.0] * len(models)
     for part, color in zip(["parameters", "gradients", "Adam state"], ["tab:blue", "tab:orange", "tab:green"]):
         heights = [training_state_gb(n)[part] for n in models.values()]
@@ -47,7 +47,7 @@ def gpipe_schedules(schedule, stages=4, micro=(1, 8)):
 
     Lesson 1, §3.2 "Pipeline (inter-layer) parallelism".
     """
-    fig, axes = plt.subplots(1, 3, figsize=(15, 3.5))
+    _, axes = plt.subplots(1, 3, figsize=(15, 3.5))
     for ax, m in zip(axes[:2], micro):
         blocks = schedule(stages, m)
         total = max(start + length for _, start, length, _, _ in blocks)
@@ -70,7 +70,7 @@ def pipeline_timelines(runs):
 
     Lesson 1, §3.2, the two-stage pipeline run.
     """
-    fig, axes = plt.subplots(1, len(runs), figsize=(13, 2.8), sharex=True)
+    _, axes = plt.subplots(1, len(runs), figsize=(13, 2.8), sharex=True)
     for ax, (n_micro, ranks) in zip(axes, runs.items()):
         origin = min(start for r in ranks for start, _ in r["busy"])  # the first block of work starts at 0
         for rank, result in enumerate(ranks):
@@ -107,7 +107,7 @@ def collectives(demo):
     Lesson 1, §4 "The collectives".
     """
     names, n = list(demo[0]), len(demo)
-    fig, axes = plt.subplots(2, len(names), figsize=(17, 5))
+    _, axes = plt.subplots(2, len(names), figsize=(17, 5))
     for col, name in enumerate(names):
         _buffers(axes[0, col], [demo[r][name][0] for r in range(n)], f"{name}\nbefore")
         _buffers(axes[1, col], [demo[r][name][1] for r in range(n)], "after")
@@ -121,7 +121,7 @@ def ring_states(states):
     Lesson 1, §5 "Ring all-reduce, and what it costs".
     """
     n = len(states[0][1])
-    fig, axes = plt.subplots(1, len(states), figsize=(17, 2.8))
+    _, axes = plt.subplots(1, len(states), figsize=(17, 2.8))
     for ax, (title, grid) in zip(axes, states):
         ax.imshow([[len(s) for s in row] for row in grid], cmap="Blues", vmin=0, vmax=n + 0.5)
         for r, row in enumerate(grid):
@@ -140,7 +140,7 @@ def allreduce_cost(nbytes, seconds, alpha, bandwidth, large):
 
     Lesson 1, §5, the all-reduce measurement.
     """
-    fig, (left, right) = plt.subplots(1, 2, figsize=(13, 4))
+    _, (left, right) = plt.subplots(1, 2, figsize=(13, 4))
     ranks = list(range(2, 33))
     left.plot(ranks, [2 * (n - 1) / n for n in ranks], label="ring: every rank sends 2(N-1)/N")
     left.plot(ranks, [n - 1 for n in ranks], label="to a root and back: the root sends N-1")
@@ -166,7 +166,7 @@ def restart_timeline(evts, t0, kill_time):
 
     Lesson 4 (lessons/04_torchrun.ipynb), §2 "Fault tolerance". evts: the script's events.jsonl records.
     """
-    fig, ax = plt.subplots(figsize=(11, 3.2))
+    _, ax = plt.subplots(figsize=(11, 3.2))
     colors = {0: "tab:blue", 1: "tab:green"}
     for (rank, attempt) in sorted({(e["rank"], e["attempt"]) for e in evts}):
         mine = [e for e in evts if e["rank"] == rank and e["attempt"] == attempt]
@@ -217,7 +217,7 @@ def elastic_lanes(lanes, t0, b_launched):
 
     Lesson 4, §3 "Rendezvous and elasticity". lanes: [(first time, node label, the worker's printed rows)].
     """
-    fig, ax = plt.subplots(figsize=(10, 2.6))
+    _, ax = plt.subplots(figsize=(10, 2.6))
     colors = {"1": "tab:orange", "2": "tab:purple"}
     for y, (_, label, mine) in enumerate(reversed(lanes)):
         begin, end = mine[0]["t"] - t0, mine[-1]["t"] - t0
