@@ -6,6 +6,7 @@ swap a grader helper, wrap a torch.distributed collective, patch CheckFailed,
 the result reporting or builtins, or leave the rank early after printing a fake ✓.
 """
 import json
+import os
 import subprocess
 import sys
 
@@ -115,3 +116,52 @@ def test_the_untampered_solution_is_not_flagged(tmp_path):
     """The guard must not fire on honest code (which patches nothing)."""
     report = grade_cli("02_ddp_basics", solution_source("02_ddp_basics"), "cleanup", tmp_path)
     assert report["score"] == report["max_score"] and not any(c["tampered"] for c in report["checks"])
+
+
+# --- the same corpus through `make grade` (python -m grader grade: parallel workers, nbgrader's gradebook) ---
+
+BATCH = {name: case for name, case in CASES.items() if case[0] == "02_ddp_basics"}
+BATCH["leave after a fake pass"] = ("02_ddp_basics", "SOLUTION" + '''
+def pick_backend():
+    import os
+    print("✓ pick_backend: backend_matches_hardware (1/1)", flush=True)
+    os._exit(0)
+''', "pick_backend")
+
+
+def _notebook_with_source(exercise_id: str, source: str) -> dict:
+    """The student release with the whole submission in its last answer cell (the stubs above are overridden)."""
+    from grader import cells
+
+    with open(os.path.join(ROOT, "exercises", exercise_id, f"{exercise_id}.ipynb")) as f:
+        nb = json.load(f)
+    last = [c for c in nb["cells"] if cells.is_answer_cell(c)][-1]
+    last["source"] = cells.source(last) + "\n\n" + source
+    return nb
+
+
+def test_tampering_gains_nothing_through_make_grade(tmp_path):
+    from grader.gradebook import roundtrip
+    from grader.gradebook.batch import grade_assignment
+
+    exercise_id = "02_ddp_basics"
+    course = roundtrip.make_course(str(tmp_path / "course"), [exercise_id])
+    roundtrip.release(course, exercise_id)
+    students = {}
+    for i, (name, (_, text, task)) in enumerate(BATCH.items()):
+        student = f"s{i}"
+        students[student] = (name, task)
+        folder = tmp_path / "course" / "submitted" / student / exercise_id
+        folder.mkdir(parents=True)
+        (folder / "timestamp.txt").write_text("2026-11-29 12:00:00.000000 UTC")
+        (folder / f"{exercise_id}.ipynb").write_text(json.dumps(_notebook_with_source(exercise_id, _source(exercise_id, text))))
+    results = grade_assignment(course, exercise_id, jobs=2, timeout=20, progress=False)
+    exercise = get_exercise(exercise_id)
+    for student, (name, task) in students.items():
+        checks = results[student]["report"]["checks"]
+        mine = [c for c in checks if c["task"] == task]
+        assert mine and all(not c["passed"] and c["points"] == 0 for c in mine), (name, mine)
+        honest_max = exercise.max_score - exercise.points_of(task)
+        assert results[student]["report"]["score"] <= honest_max, name
+        if name != "leave after a fake pass":
+            assert any("changed the grader" in f for f in results[student]["flags"]), (name, results[student]["flags"])
