@@ -4,18 +4,23 @@ A verdict must never rest on a sleep or a measured duration. Instead the ranks
 leave marker files in the run's shared workdir, and a rank holds back (for a
 bounded time) until the others have shown where they are:
 
-    with in_collective_markers(ctx):           # this rank marks "blocked in a collective"
+    watch = Collectives(ctx)
+    with watch.marking(student_fn):      # "I am in my k-th collective", while in it
         student_fn()
     mark(ctx, "returned")
 
-`blocked_or_returned(ctx, ranks)` is then true once each of those ranks is either
-inside a collective right now (so it cannot leave it before this rank joins one)
-or has returned. A rank that holds its action until then makes every early
-return visible: the early rank has provably returned before the action.
+`blocked_or_returned(ctx, ranks, watch.entered)` is then true once each of those
+ranks has returned, or sits in a collective that this rank has not joined yet (its
+k-th, with k greater than the number this rank has entered): such a rank cannot
+leave before this rank joins. A rank that holds an action until then makes every
+early return visible: the early rank has provably returned before the action.
+Collectives of one group pair up in call order on every rank, which is what the
+count relies on.
 """
 from __future__ import annotations
 
 import contextlib
+import inspect
 import os
 import time
 
@@ -29,8 +34,11 @@ def _path(ctx, name: str, rank: int | None = None) -> str:
     return os.path.join(ctx.workdir, f"hb.{name}.{ctx.rank if rank is None else rank}")
 
 
-def mark(ctx, name: str) -> None:
-    open(_path(ctx, name), "w").close()
+def mark(ctx, name: str, content: str = "") -> None:
+    tmp = _path(ctx, name) + ".tmp"
+    with open(tmp, "w") as f:
+        f.write(content)
+    os.replace(tmp, _path(ctx, name))  # readers see the whole marker or none
 
 
 def unmark(ctx, name: str) -> None:
@@ -40,6 +48,19 @@ def unmark(ctx, name: str) -> None:
 
 def marked(ctx, name: str, rank: int) -> bool:
     return os.path.exists(_path(ctx, name, rank))
+
+
+def _collective_of(ctx, rank: int) -> int:
+    """Which collective (1, 2, ...) `rank` is inside now; 0 when none."""
+    try:
+        with open(_path(ctx, "in_collective", rank)) as f:
+            return int(f.read() or 0)
+    except (FileNotFoundError, ValueError):
+        return 0
+
+
+def blocked_or_returned(ctx, ranks, entered_here: int) -> bool:
+    return all(marked(ctx, "returned", r) or _collective_of(ctx, r) > entered_here for r in ranks)
 
 
 def wait_until(condition, bound_s: float) -> bool:
@@ -52,55 +73,54 @@ def wait_until(condition, bound_s: float) -> bool:
     return True
 
 
-@contextlib.contextmanager
-def in_collective_markers(ctx, student_fn=None):
-    """While inside, each torch.distributed collective this rank calls leaves the marker
-    "in_collective" for as long as the call lasts. `from torch.distributed import barrier`
-    in the answers is covered too (student_fn's globals). Restored on exit."""
-    import inspect
+class Collectives:
+    """Counts this rank's torch.distributed collectives and marks the one it is in."""
 
-    import torch.distributed as dist
-    import torch.distributed.distributed_c10d as c10d
+    def __init__(self, ctx):
+        self.ctx = ctx
+        self.entered = 0  # top-level collectives entered so far
+        self._depth = 0
 
-    saved = []
-    depth = [0]
-
-    def wrap(real):
+    def _wrap(self, real):
         def marked_call(*args, **kwargs):
-            depth[0] += 1
-            if depth[0] == 1:
-                mark(ctx, "in_collective")
+            self._depth += 1
+            if self._depth == 1:
+                self.entered += 1
+                mark(self.ctx, "in_collective", str(self.entered))
             try:
                 return real(*args, **kwargs)
             finally:
-                depth[0] -= 1
-                if depth[0] == 0:
-                    unmark(ctx, "in_collective")
+                self._depth -= 1
+                if self._depth == 0:
+                    unmark(self.ctx, "in_collective")
         return marked_call
 
-    reals = {}
-    for module in (dist, c10d):
-        for name in COLLECTIVES:
-            real = getattr(module, name, None)
-            if real is not None:
-                reals[id(real)] = real
-                saved.append((module, name, real))
-                setattr(module, name, wrap(real))
-    answers = getattr(inspect.unwrap(student_fn), "__globals__", None) if student_fn is not None else None
-    for name, value in list((answers or {}).items()):
-        if id(value) in reals and value is reals[id(value)]:
-            saved.append((answers, name, value))
-            answers[name] = wrap(value)
-    try:
-        yield
-    finally:
-        for where, name, real in reversed(saved):
-            if isinstance(where, dict):
-                where[name] = real
-            else:
-                setattr(where, name, real)
-        unmark(ctx, "in_collective")
+    @contextlib.contextmanager
+    def marking(self, student_fn=None):
+        """Collectives called inside are marked; `from torch.distributed import barrier` in the
+        answers too (student_fn's globals). Everything is restored on exit."""
+        import torch.distributed as dist
+        import torch.distributed.distributed_c10d as c10d
 
-
-def blocked_or_returned(ctx, ranks) -> bool:
-    return all(marked(ctx, "in_collective", r) or marked(ctx, "returned", r) for r in ranks)
+        saved, reals = [], {}
+        for module in (dist, c10d):
+            for name in COLLECTIVES:
+                real = getattr(module, name, None)
+                if real is not None:
+                    reals[id(real)] = real
+                    saved.append((module, name, real))
+                    setattr(module, name, self._wrap(real))
+        answers = getattr(inspect.unwrap(student_fn), "__globals__", None) if student_fn is not None else None
+        for name, value in list((answers or {}).items()):
+            if reals.get(id(value)) is value:
+                saved.append((answers, name, value))
+                answers[name] = self._wrap(value)
+        try:
+            yield self
+        finally:
+            for where, name, real in reversed(saved):
+                if isinstance(where, dict):
+                    where[name] = real
+                else:
+                    setattr(where, name, real)
+            unmark(self.ctx, "in_collective")

@@ -3,14 +3,9 @@ mistake fails the check that targets it, with a message naming it (real
 multi-process runs, like the grader)."""
 from __future__ import annotations
 
-import os
-import tempfile
-
 import pytest
 
-from grader.checks import Exercise, run_checks
 from grader.exercises import get_exercise
-from grader.submission import read_python_file
 from tests.helpers import failed, grade_source, mutate, solution_source
 
 EXERCISE = "01_parallelism"
@@ -28,21 +23,13 @@ def grade_mutant(solution, old, new, task):
 
 def grade_one_check(source, check_name):
     """Only one check: a deadlocking mutant costs a full timeout per check."""
-    exercise = get_exercise(EXERCISE)
-    only = Exercise(exercise.id, exercise.tasks)
-    only.checks = [c for c in exercise.checks if c.name == check_name]
-    assert only.checks, check_name
-    with tempfile.TemporaryDirectory() as tmp:
-        path = os.path.join(tmp, "submission.py")
-        with open(path, "w") as f:
-            f.write(source)
-        return failed(run_checks(only, read_python_file(path)))
+    return failed(grade_source(EXERCISE, source, checks=[check_name]))
 
 
 def test_solution_gets_full_marks(solution):
     report = grade_source(EXERCISE, solution)
     assert failed(report) == {}
-    assert report.score == report.max_score == 21
+    assert report.score == report.max_score == get_exercise(EXERCISE).max_score
     assert {c.hidden for c in report.checks} == {True, False}
 
 

@@ -2,7 +2,13 @@
 its own check with a message that names it."""
 import pytest
 
-from tests.helpers import failed, grade_source, mutate, solution_notebook, solution_source
+from tests.helpers import (
+    failed,
+    grade_source,
+    mutate,
+    solution_notebook,
+    solution_source,
+)
 
 EXERCISE = "02_ddp_basics"
 

@@ -7,15 +7,10 @@ the full-marks test runs every check, real torchrun runs included.
 """
 from __future__ import annotations
 
-import os
-import tempfile
-
 import pytest
 
-from grader.checks import Exercise, run_checks
 from grader.exercises import get_exercise
-from grader.submission import read_python_file
-from tests.helpers import failed, mutate, solution_source
+from tests.helpers import failed, grade_source, mutate, solution_source
 
 ID = "04_torchrun"
 EXERCISE = get_exercise(ID)
@@ -23,14 +18,7 @@ EXERCISE = get_exercise(ID)
 
 def grade_checks(source: str, names: list[str]):
     """Grade `source` with only the named checks (hidden ones included)."""
-    subset = Exercise(ID, EXERCISE.tasks, side_by_side=False, judged_by_bench=False)
-    subset.checks = [c for c in EXERCISE.checks if c.name in names]
-    assert len(subset.checks) == len(names), f"unknown check among {names}"
-    with tempfile.TemporaryDirectory() as tmp:
-        path = os.path.join(tmp, "submission.py")
-        with open(path, "w") as f:
-            f.write(source)
-        return run_checks(subset, read_python_file(path))
+    return grade_source(ID, source, checks=names)
 
 
 @pytest.fixture(scope="module")
@@ -41,7 +29,7 @@ def solution() -> str:
 def test_solution_gets_full_marks(solution):
     report = grade_checks(solution, [c.name for c in EXERCISE.checks])
     assert failed(report) == {}
-    assert report.score == report.max_score == 16
+    assert report.score == report.max_score == EXERCISE.max_score
 
 
 def test_every_task_has_visible_and_hidden_checks():

@@ -9,7 +9,13 @@ import pytest
 from grader.checks import run_checks
 from grader.exercises import MODULES, get_exercise
 from grader.submission import read_notebook
-from tests.helpers import ROOT, failed, grade_source, replace_definition, solution_source
+from tests.helpers import (
+    ROOT,
+    failed,
+    grade_source,
+    replace_definition,
+    solution_source,
+)
 
 # (exercise, task, the whole wrong definition, a phrase of the message that names the mistake)
 LAZY = [

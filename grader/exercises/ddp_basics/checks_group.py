@@ -158,11 +158,11 @@ def _in_rank_cleanup(ctx, student):
     cleanup = student.task("cleanup")
     last_had_entered = None
     if ctx.rank == last:
-        hb.wait_until(lambda: hb.blocked_or_returned(ctx, [0]), HOLD_BOUND_S)
+        hb.wait_until(lambda: hb.blocked_or_returned(ctx, [0], entered_here=0), HOLD_BOUND_S)
         hb.mark(ctx, "entered")
         cleanup()
     elif ctx.rank == 0:
-        with hb.in_collective_markers(ctx, cleanup):
+        with hb.Collectives(ctx).marking(cleanup):
             cleanup()
         last_had_entered = hb.marked(ctx, "entered", last)
         hb.mark(ctx, "returned")

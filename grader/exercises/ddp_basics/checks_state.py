@@ -14,7 +14,6 @@ from grader.exercises.ddp_basics import reference as ref
 from grader.exercises.ddp_basics.exercise import check
 from grader.tolerances import assert_close
 
-
 # --- checkpoints ----------------------------------------------------------------------------
 
 HOLD_BOUND_S = 5.0  # safety bound of rank 0's held write; a correct or wrong answer ends the wait sooner
@@ -42,14 +41,15 @@ def _in_rank_save(ctx, student):
     def held_save(obj, f, *args, **kwargs):
         writes.append(ctx.rank)
         if ctx.rank == 0:
-            hb.wait_until(lambda: hb.blocked_or_returned(ctx, others), HOLD_BOUND_S)
+            hb.wait_until(lambda: hb.blocked_or_returned(ctx, others, watch.entered), HOLD_BOUND_S)
         return real_save(obj, f, *args, **kwargs)
 
     model = ref.wrap_model(ref.tiny_net(seed=3), ctx.device)
     save = student.task("save_checkpoint")
+    watch = hb.Collectives(ctx)
     torch.save = held_save
     try:
-        with hb.in_collective_markers(ctx, save):
+        with watch.marking(save):
             save(model, path)
     finally:
         torch.save = real_save

@@ -12,7 +12,6 @@ from grader.exercises.ddp_basics import reference as ref
 from grader.exercises.ddp_basics.exercise import check
 from grader.tolerances import assert_close
 
-
 # --- wrap_model ---------------------------------------------------------------------
 
 def _in_rank_wrap(ctx, student):
