@@ -19,7 +19,7 @@ from typing import Callable
 
 from tqdm import tqdm
 
-from grader.engine.launcher import kill_tree
+from grader.engine import kill_tree
 
 SUBMISSION_BOUND_S = 900  # a whole submission, every check bounded already; this only guards the worker
 

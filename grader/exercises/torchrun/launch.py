@@ -23,7 +23,7 @@ from typing import Callable
 import psutil
 
 import grader
-from grader.engine.launcher import kill_tree
+from grader.engine import kill_tree
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(grader.__file__)))
 RUN_MODULE = [sys.executable, "-m", "torch.distributed.run"]  # torchrun, from this interpreter
