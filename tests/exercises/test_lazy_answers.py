@@ -121,11 +121,11 @@ LAZY = [
      def read_dist_env(environ):
          return DistEnv(rank=0, local_rank=0, world_size=1, local_world_size=1, master_addr="127.0.0.1",
                         master_port=29500, restart_count=0)
-     """, "rank"),
+     """, "`world_size` is 1"),
     ("04_torchrun", "torchrun_command", """
      def torchrun_command(script, nproc_per_node, nnodes=1, node_rank=0, rdzv_endpoint=None, max_restarts=0):
          return [sys.executable, "-m", "torch.distributed.run", script]
-     """, ""),
+     """, "expected --nproc-per-node=2, got none"),
 ]
 
 

@@ -55,13 +55,13 @@ def _compare(answer: dict, expected: reference.DistEnv, env: dict, where: str) -
             continue
         if name in ("rank", "local_rank"):
             other = "local_rank" if name == "rank" else "rank"
-            if got == getattr(expected, other):
+            if got == getattr(expected, other) and fields[other]["value"] == want:  # both ways: a swap
                 raise CheckFailed(f"`{name}` is {got} {where}, but {var}={env.get(var)}: RANK and LOCAL_RANK "
                                   "are swapped (RANK used where LOCAL_RANK belongs, or the reverse). RANK numbers "
                                   "the workers of the whole job; LOCAL_RANK numbers them within one node")
         if name in ("world_size", "local_world_size"):
             other = "local_world_size" if name == "world_size" else "world_size"
-            if got == getattr(expected, other):
+            if got == getattr(expected, other) and fields[other]["value"] == want:  # both ways: a swap
                 raise CheckFailed(f"`{name}` is {got} {where}, but {var}={env.get(var)}: WORLD_SIZE (all "
                                   "workers) and LOCAL_WORLD_SIZE (workers on this node) are swapped")
         if name == "restart_count":
