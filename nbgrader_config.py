@@ -26,5 +26,6 @@ c.ExecutePreprocessor.timeout = 600
 c.GenerateFeedback.preprocessors = [
     "nbgrader.preprocessors.GetGrades",
     "nbgrader.preprocessors.ClearHiddenTests",
+    "grader.gradebook.feedback.StripCheckPoints",  # the ✓/✗ lines, not check()'s points (partial credit, saved)
     "nbconvert.preprocessors.CSSHTMLHeaderPreprocessor",
 ]

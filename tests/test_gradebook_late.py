@@ -4,7 +4,7 @@ A course with nbgrader's late-submission plugin configured (SubMarks, nbgrader's
 documented example: one point per hour late) and a due date: a late, partly
 wrong submission gets the same score and the same penalty from `make grade`
 as from plain `nbgrader autograde` (which runs check() in a kernel); an
-on-time one gets no penalty.
+on-time one gets no penalty. The feedback of plain autograde shows no `Out[ ]: 4`.
 """
 import os
 import subprocess
@@ -12,6 +12,7 @@ import sys
 
 import pytest
 
+from grader.exercises import get_exercise
 from grader.gradebook import roundtrip
 from grader.gradebook.inject import gradebook_marks
 from samples.make_samples import solution_answers
@@ -56,7 +57,12 @@ def course(tmp_path_factory):
 def test_make_grade_keeps_nbgraders_late_penalty(course):
     roundtrip.nbgrader(["autograde", A, "--student", "lara", "--force"], course.root, course.root, timeout=900)
     plain = gradebook_marks(course, A)["lara"]
-    assert plain["late_penalty"] == 3 and 0 < plain["score"] < 32, plain
+    assert plain["late_penalty"] == 3 and 0 < plain["score"] < get_exercise(A).max_score, plain
+    # feedback after plain autograde (the formgrader's button) shows the ✓/✗ lines, not check()'s points
+    roundtrip.nbgrader(["generate_feedback", A, "--student", "lara", "--force"], course.root, course.root)
+    with open(os.path.join(course.root, "feedback", "lara", A, f"{A}.html")) as f:
+        html = f.read()
+    assert "✓ wrap_model" in html and "✗ train_one_epoch" in html and "Out[" not in html
 
     proc = subprocess.run([sys.executable, "-m", "grader", "grade", A, "--root", course.root, "--quiet", "--jobs", "1"],
                           capture_output=True, text=True, timeout=900)

@@ -15,15 +15,17 @@ import time
 import pytest
 from nbgrader.api import Gradebook
 
+from grader.exercises import get_exercise
 from grader.gradebook import roundtrip
 from grader.gradebook.batch import grade_assignment
-from grader.gradebook.inject import gradebook_scores, write_results
+from grader.gradebook.inject import gradebook_marks, gradebook_scores, task_scores, write_results
 from grader.gradebook.report import write_report
 from samples.make_samples import solution_answers
 from tests.helpers import ROOT
 
 A = "02_ddp_basics"
 TIMEOUT = 10.0
+MAX = get_exercise(A).max_score
 
 
 def notebook_with(answers: dict[str, str], edit=None) -> dict:
@@ -126,10 +128,10 @@ def test_every_submission_is_graded_and_the_batch_survives_bad_ones(course, grad
     results, _ = graded
     scores = gradebook_scores(course, A)
     assert set(scores) == {"ada", "ben", "mallory", "trent", "victor", "oscar", "heidi", "carl", "judy"}
-    assert scores["ada"] == (32, 32)
+    assert scores["ada"] == (MAX, MAX)
     assert results["judy"]["readable"] is False and "not a readable notebook" in results["judy"]["error"]
     assert scores["judy"][0] == 0
-    assert 0 < scores["heidi"][0] < 32 and 0 < scores["carl"][0] < 32  # graded as far as they can be
+    assert 0 < scores["heidi"][0] < MAX and 0 < scores["carl"][0] < MAX  # graded as far as they can be
     heidi = {c["name"]: c["message"] for c in results["heidi"]["report"]["checks"] if not c["passed"]}
     assert any("did not finish in time" in m and "waiting in barrier" in m for m in heidi.values()), heidi
     carl = {c["name"]: c["message"] for c in results["carl"]["report"]["checks"] if not c["passed"]}
@@ -148,10 +150,14 @@ def test_scores_equal_grading_one_by_one(course, graded):
 def test_cheating_gains_nothing_and_is_flagged(course, graded):
     results, originals = graded
     scores = gradebook_scores(course, A)
-    # mallory and trent have ben's answers: patching the grader, faking ✓ outputs,
-    # deleting or editing check cells changes nothing
-    assert scores["mallory"] == scores["ben"] == scores["trent"] == scores["victor"]
+    # mallory, trent and victor have ben's answers: deleting or editing check cells, faking ✓ outputs,
+    # writing into others' files change nothing; patching the grader in the ranks costs its checks
+    assert scores["ben"] == scores["trent"] == scores["victor"]
+    assert scores["mallory"][0] < scores["ben"][0]
     assert any("the notebook shows ✓" in f for f in results["mallory"]["flags"])
+    assert any("changed the grader" in f for f in results["mallory"]["flags"])
+    marks = gradebook_marks(course, A)  # the formgrader's "Flagged?" column
+    assert marks["mallory"]["flagged"] and marks["victor"]["flagged"] and not marks["ada"]["flagged"]
     # victor overwrote ada's submission and wrote into the gradebook: both restored and flagged
     for student, data in originals.items():
         with open(os.path.join(course.root, "submitted", student, A, f"{A}.ipynb"), "rb") as f:
@@ -171,6 +177,11 @@ def test_feedback_shows_verdicts_and_messages_but_no_hidden_test_code(course, gr
     assert "✓ wrap_model" in html
     assert "hidden check of train_one_epoch" in html
     assert "HIDDEN TESTS" not in html and "hidden=True" not in html
+    # the ✓/✗ lines only: not the task's points that nbgrader reads as partial credit (Out[ ]: 4)
+    assert "Out[" not in html and "jp-OutputArea-executeResult" not in html
+    with Gradebook(course.db_url) as gb:  # ... which nbgrader still has, task by task
+        for task, points in task_scores(graded[0]["ben"]).items():
+            assert gb.find_grade(f"{task}_check", A, A, "ben").score == points, task
 
 
 def test_grades_export_and_class_report(course, graded):
@@ -182,6 +193,12 @@ def test_grades_export_and_class_report(course, graded):
     with open(md) as f:
         report = f.read()
     assert "train_calls_set_epoch" in report and os.path.getsize(png) > 10_000
+    flagged = report.split("submissions graded")[0]  # flagged students first, with the reason
+    assert "**mallory**: the notebook shows ✓" in flagged and "**victor**" in flagged and "**ada**" not in flagged
+    full = sum(1 for r in graded[0].values() if r["report"] and all(
+        c["passed"] for c in r["report"]["checks"] if c["task"] == "wrap_model"))
+    points = sum(c.points for c in get_exercise(A).checks if c.task == "wrap_model")
+    assert f"| wrap_model ({points:g} points) | {full}/" in report
 
 
 def test_regrading_is_idempotent(course, graded):
@@ -215,6 +232,6 @@ def test_a_run_killed_halfway_resumes_without_losing_or_duplicating(tmp_path):
     assert 1 <= len(done_before) < 4
     finished = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
     assert finished.returncode == 0, finished.stderr[-2000:]
-    assert gradebook_scores(course, A) == {s: (32, 32) for s in ("s1", "s2", "s3", "s4")}
+    assert gradebook_scores(course, A) == {s: (MAX, MAX) for s in ("s1", "s2", "s3", "s4")}
     with Gradebook(course.db_url) as gb:
         assert len(gb.find_assignment(A).submissions) == 4

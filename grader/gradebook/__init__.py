@@ -1,9 +1,13 @@
 """The nbgrader glue: grading a class into nbgrader's own gradebook.
 
 - course.py    the course directory and its nbgrader configuration
+- preflight.py what a grading run needs, checked before anything is graded or written
 - snapshot.py  what was submitted, read once, and proof it was not touched
-- batch.py     parallel, resumable grading outside the students' kernels
-- inject.py    the results into nbgrader: autograded notebooks, gradebook scores
+- batch.py     parallel, resumable grading outside the students' kernels; flags
+- pool.py      the grading workers and the parent's side of their pipes
+- results.py   graded/<assignment>/: written by the parent only, forgeries put back
+- inject.py    the results into nbgrader: autograded notebooks, gradebook scores, late penalty, flags
+- feedback.py  feedback shows the ✓/✗ lines, not check()'s points
 - report.py    the class report (which DDP mistakes the class makes most)
 - roundtrip.py the whole loop: release, fetch, submit, collect, grade, feedback, export
 """

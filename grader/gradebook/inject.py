@@ -29,6 +29,7 @@ from traitlets import Dict
 
 from grader.checks import CheckResult
 from grader.gradebook.course import Course
+from grader.gradebook.feedback import StripCheckPoints
 
 
 def task_lines(checks: list[dict]) -> list[str]:
@@ -69,16 +70,6 @@ class InjectCheckResults(NbGraderPreprocessor):
                 nbformat.v4.new_output("execute_result", data={"text/plain": f"{points:g}"}, execution_count=1),
             ]
         return nb, resources
-
-
-class StripCheckPoints(NbGraderPreprocessor):
-    """Drops a check cell's numeric result (nbgrader's partial credit, already saved): what a student
-    reads under a check cell is its ✓/✗ lines, not `Out[ ]: 3`. Also usable in GenerateFeedback."""
-
-    def preprocess_cell(self, cell, resources, index):
-        if cell.cell_type == "code" and cell.metadata.get("nbgrader", {}).get("grade_id", "").endswith("_check"):
-            cell.outputs = [o for o in cell.get("outputs", []) if o.get("output_type") != "execute_result"]
-        return cell, resources
 
 
 def autograde_config(course: Course, assignment: str, results: dict[str, dict]):
