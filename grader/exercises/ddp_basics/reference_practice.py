@@ -38,15 +38,14 @@ def accumulation_reference(world_size: int, n: int, k: int, divide: bool = True,
     return ref.flat_params(model), sum(losses) / len(losses)
 
 
-def join_reference(lengths: list[int], divide_by_world_size: bool = True, stop_at_shortest: bool = False):
+def join_reference(lengths: list[int], divide_by_world_size: bool = True):
     """What DDP with Join computes (seen in a real 2-rank gloo run): while every rank has data the gradient is
     the ranks' average; once a rank has run out it contributes zeros to the all-reduce, which still divides by
     the whole world size. Every rank ends with the parameters of the rank that trained longest."""
     model = ref.tiny_net(seed=0)
     opt = torch.optim.SGD(model.parameters(), lr=LR)
     data = [micro_batches(r, n, seed=1) for r, n in enumerate(lengths)]
-    steps = min(lengths) if stop_at_shortest else max(lengths)
-    for s in range(steps):
+    for s in range(max(lengths)):
         active = [d[s] for d in data if s < len(d)]
         opt.zero_grad()
         loss = sum(nn.MSELoss()(model(x), y) for x, y in active)
