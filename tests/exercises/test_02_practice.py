@@ -40,9 +40,9 @@ MUTANTS = [  # (task, old, new, check, phrase)
      "bucketed_one_all_reduce_per_bucket", "all-reduced twice"),
     ("BucketedDDP", "the bucket's last gradient: launch now, during backward\n            self._launch(i)",
      "\n            pass", "bucketed_all_reduce_overlaps_backward", "started after backward returned"),
-    ("BucketedDDP", "        for i in range(len(self.buckets)):\n"
+    ("BucketedDDP", ("        for i in range(len(self.buckets)):\n"
      "            if i not in self._pending:  # holds a parameter that forward did not use\n"
-     "                self._launch(i)\n", "", "bucketed_gradients_match_ddp", "never becomes ready"),
+     "                self._launch(i)\n"), "", "bucketed_gradients_match_ddp", "never becomes ready"),
 ]
 
 
