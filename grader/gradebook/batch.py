@@ -169,7 +169,8 @@ def grade_assignment(course: Course, assignment: str, jobs: int = 2, timeout: fl
         result = accepted.get(student)
         if result is None:  # a worker died on it, or it changed while being graded
             result = {"student": student, "assignment": assignment, "readable": False, "sha256": None,
-                      "error": "grading did not finish (a grader worker died on this submission)", "report": None}
+                      "error": "grading did not finish (a grader worker died on this submission, or its copy "
+                               "changed while graded); the next run grades it again", "report": None}
         result["run_flags"] = list(dict.fromkeys(result.get("run_flags", []) + guard.flags.get(student, [])))
         result["in_notebook"] = in_notebook_results(snapshot.content[path])
         result["flags"] = _flags(result)
