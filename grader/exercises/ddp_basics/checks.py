@@ -8,13 +8,15 @@ ctx.device: the run's hardware plan), never from the grader's torch.cuda.
     checks_group.py     pick_backend, pick_device, setup, cleanup
     checks_training.py  wrap_model, make_dataloader, train_one_epoch
     checks_state.py     save_checkpoint, load_checkpoint, MiniDDP
-    checks_practice.py  train_with_accumulation, train_uneven, BucketedDDP
+    checks_practice.py  train_with_accumulation, train_uneven
+    checks_bucketed.py  BucketedDDP
 """
 # Imported in the notebook's order: each module registers its checks with EXERCISE.
 from grader.exercises.ddp_basics import checks_group  # noqa: F401, I001
 from grader.exercises.ddp_basics import checks_training  # noqa: F401
 from grader.exercises.ddp_basics import checks_state  # noqa: F401
 from grader.exercises.ddp_basics import checks_practice  # noqa: F401
+from grader.exercises.ddp_basics import checks_bucketed  # noqa: F401
 from grader.exercises.ddp_basics.exercise import EXERCISE
 
 __all__ = ["EXERCISE"]
