@@ -8,6 +8,8 @@ show ✓. `make grade` flags pick_device only.
 """
 import json
 import os
+import subprocess
+import sys
 
 import nbformat
 import pytest
@@ -16,6 +18,7 @@ from nbclient import NotebookClient
 from grader.gradebook import roundtrip
 from grader.gradebook.batch import grade_assignment, in_notebook_results
 from samples.make_samples import solution_answers
+from tests.helpers import ROOT
 from tests.test_instructor_workflow import A, TIMEOUT, notebook_with, place
 
 FAKE_PASS = '''
@@ -81,3 +84,14 @@ def test_a_real_failure_shown_as_failure_is_not_flagged():
                        {"output_type": "error", "ename": "ChecksFailed", "evalue": "1 of 1 check failed",
                         "traceback": []}]
     assert in_notebook_results(json.dumps(nb).encode()) == {"pick_device": False}
+
+
+def test_the_demo_has_a_flagged_student():
+    # make demo's gwen: her saved notebook shows check()'s ✓ for make_dataloader, which her answer now fails
+    path = os.path.join(ROOT, "samples", "submitted", "gwen", A, f"{A}.ipynb")
+    with open(path, "rb") as f:
+        assert in_notebook_results(f.read()) == {"make_dataloader": True}
+    proc = subprocess.run([sys.executable, "-m", "grader", "check", A, path, "--json", "--task", "make_dataloader",
+                           "--timeout", str(TIMEOUT)], capture_output=True, text=True, timeout=600)
+    report = json.loads(proc.stdout)
+    assert proc.returncode == 1 and report["score"] < sum(c["max_points"] for c in report["checks"]), report
