@@ -40,6 +40,11 @@ MUTANTS = [  # (task, old, new, check, phrase)
      "bucketed_one_all_reduce_per_bucket", "all-reduced twice"),
     ("BucketedDDP", "the bucket's last gradient: launch now, during backward\n            self._launch(i)",
      "\n            pass", "bucketed_all_reduce_overlaps_backward", "started after backward returned"),
+    ("BucketedDDP", ("        if self._ready[i] == len(self.buckets[i]):  # the bucket's last gradient: launch now, during "
+     "backward\n            self._launch(i)"),
+     ("        if sum(self._ready) == sum(map(len, self.buckets)):  # all at the end of backward\n"
+     "            for j in range(len(self.buckets)):\n                self._launch(j)"),
+     "bucketed_all_reduce_overlaps_backward", "not all together at the end of backward"),
     ("BucketedDDP", ("        for i in range(len(self.buckets)):\n"
      "            if i not in self._pending:  # holds a parameter that forward did not use\n"
      "                self._launch(i)\n"), "", "bucketed_gradients_match_ddp", "never becomes ready"),
