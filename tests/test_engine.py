@@ -202,3 +202,20 @@ def test_untrusted_ranks_cannot_run_code_in_the_grader():
     result = run_distributed(_returns_a_pickle_bomb, world_size=1, trusted=False)
     assert not result.ok and "refuses to load" in result.failure()
     assert not os.path.exists("/tmp/grader-pwned")
+
+
+def test_two_graders_are_never_handed_the_same_port():
+    """Concurrent graders (make grade's workers, two kernels) each get ports the other is not handed."""
+    # each prints its ports, then holds them until the test closes its stdin: the two overlap for sure
+    code = ("import sys\nfrom grader.engine import free_port\n"
+            "print(' '.join(str(free_port()) for _ in range(200)), flush=True)\nsys.stdin.read()")
+    procs = [subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+             for _ in range(2)]
+    try:
+        ports = [set(map(int, p.stdout.readline().split())) for p in procs]
+    finally:
+        for p in procs:
+            p.stdin.close()
+            p.wait(timeout=60)
+    assert all(len(p) == 200 for p in ports), "one process was handed a port twice"
+    assert not ports[0] & ports[1], f"both graders were handed {sorted(ports[0] & ports[1])[:5]}"

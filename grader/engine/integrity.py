@@ -34,7 +34,8 @@ CLASSES = (
 
 
 # Bound at import, before any student code: verify() must work even when builtins were swapped.
-_isinstance, _callable, _vars, _type, _list, _getattr = isinstance, callable, vars, type, list, getattr
+_isinstance, _issubclass, _callable, _vars, _type, _list, _getattr = (
+    isinstance, issubclass, callable, vars, type, list, getattr)
 _ModuleType = _type(sys)
 
 
@@ -52,7 +53,7 @@ def _namespaces(grader_only: bool) -> dict[str, dict]:
     for module in _grader_modules():
         spaces[module.__name__] = _vars(module)
         for name, value in _list(_vars(module).items()):
-            if _isinstance(value, _type) and _getattr(value, "__module__", "") == module.__name__:
+            if _issubclass(_type(value), _type) and _getattr(value, "__module__", "") == module.__name__:
                 spaces[f"{module.__name__}.{name}"] = _vars(value)
     spaces["builtins"] = _BUILTINS
     if grader_only:
@@ -71,7 +72,8 @@ def _watched(name: str, value) -> bool:
     """Code, not state: functions, classes and modules (a module's counters and flags change legitimately)."""
     if name.startswith("__") and name.endswith("__") and name not in ("__init__", "__call__", "__import__"):
         return False
-    return _callable(value) or _isinstance(value, (_ModuleType, staticmethod, classmethod, property))
+    # type(value), never value.__class__: a deprecated object (torch.distributed.reduce_op) warns on attribute access
+    return _issubclass(_type(value), (_ModuleType, staticmethod, classmethod, property)) or _callable(value)
 
 
 def _record(spaces: dict[str, dict]) -> dict[tuple[str, str], object]:

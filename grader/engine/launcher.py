@@ -29,12 +29,15 @@ import cloudpickle
 
 from grader.engine import stacks, worker
 from grader.engine.plan import HardwarePlan, current_plan
-from grader.engine.processes import RankProcess, forkserver_context, free_port, kill_tree, read_output
+from grader.engine.processes import RankProcess, forkserver_context, free_port, kill_tree, read_output, release_port
 from grader.engine.results import RankReport, RunResult, exit_meaning
 
 RELEASE_GRACE_S = 3.0  # how long a rank may take to exit after reporting
 STACK_WAIT_S = 1.0  # how long a hung rank gets to write its stack
 STARTUP_TIMEOUT_S = 180.0  # a cold forkserver on a busy 2-core machine
+# What a rank says when another program held or joined the port it was handed (not the student's fault;
+# a wrong submission that says the same is only run again, with the same verdict).
+PORT_CLASH = ("address already in use", "eaddrinuse", "connectfullmesh", "connection closed by peer")
 
 
 def run_distributed(
@@ -74,10 +77,10 @@ def run_distributed(
     plan = plan or current_plan(world_size)
     if plan.world_size != world_size:
         raise ValueError(f"the plan is for {plan.world_size} ranks, the run has {world_size}")
-    for _ in range(port_retries):  # a port taken between free_port() and a check's bind: try fresh ones
+    for _ in range(port_retries):  # a port taken by another program meanwhile: try fresh ones
         result = _run_once(payload, plan, timeout, init_group, trusted)
-        if not any("address already in use" in str(r.error).lower() or "eaddrinuse" in str(r.error).lower()
-                   for r in result.ranks if r.error):
+        if not any(clue in (str(r.error) + r.output).lower() for r in result.ranks if r.status != "ok"
+                   for clue in PORT_CLASH):
             return result
     return _run_once(payload, plan, timeout, init_group, trusted)
 
@@ -126,6 +129,7 @@ def _run_once(payload: bytes, plan: HardwarePlan, timeout: float, init_group: bo
             report.output = read_output(os.path.join(rundir, f"rank{rank}.out"))
         for conn in conns:
             conn.close()
+        release_port(port)
         shutil.rmtree(rundir, ignore_errors=True)
     return RunResult(reports, plan, time.monotonic() - started, notes)
 

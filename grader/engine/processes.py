@@ -1,11 +1,14 @@
 """Process plumbing: the forkserver the ranks are forked from, ports, killing, output files."""
 from __future__ import annotations
 
+import fcntl
 import multiprocessing
 import os
 import signal
 import socket
+import tempfile
 import threading
+import time
 from multiprocessing import popen_forkserver, spawn
 
 import psutil
@@ -65,10 +68,61 @@ def warm_up() -> None:
     forkserver.ensure_running()
 
 
+PORT_LOCKS = os.path.join(tempfile.gettempdir(), "ddp-grader-ports")
+PORT_HOLD_S = 600.0  # a port from free_port() stays ours this long (a run or a torchrun job is bounded below)
+_held: dict[int, tuple[float, int]] = {}  # port -> (until, lock fd)
+_held_lock = threading.Lock()
+
+
 def free_port() -> int:
+    """A free TCP port that no other run of this grader on this machine is handed meanwhile.
+
+    Two graders (make grade's workers, two kernels) may each ask the kernel for a free port
+    and get the same one; a run whose store another run's rank joined then fails through no
+    fault of the student. A lock file per port (flock, released when its holder exits or
+    after PORT_HOLD_S) keeps the grader's own runs apart."""
+    with _held_lock:
+        now = time.monotonic()
+        for port in [p for p, (until, _) in _held.items() if until < now]:
+            os.close(_held.pop(port)[1])
+        for _ in range(64):
+            port = _ephemeral_port()
+            fd = _lock_port(port) if port not in _held else None
+            if fd is not None:
+                _held[port] = (now + PORT_HOLD_S, fd)
+                return port
+        return _ephemeral_port()  # no lock folder: still a free port
+
+
+def release_port(port: int) -> None:
+    """Done with a port from free_port(): other runs may be handed it again."""
+    with _held_lock:
+        if port in _held:
+            os.close(_held.pop(port)[1])
+
+
+def _ephemeral_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def _lock_port(port: int) -> int | None:
+    try:
+        os.makedirs(PORT_LOCKS, exist_ok=True)
+        try:
+            os.chmod(PORT_LOCKS, 0o1777)  # shared by every user's grader (a hub), like /tmp
+        except OSError:
+            pass
+        fd = os.open(os.path.join(PORT_LOCKS, str(port)), os.O_RDONLY | os.O_CREAT, 0o444)
+    except OSError:
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return fd
+    except OSError:
+        os.close(fd)
+        return None
 
 
 def read_output(path: str) -> str:
