@@ -19,6 +19,7 @@ import json
 import re
 import sys
 
+from grader import cells
 from grader.digest import grader_digest
 from grader.exercises import get_exercise
 from grader.gradebook.course import Course
@@ -36,14 +37,13 @@ def in_notebook_results(data: bytes | None) -> dict[str, bool]:
     """What the submitted notebook's own check cells showed: task -> passed. check() writes a
     display (display_data, updated in place, text/plain and text/html); print() and results count too."""
     try:
-        cells = json.loads(data.decode("utf-8"))["cells"]
+        nb_cells = json.loads(data.decode("utf-8"))["cells"]
+        checks = cells.check_cells(nb_cells if isinstance(nb_cells, list) else [])
     except Exception:
         return {}
     shown = {}
-    for cell in cells if isinstance(cells, list) else []:
-        meta = (cell.get("metadata") or {}).get("nbgrader") or {} if isinstance(cell, dict) else {}
-        grade_id = str(meta.get("grade_id", "") or "") if isinstance(meta, dict) else ""
-        outputs = cell.get("outputs") if grade_id.endswith("_check") else None
+    for task, cell in checks.items():
+        outputs = cell.get("outputs")
         if not isinstance(outputs, list) or not outputs:
             continue
         texts, error = [], False
@@ -58,7 +58,7 @@ def in_notebook_results(data: bytes | None) -> dict[str, bool]:
                 if isinstance(part, str):
                     texts.append(_TAG.sub(" ", part))
         text = "\n".join(texts)
-        shown[grade_id[: -len("_check")]] = "✓" in text and "✗" not in text and not error
+        shown[task] = "✓" in text and "✗" not in text and not error
     return shown
 
 

@@ -10,11 +10,13 @@ from __future__ import annotations
 
 from nbgrader.preprocessors import NbGraderPreprocessor
 
+from grader import cells
+
 
 class StripCheckPoints(NbGraderPreprocessor):
     """Drops the execute_result of every check cell (grade id `<task>_check`)."""
 
     def preprocess_cell(self, cell, resources, index):
-        if cell.cell_type == "code" and cell.metadata.get("nbgrader", {}).get("grade_id", "").endswith("_check"):
+        if cells.is_check_cell(cell):
             cell.outputs = [o for o in cell.get("outputs", []) if o.get("output_type") != "execute_result"]
         return cell, resources

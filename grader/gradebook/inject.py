@@ -27,6 +27,7 @@ from nbgrader.preprocessors import (AssignLatePenalties, CheckCellMetadata, Igno
                                     NbGraderPreprocessor, SaveAutoGrades)
 from traitlets import Dict
 
+from grader import cells
 from grader.checks import CheckResult
 from grader.gradebook.course import Course
 from grader.gradebook.feedback import StripCheckPoints
@@ -59,11 +60,8 @@ class InjectCheckResults(NbGraderPreprocessor):
     def preprocess(self, nb, resources):
         result = self.results[resources["nbgrader"]["student"]]
         checks = (result.get("report") or {}).get("checks", [])
-        for cell in nb.cells:
-            grade_id = cell.metadata.get("nbgrader", {}).get("grade_id", "")
-            if cell.cell_type != "code" or not grade_id.endswith("_check"):
-                continue
-            mine = [c for c in checks if c["task"] == grade_id[: -len("_check")]]
+        for task, cell in cells.check_cells(nb.cells).items():
+            mine = [c for c in checks if c["task"] == task]
             points = sum(c["points"] for c in mine)
             cell.outputs = [
                 nbformat.v4.new_output("stream", name="stdout", text="\n".join(task_lines(mine)) + "\n"),
@@ -107,7 +105,7 @@ def write_results(course: Course, assignment: str, results: dict[str, dict]) -> 
                 gb.add_submission(assignment, student)
             for task, points in task_scores(result).items():
                 try:
-                    grade = gb.find_grade(f"{task}_check", assignment, assignment, student)
+                    grade = gb.find_grade(task + cells.CHECK, assignment, assignment, student)
                 except MissingEntry:
                     continue
                 grade.auto_score = points
