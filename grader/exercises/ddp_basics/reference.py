@@ -6,7 +6,6 @@ so a missing or broken task fails only its own checks.
 from __future__ import annotations
 
 import torch
-import torch.distributed as dist
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.data import DataLoader, Dataset
@@ -124,9 +123,3 @@ def single_process_training(dataset: RegressionDataset, world_size: int, batch_s
             count += len(idx)
         epoch_losses.append(total / count)
     return flat_params(model), epoch_losses
-
-
-def init_default_group_like_student(ctx) -> None:
-    """A process group over TCP at the port the check hands the student."""
-    dist.init_process_group(ctx.backend, init_method=f"tcp://{ctx.master_addr}:{ctx.master_port}",
-                            rank=ctx.rank, world_size=ctx.world_size)

@@ -138,7 +138,3 @@ class Torchrun:
 
     def died_at_teardown(self) -> bool:
         return self.returncode not in (0, None) and any(s in self.output for s in TEARDOWN_SIGNS)
-
-
-def tail(text: str, lines: int = 25) -> str:
-    return "\n".join(text.strip().splitlines()[-lines:])
