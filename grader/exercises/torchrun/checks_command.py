@@ -1,0 +1,95 @@
+"""Checks of 04_torchrun, torchrun_command: checked by running the command it builds, on loopback."""
+from __future__ import annotations
+
+
+from grader.checks import CheckFailed
+from grader.engine import free_port
+from grader.exercises.torchrun import command, probes
+from grader.exercises.torchrun.messages import evidence
+
+from grader.exercises.torchrun.exercise import EXERCISE
+
+
+# ---------------------------------------------------------------- torchrun_command
+
+def _call_torchrun_command(ctx, student, calls, expect_value_error=()):
+    """In a rank: torchrun_command(*args, **kwargs) for each call; the calls in
+    `expect_value_error` must raise ValueError instead."""
+    fn = student.task("torchrun_command")
+    for args, kwargs in expect_value_error:
+        shown = ", ".join([repr(a) for a in args] + [f"{k}={v!r}" for k, v in kwargs.items()])
+        try:
+            value = fn(*args, **kwargs)
+        except ValueError:
+            continue
+        except Exception as exc:
+            raise CheckFailed(f"torchrun_command({shown}) raised {type(exc).__name__}: {exc}; expected a "
+                              "ValueError (more than one node needs an rdzv_endpoint)")
+        raise CheckFailed(f"torchrun_command({shown}) returned {value!r}; a job on more than one node cannot be "
+                          "--standalone: raise ValueError when nnodes > 1 and there is no rdzv_endpoint")
+    results = []
+    for args, kwargs in calls:
+        shown = ", ".join([repr(a) for a in args] + [f"{k}={v!r}" for k, v in kwargs.items()])
+        try:
+            value = fn(*args, **kwargs)
+        except Exception as exc:
+            raise CheckFailed(f"torchrun_command({shown}) raised {type(exc).__name__}: {exc}")
+        if isinstance(value, tuple):
+            value = list(value)
+        if not isinstance(value, list) or not all(isinstance(a, str) for a in value):
+            raise CheckFailed(f"torchrun_command({shown}) returned {value!r}; return a list of strings "
+                              "(every argument a str, e.g. '--nproc-per-node=2')")
+        results.append((shown, value))
+    return results
+
+
+@EXERCISE.check("torchrun_command", points=2)
+def torchrun_command_runs_one_node(g):
+    """torchrun_command(script, 2) builds a --standalone command; run as is, it starts two
+    workers of one job (WORLD_SIZE 2, RANK 0 and 1)."""
+    with probes.ProbeDir() as probe:
+        (shown, cmd), = g.run(_call_torchrun_command, [((probe.script, 2), {})], world_size=1,
+                              init_group=False)[0]
+        command.check_static(shown, cmd, probe.script, 2, 1, 0, None, 0)
+        output, timed_out = probes.run_probe([cmd], probe)
+        _check_ranks(probe.records(), 2, output, timed_out, f"torchrun_command({shown})")
+
+
+def _check_ranks(records: dict, world: int, output: str, timed_out: bool, what: str, attempts: int = 1) -> None:
+    for attempt in range(attempts):
+        got = {rank: r["env"] for (rank, a), r in records.items() if a == attempt}
+        if sorted(got) != list(range(world)):
+            raise CheckFailed(f"running {what} started workers with ranks {sorted(got)} on attempt {attempt}, "
+                              f"expected ranks 0..{world - 1}\n" + evidence(output, timed_out))
+        sizes = {env["WORLD_SIZE"] for env in got.values()}
+        if sizes != {str(world)}:
+            raise CheckFailed(f"running {what} gave WORLD_SIZE {sorted(sizes)}, expected {world}")
+
+
+@EXERCISE.check("torchrun_command", points=1, hidden=True)
+def torchrun_command_runs_two_nodes(g):
+    """torchrun_command(script, 1, nnodes=2, node_rank=0/1, rdzv_endpoint='127.0.0.1:PORT'): two
+    agents started with these commands form one job of two workers. Without an endpoint,
+    nnodes=2 raises ValueError."""
+    with probes.ProbeDir() as probe:
+        endpoint = f"127.0.0.1:{free_port()}"
+        calls = [((probe.script, 1), {"nnodes": 2, "node_rank": i, "rdzv_endpoint": endpoint}) for i in range(2)]
+        no_endpoint = [((probe.script, 1), {"nnodes": 2})]
+        built = g.run(_call_torchrun_command, calls, no_endpoint, world_size=1, init_group=False)[0]
+        for i, (shown, cmd) in enumerate(built):
+            command.check_static(shown, cmd, probe.script, 1, 2, i, endpoint, 0)
+        output, timed_out = probes.run_probe([cmd for _, cmd in built], probe)
+        _check_ranks(probe.records(), 2, output, timed_out, "the two node commands")
+
+
+@EXERCISE.check("torchrun_command", points=1, hidden=True)
+def torchrun_command_restarts(g):
+    """torchrun_command(script, 2, max_restarts=1): when a worker fails once, torchrun starts
+    the group again (TORCHELASTIC_RESTART_COUNT 1)."""
+    with probes.ProbeDir() as probe:
+        (shown, cmd), = g.run(_call_torchrun_command, [((probe.script, 2), {"max_restarts": 1})], world_size=1,
+                              init_group=False)[0]
+        command.check_static(shown, cmd, probe.script, 2, 1, 0, None, 1)
+        output, timed_out = probes.run_probe([cmd], probe, {"PROBE_FAIL_ONCE_RANK": "1"})
+        _check_ranks(probe.records(), 2, output, timed_out, f"torchrun_command({shown}) with a worker failing once",
+                     attempts=2)

@@ -1,0 +1,193 @@
+"""Checks of 04_torchrun, train_script: launched with real torchrun (2 workers, a killed worker with
+--max-restarts=1, two "nodes", a snapshot probe)."""
+from __future__ import annotations
+
+
+from grader.checks import CheckFailed
+from grader.exercises.torchrun import reference, runs
+from grader.exercises.torchrun.messages import evidence, read_half_written
+from grader.tolerances import assert_close
+
+from grader.exercises.torchrun.exercise import EXERCISE
+
+
+# ---------------------------------------------------------------- train_script
+
+EPOCHS = 3  # the plain, two-node and snapshot-probe runs
+KILL_EPOCHS, KILL_AFTER = 4, 2  # the crash run: a worker is killed after the 2nd snapshot
+
+
+def _get_script(ctx, student):
+    """In a rank: the student's train_script (a value, not a function)."""
+    return student.task("train_script")
+
+
+def _script(g) -> str:
+    source = g.run(_get_script, world_size=1, init_group=False)[0]
+    if not isinstance(source, str):
+        raise CheckFailed(f"train_script is a {type(source).__name__}; it must be the source text of the "
+                          "script (a str)")
+    try:
+        compile(source, "train.py", "exec")  # compiling runs nothing
+    except SyntaxError as exc:
+        raise CheckFailed(f"train_script has a syntax error at line {exc.lineno}: {exc.msg}") from None
+    return source
+
+
+def _scenario(g, scenario, *args) -> runs.ScriptRun:
+    """Run a scenario on the student's script, once per grading: the plain check and the
+    snapshot probe share one run (the probe's pause and hard link change nothing else)."""
+    source = _script(g)
+    cache = g.__dict__.setdefault("_torchrun_runs", {})
+    key = (scenario.__name__, source, args)
+    if key not in cache:
+        cache[key] = runs.with_retry(scenario, source, *args)
+        if cache[key].retried:
+            g.notes.append("a worker aborted at teardown before the outputs were complete; the run was "
+                           "repeated (noise of torch on CPU, not counted)")
+    return cache[key]
+
+
+def _check_final(run: runs.ScriptRun, epochs: int, what: str, likely: str) -> None:
+    final = run.final
+    if final is None:
+        raise CheckFailed(f"{what}: no final model at --out final.pt (rank 0 writes model.state_dict() there "
+                          "after the last epoch)\n" + evidence(run.output, run.timed_out))
+    if isinstance(final, str):
+        raise CheckFailed(f"{what}: final.pt {final}; save the unwrapped model's state_dict with torch.save")
+    _check_state(final, epochs, f"{what}: the final model", likely)
+
+
+def _check_state(state, epochs: int, what: str, likely: str) -> None:
+    expected = reference.reference_state(epochs)
+    if not isinstance(state, dict):
+        raise CheckFailed(f"{what} is a {type(state).__name__}, not a state_dict")
+    if set(state) != set(expected):
+        wrapped = all(k.startswith("module.") for k in state)
+        raise CheckFailed(f"{what} has the keys {sorted(state)[:4]}, expected {sorted(expected)}"
+                          + ("; it is the DDP wrapper's state_dict: save ddp_model.module.state_dict() (or the "
+                             "model before wrapping)" if wrapped else ""))
+    for key in expected:
+        assert_close(state[key], expected[key], f"{what}, `{key}`", likely)
+
+
+def _log_state(log: list[int] | None) -> str:
+    return "no epoch log was written" if log is None else f"the log listed only {log}"
+
+
+def _check_log(run: runs.ScriptRun, expected: list[int], what: str) -> None:
+    log = run.log
+    if log is None:
+        raise CheckFailed(f"{what}: no epoch log at --epoch-log epochs.log (rank 0 appends the epoch number "
+                          "after each snapshot)\n" + evidence(run.output, run.timed_out))
+    if log == expected:
+        return
+    if sorted(set(log)) == expected and len(log) == 2 * len(expected):
+        raise CheckFailed(f"{what}: the epoch log lists every epoch twice ({log}): only rank 0 may write the "
+                          "log (and the snapshot)")
+    raise CheckFailed(f"{what}: the epoch log lists {log}, expected {expected} (one line per epoch, the epoch "
+                      "number, written by rank 0 after its snapshot)\n" + evidence(run.output, run.timed_out))
+
+
+def _check_snapshot(snapshot, epochs: int, what: str) -> None:
+    if snapshot is None:
+        raise CheckFailed(f"{what}: no snapshot at --snapshot snapshot.pt")
+    if isinstance(snapshot, str):
+        raise CheckFailed(f"{what}: the snapshot {snapshot}")
+    if not isinstance(snapshot, dict) or not {"model", "optimizer", "epochs_run"} <= set(snapshot):
+        keys = sorted(snapshot) if isinstance(snapshot, dict) else type(snapshot).__name__
+        raise CheckFailed(f"{what}: the snapshot holds {keys}; it must be a dict with 'model' (the model's "
+                          "state_dict), 'optimizer' (the optimizer's state_dict) and 'epochs_run'")
+    if snapshot["epochs_run"] != epochs:
+        raise CheckFailed(f"{what}: the last snapshot says epochs_run={snapshot['epochs_run']!r} after "
+                          f"{epochs} epochs; store the number of epochs completed (epoch + 1)")
+
+
+@EXERCISE.check("train_script", points=2)
+def train_script_matches_single_process(g):
+    """torchrun --standalone --nproc-per-node=2 train.py --epochs 3 ...: the final model equals one
+    process trained on the same global batches; the log lists 0, 1, 2; the last snapshot holds
+    model, optimizer and epochs_run 3."""
+    run = _scenario(g, runs.linked, EPOCHS, 1)
+    what = "2 workers, 3 epochs"
+    _check_final(run, EPOCHS, what, "each rank takes batches of GLOBAL_BATCH // world_size from a "
+                 "DistributedSampler(dataset, shuffle=True, seed=problem.SEED) with set_epoch(epoch) each epoch, "
+                 "and the model is wrapped in DDP")
+    _check_log(run, list(range(EPOCHS)), what)
+    _check_snapshot(run.snapshot, EPOCHS, what)
+    _check_state(run.snapshot["model"], EPOCHS, f"{what}: the snapshot's model",
+                 "the snapshot should hold the model as trained so far")
+
+
+@EXERCISE.check("train_script", points=3)
+def train_script_resumes_after_a_killed_worker(g):
+    """4 epochs, --max-restarts=1; the grader SIGKILLs worker LOCAL_RANK 1 after the 2nd snapshot.
+    torchrun restarts both workers; they must resume at epoch 2 (the log then lists 0, 1, 2, 3)
+    and end with the final model of an uninterrupted run."""
+    run = _scenario(g, runs.killed, KILL_EPOCHS, KILL_AFTER)
+    what = "after a worker was killed"
+    if not run.acted:
+        if run.log_when_acted is None:
+            raise CheckFailed(f"the grader waits for the epoch log to list {KILL_AFTER} epochs before it kills a "
+                              f"worker; {_log_state(run.log)}\n" + evidence(run.output, run.timed_out))
+        raise CheckFailed("the grader found no worker with LOCAL_RANK 1 to kill (please tell the instructor)")
+    before = run.log_when_acted
+    if before != list(range(KILL_AFTER)):
+        _check_log(run, list(range(KILL_EPOCHS)), "before the kill")
+    if not run.snapshot_when_acted:
+        raise CheckFailed(f"after {KILL_AFTER} logged epochs there was no snapshot at --snapshot snapshot.pt: "
+                          "rank 0 saves one after every epoch, before it appends to the log")
+    if run.final is None or isinstance(run.final, str) or run.log is None:
+        if read_half_written(run.output):
+            raise CheckFailed(f"{what}, the restarted workers could not read the snapshot (read half-written?): "
+                              "write it to a temporary file, then os.replace() it over the snapshot, so that a "
+                              "crash never leaves a partial file\n" + evidence(run.output, run.timed_out))
+        raise CheckFailed(f"{what}, torchrun restarted the workers but the run did not finish (final model: "
+                          f"{'missing' if run.final is None else run.final})\n" + evidence(run.output, run.timed_out))
+    after = run.log[len(before):]
+    resumed = list(range(KILL_AFTER, KILL_EPOCHS))
+    if after[:1] == [0]:
+        raise CheckFailed(f"{what}, the restarted run trained epochs {after}: it started again from epoch 0. "
+                          f"Load the snapshot when it exists and continue from its epochs_run ({KILL_AFTER})")
+    if after != resumed:
+        raise CheckFailed(f"{what}, the restarted run trained epochs {after}, expected {resumed}: it should "
+                          f"continue from the snapshot's epochs_run ({KILL_AFTER}) up to --epochs")
+    _check_state(run.final, KILL_EPOCHS, f"{what}: the final model",
+                 "the resumed run must continue exactly where the snapshot left off: restore the optimizer "
+                 "state (momentum) as well as the model, and call sampler.set_epoch(epoch) with the true epoch")
+
+
+@EXERCISE.check("train_script", points=1, hidden=True)
+def train_script_on_two_nodes(g):
+    """Two torchrun agents (--nnodes=2, one worker each, c10d on 127.0.0.1), each "node" in its own
+    directory: the result equals the single-process reference, and only global rank 0 writes."""
+    run = _scenario(g, runs.two_nodes, EPOCHS)
+    if run.other_files:
+        raise CheckFailed(f"on 2 nodes, the worker of node 1 (RANK 1, LOCAL_RANK 0) wrote {run.other_files}: "
+                          "only global rank 0 may write the snapshot, the log and the final model; test "
+                          "RANK (or dist.get_rank()), not LOCAL_RANK")
+    what = "2 nodes of 1 worker, 3 epochs"
+    _check_final(run, EPOCHS, what, "the result must not depend on how the workers are spread over nodes: "
+                 "use the global rank and world size (RANK, WORLD_SIZE) for the sampler and the batch size")
+    _check_log(run, list(range(EPOCHS)), what)
+
+
+@EXERCISE.check("train_script", points=1, hidden=True)
+def train_script_replaces_the_snapshot_atomically(g):
+    """After the first snapshot the grader hard-links it and lets the run go on: a snapshot written
+    to a temporary file and os.replace()d leaves the link's content alone (a crash mid-write
+    never leaves a half-written snapshot); one rewritten in place changes it."""
+    run = _scenario(g, runs.linked, EPOCHS, 1)
+    if not run.acted:
+        state = "but there was no snapshot" if run.log_when_acted else _log_state(run.log)
+        raise CheckFailed("the grader waits for the epoch log to list 1 epoch, then looks at the snapshot; "
+                          f"{state}\n" + evidence(run.output, run.timed_out))
+    _check_final(run, EPOCHS, "3 epochs", "the run went on normally after the first snapshot")
+    link = run.link
+    if isinstance(link, dict) and link.get("epochs_run") == 1:
+        return
+    found = link.get("epochs_run") if isinstance(link, dict) else link
+    raise CheckFailed("the snapshot file is rewritten in place: the first snapshot's file now holds "
+                      f"epochs_run={found!r}. A worker killed during torch.save leaves a half-written snapshot "
+                      "that the restarted run cannot read: save to a temporary file in the same directory, "
+                      "then os.replace(tmp, snapshot)")
