@@ -246,8 +246,8 @@ def test_a_student_fetches_checks_and_submits_in_jupyterlab(lab, course, browser
         out = check.locator(".jp-OutputArea")
         expect(out).to_contain_text("AssertionError: make_dataloader", timeout=120_000)
         text = out.inner_text()
-        check = next(c for c in get_exercise("02_ddp_basics").checks if c.name == "dataloader_shards_disjoint_and_cover")
-        assert f"✗ make_dataloader: dataloader_shards_disjoint_and_cover (0/{check.points:g})" in text
+        shards = next(c for c in get_exercise("02_ddp_basics").checks if c.name == "dataloader_shards_disjoint_and_cover")
+        assert f"✗ make_dataloader: dataloader_shards_disjoint_and_cover (0/{shards.points:g})" in text
         assert "the DataLoader has no DistributedSampler" in text  # the message names the mistake
         assert "Traceback" not in text and "grader/notebook.py" not in text  # no wall of grader frames
         expect(out.locator(".grader-fail")).not_to_have_count(0)
