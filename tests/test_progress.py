@@ -9,7 +9,7 @@ import sys
 import nbformat
 from nbclient import NotebookClient
 
-from grader.exercises import MODULES
+from grader.exercises import MODULES, get_exercise
 from grader.cells import untouched
 from grader.progress import candidates, find_root, pick_notebook
 from grader.progress.find import answer_cells as _answer_cells
@@ -93,7 +93,8 @@ def test_progress_grades_the_saved_answers_and_caches_the_verdicts(tmp_path):
     status = json.loads(progress_cli("--json", "--assignment", EXERCISE, "--root", str(course),
                                      cache=tmp_path / "cache").stdout)
     tasks = {t["task"]: t for t in status["assignments"][0]["tasks"]}
-    assert tasks["pick_backend"]["status"] == "pass" and tasks["pick_backend"]["points"] == 1
+    full = get_exercise(EXERCISE).points_of("pick_backend", hidden=False)
+    assert tasks["pick_backend"]["status"] == "pass" and tasks["pick_backend"]["points"] == full
     assert tasks["make_dataloader"]["status"] == "fail" and tasks["make_dataloader"]["points"] < \
         tasks["make_dataloader"]["max_points"]
     assert all(t["status"] == "todo" for name, t in tasks.items() if name not in ANSWERS)
