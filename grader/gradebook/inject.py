@@ -16,6 +16,7 @@ nbgrader's own plugin, and flagged submissions get the formgrader's flag.
 """
 from __future__ import annotations
 
+import os
 import warnings
 
 import nbformat
@@ -80,6 +81,16 @@ def autograde_config(course: Course, assignment: str, results: dict[str, dict]):
 
 
 def write_results(course: Course, assignment: str, results: dict[str, dict]) -> dict[str, str]:
+    """Two `make grade` runs at once on one gradebook write one after the other (a lock file in the
+    course directory): nbgrader creates each submission's rows with a check-then-insert."""
+    import fcntl
+
+    with open(os.path.join(course.root, ".gradebook.lock"), "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        return _write_results(course, assignment, results)
+
+
+def _write_results(course: Course, assignment: str, results: dict[str, dict]) -> dict[str, str]:
     """Autograde (our way) and score every student; returns student -> nbgrader's log on failure."""
     config = autograde_config(course, assignment, results)
     api = NbGraderAPI(coursedir=CourseDirectory(config=config), config=config)
