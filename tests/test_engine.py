@@ -219,3 +219,16 @@ def test_two_graders_are_never_handed_the_same_port():
             p.wait(timeout=60)
     assert all(len(p) == 200 for p in ports), "one process was handed a port twice"
     assert not ports[0] & ports[1], f"both graders were handed {sorted(ports[0] & ports[1])[:5]}"
+
+
+def test_reserved_port_is_released_after_its_block():
+    """A port reserved for one run is locked during it, and free for other graders after it."""
+    from grader.engine import reserved_port
+    from grader.engine.processes import PORT_LOCKS, _lock_port
+
+    with reserved_port() as port:
+        assert _lock_port(port) is None, "another grader could take the port while it is in use"
+    fd = _lock_port(port)
+    assert fd is not None, "the port's lock was kept after the block: other graders cannot use it"
+    os.close(fd)
+    assert os.path.exists(os.path.join(PORT_LOCKS, str(port)))

@@ -11,9 +11,9 @@
 """
 from grader.engine.launcher import run_distributed
 from grader.engine.plan import HardwarePlan, current_plan, plan_for
-from grader.engine.processes import free_port, kill_tree, warm_up
+from grader.engine.processes import free_port, kill_tree, release_port, reserved_port, warm_up
 from grader.engine.results import RankReport, RunFailed, RunResult
 from grader.engine.worker import DistContext
 
 __all__ = ["run_distributed", "RunResult", "RankReport", "RunFailed", "DistContext", "HardwarePlan",
-           "plan_for", "current_plan", "free_port", "kill_tree", "warm_up"]
+           "plan_for", "current_plan", "free_port", "release_port", "reserved_port", "kill_tree", "warm_up"]

@@ -9,6 +9,7 @@ import socket
 import tempfile
 import threading
 import time
+from contextlib import contextmanager
 from multiprocessing import popen_forkserver, spawn
 
 import psutil
@@ -99,6 +100,16 @@ def release_port(port: int) -> None:
     with _held_lock:
         if port in _held:
             os.close(_held.pop(port)[1])
+
+
+@contextmanager
+def reserved_port():
+    """free_port() for the length of a with-block: `with reserved_port() as port: ...`."""
+    port = free_port()
+    try:
+        yield port
+    finally:
+        release_port(port)
 
 
 def _ephemeral_port() -> int:

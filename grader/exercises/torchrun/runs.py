@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from grader.engine import free_port
+from grader.engine import reserved_port
 from grader.exercises.torchrun import problem
 from grader.exercises.torchrun.launch import Torchrun, worker_env
 from grader.exercises.torchrun.reference import grader_command
@@ -156,17 +156,18 @@ def two_nodes(source: str, directory: str, epochs: int) -> ScriptRun:
         os.mkdir(node)
         _write_script(node, source)
     run = ScriptRun(epochs)
-    endpoint = f"127.0.0.1:{free_port()}"
-    procs = [Torchrun(grader_command("train.py", 1, nnodes=2, node_rank=i, rdzv_endpoint=endpoint)
-                      + script_args(epochs), node, RUN_TIMEOUT_S) for i, node in enumerate(nodes)]
-    try:
-        for proc in procs:
-            proc.start()
-        for i, proc in enumerate(procs):
-            run.absorb(proc, f"node {i}")
-    finally:
-        for proc in procs:
-            proc.stop()
+    with reserved_port() as port:  # released after the run: other runs may use it again
+        endpoint = f"127.0.0.1:{port}"
+        procs = [Torchrun(grader_command("train.py", 1, nnodes=2, node_rank=i, rdzv_endpoint=endpoint)
+                          + script_args(epochs), node, RUN_TIMEOUT_S) for i, node in enumerate(nodes)]
+        try:
+            for proc in procs:
+                proc.start()
+            for i, proc in enumerate(procs):
+                run.absorb(proc, f"node {i}")
+        finally:
+            for proc in procs:
+                proc.stop()
     run.other_files = sorted(n for n in os.listdir(nodes[1]) if n != "train.py" and not n.startswith("torchrun-"))
     return run.collect(nodes[0])
 
