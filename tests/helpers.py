@@ -64,3 +64,12 @@ def grade_source(exercise_id: str, source: str, task: str | None = None, world_s
 def failed(report: Report) -> dict[str, str]:
     """check name -> message, for the checks that failed."""
     return {c.name: c.message for c in report.checks if not c.passed}
+
+
+def assert_lazy_answer_earns_nothing(exercise_id: str, task: str, code: str, phrase: str) -> None:
+    """The solution with `task` replaced by the lazy `code` earns no point on that task, and a
+    failed check's message contains `phrase` (it names the mistake)."""
+    report = grade_source(exercise_id, replace_definition(solution_source(exercise_id), task, code), task=task)
+    paying = [f"{c.name} ({c.points:g})" for c in report.checks if c.points]
+    assert not paying, f"the lazy {task} earned points in {paying}:\n" + "\n".join(report.lines())
+    assert any(phrase in m for m in failed(report).values()), "\n".join(report.lines())
