@@ -20,9 +20,10 @@ count relies on.
 from __future__ import annotations
 
 import contextlib
-import inspect
 import os
 import time
+
+from grader.exercises.dist_patch import replaced
 
 COLLECTIVES = ("barrier", "monitored_barrier", "all_reduce", "broadcast", "all_gather", "all_gather_into_tensor",
                "reduce_scatter", "reduce_scatter_tensor", "reduce", "gather", "scatter", "all_to_all",
@@ -99,28 +100,8 @@ class Collectives:
     def marking(self, student_fn=None):
         """Collectives called inside are marked; `from torch.distributed import barrier` in the
         answers too (student_fn's globals). Everything is restored on exit."""
-        import torch.distributed as dist
-        import torch.distributed.distributed_c10d as c10d
-
-        saved, reals = [], {}
-        for module in (dist, c10d):
-            for name in COLLECTIVES:
-                real = getattr(module, name, None)
-                if real is not None:
-                    reals[id(real)] = real
-                    saved.append((module, name, real))
-                    setattr(module, name, self._wrap(real))
-        answers = getattr(inspect.unwrap(student_fn), "__globals__", None) if student_fn is not None else None
-        for name, value in list((answers or {}).items()):
-            if reals.get(id(value)) is value:
-                saved.append((answers, name, value))
-                answers[name] = self._wrap(value)
         try:
-            yield self
+            with replaced(COLLECTIVES, lambda name, real: self._wrap(real), student_fn):
+                yield self
         finally:
-            for where, name, real in reversed(saved):
-                if isinstance(where, dict):
-                    where[name] = real
-                else:
-                    setattr(where, name, real)
             unmark(self.ctx, "in_collective")

@@ -9,11 +9,11 @@ so that each message's peer and size are recorded on the way to the real call.
 from __future__ import annotations
 
 import contextlib
-import inspect
 import threading
 from dataclasses import dataclass, field
 
 from grader.checks import CheckFailed
+from grader.exercises.dist_patch import replaced
 
 COLLECTIVES = (
     "all_reduce", "reduce_scatter", "all_gather", "broadcast", "reduce",
@@ -78,56 +78,19 @@ def _counting(original, kind: str, traffic: Traffic, depth: threading.local):
 @contextlib.contextmanager
 def point_to_point_only(task: str, student_fn):
     """Run the body with collectives forbidden; yields the Traffic seen."""
-    import torch.distributed as dist
-    from torch.distributed import distributed_c10d as c10d
-
     try:
         from torch.distributed import _functional_collectives as funcol
     except ImportError:  # older torch
         funcol = None
 
     traffic, depth = Traffic(), threading.local()
-    replacements = {}  # original object -> replacement
-    patches = []  # (namespace, name, original)
 
-    def patch(namespace, name, new):
-        if namespace is None or not hasattr(namespace, name):
-            return
-        original = getattr(namespace, name)
-        replacements.setdefault(id(original), new)
-        patches.append((namespace, name, original))
-        setattr(namespace, name, replacements[id(original)])
+    def p2p(name, real):
+        return _counting(real, "send" if "send" in name else "recv", traffic, depth)
 
-    for name in COLLECTIVES:
-        refuse = _forbidden(task, name)
-        patch(dist, name, refuse)
-        patch(c10d, name, refuse)
-    for name in FUNCTIONAL:
-        patch(funcol, name, _forbidden(task, name))
-    for name in P2P:
-        kind = "send" if "send" in name else "recv"
-        # dist.isend and c10d.isend are one function: patch both with the same
-        # wrapper, so batch_isend_irecv's `op is isend` test still holds.
-        wrapper = _counting(getattr(c10d, name), kind, traffic, depth)
-        patch(c10d, name, wrapper)
-        patch(dist, name, wrapper)
-    # `from torch.distributed import all_reduce` in the answers binds the
-    # original function in the answers' globals: replace it there too.
-    student_fn = inspect.unwrap(student_fn)  # the grader wraps a task to verify after each call
-    answer_globals = getattr(student_fn, "__globals__", None)
-    if answer_globals is None:  # a class: look at its methods' globals
-        for value in vars(student_fn).values() if hasattr(student_fn, "__dict__") else ():
-            answer_globals = getattr(value, "__globals__", None) or answer_globals
-    if isinstance(answer_globals, dict):
-        for name, value in list(answer_globals.items()):
-            if id(value) in replacements:
-                patches.append((answer_globals, name, value))
-                answer_globals[name] = replacements[id(value)]
-    try:
+    def refuse(name, real):
+        return _forbidden(task, name)
+
+    with replaced(COLLECTIVES, refuse, student_fn), replaced(P2P, p2p, student_fn), \
+            replaced(FUNCTIONAL, refuse, student_fn, modules=(funcol,)):
         yield traffic
-    finally:
-        for namespace, name, original in reversed(patches):
-            if isinstance(namespace, dict):
-                namespace[name] = original
-            else:
-                setattr(namespace, name, original)
