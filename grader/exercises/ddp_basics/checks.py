@@ -18,5 +18,8 @@ from grader.exercises.ddp_basics import checks_state  # noqa: F401
 from grader.exercises.ddp_basics import checks_practice  # noqa: F401
 from grader.exercises.ddp_basics import checks_bucketed  # noqa: F401
 from grader.exercises.ddp_basics.exercise import EXERCISE
+from grader.exercises.instructor import load_hidden
+
+load_hidden(EXERCISE, __package__, ["hidden_training", "hidden_state", "hidden_bucketed"])
 
 __all__ = ["EXERCISE"]

@@ -227,8 +227,3 @@ def mini_ddp_frozen_and_tied_parameters(g):
                               "requires_grad=False") from None
         raise
     _compare_mini_to_ddp(g, "tied")
-
-
-@check("MiniDDP", points=1, hidden=True, world_size=3)
-def mini_ddp_matches_ddp_three_ranks(g):
-    _compare_mini_to_ddp(g, "tiny")

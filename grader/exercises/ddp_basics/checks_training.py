@@ -115,11 +115,6 @@ def dataloader_shuffles_with_seed(g):
                                       "gives: pass the seed to the sampler, and batch_size to the DataLoader")
 
 
-@check("make_dataloader", points=0.5, hidden=True, world_size=3)
-def dataloader_three_ranks_uneven(g):
-    _shards_disjoint_and_covering(g, 20)  # 20 samples over 3 ranks: the sampler pads to 21
-
-
 # --- train_one_epoch --------------------------------------------------------------------
 
 EPOCHS, BATCH, LR = 3, 4, 0.05
@@ -198,8 +193,3 @@ def loss_is_global_mean(g):
     assert_close(torch.tensor(losses[0]), torch.tensor(expected_losses), "the returned mean loss per epoch",
                  "weight each batch's loss by its number of samples, sum over batches and ranks, and divide by "
                  "the total number of samples")
-
-
-@check("train_one_epoch", points=1, hidden=True, world_size=3)
-def training_matches_single_process_three_ranks(g):
-    _check_training(g)

@@ -11,5 +11,8 @@ from grader.exercises.syncbn_sharded import checks_batchnorm  # noqa: F401
 from grader.exercises.syncbn_sharded import checks_sharding  # noqa: F401
 from grader.exercises.syncbn_sharded import checks_checkpoint  # noqa: F401
 from grader.exercises.syncbn_sharded.exercise import EXERCISE
+from grader.exercises.instructor import load_hidden
+
+load_hidden(EXERCISE, __package__, ["hidden_syncbn", "hidden_batchnorm", "hidden_sharding", "hidden_checkpoint"])
 
 __all__ = ["EXERCISE"]

@@ -175,11 +175,3 @@ def gradients_match_one_batchnorm(g):
 def running_stats_and_eval_match(g):
     """running_mean and the unbiased running_var after each step; the eval forward uses them."""
     _verify_bn_running_stats(*_bn_case(g, BN_TAIL, g.world_size))
-
-
-@check("DistributedBatchNorm", points=1, hidden=True, world_size=3)
-def distributed_bn_with_three_ranks(g):
-    """Three ranks holding 4, 1 and 6 samples of a 2-d input: outputs, gradients, running statistics."""
-    case = _bn_case(g, (), 3)
-    _verify_bn_backward(*case)
-    _verify_bn_running_stats(*case)

@@ -168,11 +168,3 @@ def checkpoint_complete_and_written_once(g):
 def resume_matches_uninterrupted_run(g):
     """Fresh model and ZeroRedundancyOptimizer load the checkpoint; the next step equals an uninterrupted run."""
     _verify_resume(_run_checkpoint(g, resume=True))
-
-
-@check("save_sharded_checkpoint", points=1, hidden=True, world_size=3)
-def checkpoint_with_three_ranks(g):
-    """Three ranks: written once, complete, and resumes exactly."""
-    results = _run_checkpoint(g, resume=True, world_size=3, held_write=True)
-    _verify_checkpoint_written(results)
-    _verify_resume(results)

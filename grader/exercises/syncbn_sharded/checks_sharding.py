@@ -95,14 +95,6 @@ def balanced_by_element_count(g):
         _verify_balance(*case)
 
 
-@check("partition_parameters", points=1, hidden=True)
-def more_ranks_than_parameters(g):
-    """world_size 1, ranks that own nothing, equal sizes."""
-    for case in _partition_cases(g, ref.HIDDEN_PARTITION_CASES):
-        _verify_covering(*case)
-        _verify_balance(*case)
-
-
 # --- ShardedOptimizer -------------------------------------------------------------------
 
 SHARDED_STEPS = 10
@@ -242,11 +234,3 @@ def zero_grad_clears_every_gradient(g):
             raise CheckFailed(f"rank {rank}: after zero_grad() parameters {got['leftover_grads']} still have "
                               "gradients: clear the gradients of every parameter, not only of the ones this "
                               "rank owns (backward fills them all)")
-
-
-@check("ShardedOptimizer", points=1, hidden=True, world_size=3)
-def sharded_with_three_ranks(g):
-    """Three ranks: Adam results and state sharding."""
-    results = g.run(_in_rank_sharded, "adam", SHARDED_STEPS)
-    _verify_sharded_params(results, "adam")
-    _verify_sharded_state(results, "adam")

@@ -84,14 +84,6 @@ def weights_and_running_stats_kept(g):
     _verify_state_kept(g.run(_in_rank_convert, False)[0])
 
 
-@check("convert_to_sync_bn", points=0.5, hidden=True)
-def model_that_is_a_batchnorm(g):
-    """A model that is itself a BatchNorm layer comes back as an nn.SyncBatchNorm."""
-    result = g.run(_in_rank_convert, True)[0]
-    _verify_structure(result)
-    _verify_state_kept(result)
-
-
 def _in_rank_sync_bn_nccl(ctx, student, tail: tuple):
     problem = ref.bn_problem(ctx.world_size, tail, steps=1)
     model = student.task("convert_to_sync_bn")(nn.Sequential(ref.batchnorm_for(tail, problem))).to(ctx.device)
@@ -171,10 +163,3 @@ def _verify_stats(results, world_size: int, tails) -> None:
 def stats_of_the_concatenated_batch(g):
     """Uneven shards (3 and 5 samples), 2-d and 4-d inputs: the statistics of all samples together."""
     _verify_stats(g.run(_in_rank_stats, STATS_TAILS), g.world_size, STATS_TAILS)
-
-
-@check("global_batch_stats", points=1, hidden=True, world_size=3)
-def stats_with_three_ranks(g):
-    """Three ranks holding 4, 1 and 6 samples of a 3-d input."""
-    tails = [(5,)]
-    _verify_stats(g.run(_in_rank_stats, tails), 3, tails)

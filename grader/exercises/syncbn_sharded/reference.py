@@ -178,10 +178,6 @@ PARTITION_CASES = [
     ([(64, 64), (64,), (64, 64), (64,), (10, 64), (10,), (100,), (1000,), (3,), (7,)], [2, 3]),
     ([(32, 8), (32,), (32, 32), (32,), (4, 32), (4,)], [2, 4]),
 ]
-HIDDEN_PARTITION_CASES = [
-    ([(5,), (7,), (3,)], [1, 4, 5]),  # more ranks than parameters: some ranks own nothing
-    ([(10,)] * 9, [3]),  # equal sizes: every rank gets three
-]
 
 
 # --- sharded optimizer --------------------------------------------------------

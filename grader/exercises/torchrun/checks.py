@@ -15,5 +15,8 @@ from grader.exercises.torchrun import checks_env  # noqa: F401, I001
 from grader.exercises.torchrun import checks_command  # noqa: F401
 from grader.exercises.torchrun import checks_script  # noqa: F401
 from grader.exercises.torchrun.exercise import EXERCISE
+from grader.exercises.instructor import load_hidden
+
+load_hidden(EXERCISE, __package__, ["hidden_env", "hidden_command", "hidden_script"])
 
 __all__ = ["EXERCISE"]

@@ -4,7 +4,6 @@ from __future__ import annotations
 import dataclasses
 
 from grader.checks import CheckFailed
-from grader.engine import free_port
 from grader.exercises.torchrun import probes, reference
 from grader.exercises.torchrun.messages import evidence
 from grader.exercises.torchrun.probe import FIELDS, describe_result
@@ -81,18 +80,6 @@ def read_dist_env_on_torchrun_workers(g):
                              "a 2-worker run restarted once")
 
 
-@EXERCISE.check("read_dist_env", points=0.5, hidden=True)
-def read_dist_env_on_two_nodes(g):
-    """Two torchrun agents (--nnodes=2, one worker each) on 127.0.0.1: the worker of node 1
-    has RANK 1 but LOCAL_RANK 0, WORLD_SIZE 2 but LOCAL_WORLD_SIZE 1."""
-    with probes.ProbeDir(g.submission) as probe:
-        endpoint = f"127.0.0.1:{free_port()}"
-        cmds = [reference.grader_command(probe.script, 1, nnodes=2, node_rank=i, rdzv_endpoint=endpoint)
-                for i in range(2)]
-        output, timed_out = probes.run_probe(cmds, probe)
-        _check_probe_records(probe.records(), [(0, 0), (1, 0)], output, timed_out, "a 2-node run")
-
-
 SAMPLE_ENV = {"RANK": "5", "LOCAL_RANK": "1", "WORLD_SIZE": "8", "LOCAL_WORLD_SIZE": "4",
               "MASTER_ADDR": "10.0.0.7", "MASTER_PORT": "29501", "TORCHELASTIC_RESTART_COUNT": "2",
               "GROUP_RANK": "1", "PATH": "/usr/bin"}
@@ -131,23 +118,3 @@ def read_dist_env_names_a_missing_variable(g):
         if "torchrun" not in message.lower():
             raise CheckFailed(f"the error for a missing {var} should say to launch the script with torchrun: "
                               f"{result['error']}")
-
-
-@EXERCISE.check("read_dist_env", points=0.5, hidden=True)
-def read_dist_env_reads_its_argument(g):
-    """A mapping that is not os.environ (rank 5 of 8, restart 2) is read exactly, into a dataclass;
-    without TORCHELASTIC_RESTART_COUNT (a plain launcher) restart_count is 0."""
-    without_restarts = {k: v for k, v in SAMPLE_ENV.items() if k != "TORCHELASTIC_RESTART_COUNT"}
-    results = g.run(_read_env_cases, [SAMPLE_ENV, without_restarts], world_size=1, init_group=False)[0]
-    full, plain_launcher = results
-    _compare(full, _expected_from(SAMPLE_ENV), SAMPLE_ENV, "for a mapping with RANK=5, WORLD_SIZE=8 (is "
-             "os.environ read instead of the `environ` argument?)")
-    if not full.get("dataclass"):
-        raise CheckFailed(f"read_dist_env returned a {full['returned']}; return a DistEnv dataclass "
-                          "(@dataclass with the fields " + ", ".join(FIELDS) + ")")
-    if "error" in plain_launcher:
-        raise CheckFailed("read_dist_env raised without TORCHELASTIC_RESTART_COUNT "
-                          f"({plain_launcher['error']}); a launcher other than torchrun does not set it: "
-                          "restart_count is then 0")
-    _compare(plain_launcher, _expected_from(without_restarts), without_restarts,
-             "without TORCHELASTIC_RESTART_COUNT")

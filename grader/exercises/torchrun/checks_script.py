@@ -155,39 +155,3 @@ def train_script_resumes_after_a_killed_worker(g):
     _check_state(run.final, KILL_EPOCHS, f"{what}: the final model",
                  "the resumed run must continue exactly where the snapshot left off: restore the optimizer "
                  "state (momentum) as well as the model, and call sampler.set_epoch(epoch) with the true epoch")
-
-
-@EXERCISE.check("train_script", points=1, hidden=True)
-def train_script_on_two_nodes(g):
-    """Two torchrun agents (--nnodes=2, one worker each, c10d on 127.0.0.1), each "node" in its own
-    directory: the result equals the single-process reference, and only global rank 0 writes."""
-    run = _scenario(g, runs.two_nodes, EPOCHS)
-    if run.other_files:
-        raise CheckFailed(f"on 2 nodes, the worker of node 1 (RANK 1, LOCAL_RANK 0) wrote {run.other_files}: "
-                          "only global rank 0 may write the snapshot, the log and the final model; test "
-                          "RANK (or dist.get_rank()), not LOCAL_RANK")
-    what = "2 nodes of 1 worker, 3 epochs"
-    _check_final(run, EPOCHS, what, "the result must not depend on how the workers are spread over nodes: "
-                 "use the global rank and world size (RANK, WORLD_SIZE) for the sampler and the batch size")
-    _check_log(run, list(range(EPOCHS)), what)
-
-
-@EXERCISE.check("train_script", points=1, hidden=True)
-def train_script_replaces_the_snapshot_atomically(g):
-    """After the first snapshot the grader hard-links it and lets the run go on: a snapshot written
-    to a temporary file and os.replace()d leaves the link's content alone (a crash mid-write
-    never leaves a half-written snapshot); one rewritten in place changes it."""
-    run = _scenario(g, runs.linked, EPOCHS, 1)
-    if not run.acted:
-        state = "but there was no snapshot" if run.log_when_acted else _log_state(run.log)
-        raise CheckFailed("the grader waits for the epoch log to list 1 epoch, then looks at the snapshot; "
-                          f"{state}\n" + evidence(run.output, run.timed_out))
-    _check_final(run, EPOCHS, "3 epochs", "the run went on normally after the first snapshot")
-    link = run.link
-    if isinstance(link, dict) and link.get("epochs_run") == 1:
-        return
-    found = link.get("epochs_run") if isinstance(link, dict) else link
-    raise CheckFailed("the snapshot file is rewritten in place: the first snapshot's file now holds "
-                      f"epochs_run={found!r}. A worker killed during torch.save leaves a half-written snapshot "
-                      "that the restarted run cannot read: save to a temporary file in the same directory, "
-                      "then os.replace(tmp, snapshot)")

@@ -1,0 +1,10 @@
+"""Hidden checks of checks_bucketed.py (instructor only: a student build leaves this module out)."""
+from __future__ import annotations
+
+from grader.exercises.ddp_basics.exercise import check
+from grader.exercises.ddp_basics.checks_bucketed import GRADIENT_CASES, _bucketed_grads_match  # noqa: F401
+
+
+@check("BucketedDDP", points=1, hidden=True, world_size=3)
+def bucketed_gradients_match_ddp_three_ranks(g):
+    _bucketed_grads_match(g, GRADIENT_CASES[:1])
