@@ -21,14 +21,13 @@ import socket
 import subprocess
 import sys
 import time
-import urllib.request
 
-import psutil
 import pytest
 
 from grader.exercises import get_exercise
 
 from tests.helpers import ROOT
+from tests.servers import stop_tree, wait_until_up
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
@@ -96,26 +95,6 @@ def course(tmp_path_factory):
     return {"root": root, "exchange": base / "exchange", "env": env, "base": base}
 
 
-def _kill_tree(proc: subprocess.Popen) -> None:
-    """The server, its kernels and everything they started (the engine's forkserver and ranks)."""
-    try:
-        family = psutil.Process(proc.pid).children(recursive=True)
-    except psutil.Error:
-        family = []
-    proc.terminate()  # the server shuts its kernels down on SIGTERM
-    try:
-        proc.wait(timeout=15)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait(timeout=10)
-    for p in family:
-        try:
-            p.kill()
-        except psutil.Error:
-            pass
-    psutil.wait_procs(family, timeout=10)
-
-
 @pytest.fixture(scope="module")
 def lab(course):
     """`jupyter lab` on the temporary course, with a token, on a free port; always stopped afterwards."""
@@ -129,20 +108,10 @@ def lab(course):
     proc = subprocess.Popen(cmd, cwd=course["root"], env=course["env"], stdout=log, stderr=subprocess.STDOUT)
     try:
         url = f"http://127.0.0.1:{port}"
-        deadline = time.monotonic() + 120
-        while True:
-            try:
-                with urllib.request.urlopen(f"{url}/api/status?token={token}", timeout=5) as reply:
-                    if reply.status == 200:
-                        break
-            except OSError:
-                pass
-            if proc.poll() is not None or time.monotonic() > deadline:
-                pytest.fail(f"jupyter lab did not start (see {log.name})")
-            time.sleep(0.5)
+        wait_until_up(proc, f"{url}/api/status?token={token}", "jupyter lab", log.name)
         yield {"url": url, "token": token}
     finally:
-        _kill_tree(proc)
+        stop_tree(proc, grace_s=15)  # the server shuts its kernels down on SIGTERM
         log.close()
 
 

@@ -25,7 +25,6 @@ import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
 
 import psutil
 import pytest
@@ -34,6 +33,7 @@ from grader.exercises import get_exercise
 from grader.gradebook.course import Course
 from grader.gradebook.inject import gradebook_scores
 from tests.helpers import ROOT
+from tests.servers import stop_tree, wait_until_up
 from tests.test_browser import (CHROMIUM, CHROMIUM_ARGS, CORRECT_PICK_BACKEND, STUB, _code_cell, _free_port,
                                 _missing as _browser_missing, _run, _settings, _source_of, _write_answer)
 
@@ -193,32 +193,10 @@ def hub(course):
                             stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     url = f"http://127.0.0.1:{ports['HUB_PORT']}"
     try:
-        deadline = time.monotonic() + 120
-        while True:
-            try:
-                with urllib.request.urlopen(f"{url}/hub/health", timeout=5) as reply:
-                    if reply.status == 200:
-                        break
-            except OSError:
-                pass
-            if proc.poll() is not None or time.monotonic() > deadline:
-                pytest.fail(f"the hub did not start (see {log.name})")
-            time.sleep(0.5)
+        wait_until_up(proc, f"{url}/hub/health", "the hub", log.name)
         yield {"url": url, "env": env}
     finally:
-        family = psutil.Process(proc.pid).children(recursive=True) if proc.poll() is None else []
-        proc.terminate()  # the hub stops the proxy, the service and the users' servers
-        try:
-            proc.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=10)
-        for p in family:
-            try:
-                p.kill()
-            except psutil.Error:
-                pass
-        psutil.wait_procs(family, timeout=10)
+        stop_tree(proc, grace_s=60)  # the hub stops the proxy, the service and the users' servers
         log.close()
 
 

@@ -1,0 +1,47 @@
+"""Servers the browser tests start (JupyterLab, JupyterHub): wait until they answer, stop them whole."""
+from __future__ import annotations
+
+import subprocess
+import time
+import urllib.request
+
+import psutil
+import pytest
+
+START_BOUND_S = 120  # a safety bound on busy cores, not a verdict: the wait ends when the server answers
+POLL_S = 0.5
+
+
+def wait_until_up(proc: subprocess.Popen, url: str, what: str, log_name: str) -> None:
+    """Return once `url` answers 200; fail the test if `proc` exits or the bound passes."""
+    deadline = time.monotonic() + START_BOUND_S
+    while True:
+        try:
+            with urllib.request.urlopen(url, timeout=5) as reply:
+                if reply.status == 200:
+                    return
+        except OSError:
+            pass
+        if proc.poll() is not None or time.monotonic() > deadline:
+            pytest.fail(f"{what} did not start (see {log_name})")
+        time.sleep(POLL_S)
+
+
+def stop_tree(proc: subprocess.Popen, grace_s: float) -> None:
+    """SIGTERM the server (it stops its kernels, proxy or users' servers), then kill whatever it left."""
+    try:
+        family = psutil.Process(proc.pid).children(recursive=True)
+    except psutil.Error:
+        family = []
+    proc.terminate()
+    try:
+        proc.wait(timeout=grace_s)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(timeout=10)
+    for p in family:
+        try:
+            p.kill()
+        except psutil.Error:
+            pass
+    psutil.wait_procs(family, timeout=10)
