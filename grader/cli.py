@@ -3,6 +3,7 @@
     python -m grader check EXERCISE SUBMISSION [--json] [--world-size N] [--timeout S] [--task NAME]
     python -m grader list [--json]          the exercises and their settings (the registry)
     python -m grader selfcheck              grade solutions and known-wrong submissions on this hardware
+    python -m grader student-build OUT_DIR  an installable grader without hidden checks or answers
 
 Exit codes: 0 every check passed, 1 some check failed, 2 the submission (or
 the command line) cannot be read.
@@ -23,6 +24,7 @@ OTHER_COMMANDS = [
     "grader.selfcheck",  # python -m grader selfcheck
     "grader.progress",  # python -m grader progress: which tasks of which assignments pass
     "grader.gradebook.commands",  # python -m grader grade | report
+    "grader.student_build",  # python -m grader student-build OUT_DIR: the grader for students' servers
 ]
 
 

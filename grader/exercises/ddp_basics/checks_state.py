@@ -44,7 +44,7 @@ def _in_rank_save(ctx, student):
             hb.wait_until(lambda: hb.blocked_or_returned(ctx, others, watch.entered), HOLD_BOUND_S)
         return real_save(obj, f, *args, **kwargs)
 
-    model = ref.wrap_model(ref.tiny_net(seed=3), ctx.device)
+    model = ref.ddp_fixture(ref.tiny_net(seed=3), ctx.device)
     save = student.task("save_checkpoint")
     watch = hb.Collectives(ctx)
     torch.save = held_save

@@ -133,7 +133,7 @@ class _RecordingSampler(DistributedSampler):
 
 
 def _in_rank_train(ctx, student):
-    model = ref.wrap_model(ref.tiny_net(seed=0), ctx.device)
+    model = ref.ddp_fixture(ref.tiny_net(seed=0), ctx.device)
     dataset = ref.RegressionDataset(n=48)
     sampler = _RecordingSampler(dataset, num_replicas=ctx.world_size, rank=ctx.rank, shuffle=True, seed=0)
     loader = DataLoader(dataset, batch_size=BATCH, sampler=sampler)

@@ -8,7 +8,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
-from torch.utils.data import DataLoader, Dataset
+from torch.utils.data import Dataset
 from torch.utils.data.distributed import DistributedSampler
 
 
@@ -82,14 +82,11 @@ def flat_grads(model: nn.Module) -> torch.Tensor:
                       for p in model.parameters()])
 
 
-def wrap_model(model: nn.Module, device: torch.device) -> DDP:
-    model = model.to(device)
-    return DDP(model, device_ids=[device.index] if device.type == "cuda" else None)
-
-
-def make_dataloader(dataset, batch_size, rank, world_size, seed=0) -> DataLoader:
-    sampler = DistributedSampler(dataset, num_replicas=world_size, rank=rank, shuffle=True, seed=seed)
-    return DataLoader(dataset, batch_size=batch_size, sampler=sampler)
+def ddp_fixture(model: nn.Module, device: torch.device) -> DDP:
+    """The DDP model the checks of later tasks (train_one_epoch, save_checkpoint) train, so that
+    they never depend on the student's wrap_model. A fixture, as in the lesson, not a graded answer:
+    wrap_model is judged by what it does, and its checks never call this."""
+    return DDP(model.to(device), device_ids=[device.index] if device.type == "cuda" else None)
 
 
 def rank_order(n: int, rank: int, world_size: int, epoch: int, seed: int = 0) -> list[int]:

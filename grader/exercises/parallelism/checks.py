@@ -97,7 +97,7 @@ def _average_in_rank(ctx, student, model_seed, data_seed, n, frozen_first):
     model = ref.mlp(model_seed, frozen_first).to(ctx.device)
     before = {name: p.detach().clone() for name, p in model.named_parameters()}
     x, y = (t.to(ctx.device) for t in ref.regression_batch(data_seed, n))
-    mine = ref.contiguous_shards(n, ctx.world_size)[ctx.rank]
+    mine = ref.equal_shard(n, ctx.world_size, ctx.rank)
     F.mse_loss(model(x[mine]), y[mine]).backward()
     local = {name: _host(p.grad) for name, p in model.named_parameters() if p.grad is not None}
     try:

@@ -12,10 +12,13 @@ from torch import nn
 
 
 # ---------------------------------------------------------------- sharding
-def contiguous_shards(n_samples: int, world_size: int) -> list[list[int]]:
-    """The split the other checks use (so they never depend on the student's
-    shard_indices): contiguous blocks, the first n % world_size one larger."""
-    return [block.tolist() for block in torch.tensor_split(torch.arange(n_samples), world_size)]
+def equal_shard(n_samples: int, world_size: int, rank: int) -> slice:
+    """Rank's block of a batch that splits evenly (the other checks' split, so they never
+    depend on the student's shard_indices; uneven batches are shard_indices' own question)."""
+    if n_samples % world_size:
+        raise ValueError(f"{n_samples} samples do not split evenly over {world_size} ranks")
+    size = n_samples // world_size
+    return slice(rank * size, (rank + 1) * size)
 
 
 # ------------------------------------------------------- data parallelism

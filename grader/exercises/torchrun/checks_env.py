@@ -13,11 +13,13 @@ from grader.exercises.torchrun.exercise import EXERCISE
 
 # ---------------------------------------------------------------- read_dist_env
 
-def _expected_from(env: dict) -> reference.DistEnv:
-    return reference.read_dist_env({k: v for k, v in env.items() if v is not None})
+def _expected_from(env: dict) -> dict:
+    """Each field as the task's table states it for `env` (which sets every variable but maybe the restart count)."""
+    return {name: env[var] if name in reference.TEXT_FIELDS else int(env.get(var) or 0)
+            for name, var in reference.ENV_VARS.items()}
 
 
-def _compare(answer: dict, expected: reference.DistEnv, env: dict, where: str) -> None:
+def _compare(answer: dict, expected: dict, env: dict, where: str) -> None:
     """Raise CheckFailed naming the first wrong field of the student's DistEnv."""
     if answer.get("error", "").startswith("NotImplementedError"):
         raise CheckFailed("read_dist_env raises NotImplementedError: replace the stub with your code")
@@ -29,7 +31,7 @@ def _compare(answer: dict, expected: reference.DistEnv, env: dict, where: str) -
         if kind == "missing":
             raise CheckFailed(f"read_dist_env returned a {answer['returned']} without the field `{name}`; "
                               "return a DistEnv with the fields " + ", ".join(FIELDS))
-        want = getattr(expected, name)
+        want = expected[name]
         var = reference.ENV_VARS[name]
         if isinstance(want, int) and (kind != "int"):
             raise CheckFailed(f"`{name}` is {got!r} ({kind}) {where}; environment variables are strings: "
@@ -40,13 +42,13 @@ def _compare(answer: dict, expected: reference.DistEnv, env: dict, where: str) -
             continue
         if name in ("rank", "local_rank"):
             other = "local_rank" if name == "rank" else "rank"
-            if got == getattr(expected, other) and fields[other]["value"] == want:  # both ways: a swap
+            if got == expected[other] and fields[other]["value"] == want:  # both ways: a swap
                 raise CheckFailed(f"`{name}` is {got} {where}, but {var}={env.get(var)}: RANK and LOCAL_RANK "
                                   "are swapped (RANK used where LOCAL_RANK belongs, or the reverse). RANK numbers "
                                   "the workers of the whole job; LOCAL_RANK numbers them within one node")
         if name in ("world_size", "local_world_size"):
             other = "local_world_size" if name == "world_size" else "world_size"
-            if got == getattr(expected, other) and fields[other]["value"] == want:  # both ways: a swap
+            if got == expected[other] and fields[other]["value"] == want:  # both ways: a swap
                 raise CheckFailed(f"`{name}` is {got} {where}, but {var}={env.get(var)}: WORLD_SIZE (all "
                                   "workers) and LOCAL_WORLD_SIZE (workers on this node) are swapped")
         if name == "restart_count":
@@ -74,7 +76,7 @@ def read_dist_env_on_torchrun_workers(g):
     rank 1 fails once, read_dist_env(os.environ) matches each worker's environment,
     restart count included."""
     with probes.ProbeDir(g.submission) as probe:
-        cmd = reference.grader_command(probe.script, 2, max_restarts=1)
+        cmd = reference.standalone_command(probe.script, 2, max_restarts=1)
         output, timed_out = probes.run_probe([cmd], probe, {"PROBE_FAIL_ONCE_RANK": "1"})
         _check_probe_records(probe.records(), [(0, 0), (1, 0), (0, 1), (1, 1)], output, timed_out,
                              "a 2-worker run restarted once")

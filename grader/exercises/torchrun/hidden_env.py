@@ -3,7 +3,8 @@ from __future__ import annotations
 
 from grader.checks import CheckFailed
 from grader.engine import free_port
-from grader.exercises.torchrun import probes, reference
+from grader.exercises.torchrun import probes
+from grader.exercises.torchrun.hidden_reference import node_command
 from grader.exercises.torchrun.probe import FIELDS
 from grader.exercises.torchrun.exercise import EXERCISE
 from grader.exercises.torchrun.checks_env import _expected_from, _compare, _check_probe_records, SAMPLE_ENV, _read_env_cases  # noqa: F401
@@ -15,7 +16,7 @@ def read_dist_env_on_two_nodes(g):
     has RANK 1 but LOCAL_RANK 0, WORLD_SIZE 2 but LOCAL_WORLD_SIZE 1."""
     with probes.ProbeDir(g.submission) as probe:
         endpoint = f"127.0.0.1:{free_port()}"
-        cmds = [reference.grader_command(probe.script, 1, nnodes=2, node_rank=i, rdzv_endpoint=endpoint)
+        cmds = [node_command(probe.script, i, endpoint)
                 for i in range(2)]
         output, timed_out = probes.run_probe(cmds, probe)
         _check_probe_records(probe.records(), [(0, 0), (1, 0)], output, timed_out, "a 2-node run")

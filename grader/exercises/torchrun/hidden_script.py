@@ -5,6 +5,7 @@ from grader.checks import CheckFailed
 from grader.exercises.torchrun import runs
 from grader.exercises.torchrun.messages import evidence
 from grader.exercises.torchrun.exercise import EXERCISE
+from grader.exercises.torchrun.hidden_reference import node_command
 from grader.exercises.torchrun.checks_script import EPOCHS, _scenario, _check_final, _log_state, _check_log  # noqa: F401
 
 
@@ -12,7 +13,7 @@ from grader.exercises.torchrun.checks_script import EPOCHS, _scenario, _check_fi
 def train_script_on_two_nodes(g):
     """Two torchrun agents (--nnodes=2, one worker each, c10d on 127.0.0.1), each "node" in its own
     directory: the result equals the single-process reference, and only global rank 0 writes."""
-    run = _scenario(g, runs.two_nodes, EPOCHS)
+    run = _scenario(g, runs.two_nodes, EPOCHS, node_command)
     if run.other_files:
         raise CheckFailed(f"on 2 nodes, the worker of node 1 (RANK 1, LOCAL_RANK 0) wrote {run.other_files}: "
                           "only global rank 0 may write the snapshot, the log and the final model; test "

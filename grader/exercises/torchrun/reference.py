@@ -1,15 +1,12 @@
-"""Single-process references and the grader's own versions of the tasks (04_torchrun).
+"""Single-process references and the grader's own launcher (04_torchrun).
 
 The checks of one task use these for the other tasks, so a missing or broken
 `torchrun_command` fails only its own checks: the training script is always
-launched with `grader_command`.
+launched with `standalone_command` (two nodes: hidden_reference.node_command).
 """
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
-from typing import Mapping
-
 import torch
 from torch.utils.data import DataLoader, DistributedSampler
 
@@ -30,40 +27,10 @@ REQUIRED = [v for f, v in ENV_VARS.items() if f != "restart_count"]  # restart c
 TEXT_FIELDS = {"master_addr"}
 
 
-@dataclass(frozen=True)
-class DistEnv:
-    rank: int
-    local_rank: int
-    world_size: int
-    local_world_size: int
-    master_addr: str
-    master_port: int
-    restart_count: int
-
-
-def read_dist_env(environ: Mapping[str, str]) -> DistEnv:
-    """What the student's read_dist_env must return for `environ`."""
-    values = {}
-    for field, var in ENV_VARS.items():
-        if var not in environ:
-            if field == "restart_count":
-                values[field] = 0
-                continue
-            raise RuntimeError(f"{var} is not set: launch this script with torchrun")
-        values[field] = environ[var] if field in TEXT_FIELDS else int(environ[var])
-    return DistEnv(**values)
-
-
-def grader_command(script: str, nproc_per_node: int, nnodes: int = 1, node_rank: int = 0,
-                   rdzv_endpoint: str | None = None, max_restarts: int = 0) -> list[str]:
-    """The torchrun command the grader uses to launch a student's script."""
-    cmd = RUN_MODULE + [f"--nproc-per-node={nproc_per_node}", f"--nnodes={nnodes}", f"--max-restarts={max_restarts}"]
-    if rdzv_endpoint is None:
-        cmd.append("--standalone")
-    else:
-        cmd += ["--rdzv-backend=c10d", f"--rdzv-endpoint={rdzv_endpoint}", "--rdzv-id=grader",
-                f"--node-rank={node_rank}"]
-    return cmd + [script]
+def standalone_command(script: str, nproc_per_node: int, max_restarts: int = 0) -> list[str]:
+    """The one-node torchrun command the grader launches a student's script with."""
+    return RUN_MODULE + [f"--nproc-per-node={nproc_per_node}", "--nnodes=1", f"--max-restarts={max_restarts}",
+                         "--standalone", script]
 
 
 def reference_training(epochs: int) -> dict[str, torch.Tensor]:

@@ -19,7 +19,7 @@ import torch
 from grader.engine import reserved_port
 from grader.exercises.torchrun import problem
 from grader.exercises.torchrun.launch import Torchrun, worker_env
-from grader.exercises.torchrun.reference import grader_command
+from grader.exercises.torchrun.reference import standalone_command
 
 SNAPSHOT, FINAL, LOG, LINK = "snapshot.pt", "final.pt", "epochs.log", "snapshot-link.pt"
 RUN_TIMEOUT_S = 60.0  # one torchrun of a few tiny epochs takes 5-10 s on 2 busy cores
@@ -113,7 +113,7 @@ def killed(source: str, directory: str, epochs: int, kill_after: int) -> ScriptR
     log = os.path.join(directory, LOG)
     never = os.path.join(directory, "never-released")  # the paused workers are killed, not released
     env = worker_env({problem.PAUSE_ENV: f"{log}:{kill_after}:{never}"})
-    cmd = grader_command("train.py", 2, max_restarts=1) + script_args(epochs)
+    cmd = standalone_command("train.py", 2, max_restarts=1) + script_args(epochs)
     with Torchrun(cmd, directory, KILL_RUN_TIMEOUT_S, env) as proc:
         if proc.wait_until(lambda: _logged(log) >= kill_after):
             run.log_when_acted = read_log(log)
@@ -132,7 +132,7 @@ def linked(source: str, directory: str, epochs: int, link_after: int) -> ScriptR
     log = os.path.join(directory, LOG)
     go = os.path.join(directory, "go")
     env = worker_env({problem.PAUSE_ENV: f"{log}:{link_after}:{go}"})
-    with Torchrun(grader_command("train.py", 2) + script_args(epochs), directory, RUN_TIMEOUT_S, env) as proc:
+    with Torchrun(standalone_command("train.py", 2) + script_args(epochs), directory, RUN_TIMEOUT_S, env) as proc:
         if proc.wait_until(lambda: _logged(log) >= link_after):
             run.log_when_acted = read_log(log)
             snapshot = os.path.join(directory, SNAPSHOT)
@@ -145,9 +145,10 @@ def linked(source: str, directory: str, epochs: int, link_after: int) -> ScriptR
     return run.collect(directory)
 
 
-def two_nodes(source: str, directory: str, epochs: int) -> ScriptRun:
+def two_nodes(source: str, directory: str, epochs: int, node_command) -> ScriptRun:
     """Two torchrun agents (--nnodes=2, one worker each) meeting over c10d on 127.0.0.1.
 
+    node_command(script, node_rank, endpoint) is the torchrun command of one node.
     Each "node" runs in its own directory with the same relative paths, like two
     machines with their own disks: whatever node 1's worker writes shows there.
     """
@@ -158,7 +159,7 @@ def two_nodes(source: str, directory: str, epochs: int) -> ScriptRun:
     run = ScriptRun(epochs)
     with reserved_port() as port:  # released after the run: other runs may use it again
         endpoint = f"127.0.0.1:{port}"
-        procs = [Torchrun(grader_command("train.py", 1, nnodes=2, node_rank=i, rdzv_endpoint=endpoint)
+        procs = [Torchrun(node_command("train.py", i, endpoint)
                           + script_args(epochs), node, RUN_TIMEOUT_S) for i, node in enumerate(nodes)]
         try:
             for proc in procs:
