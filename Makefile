@@ -7,6 +7,7 @@
 #   make report  the class report of ASSIGNMENT (markdown and a PNG plot)
 #   make exercises  regenerate exercises/ (student release) from solutions/
 #   make selfcheck  grade the solutions and known-wrong submissions on this machine's hardware
+#   make student  build/student: the grader for students' servers, without hidden checks or answers
 #   make hub     JupyterHub for the class on 127.0.0.1:8000 (root; deploy/hub/jupyterhub_config.py)
 
 PYTHON ?= python3
@@ -18,7 +19,7 @@ ASSIGNMENT ?= 02_ddp_basics
 COURSE ?= $(CURDIR)
 JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 
-.PHONY: install demo test lab bench grade report exercises selfcheck clean hub
+.PHONY: install demo test lab bench grade report exercises selfcheck clean hub student
 
 install: $(VENV)/.installed
 
@@ -69,6 +70,10 @@ exercises: install
 
 selfcheck: install
 	$(BIN)/python -m grader selfcheck
+
+# An installable folder for students' images (pip install build/student): README, Student servers.
+student: install
+	$(BIN)/python -m grader student-build build/student
 
 clean:
 	rm -rf $(VENV) gradebook.db .nbgrader .pytest_cache build

@@ -170,3 +170,16 @@ def test_the_leak_scan_finds_a_solution_region(tmp_path):
     (tmp_path / "a.py").write_text("def f():\n    ### BEGIN SOLUTION\n    return 1\n    ### END SOLUTION\n")
     (tmp_path / "hidden_checks.py").write_text("")
     assert len(leaks(tmp_path)) == 2 and SOLUTION_MARK.pattern
+
+
+def test_instructor_install_loads_every_hidden_module():
+    """A hidden module the exercise's checks.py does not name would register nothing: each one in
+    git is loaded by the registry (the student build leaves them all out)."""
+    listed = _run(["git", "ls-files", "grader/exercises/*/hidden_*.py"], 60, cwd=ROOT)
+    assert listed.returncode == 0, listed.stderr
+    paths = listed.stdout.split()
+    assert paths, "no hidden module in git"
+    for exercise_id in MODULES:
+        get_exercise(exercise_id)
+    modules = {".".join(Path(p).with_suffix("").parts) for p in paths}
+    assert modules <= set(sys.modules), f"hidden modules no exercise loads: {sorted(modules - set(sys.modules))}"
