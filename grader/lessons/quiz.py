@@ -73,9 +73,12 @@ QUIZZES: dict[str, dict[str, Question]] = {
         "q5": Q("ee7b447ef097", "e7fae3ceb32adce8", "Stage 1 shards the optimizer state, stage 2 adds the gradients, "
                 "stage 3 the parameters too (§5)."),
         "q6": Q("e7d14c1c883d", "ace496479bb0f604", "consolidate_state_dict is a collective: rank 0 waits for shards "
-                "that the other ranks, waiting in the barrier, never send (§7)."),
+                "that the other ranks, waiting in the barrier, never send (§8)."),
         "q7": Q("cce99fed5da1", "308af43113b8ee91", "DCP is a collective in which every rank writes its own shard plus "
-                "metadata, so it can be loaded by another number of ranks (§8)."),
+                "metadata, so it can be loaded by another number of ranks (§9)."),
+        "q8": Q("b2b9be98d4de", "55b490bc33580f05", "Parameters freed after forward are gathered again for "
+                "backward, and the gradient is reduce-scattered into the shards: three transfers of the layer's size "
+                "against DDP's two, about 1.5 times the traffic (§6)."),
     },
     "04_torchrun": {
         "q1": Q("c2d7b90292ff", "6f981e6bfadbbc38", "Node 1, local rank 1: RANK = 1·4 + 1 = 5, LOCAL_RANK = 1, WORLD_SIZE "

@@ -24,7 +24,7 @@ def tidy(text: str) -> str:
     """`text` with the machine's folders replaced: site-packages paths become package-relative
     (torch/distributed/...), the temp folder `<tmp>`, the interpreter's `<python>`.
 
-    Used by every lesson that prints a stack or a path (lesson 2 §13, lesson 3 §7, lesson 4).
+    Used by every lesson that prints a stack or a path (lesson 2 §13, lesson 3 §8, lesson 4).
     """
     for path, name in _prefixes():
         text = text.replace(path + os.sep, f"{name}{os.sep}" if name else "").replace(path, name or ".")
@@ -52,5 +52,5 @@ def summary(result) -> None:
 
 
 def failure(result) -> str:
-    """result.failure() (which rank hung or failed, and where), with neutral paths. Lesson 2 §13, lesson 3 §7."""
+    """result.failure() (which rank hung or failed, and where), with neutral paths. Lesson 2 §13, lesson 3 §8."""
     return tidy(result.failure())
