@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import shutil
 import tempfile
 
@@ -114,6 +115,10 @@ def run_phase(g, fn, folder: str, world_size: int, what: str, *args) -> list:
         hint = ("there is no DCP checkpoint at `path` (no .metadata): the save must be dcp.save(state, "
                 "checkpoint_id=path) on every rank; a torch.save of the full state writes one file that "
                 "another number of ranks cannot reshard")
+    elif re.search(r"Missing key in checkpoint state_dict: optim\.state\.\d+\.[a-z_]+\.", errors):
+        hint = ("the optimizer state was not restored: the state you load into is keyed by parameter number "
+                "(optimizer.state_dict()), the checkpoint's by parameter names. Load into the state of "
+                "get_state_dict(model, optimizer) and put it back with set_state_dict(...)")
     elif "Missing key in checkpoint state_dict: optim" in errors:
         hint = ("the checkpoint holds no optimizer state under the names get_state_dict gives (the save must "
                 "write {'model': model_state, 'optim': optim_state} from get_state_dict(model, optimizer))")

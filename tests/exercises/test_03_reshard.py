@@ -1,0 +1,115 @@
+"""03_syncbn_sharded, save_and_reshard and load_resharded (DCP with FSDP2): the solution gets full marks, saved
+by 2 ranks and loaded by 3 or 1; each typical mistake fails its own check with a message that names it; the
+laziest answers earn nothing; no checkpoint folder is left behind."""
+import glob
+import os
+import tempfile
+
+import pytest
+
+from tests.helpers import (
+    assert_lazy_answer_earns_nothing,
+    failed,
+    grade_source,
+    mutate,
+    solution_source,
+)
+
+EXERCISE = "03_syncbn_sharded"
+SAVE = '    dcp.save({"model": model_state, "optim": optim_state}, checkpoint_id=path)\n'
+LOAD = ('    state = {"model": model_state, "optim": optim_state}\n'
+        '    dcp.load(state, checkpoint_id=path)  # a collective\n'
+        '    set_state_dict(model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optim"])\n')
+
+
+def _leftovers() -> set:
+    return set(glob.glob(os.path.join(tempfile.gettempdir(), "grader-reshard-*")))
+
+
+@pytest.mark.timeout(180)
+@pytest.mark.parametrize("task", ["save_and_reshard", "load_resharded"])
+def test_solution_gets_full_marks_and_leaves_no_checkpoint_behind(task):
+    before = _leftovers()
+    report = grade_source(EXERCISE, solution_source(EXERCISE), task=task)
+    assert report.checks and all(c.passed for c in report.checks), "\n".join(report.lines())
+    assert report.score == report.max_score
+    assert any(c.hidden for c in report.checks), "the hidden cross-checks with the grader's reference did not run"
+    assert _leftovers() <= before, "a shared checkpoint folder was left in the temporary directory"
+
+
+# (task, old, new, the check that must fail, a phrase of its message)
+MUTANTS = [
+    ("save_and_reshard", SAVE,
+     '    torch.save({"model": model.state_dict(), "optim": optimizer.state_dict()}, path)\n',
+     "checkpoint_has_every_shard_and_adam_state", "torch.save of the full state cannot be resharded"),
+    ("save_and_reshard", SAVE, '    dcp.save({"model": model_state}, checkpoint_id=path)\n',
+     "checkpoint_has_every_shard_and_adam_state", "the optimizer state is missing"),
+    ("save_and_reshard", SAVE,
+     '    dcp.save({"model": model.state_dict(), "optim": optimizer.state_dict()}, checkpoint_id=path)\n',
+     "checkpoint_has_every_shard_and_adam_state", "keyed by parameter number"),
+    # A load that restores only the model: Adam's moments stay those of a fresh optimizer.
+    ("load_resharded", LOAD, '    dcp.load({"model": model_state}, checkpoint_id=path)\n',
+     "saved_by_two_loaded_by_three_continues", "the optimizer state was not restored"),
+    # model.state_dict() and a fresh optimizer.state_dict() with plain load_state_dict: no Adam state at all.
+    ("load_resharded", LOAD,
+     '    state = {"model": model.state_dict(), "optim": optimizer.state_dict()}\n'
+     '    dcp.load(state, checkpoint_id=path)\n'
+     '    model.load_state_dict(state["model"])\n'
+     '    optimizer.load_state_dict(state["optim"])\n',
+     "saved_by_two_loaded_by_three_continues", "the optimizer state was not restored"),
+    # Full (gathered) state dicts are copies with 2 or more ranks (with one, measured: they share the parameters'
+    # storage, so that load works): without set_state_dict, dcp.load fills only the copies.
+    ("load_resharded", "    model_state, optim_state = get_state_dict(model, optimizer)\n    state = {",
+     "    from torch.distributed.checkpoint.state_dict import StateDictOptions\n"
+     "    model_state, optim_state = get_state_dict(model, optimizer, "
+     "options=StateDictOptions(full_state_dict=True))\n    state = {",
+     "saved_by_two_loaded_by_three_continues", None),
+]
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("task, old, new, check_name, phrase", MUTANTS, ids=[f"{m[0]}:{m[4]}" for m in MUTANTS])
+def test_typical_mistake_fails_with_a_targeted_message(task, old, new, check_name, phrase):
+    source = mutate(solution_source(EXERCISE), old, new)
+    if phrase is None:  # the forgotten set_state_dict: the weights stay the fresh model's
+        source = mutate(source, '    set_state_dict(model, optimizer, model_state_dict=state["model"], '
+                                'optim_state_dict=state["optim"])\n', "")
+        phrase = "the weights are still the fresh model's"
+    report = grade_source(EXERCISE, source, checks=[check_name])
+    messages = failed(report)
+    assert check_name in messages, f"{check_name} passed; results:\n" + "\n".join(report.lines())
+    assert phrase in messages[check_name], messages[check_name]
+
+
+@pytest.mark.timeout(120)  # the check's own short timeout catches the deadlock
+def test_saving_on_rank_0_only_deadlocks_and_says_so():
+    source = mutate(solution_source(EXERCISE), SAVE, "    if torch.distributed.get_rank() == 0:\n    " + SAVE)
+    report = grade_source(EXERCISE, source, checks=["checkpoint_has_every_shard_and_adam_state"])
+    message = failed(report)["checkpoint_has_every_shard_and_adam_state"]
+    assert "saving on rank 0 only" in message and "every rank must call them" in message, message
+    assert "rank 0 hung" in message, message  # the ranks' stacks, as for consolidate_state_dict
+
+
+STUB = '''
+def {name}(model, optimizer, path):
+    # YOUR CODE HERE
+    raise NotImplementedError()
+'''
+
+LAZY = [
+    ("save_and_reshard", STUB.format(name="save_and_reshard"), "not implemented yet"),
+    ("save_and_reshard", "def save_and_reshard(model, optimizer, path):\n    pass", "no DCP checkpoint at `path`"),
+    ("save_and_reshard", """
+     def save_and_reshard(model, optimizer, path):
+         if torch.distributed.get_rank() == 0:
+             torch.save(model.state_dict(), path)
+     """, "is one file, not a DCP checkpoint folder"),
+    ("load_resharded", STUB.format(name="load_resharded"), "not implemented yet"),
+    ("load_resharded", "def load_resharded(model, optimizer, path):\n    pass", "still the fresh model's"),
+]
+
+
+@pytest.mark.timeout(180)
+@pytest.mark.parametrize("task, code, phrase", LAZY, ids=[f"{t}:{p}" for t, _, p in LAZY])
+def test_laziest_answers_earn_nothing(task, code, phrase):
+    assert_lazy_answer_earns_nothing(EXERCISE, task, code, phrase)
