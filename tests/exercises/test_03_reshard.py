@@ -52,17 +52,17 @@ MUTANTS = [
      "saved_by_two_loaded_by_three_continues", "the optimizer state was not restored"),
     # model.state_dict() and a fresh optimizer.state_dict() with plain load_state_dict: no Adam state at all.
     ("load_resharded", LOAD,
-     '    state = {"model": model.state_dict(), "optim": optimizer.state_dict()}\n'
-     '    dcp.load(state, checkpoint_id=path)\n'
-     '    model.load_state_dict(state["model"])\n'
-     '    optimizer.load_state_dict(state["optim"])\n',
+     ('    state = {"model": model.state_dict(), "optim": optimizer.state_dict()}\n'
+      '    dcp.load(state, checkpoint_id=path)\n'
+      '    model.load_state_dict(state["model"])\n'
+      '    optimizer.load_state_dict(state["optim"])\n'),
      "saved_by_two_loaded_by_three_continues", "the optimizer state was not restored"),
     # Full (gathered) state dicts are copies with 2 or more ranks (with one, measured: they share the parameters'
     # storage, so that load works): without set_state_dict, dcp.load fills only the copies.
     ("load_resharded", "    model_state, optim_state = get_state_dict(model, optimizer)\n    state = {",
-     "    from torch.distributed.checkpoint.state_dict import StateDictOptions\n"
-     "    model_state, optim_state = get_state_dict(model, optimizer, "
-     "options=StateDictOptions(full_state_dict=True))\n    state = {",
+     ("    from torch.distributed.checkpoint.state_dict import StateDictOptions\n"
+      "    model_state, optim_state = get_state_dict(model, optimizer, "
+      "options=StateDictOptions(full_state_dict=True))\n    state = {"),
      "saved_by_two_loaded_by_three_continues", None),
 ]
 

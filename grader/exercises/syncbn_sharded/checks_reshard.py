@@ -198,11 +198,11 @@ def checkpoint_problems(folder: str, world_size: int) -> list[str]:
     from torch.distributed.checkpoint import FileSystemReader
 
     if os.path.isfile(folder):
-        return ["`path` is one file, not a DCP checkpoint folder: torch.save of the full state cannot be resharded "
-                "(no metadata, one rank writing everything); use dcp.save(state, checkpoint_id=path) on every rank"]
+        return [("`path` is one file, not a DCP checkpoint folder: torch.save of the full state cannot be resharded "
+                 "(no metadata, one rank writing everything); use dcp.save(state, checkpoint_id=path) on every rank")]
     if not os.path.isfile(os.path.join(folder, ".metadata")):
-        return ["no DCP checkpoint at `path` (no .metadata file): use dcp.save(state, checkpoint_id=path) on every "
-                "rank, not torch.save"]
+        return [("no DCP checkpoint at `path` (no .metadata file): use dcp.save(state, checkpoint_id=path) on every "
+                 "rank, not torch.save")]
     md = FileSystemReader(folder).read_metadata()
     entries = md.state_dict_metadata
     problems = []
