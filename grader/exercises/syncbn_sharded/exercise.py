@@ -4,6 +4,6 @@ from grader.checks import Exercise
 EXERCISE = Exercise(
     "03_syncbn_sharded",
     tasks=["convert_to_sync_bn", "global_batch_stats", "DistributedBatchNorm", "partition_parameters",
-           "ShardedOptimizer", "save_sharded_checkpoint", "save_and_reshard", "load_resharded"],
+           "ShardedOptimizer", "MiniFSDP", "save_sharded_checkpoint", "save_and_reshard", "load_resharded"],
 )
 check = EXERCISE.check

@@ -1,0 +1,245 @@
+"""03_syncbn_sharded: MiniFSDP (fully sharded data parallel by hand).
+
+The ranks train the student's MiniFSDP on their own micro-batches; the parent compares with one process
+training the plain model with AdamW on the whole batch (every rank's micro-batch). Measured on torch 2.13
+CPU: gloo has all_gather_into_tensor and reduce_scatter_tensor, in float32 and bfloat16, so the rule is
+strict: parameters travel by all-gathers, gradients by reduce-scatters, never by an all-reduce.
+"""
+from __future__ import annotations
+
+import contextlib
+import inspect
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from grader.checks import CheckFailed
+from grader.exercises.syncbn_sharded.exercise import check
+from grader.tolerances import assert_close
+
+FSDP_STEPS = 3
+GATHERS = ("all_gather_into_tensor", "all_gather", "_all_gather_base")
+SCATTERS = ("reduce_scatter_tensor", "reduce_scatter", "_reduce_scatter_base")
+RECORDED = GATHERS + SCATTERS + ("all_reduce", "broadcast", "all_to_all", "all_to_all_single")
+
+
+def fsdp_net(seed: int, odd: bool = False) -> nn.Module:
+    """Several Linear layers; `odd`: sizes no world size divides and a bias-free layer (padding matters)."""
+    torch.manual_seed(seed)
+    if odd:
+        return nn.Sequential(nn.Linear(7, 11), nn.Tanh(), nn.Linear(11, 5, bias=False), nn.Tanh(), nn.Linear(5, 3))
+    return nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 16), nn.ReLU(), nn.Linear(16, 4))
+
+
+def micro_batch(rank: int, features: int, outputs: int, seed: int = 7) -> tuple[torch.Tensor, torch.Tensor]:
+    g = torch.Generator().manual_seed(seed + rank)
+    return torch.randn(6, features, generator=g), torch.randn(6, outputs, generator=g)
+
+
+def _sizes(model):
+    first, last = model[0], model[-1]
+    return first.in_features, last.out_features
+
+
+def make_optimizer(params, name: str):
+    """SGD shows a missing average (AdamW would hide a gradient's scale); AdamW has state to count."""
+    return torch.optim.SGD(params, lr=0.1) if name == "sgd" else torch.optim.AdamW(params, lr=1e-2)
+
+
+def unsharded_training(seed: int, odd: bool, world_size: int, opt_name: str = "sgd") -> dict:
+    """The plain model on the full batch: what every MiniFSDP run must reproduce."""
+    model = fsdp_net(seed, odd)
+    opt = make_optimizer(model.parameters(), opt_name)
+    batches = [micro_batch(r, *_sizes(model)) for r in range(world_size)]
+    x, y = torch.cat([b[0] for b in batches]), torch.cat([b[1] for b in batches])
+    for _ in range(FSDP_STEPS):
+        opt.zero_grad()
+        nn.functional.mse_loss(model(x), y).backward()
+        opt.step()
+    return {k: v.detach().clone() for k, v in model.named_parameters()}
+
+
+@contextlib.contextmanager
+def _recording_collectives(cls, calls: list):
+    """Every dist collective the student calls (also under the student's own names) notes (name, dtype, numel)."""
+    functions = [inspect.unwrap(f) for f in vars(cls).values() if inspect.isfunction(f)]
+    spaces = [vars(dist)] + ([functions[0].__globals__] if functions else [])
+    patched = []
+    for op in RECORDED:
+        real = getattr(dist, op, None)
+        if real is None:
+            continue
+
+        def recording(tensor, *args, _op=op, _real=real, **kwargs):
+            t = tensor[0] if isinstance(tensor, (list, tuple)) and tensor else tensor
+            if isinstance(t, torch.Tensor):
+                calls.append((_op, str(t.dtype).replace("torch.", ""), t.numel()))
+            return _real(tensor, *args, **kwargs)
+
+        patched += [(space, name, value, recording) for space in spaces for name, value in list(space.items())
+                    if value is real]
+    for space, name, _, recording in patched:
+        space[name] = recording
+    try:
+        yield
+    finally:
+        for space, name, real, _ in patched:
+            space[name] = real
+
+
+def _state_elements(opt) -> int:
+    return sum(v.numel() for s in opt.state.values() for v in s.values()
+               if isinstance(v, torch.Tensor) and v.dim() > 0)
+
+
+def _in_rank_fsdp(ctx, student, seed: int, odd: bool, dtype_name: str | None, opt_name: str):
+    compute_dtype = getattr(torch, dtype_name) if dtype_name else None
+    module = fsdp_net(seed, odd)
+    layers = [m for m in module if isinstance(m, nn.Linear)]
+    seen = []  # (weight dtype, input dtype) at each inner Linear's forward
+    for layer in layers:
+        layer.register_forward_hook(lambda m, a, o: seen.append((str(m.weight.dtype), str(a[0].dtype))))
+    cls = student.task("MiniFSDP")
+    calls = []
+    with _recording_collectives(cls, calls):
+        fsdp = cls(module, compute_dtype) if compute_dtype else cls(module)
+        if isinstance(fsdp, nn.parallel.DistributedDataParallel):
+            raise CheckFailed("MiniFSDP returned torch's DistributedDataParallel: nothing is sharded; keep 1/N of "
+                              "each parameter per rank and all-gather the full ones around each layer's forward")
+        shards = list(fsdp.parameters())
+        opt = make_optimizer(shards, opt_name)
+        x, y = micro_batch(ctx.rank, *_sizes(module))
+        per_step = []
+        for _ in range(FSDP_STEPS):
+            opt.zero_grad()
+            start = len(calls)
+            loss = nn.functional.mse_loss(fsdp(x).float(), y)
+            loss.backward()
+            fsdp.finish_gradient_synchronization()
+            opt.step()
+            per_step.append(calls[start:])
+        leftover = sum(t.numel() for m in module.modules() for t in
+                       list(m._parameters.values()) + [getattr(m, n, None) for n in ("weight", "bias")]
+                       if isinstance(t, torch.Tensor))
+        full = fsdp.gather_full_params()
+    return {"shards": [(str(p.dtype).replace("torch.", ""), p.numel()) for p in shards], "state": _state_elements(opt),
+            "leftover": leftover, "seen": seen, "calls": per_step, "backend": ctx.backend,
+            "full": {str(k): v.detach().float().cpu().clone() for k, v in dict(full).items()},
+            "full_dtypes": {str(k): str(v.dtype) for k, v in dict(full).items()}}
+
+
+def run_fsdp(g, seed: int, odd: bool, dtype_name: str | None = None, opt_name: str = "sgd"):
+    return g.run(_in_rank_fsdp, seed, odd, dtype_name, opt_name)
+
+
+def verify_training(results, seed: int, odd: bool, bf16: bool = False) -> None:
+    expected = unsharded_training(seed, odd, len(results))
+    for rank, got in enumerate(results):
+        missing = set(expected) - set(got["full"])
+        if missing:
+            raise CheckFailed(f"rank {rank}: gather_full_params() lacks {sorted(missing)}; key it like "
+                              "module.named_parameters()")
+        for name, exp in expected.items():
+            actual = got["full"][name]
+            if actual.shape != exp.shape:
+                raise CheckFailed(f"rank {rank}: gather_full_params()[{name!r}] has shape {tuple(actual.shape)}, "
+                                  f"expected {tuple(exp.shape)}: drop the padding and view the flat data as the "
+                                  "parameter's shape")
+            likely = ("the result must equal one process training on the whole batch: reduce-scatter the gradients "
+                      "and divide by the world size (the average), once, in finish_gradient_synchronization "
+                      "or in backward; the optimizer steps the fp32 shards")
+            if bf16:
+                if not torch.allclose(actual, exp, rtol=5e-2, atol=2e-2):
+                    assert_close(actual, exp, f"rank {rank}: {name} after {FSDP_STEPS} bf16 steps", likely,
+                                 got["backend"])
+            else:
+                assert_close(actual, exp, f"rank {rank}: {name} after {FSDP_STEPS} steps", likely, got["backend"])
+
+
+def verify_memory(results, seed: int, odd: bool) -> None:
+    total = sum(p.numel() for p in fsdp_net(seed, odd).parameters())
+    n = len(results)
+    bound = total / n + n * len(list(fsdp_net(seed, odd).parameters()))  # one padding element per parameter and rank
+    for rank, got in enumerate(results):
+        held = sum(numel for _, numel in got["shards"])
+        if any(dtype != "float32" for dtype, _ in got["shards"]):
+            raise CheckFailed(f"rank {rank}: the wrapper's parameters are {sorted({d for d, _ in got['shards']})}: "
+                              "the master shards must stay float32 (cast only the gathered copies to compute_dtype)")
+        if held > bound:
+            raise CheckFailed(f"rank {rank}: MiniFSDP.parameters() hold {held} elements of a {total}-element model; "
+                              f"about 1/{n} (at most {bound:.0f}) is expected: keep only this rank's chunk of each "
+                              "parameter, or the optimizer is built on full parameters")
+        if got["state"] > 2 * bound:
+            raise CheckFailed(f"rank {rank}: AdamW holds {got['state']} state elements; 2 x {bound:.0f} at most "
+                              "expected: the optimizer must be built on the shards only")
+        if got["leftover"]:
+            raise CheckFailed(f"rank {rank}: after a step the wrapped module still references {got['leftover']} "
+                              "parameter elements: free the full parameters after each forward (e.g. an empty "
+                              "tensor in their place); only the shards persist")
+
+
+def verify_traffic(results) -> None:
+    for rank, got in enumerate(results):
+        for step, calls in enumerate(got["calls"]):
+            names = [c[0] for c in calls]
+            if "all_reduce" in names:
+                raise CheckFailed(f"rank {rank}, step {step}: dist.all_reduce was called ({names.count('all_reduce')}"
+                                  " times): FSDP reduce-scatters the gradients (each rank receives only its shard's "
+                                  "sum; gloo has dist.reduce_scatter_tensor), it does not all-reduce them")
+            if not any(n in GATHERS for n in names):
+                raise CheckFailed(f"rank {rank}, step {step}: no all-gather during forward and backward: the full "
+                                  "parameters must be all-gathered from the shards before each layer runs")
+            if not any(n in SCATTERS for n in names):
+                raise CheckFailed(f"rank {rank}, step {step}: no reduce-scatter during the step: the gradients must "
+                                  "be reduce-scattered into the shards (dist.reduce_scatter_tensor)")
+
+
+@check("MiniFSDP", points=3)
+def fsdp_matches_unsharded_training(g):
+    """3 steps of MiniFSDP + SGD equal one process on the whole batch (fp32), on two models, one with odd sizes."""
+    for odd in (False, True):
+        verify_training(run_fsdp(g, 1, odd), 1, odd)
+
+
+@check("MiniFSDP", points=2)
+def fsdp_bf16_compute_fp32_masters(g):
+    """compute_dtype=bfloat16: the inner layers see bf16 weights and inputs; the shards stay fp32; the result is
+    within bf16 tolerance of the fp32 reference."""
+    results = run_fsdp(g, 2, True, "bfloat16")
+    for rank, got in enumerate(results):
+        if not got["seen"] or any(w != "torch.bfloat16" for w, _ in got["seen"]):
+            raise CheckFailed(f"rank {rank}: the inner Linear layers ran with weights of {sorted({w for w, _ in got['seen']})}"
+                              ": compute_dtype is ignored; all-gather the parameters cast to compute_dtype")
+        if any(d != "float32" for d, _ in got["shards"]):
+            raise CheckFailed(f"rank {rank}: the master shards are {sorted({d for d, _ in got['shards']})}: keep them "
+                              "float32 (the optimizer updates fp32 masters), cast only the gathered copies")
+    verify_training(results, 2, True, bf16=True)
+
+
+@check("MiniFSDP", points=2)
+def fsdp_parameters_are_sharded(g):
+    """After a step each rank holds about 1/N of the parameters (shards and AdamW state); the inner module none."""
+    verify_memory(run_fsdp(g, 1, True, None, "adamw"), 1, True)
+
+
+@check("MiniFSDP", points=2)
+def fsdp_traffic_is_gathers_and_reduce_scatters(g):
+    """Every step all-gathers parameters and reduce-scatters gradients; no all-reduce."""
+    results = run_fsdp(g, 1, False)
+    verify_memory(results, 1, False)
+    verify_traffic(results)
+
+
+@check("MiniFSDP", points=1)
+def fsdp_gather_full_params_keys_and_shapes(g):
+    """gather_full_params() returns fp32 tensors keyed and shaped like module.named_parameters()."""
+    results = run_fsdp(g, 3, True)
+    expected = {k: tuple(v.shape) for k, v in fsdp_net(3, True).named_parameters()}
+    for rank, got in enumerate(results):
+        shapes = {k: tuple(v.shape) for k, v in got["full"].items()}
+        if shapes != expected:
+            raise CheckFailed(f"rank {rank}: gather_full_params() returned {shapes}; expected {expected}, "
+                              "keyed like module.named_parameters(), padding dropped")
+        if any(d != "torch.float32" for d in got["full_dtypes"].values()):
+            raise CheckFailed(f"rank {rank}: gather_full_params() returned {got['full_dtypes']}: return fp32")
