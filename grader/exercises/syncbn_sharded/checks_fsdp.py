@@ -197,9 +197,12 @@ def verify_traffic(results) -> None:
 
 @check("MiniFSDP", points=3)
 def fsdp_matches_unsharded_training(g):
-    """3 steps of MiniFSDP + SGD equal one process on the whole batch (fp32), on two models, one with odd sizes."""
+    """3 steps of sharded MiniFSDP + SGD equal one process on the whole batch (fp32), on two models, one with odd
+    sizes."""
     for odd in (False, True):
-        verify_training(run_fsdp(g, 1, odd), 1, odd)
+        results = run_fsdp(g, 1, odd)
+        verify_memory(results, 1, odd)  # equal results from unsharded training earn nothing
+        verify_training(results, 1, odd)
 
 
 @check("MiniFSDP", points=2)
@@ -235,6 +238,7 @@ def fsdp_traffic_is_gathers_and_reduce_scatters(g):
 def fsdp_gather_full_params_keys_and_shapes(g):
     """gather_full_params() returns fp32 tensors keyed and shaped like module.named_parameters()."""
     results = run_fsdp(g, 3, True)
+    verify_memory(results, 3, True)
     expected = {k: tuple(v.shape) for k, v in fsdp_net(3, True).named_parameters()}
     for rank, got in enumerate(results):
         shapes = {k: tuple(v.shape) for k, v in got["full"].items()}

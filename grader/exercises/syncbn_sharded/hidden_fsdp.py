@@ -1,7 +1,12 @@
 """Hidden checks of checks_fsdp.py (instructor only: a student build leaves this module out)."""
 from __future__ import annotations
 
-from grader.exercises.syncbn_sharded.checks_fsdp import run_fsdp, verify_memory, verify_traffic, verify_training
+from grader.exercises.syncbn_sharded.checks_fsdp import (
+    run_fsdp,
+    verify_memory,
+    verify_traffic,
+    verify_training,
+)
 from grader.exercises.syncbn_sharded.exercise import check
 
 
