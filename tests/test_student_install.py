@@ -149,6 +149,15 @@ def test_student_install_grades_untouched_release_zero(student, exercise_id):
     assert report["score"] == 0 and report["max_score"] > 0, report
 
 
+def test_student_install_refuses_to_grade_a_class(student, tmp_path):
+    """Without hidden checks its grades would be wrong: make grade says so and writes nothing."""
+    python, _, _ = student
+    done = _run([str(python), "-m", "grader", "grade", "02_ddp_basics", "--root", str(tmp_path), "--quiet"], 300,
+                cwd=tmp_path)
+    assert done.returncode == 2 and "student build" in done.stderr, done.stdout + done.stderr
+    assert list(tmp_path.iterdir()) == [], "something was written"
+
+
 def test_build_refuses_a_folder_that_is_not_a_student_build(tmp_path):
     (tmp_path / "notes.txt").write_text("mine")
     with pytest.raises(BuildError, match="not an earlier student build"):

@@ -16,6 +16,7 @@ import os
 import warnings
 
 from grader.exercises import MODULES
+from grader.exercises.instructor import MARKER, is_student_build
 from grader.gradebook.course import Course
 
 
@@ -26,6 +27,9 @@ class NotReady(Exception):
 def check_ready(course: Course, assignment: str) -> dict[str, str]:
     """Raises NotReady, or returns student -> submitted notebook."""
     root = course.root
+    if is_student_build():
+        raise NotReady(f"this grader is a student build ({MARKER} exists): it has no hidden checks, so its grades "
+                       "would be wrong; grade with the instructor's install of the course")
     if not os.path.isdir(root):
         raise NotReady(f"no course directory {root}: pass the course with --root (make grade COURSE=DIR)")
     if not os.path.isfile(os.path.join(root, "nbgrader_config.py")):
