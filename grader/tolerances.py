@@ -22,15 +22,17 @@ def tolerance(dtype: torch.dtype, backend: str = "gloo") -> tuple[float, float]:
     return TOLERANCES.get((backend, dtype), TOLERANCES[(backend if backend == "nccl" else "gloo", torch.float32)])
 
 
-def assert_close(actual, expected, what: str, likely: str = "", backend: str = "gloo") -> None:
+def assert_close(actual, expected, what: str, likely: str = "", backend: str = "gloo",
+                 tol: tuple[float, float] | None = None) -> None:
     """Raise CheckFailed naming `what`, the likely mistake, the largest
-    difference and the tolerance, when actual and expected differ."""
+    difference and the tolerance, when actual and expected differ.
+    `tol` (rtol, atol) replaces the dtype's and backend's default."""
     actual = torch.as_tensor(actual).detach().cpu()
     expected = torch.as_tensor(expected).detach().cpu()
     if actual.shape != expected.shape:
         raise CheckFailed(f"{what}: shape {tuple(actual.shape)}, expected {tuple(expected.shape)}"
                           + (f". {likely}" if likely else ""))
-    rtol, atol = tolerance(expected.dtype, backend)
+    rtol, atol = tol or tolerance(expected.dtype, backend)
     a, e = actual.double(), expected.double()
     diff = (a - e).abs()
     bound = atol + rtol * e.abs()

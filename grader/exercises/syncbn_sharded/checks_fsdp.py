@@ -7,20 +7,20 @@ strict: parameters travel by all-gathers, gradients by reduce-scatters, never by
 """
 from __future__ import annotations
 
-import contextlib
-import inspect
-
 import torch
 import torch.distributed as dist
 from torch import nn
 
 from grader.checks import CheckFailed
+from grader.exercises.dist_patch import replaced
+from grader.exercises.syncbn_sharded import reference as ref
 from grader.exercises.syncbn_sharded.exercise import check
 from grader.tolerances import assert_close
 
 FSDP_STEPS = 3
 GATHERS = ("all_gather_into_tensor", "all_gather", "_all_gather_base")
 SCATTERS = ("reduce_scatter_tensor", "reduce_scatter", "_reduce_scatter_base")
+BF16_TOL = (5e-2, 2e-2)  # (rtol, atol) of bf16 compute against the fp32 reference
 RECORDED = GATHERS + SCATTERS + ("all_reduce", "broadcast", "all_to_all", "all_to_all_single")
 
 
@@ -53,44 +53,21 @@ def unsharded_training(seed: int, odd: bool, world_size: int, opt_name: str = "s
     opt = make_optimizer(model.parameters(), opt_name)
     batches = [micro_batch(r, *_sizes(model)) for r in range(world_size)]
     x, y = torch.cat([b[0] for b in batches]), torch.cat([b[1] for b in batches])
-    for _ in range(FSDP_STEPS):
-        opt.zero_grad()
-        nn.functional.mse_loss(model(x), y).backward()
-        opt.step()
+    ref.train_steps(model, opt, x, y, FSDP_STEPS)
     return {k: v.detach().clone() for k, v in model.named_parameters()}
 
 
-@contextlib.contextmanager
 def _recording_collectives(cls, calls: list):
     """Every dist collective the student calls (also under the student's own names) notes (name, dtype, numel)."""
-    functions = [inspect.unwrap(f) for f in vars(cls).values() if inspect.isfunction(f)]
-    spaces = [vars(dist)] + ([functions[0].__globals__] if functions else [])
-    patched = []
-    for op in RECORDED:
-        real = getattr(dist, op, None)
-        if real is None:
-            continue
-
-        def recording(tensor, *args, _op=op, _real=real, **kwargs):
+    def recorder(op, real):
+        def recording(tensor, *args, **kwargs):
             t = tensor[0] if isinstance(tensor, (list, tuple)) and tensor else tensor
             if isinstance(t, torch.Tensor):
-                calls.append((_op, str(t.dtype).replace("torch.", ""), t.numel()))
-            return _real(tensor, *args, **kwargs)
+                calls.append((op, str(t.dtype).replace("torch.", ""), t.numel()))
+            return real(tensor, *args, **kwargs)
+        return recording
 
-        patched += [(space, name, value, recording) for space in spaces for name, value in list(space.items())
-                    if value is real]
-    for space, name, _, recording in patched:
-        space[name] = recording
-    try:
-        yield
-    finally:
-        for space, name, real, _ in patched:
-            space[name] = real
-
-
-def _state_elements(opt) -> int:
-    return sum(v.numel() for s in opt.state.values() for v in s.values()
-               if isinstance(v, torch.Tensor) and v.dim() > 0)
+    return replaced(RECORDED, recorder, cls, modules=(dist,))
 
 
 def _in_rank_fsdp(ctx, student, seed: int, odd: bool, dtype_name: str | None, opt_name: str):
@@ -123,7 +100,7 @@ def _in_rank_fsdp(ctx, student, seed: int, odd: bool, dtype_name: str | None, op
                        list(m._parameters.values()) + [getattr(m, n, None) for n in ("weight", "bias")]
                        if isinstance(t, torch.Tensor))
         full = fsdp.gather_full_params()
-    return {"shards": [(str(p.dtype).replace("torch.", ""), p.numel()) for p in shards], "state": _state_elements(opt),
+    return {"shards": [(str(p.dtype).replace("torch.", ""), p.numel()) for p in shards], "state": ref.state_elements(opt),
             "leftover": leftover, "seen": seen, "calls": per_step, "backend": ctx.backend,
             "full": {str(k): v.detach().float().cpu().clone() for k, v in dict(full).items()},
             "full_dtypes": {str(k): str(v.dtype) for k, v in dict(full).items()}}
@@ -149,12 +126,8 @@ def verify_training(results, seed: int, odd: bool, bf16: bool = False) -> None:
             likely = ("the result must equal one process training on the whole batch: reduce-scatter the gradients "
                       "and divide by the world size (the average), once, in finish_gradient_synchronization "
                       "or in backward; the optimizer steps the fp32 shards")
-            if bf16:
-                if not torch.allclose(actual, exp, rtol=5e-2, atol=2e-2):
-                    assert_close(actual, exp, f"rank {rank}: {name} after {FSDP_STEPS} bf16 steps", likely,
-                                 got["backend"])
-            else:
-                assert_close(actual, exp, f"rank {rank}: {name} after {FSDP_STEPS} steps", likely, got["backend"])
+            assert_close(actual, exp, f"rank {rank}: {name} after {FSDP_STEPS}{' bf16' if bf16 else ''} steps",
+                         likely, got["backend"], tol=BF16_TOL if bf16 else None)
 
 
 def verify_memory(results, seed: int, odd: bool) -> None:

@@ -204,12 +204,16 @@ def unsharded_training(opt_name: str, steps: int) -> list[torch.Tensor]:
     cls, kwargs, _ = OPTIMIZERS[opt_name]
     model = mlp()
     opt = cls(model.parameters(), **kwargs)
-    x, y = regression_batch()
+    train_steps(model, opt, *regression_batch(), steps)
+    return [p.detach().clone() for p in model.parameters()]
+
+
+def train_steps(model: nn.Module, opt: torch.optim.Optimizer, x: torch.Tensor, y: torch.Tensor, steps: int) -> None:
+    """`steps` ordinary steps on one batch: MSE loss, backward, optimizer step."""
     for _ in range(steps):
         opt.zero_grad()
         nn.functional.mse_loss(model(x), y).backward()
         opt.step()
-    return [p.detach().clone() for p in model.parameters()]
 
 
 def state_elements(optimizer: torch.optim.Optimizer) -> int:
