@@ -14,13 +14,13 @@ earlier student build (it deletes nothing else), and refuses to run from a stude
 """
 from __future__ import annotations
 
-import json
 import re
 import shutil
 import subprocess
 import sys
 from pathlib import Path
 
+from grader import cells
 from grader.exercises.instructor import MARKER, is_student_build
 
 PACKAGE = Path(__file__).resolve().parent
@@ -73,8 +73,7 @@ def _text(path: Path) -> str:
     """A file's text; a notebook's cell sources, one after the other."""
     if path.suffix != ".ipynb":
         return path.read_text(errors="replace")
-    cells = json.loads(path.read_text()).get("cells", [])
-    return "\n".join("".join(c["source"]) if isinstance(c["source"], list) else c["source"] for c in cells)
+    return "\n".join(cells.source(c) for c in cells.read_cells(str(path)))
 
 
 def leaks(folder: Path) -> list[str]:

@@ -39,9 +39,14 @@ def stop_tree(proc: subprocess.Popen, grace_s: float) -> None:
     except subprocess.TimeoutExpired:
         proc.kill()
         proc.wait(timeout=10)
-    for p in family:
+    kill_all(family)
+
+
+def kill_all(procs: list[psutil.Process]) -> None:
+    """SIGKILL each process still alive, and wait (bounded) until they are gone."""
+    for p in procs:
         try:
             p.kill()
         except psutil.Error:
             pass
-    psutil.wait_procs(family, timeout=10)
+    psutil.wait_procs(procs, timeout=10)

@@ -33,7 +33,7 @@ from grader.exercises import get_exercise
 from grader.gradebook.course import Course
 from grader.gradebook.inject import gradebook_scores
 from tests.helpers import ROOT
-from tests.servers import stop_tree, wait_until_up
+from tests.servers import kill_all, stop_tree, wait_until_up
 from tests.test_browser import (CHROMIUM, CHROMIUM_ARGS, CORRECT_PICK_BACKEND, STUB, _code_cell, _free_port,
                                 _missing as _browser_missing, _run, _settings, _source_of, _write_answer)
 
@@ -71,13 +71,7 @@ def _as(user: str, *cmd: str, **kw) -> subprocess.CompletedProcess:
 def _kill_user_processes(users) -> None:
     """Every process still running as one of the test accounts (their servers, kernels, ranks), by pid."""
     uids = {pwd.getpwnam(u).pw_uid for u in users if _exists(u)}
-    procs = [p for p in psutil.process_iter(["uids"]) if p.info["uids"] and p.info["uids"].real in uids]
-    for p in procs:
-        try:
-            p.kill()
-        except psutil.Error:
-            pass
-    psutil.wait_procs(procs, timeout=10)
+    kill_all([p for p in psutil.process_iter(["uids"]) if p.info["uids"] and p.info["uids"].real in uids])
 
 
 def _exists(user: str) -> bool:
