@@ -1,0 +1,139 @@
+"""Inside a rank: record every collective the student's code makes, at the dispatcher.
+
+Every spelling of a collective ends in one `c10d` operator of torch's dispatcher: `dist.all_reduce`,
+a name imported before any patch (`from torch.distributed import all_gather_into_tensor`),
+`all_gather_single` / `reduce_scatter_single`, `torch.distributed.distributed_c10d.<name>`,
+`async_op=True`, the autograd-aware `torch.distributed.nn.functional` versions (their backward too),
+the functional collectives (`_c10d_functional`), and DDP's own all-reduces. A TorchDispatchMode of
+our own sees each of them once, in call order, and patches nothing (the integrity guard stays quiet):
+
+    with record_collectives() as calls:     # in a rank, around the student's call
+        student_fn()
+    [c.kind for c in calls]                 # e.g. ["all_gather", "all_gather", "reduce_scatter"]
+
+What the mode cannot see (a call on the process group's backend object, a collective from another
+thread, the mode popped by student code) still moves the group's sequence number: when the body
+returns and the groups issued more collectives than were recorded, `CollectivesUnseen` says so, so a
+hidden collective never passes for none.
+"""
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from grader.checks import CheckFailed
+
+NAMESPACES = ("c10d", "_c10d_functional", "_c10d_functional_autograd")
+KINDS = {  # dispatcher operator (namespace dropped) -> what it does
+    "allreduce_": "all_reduce", "allreduce_coalesced_": "all_reduce",
+    "all_reduce": "all_reduce", "all_reduce_": "all_reduce",
+    "all_reduce_coalesced": "all_reduce", "all_reduce_coalesced_": "all_reduce",
+    "allgather_": "all_gather", "_allgather_base_": "all_gather", "allgather_coalesced_": "all_gather",
+    "allgather_into_tensor_coalesced_": "all_gather", "all_gather_into_tensor": "all_gather",
+    "all_gather_into_tensor_out": "all_gather", "all_gather_into_tensor_coalesced": "all_gather",
+    "reduce_scatter_": "reduce_scatter", "_reduce_scatter_base_": "reduce_scatter",
+    "reduce_scatter_tensor_coalesced_": "reduce_scatter", "reduce_scatter_tensor": "reduce_scatter",
+    "reduce_scatter_tensor_out": "reduce_scatter", "reduce_scatter_tensor_coalesced": "reduce_scatter",
+    "broadcast_": "broadcast", "broadcast": "broadcast",
+    "reduce_": "reduce", "gather_": "gather", "scatter_": "scatter",
+    "alltoall_": "all_to_all", "alltoall_base_": "all_to_all", "all_to_all_single": "all_to_all",
+    "barrier": "barrier", "monitored_barrier_": "barrier",
+    "send": "send", "isend": "send", "recv_": "recv", "recv_any_source_": "recv", "irecv": "recv",
+}
+NOT_COMMUNICATION = {"wait_tensor", "_wrap_tensor_autograd", "check_for_nan"}
+# The argument holding what this rank puts in (its payload), by the operator's schema names.
+PAYLOAD_ARGS = ("input_tensor", "input_tensors", "input_list", "inputs", "input", "tensors", "tensor")
+PEER_ARGS = ("dst", "src")
+
+
+@dataclass(frozen=True)
+class Collective:
+    """One collective call of this rank, as the dispatcher saw it."""
+    kind: str  # "all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce", "gather", "scatter",
+    #            "all_to_all", "barrier", "send", "recv" (an operator unknown here: its own name)
+    nbytes: int  # this rank's payload: the bytes it puts in (received bytes for recv; 0 for a barrier)
+    numel: int
+    dtype: str  # "float32", "bfloat16", ...; "" when the call carries no tensor
+    op: str  # the dispatcher operator, e.g. "c10d._allgather_base_"
+    index: int  # 0, 1, ...: the order of the calls within one recording
+    peer: int | None = None  # send/recv: the other rank within the group (None: any source)
+
+
+class CollectivesUnseen(CheckFailed):
+    """The process groups issued collectives that did not pass the dispatcher while recording."""
+
+
+def _tensors(value) -> list:
+    if isinstance(value, torch.Tensor):
+        return [value]
+    if isinstance(value, (list, tuple)):
+        return [t for v in value for t in _tensors(v)]
+    return []
+
+
+def describe(func, args, kwargs, index: int) -> Collective | None:
+    """The Collective that a dispatcher call of `func` is, or None when it moves no data."""
+    name = func._schema.name.split("::", 1)[1]
+    if name in NOT_COMMUNICATION:
+        return None
+    kind = KINDS.get(name, name)
+    named = {a.name: v for a, v in zip(func._schema.arguments, args)} | dict(kwargs)
+    payload = [] if kind == "barrier" else next(
+        (_tensors(named[n]) for n in PAYLOAD_ARGS if n in named), [])
+    peer = next((named[n] for n in PEER_ARGS if isinstance(named.get(n), int)), None)
+    return Collective(kind=kind, nbytes=sum(t.numel() * t.element_size() for t in payload),
+                      numel=sum(t.numel() for t in payload),
+                      dtype=str(payload[0].dtype).removeprefix("torch.") if payload else "",
+                      op=f"{func.namespace}.{name}", index=index, peer=peer)
+
+
+class _Recorder(TorchDispatchMode):
+    def __init__(self, calls: list, on_call):
+        super().__init__()
+        self.calls, self.on_call = calls, on_call
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if func.namespace in NAMESPACES:
+            call = describe(func, args, kwargs, len(self.calls))
+            if call is not None:
+                self.calls.append(call)
+                if self.on_call is not None:
+                    self.on_call(call)  # before the data moves: may refuse it by raising
+        return func(*args, **kwargs)
+
+
+def issued() -> int | None:
+    """How many collectives (point-to-point included) this rank's process groups have issued so far;
+    None where the backend keeps no count."""
+    try:
+        from torch.distributed import distributed_c10d as c10d
+        return sum(pg._get_sequence_number_for_group() for pg in list(c10d._world.pg_map))
+    except Exception:  # no group, or a backend without sequence numbers
+        return None
+
+
+@contextlib.contextmanager
+def record_collectives(on_call=None):
+    """Record every collective made in the body, in order; yields the list of Collective it fills.
+
+    on_call(collective), if given, runs as each call enters the dispatcher, before any data moves
+    (an exception it raises reaches the caller instead of the collective). Raises CollectivesUnseen
+    when the body returns and the process groups issued collectives the dispatcher did not see."""
+    calls: list[Collective] = []
+    before = issued()
+    with _Recorder(calls, on_call):
+        yield calls
+    after = issued()
+    if before is not None and after is not None and after - before > len(calls):
+        raise CollectivesUnseen(
+            f"{after - before - len(calls)} collective call(s) moved data where the grader could not see them "
+            "(on the process group's backend object, in another thread, or with torch's dispatch modes turned "
+            "off): call collectives through torch.distributed, from the thread that runs your code")
+
+
+def kinds(calls) -> list[str]:
+    return [c.kind for c in calls]
