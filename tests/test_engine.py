@@ -224,11 +224,11 @@ def test_two_graders_are_never_handed_the_same_port():
 def test_reserved_port_is_released_after_its_block():
     """A port reserved for one run is locked during it, and free for other graders after it."""
     from grader.engine import reserved_port
-    from grader.engine.processes import PORT_LOCKS, _lock_port
+    from grader.engine.processes import _lock_port, _unlock, lock_folder
 
     with reserved_port() as port:
-        assert _lock_port(port) is None, "another grader could take the port while it is in use"
-    fd = _lock_port(port)
-    assert fd is not None, "the port's lock was kept after the block: other graders cannot use it"
-    os.close(fd)
-    assert os.path.exists(os.path.join(PORT_LOCKS, str(port)))
+        assert _lock_port(port, lock_folder()) is None, "another grader could take the port while it is in use"
+    held = _lock_port(port, lock_folder())
+    assert held is not None, "the port's lock was kept after the block: other graders cannot use it"
+    _unlock(*held)
+    assert not os.path.exists(os.path.join(lock_folder(), str(port))), "a released port's lock file was left"

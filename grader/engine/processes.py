@@ -1,4 +1,4 @@
-"""Process plumbing: the forkserver the ranks are forked from, ports, killing, output files."""
+"""Process plumbing: the forkserver the ranks are forked from, ports (and their locks), killing, output files."""
 from __future__ import annotations
 
 import fcntl
@@ -6,13 +6,15 @@ import multiprocessing
 import os
 import signal
 import socket
-import tempfile
+import sys
 import threading
 import time
 from contextlib import contextmanager
 from multiprocessing import popen_forkserver, spawn
 
 import psutil
+
+from grader.engine.private import UnsafeFolder, private_folder, runtime_base
 
 OUTPUT_LIMIT = 32_000  # characters of a rank's output kept (head and tail)
 
@@ -69,37 +71,56 @@ def warm_up() -> None:
     forkserver.ensure_running()
 
 
-PORT_LOCKS = os.path.join(tempfile.gettempdir(), "ddp-grader-ports")
+SANDBOXED = "GRADER_SANDBOXED"  # set to 1 by the grading sandbox: its own loopback, no other grader to avoid
 PORT_HOLD_S = 600.0  # a port from free_port() stays ours this long (a run or a torchrun job is bounded below)
-_held: dict[int, tuple[float, int]] = {}  # port -> (until, lock fd)
+_held: dict[int, tuple[float, int, str]] = {}  # port -> (until, lock fd, lock file)
 _held_lock = threading.Lock()
+_refused: list[str] = []  # why the lock folder was refused (warned once)
+
+
+def lock_folder() -> str:
+    """The port locks' folder, private to the grading user (0700; refused if a link or someone else's)."""
+    base = runtime_base()
+    name = "ddp-grader-ports" if base == os.environ.get("XDG_RUNTIME_DIR") else f"ddp-grader-ports-{os.geteuid()}"
+    return private_folder(os.path.join(base, name))
 
 
 def free_port() -> int:
-    """A free TCP port that no other run of this grader on this machine is handed meanwhile.
+    """A free TCP port that no other run of this grader of this user is handed meanwhile.
 
     Two graders (make grade's workers, two kernels) may each ask the kernel for a free port
     and get the same one; a run whose store another run's rank joined then fails through no
     fault of the student. A lock file per port (flock, released when its holder exits or
-    after PORT_HOLD_S) keeps the grader's own runs apart."""
+    after PORT_HOLD_S) keeps the grader's own runs apart. The locks live in a folder only the
+    grading user can read, so nobody else learns which ports the grader is about to use. In the
+    sandbox (GRADER_SANDBOXED=1) each submission has its own loopback: no locks are needed."""
+    if os.environ.get(SANDBOXED) == "1":
+        return _ephemeral_port()
     with _held_lock:
         now = time.monotonic()
-        for port in [p for p, (until, _) in _held.items() if until < now]:
-            os.close(_held.pop(port)[1])
+        for port in [p for p, (until, _, _) in _held.items() if until < now]:
+            _unlock(*_held.pop(port)[1:])
+        try:
+            folder = lock_folder()
+        except UnsafeFolder as exc:
+            if not _refused:
+                _refused.append(str(exc))
+                print(f"grader: no port locks ({exc})", file=sys.stderr)
+            return _ephemeral_port()  # still a free port; only other graders' runs are not kept apart
         for _ in range(64):
             port = _ephemeral_port()
-            fd = _lock_port(port) if port not in _held else None
-            if fd is not None:
-                _held[port] = (now + PORT_HOLD_S, fd)
+            held = _lock_port(port, folder) if port not in _held else None
+            if held is not None:
+                _held[port] = (now + PORT_HOLD_S, *held)
                 return port
-        return _ephemeral_port()  # no lock folder: still a free port
+        return _ephemeral_port()
 
 
 def release_port(port: int) -> None:
-    """Done with a port from free_port(): other runs may be handed it again."""
+    """Done with a port from free_port(): other runs may be handed it again (its lock file is removed)."""
     with _held_lock:
         if port in _held:
-            os.close(_held.pop(port)[1])
+            _unlock(*_held.pop(port)[1:])
 
 
 @contextmanager
@@ -118,22 +139,30 @@ def _ephemeral_port() -> int:
         return s.getsockname()[1]
 
 
-def _lock_port(port: int) -> int | None:
+def _lock_port(port: int, folder: str) -> tuple[int, str] | None:
+    """(fd, path) of this port's lock, now held; None if another grader holds it."""
+    path = os.path.join(folder, str(port))
     try:
-        os.makedirs(PORT_LOCKS, exist_ok=True)
-        try:
-            os.chmod(PORT_LOCKS, 0o1777)  # shared by every user's grader (a hub), like /tmp
-        except OSError:
-            pass
-        fd = os.open(os.path.join(PORT_LOCKS, str(port)), os.O_RDONLY | os.O_CREAT, 0o444)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
     except OSError:
         return None
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        return fd
+        # its last holder removes the file before it lets go: a lock on a file no longer at `path` is no lock
+        if os.stat(path, follow_symlinks=False).st_ino == os.fstat(fd).st_ino:
+            return fd, path
     except OSError:
-        os.close(fd)
-        return None
+        pass
+    os.close(fd)
+    return None
+
+
+def _unlock(fd: int, path: str) -> None:
+    try:
+        os.unlink(path)  # while still holding it: see _lock_port
+    except OSError:
+        pass
+    os.close(fd)
 
 
 def read_output(path: str) -> str:
