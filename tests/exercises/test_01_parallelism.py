@@ -90,6 +90,35 @@ def test_ring_collective_imported_by_name(solution):
     assert "called dist.broadcast" in failed(report)["ring_sums_in_place"]
 
 
+@pytest.mark.parametrize("spelling", [
+    "    from torch.distributed import distributed_c10d\n    distributed_c10d.all_reduce(tensor)\n    return\n",
+    "    import torch.distributed.nn.functional as F\n    tensor.copy_(F.all_reduce(tensor))\n    return\n",
+    "    from torch.distributed import _functional_collectives as funcol\n"
+    "    tensor.copy_(funcol.all_reduce(tensor, 'sum', dist.group.WORLD))\n    return\n",
+    "    dist.all_reduce(tensor, async_op=True).wait()\n    return\n",
+], ids=["distributed_c10d", "nn.functional", "functional collectives", "async_op"])
+def test_ring_calling_all_reduce_in_any_spelling(solution, spelling):
+    # The dispatcher sees the collective whatever its name: refused before any data moves.
+    _, bad = grade_mutant(solution, "    if world_size == 1:\n        return\n", spelling, "ring_all_reduce")
+    assert "ring_all_reduce called dist.all_reduce: use only isend/irecv/send/recv" in bad["ring_sums_in_place"]
+
+
+def test_ring_catching_the_refusal_still_fails(solution):
+    # An answer that swallows the refusal and goes on with the ring still used a collective.
+    _, bad = grade_mutant(solution, "    if world_size == 1:\n        return\n",
+                          "    try:\n        dist.all_reduce(tensor.clone())\n    except Exception:\n        pass\n"
+                          "    if world_size == 1:\n        return\n", "ring_all_reduce")
+    assert "ring_all_reduce called dist.all_reduce" in bad["ring_sums_in_place"]
+
+
+def test_ring_with_imported_p2p_names_gets_full_marks(solution):
+    source = mutate(solution, "request = dist.isend(", "request = isend(")
+    source = mutate(source, "        dist.recv(incoming, prev)", "        recv(incoming, prev)")
+    report = grade_source(EXERCISE, "from torch.distributed import isend, recv\n" + source, task="ring_all_reduce")
+    assert failed(report) == {}
+    assert report.score == report.max_score == get_exercise(EXERCISE).points_of("ring_all_reduce")
+
+
 def test_ring_blocking_send_deadlocks(solution):
     bad = grade_one_check(mutate(
         solution,
