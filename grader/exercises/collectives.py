@@ -60,6 +60,7 @@ class Collective:
     op: str  # the dispatcher operator, e.g. "c10d._allgather_base_"
     index: int  # 0, 1, ...: the order of the calls within one recording
     peer: int | None = None  # send/recv: the other rank within the group (None: any source)
+    async_op: bool | None = None  # the call's async_op (None: an operator without one, e.g. functional ones)
 
 
 class CollectivesUnseen(CheckFailed):
@@ -84,10 +85,12 @@ def describe(func, args, kwargs, index: int) -> Collective | None:
     payload = [] if kind == "barrier" else next(
         (_tensors(named[n]) for n in PAYLOAD_ARGS if n in named), [])
     peer = next((named[n] for n in PEER_ARGS if isinstance(named.get(n), int)), None)
+    declared = next((a for a in func._schema.arguments if a.name == "async_op"), None)  # left out: its default
+    async_op = None if declared is None else bool(named.get("async_op", declared.default_value))
     return Collective(kind=kind, nbytes=sum(t.numel() * t.element_size() for t in payload),
                       numel=sum(t.numel() for t in payload),
                       dtype=str(payload[0].dtype).removeprefix("torch.") if payload else "",
-                      op=f"{func.namespace}.{name}", index=index, peer=peer)
+                      op=f"{func.namespace}.{name}", index=index, peer=peer, async_op=async_op)
 
 
 class _Recorder(TorchDispatchMode):
