@@ -105,11 +105,11 @@ def _valid(result: dict | None, digest: str | None, version: str) -> bool:
 
 
 class _Guard:
-    """Between ticks: did any result file, submission or the gradebook change? Put it back, and
-    flag the students whose code may have run then (named alone when only one could have)."""
+    """Between ticks: did any result file, submission, the gradebook or the course configuration change?
+    Put it back, and flag the students whose code may have run then (named alone when only one could have)."""
 
-    def __init__(self, store: ResultStore, snapshot: Snapshot, submissions: dict[str, str], gradebook: str | None):
-        self.store, self.snapshot, self.gradebook = store, snapshot, gradebook
+    def __init__(self, store: ResultStore, snapshot: Snapshot, submissions: dict[str, str], watched: dict[str, str]):
+        self.store, self.snapshot, self.watched = store, snapshot, watched
         self.owner = {path: student for student, path in submissions.items()}
         self.flags: dict[str, list[str]] = {}
 
@@ -122,8 +122,8 @@ class _Guard:
         self.store.restore(forged)
         events = [f"result file {name} was forged (the grader's own result was put back)" for name in forged]
         for path in self.snapshot.restore_changed():
-            if path == self.gradebook:
-                events.append("the gradebook was changed while the class was graded (restored)")
+            if path in self.watched:
+                events.append(f"{self.watched[path]} was changed while the class was graded (restored)")
             else:
                 events.append(f"{self.owner.get(path, path)}'s submission was changed while the class was graded "
                               f"(the original was restored)")
@@ -142,12 +142,15 @@ def grade_assignment(course: Course, assignment: str, jobs: int = 2, timeout: fl
     if shard is not None:
         submissions = {s: submissions[s] for s in sorted(submissions)[shard[0]::shard[1]]}
     # earlier results, read before any student code runs (a shard watches only its own students' files)
-    store = ResultStore(course.results_dir(assignment), list(submissions) if shard else None)
-    gradebook = course.db_url[len("sqlite:///"):] if course.db_url.startswith("sqlite:///") else None
-    snapshot = Snapshot(list(submissions.values()) + ([gradebook] if gradebook else []))
     version = grader_digest(assignment)
-    guard = _Guard(store, snapshot, submissions, gradebook)
+    store = ResultStore(course.results_dir(assignment), list(submissions) if shard else None, version)
+    watched = course.instructor_files()  # nbgrader_config.py, the SQLite gradebook, its journal and WAL
+    snapshot = Snapshot(list(submissions.values()) + list(watched))
+    guard = _Guard(store, snapshot, submissions, watched)
     accepted = {s: r for s in submissions if _valid(r := store.earlier(s), snapshot.digest(submissions[s]), version)}
+    for student in store.unsealed:  # written between runs by something other than the grader
+        guard.flag(student, f"the stored result {student}.json was not sealed by the grader (forged after an "
+                            f"earlier run): ignored, and the submission graded again")
 
     def on_result(student: str, result: dict) -> None:
         if _valid(result, snapshot.digest(submissions[student]), version):

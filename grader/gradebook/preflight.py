@@ -17,7 +17,9 @@ import warnings
 
 from grader.exercises import MODULES
 from grader.exercises.instructor import MARKER, is_student_build
+from grader.engine.private import UnsafeFolder
 from grader.gradebook.course import Course
+from grader.gradebook.results import results_key
 
 
 class NotReady(Exception):
@@ -40,6 +42,10 @@ def check_ready(course: Course, assignment: str) -> dict[str, str]:
     if not _in_gradebook(course.db_url, assignment):
         raise NotReady(f"{assignment} is not in the gradebook ({_shown(course.db_url)}): run "
                        f"`nbgrader generate_assignment {assignment}` (make exercises) in {root} first")
+    try:
+        results_key()  # the seal of graded/ (results.py): created now, or refused if others could read it
+    except UnsafeFolder as exc:
+        raise NotReady(f"{exc}; the grading user's state folder must be private to it") from None
     submissions = course.submitted(assignment)
     if not submissions:
         raise NotReady(f"no submissions of {assignment} in {os.path.join(root, 'submitted')}/<student>/"

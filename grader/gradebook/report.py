@@ -7,20 +7,16 @@ plot: which DDP mistakes the class makes most, next to a histogram of totals.
 from __future__ import annotations
 
 import collections
-import glob
-import json
 import os
 
 from grader.exercises import get_exercise
 from grader.gradebook.course import Course
+from grader.gradebook.results import load_sealed
 
 
 def load_results(course: Course, assignment: str) -> list[dict]:
-    results = []
-    for path in sorted(glob.glob(os.path.join(course.results_dir(assignment), "*.json"))):
-        with open(path) as f:
-            results.append(json.load(f))
-    return results
+    """The results the grader sealed (a file forged between runs is left out)."""
+    return load_sealed(course.results_dir(assignment))
 
 
 def summarize(assignment: str, results: list[dict]) -> list[dict]:
@@ -50,6 +46,10 @@ def full_marks_per_task(assignment: str, results: list[dict]) -> dict[str, tuple
 def _md(assignment: str, results: list[dict], rows: list[dict]) -> list[str]:
     flagged = [r for r in results if r.get("flags")]
     lines = [f"# Class report: {assignment}", ""]
+    unsandboxed = [r["student"] for r in results if r.get("sandboxed") is False]
+    if unsandboxed:
+        lines += [f"**Graded unsandboxed** (`--no-sandbox`): {len(unsandboxed)} of {len(results)} submissions ran as "
+                  "the grading user, with its files, environment and network.", ""]
     if flagged:
         lines += [f"## Flagged ({len(flagged)}): look at these first", ""]
         lines += [f"- **{r['student']}**: {'; '.join(r['flags'])}" for r in flagged] + [""]

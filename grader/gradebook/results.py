@@ -1,61 +1,132 @@
 """graded/<assignment>/: the parent's results, the only source of truth.
 
-Student code runs in the ranks during `make grade` as the same OS user as the
-grader, so it can write files there, for itself or a classmate. The parent
-reads the results of earlier runs before any student code runs, accepts a new
-result only as a message from the worker it gave the job to (never from a
-file), writes the files itself, and puts back any file that differs from what
-it wrote: a forged result gains nothing.
+Only the trusted grading parent writes these files; each carries a seal, an
+HMAC-SHA256 of its content under a key kept in the grading user's private
+state folder (~/.local/state/ddp-grader/results.key, 0600, in a 0700 folder):
+  - In the sandbox, student code sees neither graded/ nor the key: it can
+    forge nothing.
+  - Between runs, anyone who can write graded/ but not read the grading
+    user's home (a shared course folder, a classmate on the hub) cannot make
+    a seal: the next run ignores a file whose seal is wrong, regrades that
+    submission and flags it (a stale file of an older grader is just regraded).
+  - Without the sandbox (`--no-sandbox`), student code runs as the grading
+    user and can read the key. During a run the parent reads every result
+    file before any student code runs, takes new results only from its own
+    workers, and puts back any file that differs from what it wrote; a process
+    that survives the run could still forge a sealed file afterwards. That is
+    why the sandbox is the default.
 """
 from __future__ import annotations
 
+import hashlib
+import hmac
 import json
 import os
+import secrets
+
+from grader.engine.private import UnsafeFolder, private_folder, state_base
+from grader.gradebook.snapshot import read_plain, write_atomically
+
+SEAL = "seal"
+
+
+def key_path() -> str:
+    return os.path.join(state_base(), "ddp-grader", "results.key")
+
+
+def results_key() -> bytes:
+    """The grading user's sealing key, created on first use. Raises UnsafeFolder when the key or its
+    folder could be read or replaced by anyone else."""
+    path = key_path()
+    os.makedirs(os.path.dirname(os.path.dirname(path)), mode=0o700, exist_ok=True)
+    private_folder(os.path.dirname(path))
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write(secrets.token_hex(32))
+    except FileExistsError:
+        pass
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    except OSError as exc:
+        raise UnsafeFolder(f"the results key {path} is a link or cannot be read ({exc.strerror}): refused") from None
+    with os.fdopen(fd, "rb") as f:
+        info = os.fstat(f.fileno())
+        if info.st_uid != os.geteuid() or info.st_mode & 0o077:
+            raise UnsafeFolder(f"the results key {path} is not private to the grading user (owner uid "
+                               f"{info.st_uid}, mode {info.st_mode & 0o777:o}): refused")
+        key = f.read().strip()
+    if len(key) < 32:
+        raise UnsafeFolder(f"the results key {path} is damaged: remove it (every result is then regraded once)")
+    return key
+
+
+def _mac(key: bytes, result: dict) -> str:
+    body = json.dumps({k: v for k, v in result.items() if k != SEAL}, sort_keys=True, ensure_ascii=False)
+    return hmac.new(key, body.encode("utf-8"), hashlib.sha256).hexdigest()
+
+
+def encode(result: dict, key: bytes) -> bytes:
+    """The file's bytes: the result with its seal."""
+    return json.dumps(dict(result, **{SEAL: _mac(key, result)}), indent=1, ensure_ascii=False).encode("utf-8")
+
+
+def unseal(data: bytes | None, key: bytes) -> tuple[dict | None, bool]:
+    """(the result, if its seal is the grader's; whether the file is a forgery rather than absent, unreadable
+    or stale). A file that claims `version` (the current grader) without a good seal counts as forged."""
+    try:
+        result = json.loads(data) if isinstance(data, bytes) else None
+    except ValueError:
+        return None, data is not None
+    if not isinstance(result, dict):
+        return None, data is not None
+    seal = result.get(SEAL)
+    if isinstance(seal, str) and hmac.compare_digest(seal, _mac(key, result)):
+        return {k: v for k, v in result.items() if k != SEAL}, False
+    return None, True
 
 
 def _read_all(folder: str) -> dict[str, bytes]:
     found = {}
     for name in sorted(os.listdir(folder)) if os.path.isdir(folder) else []:
         if name.endswith(".json"):
-            try:
-                with open(os.path.join(folder, name), "rb") as f:
-                    found[name] = f.read()
-            except OSError:
-                continue
+            data = read_plain(os.path.join(folder, name))
+            found[name] = data if isinstance(data, bytes) else b""  # a link or FIFO: no result, but watched
     return found
 
 
-def encode(result: dict) -> bytes:
-    return json.dumps(result, indent=1, ensure_ascii=False).encode("utf-8")
+def load_sealed(folder: str) -> list[dict]:
+    """Every result in `folder` that carries the grader's seal (the class report reads these only)."""
+    key = results_key()
+    return [r for data in _read_all(folder).values() if (r := unseal(data, key)[0]) is not None]
 
 
 class ResultStore:
-    def __init__(self, folder: str, students: list[str] | None = None):
+    def __init__(self, folder: str, students: list[str] | None = None, version: str | None = None):
         self.folder = folder
+        self.key = results_key()  # before any student code runs
+        self.version = version
         self.names = None if students is None else {f"{s}.json" for s in students}  # a shard watches its own
         self.initial = self._read()  # before any student code runs
         self.expected = dict(self.initial)  # file name -> the bytes that must be there now
+        self.unsealed: list[str] = []  # students whose stored file claims this grader but lacks its seal
 
     def earlier(self, student: str) -> dict | None:
-        """The result an earlier run stored for `student`, as read at the start."""
+        """The result an earlier run stored for `student`, as read at the start, if the grader sealed it."""
         data = self.initial.get(f"{student}.json")
-        try:
-            result = json.loads(data) if data is not None else None
-        except ValueError:
-            return None
-        return result if isinstance(result, dict) else None
+        result, forged = unseal(data, self.key)
+        if forged and (self.version is None or _claims(data, self.version)) and student not in self.unsealed:
+            self.unsealed.append(student)
+        return result
 
     def accept(self, student: str, result: dict) -> None:
         """Store the grader's own result (atomically)."""
         os.makedirs(self.folder, exist_ok=True)
         name = f"{student}.json"
-        data = encode(result)
+        data = encode(result, self.key)
         if self.expected.get(name) == data and self.forged_one(name) is False:
             return  # already there: a cached result keeps its file (and its time stamp)
-        tmp = os.path.join(self.folder, f".{name}.tmp{os.getpid()}")
-        with open(tmp, "wb") as f:
-            f.write(data)
-        os.replace(tmp, os.path.join(self.folder, name))
+        write_atomically(os.path.join(self.folder, name), data)
         self.expected[name] = data
 
     def _read(self) -> dict[str, bytes]:
@@ -63,11 +134,8 @@ class ResultStore:
         return found if self.names is None else {n: d for n, d in found.items() if n in self.names}
 
     def forged_one(self, name: str) -> bool:
-        try:
-            with open(os.path.join(self.folder, name), "rb") as f:
-                return f.read() != self.expected.get(name)
-        except OSError:
-            return name in self.expected
+        data = read_plain(os.path.join(self.folder, name))
+        return data != self.expected.get(name) if isinstance(data, bytes) or data is None else True
 
     def forged(self) -> list[str]:
         """Result files that differ from what the grader wrote (or found at the start)."""
@@ -76,15 +144,12 @@ class ResultStore:
 
     def restore(self, names: list[str]) -> None:
         for name in names:
-            path = os.path.join(self.folder, name)
-            data = self.expected.get(name)
-            if data is None:
-                try:
-                    os.remove(path)
-                except OSError:
-                    pass
-            else:
-                tmp = os.path.join(self.folder, f".{name}.tmp{os.getpid()}")
-                with open(tmp, "wb") as f:
-                    f.write(data)
-                os.replace(tmp, path)
+            write_atomically(os.path.join(self.folder, name), self.expected.get(name))
+
+
+def _claims(data: bytes | None, version: str) -> bool:
+    """Whether a stored file says it was written by this grader (a stale one from an older grader does not)."""
+    try:
+        return json.loads(data).get("grader") == version
+    except (ValueError, TypeError, AttributeError):
+        return False

@@ -1,32 +1,87 @@
 """Files read once before any student code runs, and put back if touched.
 
-Student code runs during grading (in the ranks) as the same OS user as the
-grader, so it could write into another student's submission or into the
-gradebook. We read every submission into memory first, grade from private
-copies, and afterwards restore anything that changed and flag it.
+Without the sandbox, student code runs during grading (in the ranks) as the
+same OS user as the grader, so it could write into another student's
+submission, the gradebook (and its journal or WAL) or nbgrader_config.py. We
+read every such file into memory first, grade from private copies, and
+afterwards restore anything that changed and flag it. A file is read and put
+back without following links, and never by opening what the student left at
+the path (a FIFO would hang us, a link would send the write elsewhere): the
+original is written to a fresh file beside it and renamed over the path.
 """
 from __future__ import annotations
 
 import hashlib
 import os
 import shutil
+import stat
 import tempfile
+
+MAX_READ = 1 << 30  # a file the grader reads is a notebook or a gradebook
 
 
 def sha256(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
+NOT_A_FILE = object()  # what read_plain returns for a link, FIFO, device or folder at the path
+
+
+def read_plain(path: str) -> bytes | object | None:
+    """The bytes of the regular file at `path` (no link followed), None when there is none."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except FileNotFoundError:
+        return None
+    except OSError:  # a link (ELOOP), a folder, no permission
+        return None if not os.path.lexists(path) else NOT_A_FILE
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode) or info.st_size > MAX_READ:
+            return NOT_A_FILE
+        with os.fdopen(fd, "rb", closefd=False) as f:
+            return f.read(MAX_READ + 1)
+    finally:
+        os.close(fd)
+
+
+def write_atomically(path: str, data: bytes | None) -> None:
+    """Make `path` a regular file holding `data` (None: no file), replacing whatever is there, link or not."""
+    if data is None:
+        if os.path.isdir(path) and not os.path.islink(path):
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            try:
+                os.remove(path)
+            except FileNotFoundError:
+                pass
+        return
+    folder, name = os.path.split(path)
+    fd, tmp = tempfile.mkstemp(prefix=f".{name}.", suffix=".tmp", dir=folder)  # O_EXCL: never an existing file
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        if os.path.isdir(path) and not os.path.islink(path):
+            shutil.rmtree(path, ignore_errors=True)
+        os.replace(tmp, path)  # replaces a link itself, never what it points to
+    except BaseException:
+        try:
+            os.remove(tmp)
+        except OSError:
+            pass
+        raise
+
+
 class Snapshot:
     def __init__(self, paths: list[str]):
         self.private = tempfile.mkdtemp(prefix="grader-snapshot-")
         self.content: dict[str, bytes | None] = {}
+        self.odd: set[str] = set()  # no plain file at the start (a link, a FIFO): not ours to put back
         for path in paths:
-            try:
-                with open(path, "rb") as f:
-                    self.content[path] = f.read()
-            except OSError:
-                self.content[path] = None
+            data = read_plain(path)
+            if data is NOT_A_FILE:
+                self.odd.add(path)
+            self.content[path] = None if data is NOT_A_FILE else data
 
     def digest(self, path: str) -> str | None:
         data = self.content[path]
@@ -46,18 +101,12 @@ class Snapshot:
         """Put back every file that changed since the snapshot; return them."""
         changed = []
         for path, data in self.content.items():
-            try:
-                with open(path, "rb") as f:
-                    now = f.read()
-            except OSError:
-                now = None
-            if now != data:
+            if path in self.odd:
+                continue
+            now = read_plain(path)
+            if now is NOT_A_FILE or now != data:
                 changed.append(path)
-                if data is None:
-                    os.remove(path)
-                else:
-                    with open(path, "wb") as f:
-                        f.write(data)
+                write_atomically(path, data)
         return changed
 
     def close(self) -> None:
