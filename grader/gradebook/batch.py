@@ -21,6 +21,7 @@ import sys
 
 from grader import cells
 from grader.digest import grader_digest
+from grader.engine.processes import adopting_orphans
 from grader.exercises import get_exercise
 from grader.gradebook.course import Course
 from grader.gradebook.pool import private_channel, run_pool
@@ -162,8 +163,10 @@ def grade_assignment(course: Course, assignment: str, jobs: int = 2, timeout: fl
     try:
         pending = [s for s in submissions if s not in accepted]
         items = [(s, snapshot.private_copy(submissions[s], f"{s}.ipynb"), submissions[s]) for s in pending]
-        run_pool(items, [assignment, "--timeout", str(timeout), "--world-size", str(world_size), "--version", version],
-                 jobs, on_result, guard.flag, guard.tick, progress, len(submissions), f"grading {assignment}")
+        with adopting_orphans():  # what a submission left behind (double fork, setsid) dies with the run
+            run_pool(items, [assignment, "--timeout", str(timeout), "--world-size", str(world_size), "--version",
+                             version], jobs, on_result, guard.flag, guard.tick, progress, len(submissions),
+                     f"grading {assignment}")
         guard.tick(set())  # put back anything changed after the last tick (no one left to name)
     finally:
         snapshot.close()
