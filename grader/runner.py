@@ -34,9 +34,11 @@ SIDE_BY_SIDE = 3  # checks of one task at once in a notebook: their ranks mostly
 
 def run_checks(exercise: Exercise, submission: Submission, task: str | None = None, hidden: bool | None = None,
                world_size: int = 2, timeout: float = 30.0, on_result: Callable[[CheckResult], None] | None = None,
-               side_by_side: int = 1, keep_output: bool = False, tasks: list[str] | None = None) -> Report:
+               side_by_side: int = 1, keep_output: bool = False, tasks: list[str] | None = None,
+               hung_in: dict[str, str] | None = None, credit: bool = True) -> Report:
     """Run the selected checks (one task, several `tasks`, or all); on_result sees each final
-    result, in the checks' order."""
+    result, in the checks' order. hung_in: task -> a check of it that already hung elsewhere (an
+    earlier phase); credit=False leaves skipped checks uncredited, for credit_skipped() after merging."""
     if tasks is not None:
         checks = [c for t in tasks for c in exercise.checks_for(t, hidden)]
     else:
@@ -44,7 +46,7 @@ def run_checks(exercise: Exercise, submission: Submission, task: str | None = No
     load_report, load_failure, load_tampered = _definitions(submission, world_size, timeout)
     parallel = max(1, min(len(checks), side_by_side if exercise.side_by_side else 1))
     lock = threading.Lock() if parallel > 1 else None
-    hung_in: dict[str, str] = {}  # task -> the check whose run hung
+    hung_in = dict(hung_in or {})  # task -> the check whose run hung
 
     def one(check: Check) -> CheckResult:
         grading = Grading(submission, world_size, timeout, parent_lock=lock, keep_output=keep_output)
@@ -62,7 +64,7 @@ def run_checks(exercise: Exercise, submission: Submission, task: str | None = No
         futures = [pool.submit(one, check) for check in checks] if parallel > 1 else None
         for i, check in enumerate(checks):
             pending[i] = futures[i].result() if futures else one(check)
-            for final in _finalize(checks, pending, len(results)):
+            for final in _finalize(checks, pending, len(results), credit):
                 results.append(final)
                 if on_result:
                     on_result(final)
@@ -82,14 +84,21 @@ def _definitions(submission: Submission, world_size: int, timeout: float):
     return grading.load_report, grading.load_failure, grading.tampered
 
 
-def _finalize(checks: list[Check], pending: list, done: int) -> list[CheckResult]:
+def credit_skipped(results: list[CheckResult]) -> None:
+    """Apply the skipped-check rule to results run with credit=False (phases merged, in order)."""
+    for result in results:
+        if result.skipped:
+            _credit_skipped(result, [o for o in results if o.task == result.task and o is not result])
+
+
+def _finalize(checks: list[Check], pending: list, done: int, credit: bool = True) -> list[CheckResult]:
     """The results from index `done` on that are final: a skipped check waits for its task."""
     final = []
     for i in range(done, len(checks)):
         result = pending[i]
         if result is None:
             break
-        if result.skipped:
+        if result.skipped and credit:
             others = [pending[j] for j, c in enumerate(checks) if c.task == result.task and j != i]
             if any(o is None for o in others):
                 break

@@ -7,12 +7,13 @@ Nothing here may touch CUDA or start threads: forked children must be able to
 initialise CUDA and OpenMP themselves.
 """
 import importlib
+import os
 
 import torch  # noqa: F401
 import torch.distributed  # noqa: F401
 from torch.nn.parallel import DistributedDataParallel  # noqa: F401
 
-LAZY_MODULES = [
+LAZY_MODULES = [  # optional: a torch build without one only costs speed
     "torch._dynamo",
     "torch.distributed.fsdp",
     "torch.distributed.tensor.parallel",
@@ -20,18 +21,33 @@ LAZY_MODULES = [
     "torch.distributed.optim",
     "torch.distributed.nn",
     "torch.distributed.algorithms.join",
-    "torch.utils.data",
-    "cloudpickle",
-    "grader.engine.worker",
-    "grader.checks",
 ]
 
-# Every exercise's checks too: imported before any student code runs in a rank, so the
-# integrity guard knows all of them (and a check's first run does not pay the import).
-from grader.exercises import MODULES  # noqa: E402
-
-for _name in LAZY_MODULES + list(MODULES.values()):
+for _name in LAZY_MODULES:
     try:
         importlib.import_module(_name)
-    except Exception:  # a missing optional module only costs speed
+    except ImportError:
         pass
+
+import cloudpickle  # noqa: E402,F401
+import torch.utils.data  # noqa: E402,F401
+
+import grader.checks  # noqa: E402,F401
+import grader.engine.worker  # noqa: E402,F401
+from grader.exercises import MODULES  # noqa: E402
+from grader.exercises.instructor import MASKED_ENV  # noqa: E402
+
+# Every exercise's public checks too: imported before any student code runs in a rank, so the
+# integrity guard knows them (and a check's first run does not pay the import). Never the hidden
+# ones: a rank of a hidden check imports its module when it unpickles the check, before any student
+# code runs; ranks of public checks never have them.
+_masked = os.environ.get(MASKED_ENV)
+os.environ[MASKED_ENV] = "1"
+try:
+    for _module in MODULES.values():
+        importlib.import_module(_module)
+finally:
+    if _masked is None:
+        del os.environ[MASKED_ENV]
+    else:
+        os.environ[MASKED_ENV] = _masked

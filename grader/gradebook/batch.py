@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import re
 import sys
 
@@ -24,11 +25,13 @@ from grader.digest import grader_digest
 from grader.engine.processes import adopting_orphans
 from grader.exercises import get_exercise
 from grader.gradebook.course import Course
-from grader.gradebook.pool import private_channel, run_pool
+from grader.gradebook import sandbox as sandboxes
+from grader.gradebook.pool import Job, Workers, private_channel, run_pool
 from grader.gradebook.preflight import check_ready
 from grader.gradebook.results import ResultStore
 from grader.gradebook.snapshot import Snapshot
-from grader.runner import run_checks
+from grader.checks import CheckResult, Report
+from grader.runner import credit_skipped, run_checks
 from grader.submission import SubmissionError, read_submission
 
 _TAG = re.compile(r"<[^>]*>")
@@ -64,45 +67,72 @@ def in_notebook_results(data: bytes | None) -> dict[str, bool]:
 
 
 def grade_one(assignment: str, student: str, path: str | None, timeout: float, world_size: int,
-              version: str, shown_as: str = "") -> dict:
-    """Grade one private copy of a submission (runs in a worker process)."""
+              version: str, shown_as: str = "", phase: str = "all", hung: dict | None = None) -> dict:
+    """Grade one private copy of a submission (runs in a worker process): every check (phase "all"),
+    or the "public" ones (in a sandbox where the hidden modules are masked: the exercise holds only
+    those) or the "hidden" ones; the parent merges the two phases (merge_phases)."""
     data = None
     if path is not None:
         with open(path, "rb") as f:
             data = f.read()
-    result = {"student": student, "assignment": assignment, "grader": version,
+    result = {"student": student, "assignment": assignment, "grader": version, "phase": phase,
               "sha256": hashlib.sha256(data).hexdigest() if data is not None else None}
     exercise = get_exercise(assignment)
     try:
         if path is None:
             raise SubmissionError(f"no notebook named {assignment}.ipynb was submitted")
-        report = run_checks(exercise, read_submission(path), world_size=world_size, timeout=timeout)
+        report = run_checks(exercise, read_submission(path), world_size=world_size, timeout=timeout,
+                            hidden={"public": False, "hidden": True}.get(phase), hung_in=hung, credit=phase == "all")
         result["readable"], result["error"] = True, None
         result["report"] = report.to_json()
+        result["hung"] = {c.task: c.name for c in report.checks if c.hung}
     except SubmissionError as exc:
         exc = str(exc).replace(path or "", shown_as or f"{student}'s {assignment}.ipynb")
         result["readable"], result["error"] = False, exc
-        result["report"] = {"exercise": assignment, "score": 0, "max_score": exercise.max_score,
-                            "checks": [{"name": c.name, "task": c.task, "passed": False, "points": 0,
-                                        "max_points": c.points, "message": f"not graded: {exc}", "hidden": c.hidden,
-                                        "notes": []} for c in exercise.checks]}
+        result["report"] = unreadable_report(assignment, exc)
+    return result
+
+
+def unreadable_report(assignment: str, error: str) -> dict:
+    exercise = get_exercise(assignment)
+    return {"exercise": assignment, "score": 0, "max_score": exercise.max_score,
+            "checks": [{"name": c.name, "task": c.task, "passed": False, "points": 0, "max_points": c.points,
+                        "message": f"not graded: {error}", "hidden": c.hidden, "notes": []} for c in exercise.checks]}
+
+
+def merge_phases(public: dict, hidden: dict | None) -> dict:
+    """One result, as an unsandboxed run of every check would give it: the checks in the exercise's
+    order, then the skipped-check rule over the whole task (runner.credit_skipped)."""
+    result = {k: v for k, v in public.items() if k not in ("phase", "hung")}
+    if not public.get("readable") or hidden is None:  # not readable: no hidden phase; every check says why
+        if public.get("readable"):
+            raise ValueError("merge_phases: a readable submission needs its hidden phase")
+        result["report"] = unreadable_report(public["assignment"], public["error"])
+        return result
+    exercise = get_exercise(public["assignment"])
+    by_name = {c["name"]: c for phase in (public, hidden) for c in phase["report"]["checks"]}
+    checks = [CheckResult(**by_name[c.name]) for c in exercise.checks if c.name in by_name]
+    credit_skipped(checks)
+    result["report"] = Report(exercise.id, checks).to_json()
     return result
 
 
 def worker_main(assignment: str, timeout: float, world_size: int, version: str) -> int:
-    """Read 'student<TAB>private copy<TAB>submitted path<TAB>token' lines on stdin; send back
-    'token<TAB>result JSON' for each on the private channel (pool.py)."""
+    """Read 'student<TAB>private copy<TAB>submitted path<TAB>token<TAB>phase<TAB>hung JSON' lines on
+    stdin; send back 'token<TAB>result JSON' for each on the private channel (pool.py)."""
     channel = private_channel()
     for line in sys.stdin:
-        student, path, shown_as, token = line.rstrip("\n").split("\t")
-        result = grade_one(assignment, student, path or None, timeout, world_size, version, shown_as)
+        student, path, shown_as, token, phase, hung = line.rstrip("\n").split("\t")
+        result = grade_one(assignment, student, path or None, timeout, world_size, version, shown_as, phase,
+                           json.loads(hung))
         channel.write(f"{token}\t{json.dumps(result, ensure_ascii=False)}\n")
         channel.flush()
     return 0
 
 
-def _valid(result: dict | None, digest: str | None, version: str) -> bool:
-    return bool(result) and result.get("sha256") == digest and result.get("grader") == version
+def _valid(result: dict | None, digest: str | None, version: str, sandboxed: bool) -> bool:
+    return bool(result) and result.get("sha256") == digest and result.get("grader") == version \
+        and (result.get("sandboxed", False) or not sandboxed)  # a sandboxed run regrades unsandboxed results
 
 
 class _Guard:
@@ -136,9 +166,14 @@ class _Guard:
 
 
 def grade_assignment(course: Course, assignment: str, jobs: int = 2, timeout: float = 30.0, world_size: int = 2,
-                     progress: bool = True, shard: tuple[int, int] | None = None) -> dict[str, dict]:
+                     progress: bool = True, shard: tuple[int, int] | None = None,
+                     sandbox: bool = True) -> dict[str, dict]:
     """Grade every collected submission (or shard (i, n): every n-th student from the i-th, in name order);
-    returns student -> result. Raises preflight.NotReady, before anything is graded or written."""
+    returns student -> result. sandbox: each submission in two bubblewrap sandboxes (sandbox.py), its public
+    checks then its hidden ones; False grades in long-lived workers outside any sandbox, and every result
+    says so. Raises preflight.NotReady or sandbox.SandboxMissing, before anything is graded or written."""
+    if sandbox:
+        sandboxes.require()
     submissions = check_ready(course, assignment)
     if shard is not None:
         submissions = {s: submissions[s] for s in sorted(submissions)[shard[0]::shard[1]]}
@@ -148,25 +183,48 @@ def grade_assignment(course: Course, assignment: str, jobs: int = 2, timeout: fl
     watched = course.instructor_files()  # nbgrader_config.py, the SQLite gradebook, its journal and WAL
     snapshot = Snapshot(list(submissions.values()) + list(watched))
     guard = _Guard(store, snapshot, submissions, watched)
-    accepted = {s: r for s in submissions if _valid(r := store.earlier(s), snapshot.digest(submissions[s]), version)}
+    accepted = {s: r for s in submissions
+                if _valid(r := store.earlier(s), snapshot.digest(submissions[s]), version, sandbox)}
     for student in store.unsealed:  # written between runs by something other than the grader
         guard.flag(student, f"the stored result {student}.json was not sealed by the grader (forged after an "
                             f"earlier run): ignored, and the submission graded again")
+    public: dict[str, dict] = {}  # student -> the public phase's result, until its hidden phase reports
+    queue: list[Job] = []
 
-    def on_result(student: str, result: dict) -> None:
-        if _valid(result, snapshot.digest(submissions[student]), version):
+    def on_result(job: Job, result: dict) -> bool:
+        student = job.student
+        if result.get("phase") != job.phase:
+            guard.flag(student, "a message that was not the grader's reached the grader's pipe while this "
+                                "submission was graded (ignored)")
+            return False
+        if job.phase == "public" and result.get("readable"):
+            public[student] = result
+            queue.append(Job(student, job.path, job.shown_as, "hidden", result.get("hung") or {}))
+            return False
+        if job.phase != "all":
+            result = merge_phases(public.pop(student, result), result if job.phase == "hidden" else None)
+        result = {k: v for k, v in result.items() if k not in ("phase", "hung")}
+        result["sandboxed"] = sandbox
+        if _valid(result, snapshot.digest(submissions[student]), version, sandbox):
             accepted[student] = result
             store.accept(student, result)
         else:
             guard.flag(student, "the grader's copy of this submission changed while it was graded; regrade it")
+        return True
 
     try:
-        pending = [s for s in submissions if s not in accepted]
-        items = [(s, snapshot.private_copy(submissions[s], f"{s}.ipynb"), submissions[s]) for s in pending]
+        for student in (s for s in submissions if s not in accepted):
+            path = snapshot.private_copy(submissions[student], f"{student}.ipynb")
+            if path is not None:
+                os.chmod(path, 0o644)  # the sandbox's worker (nobody) reads it; its folder stays private
+            queue.append(Job(student, path, submissions[student], "public" if sandbox else "all"))
+        workers = Workers([assignment, "--timeout", str(timeout), "--world-size", str(world_size),
+                           "--version", version],
+                          (lambda argv, job: sandboxes.Sandbox(argv, job.path, job.phase == "public", jobs))
+                          if sandbox else None)
         with adopting_orphans():  # what a submission left behind (double fork, setsid) dies with the run
-            run_pool(items, [assignment, "--timeout", str(timeout), "--world-size", str(world_size), "--version",
-                             version], jobs, on_result, guard.flag, guard.tick, progress, len(submissions),
-                     f"grading {assignment}")
+            run_pool(queue, workers, jobs, on_result, guard.flag, guard.tick, progress, len(submissions),
+                     f"grading {assignment}" + ("" if sandbox else " (UNSANDBOXED)"))
         guard.tick(set())  # put back anything changed after the last tick (no one left to name)
     finally:
         snapshot.close()
@@ -176,7 +234,8 @@ def grade_assignment(course: Course, assignment: str, jobs: int = 2, timeout: fl
         if result is None:  # a worker died on it, or it changed while being graded
             result = {"student": student, "assignment": assignment, "readable": False, "sha256": None,
                       "error": "grading did not finish (a grader worker died on this submission, or its copy "
-                               "changed while graded); the next run grades it again", "report": None}
+                               "changed while graded); the next run grades it again", "report": None,
+                      "sandboxed": sandbox}
         result["run_flags"] = list(dict.fromkeys(result.get("run_flags", []) + guard.flags.get(student, [])))
         result["in_notebook"] = in_notebook_results(snapshot.content[path])
         result["flags"] = _flags(result)

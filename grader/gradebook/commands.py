@@ -12,12 +12,14 @@ def _grade(args) -> int:
     from grader.gradebook.batch import grade_assignment
     from grader.gradebook.inject import gradebook_marks, gradebook_scores, write_results
     from grader.gradebook.preflight import NotReady
+    from grader.gradebook.sandbox import SandboxMissing
 
     course = Course(os.path.abspath(args.root))
     try:
         results = grade_assignment(course, args.assignment, jobs=args.jobs, timeout=args.timeout,
-                                   world_size=args.world_size, progress=not args.quiet, shard=args.shard)
-    except NotReady as exc:
+                                   world_size=args.world_size, progress=not args.quiet, shard=args.shard,
+                                   sandbox=args.sandbox)
+    except (NotReady, SandboxMissing) as exc:
         print(f"python -m grader grade: {exc}", file=sys.stderr)
         return 2
     if args.shard:  # a shard only fills graded/; one later run without --shard merges into the gradebook
@@ -30,9 +32,14 @@ def _grade(args) -> int:
     return 0
 
 
+UNSANDBOXED = ("graded UNSANDBOXED (--no-sandbox): student code ran as this user, with its files, "
+               "environment and network")
+
+
 def format_grades(results: dict, scores: dict, problems: dict | None = None, marks: dict | None = None) -> str:
     """The grade table: nbgrader's score, then the notes: errors, flags (FLAGGED), late penalty."""
-    lines = [f"{'student':<12} {'score':>9}  notes"]
+    lines = [UNSANDBOXED] if any(r.get("sandboxed") is False for r in results.values()) else []
+    lines += [f"{'student':<12} {'score':>9}  notes"]
     for student, result in sorted(results.items()):
         score, max_score = scores.get(student, (0, 0))
         mark = (marks or {}).get(student, {})
@@ -83,6 +90,9 @@ def register(sub) -> None:
     grade.add_argument("--shard", type=shard, default=None, metavar="I/N",
                        help="grade only shard I of N (into graded/, not the gradebook), e.g. one task of a "
                             "Slurm job array; then run once without --shard to merge")
+    grade.add_argument("--no-sandbox", dest="sandbox", action="store_false",
+                       help="grade without bubblewrap sandboxes (only for a class you trust): student code runs as "
+                            "you, with your files and network; the grade table and the report say so")
     grade.set_defaults(func=_grade)
 
     report = sub.add_parser("report", help="the class report of an assignment (markdown and a PNG plot)")

@@ -5,6 +5,10 @@ its result back as one JSON line with that token, on a private copy of its
 stdout (fd 1 itself points at stderr before any student code runs, so ranks
 forked from the worker's forkserver do not inherit the channel). A line with a
 wrong token, another student or a second result is ignored and reported.
+
+Unsandboxed, a worker is long-lived and grades job after job, keeping its
+forkserver warm. Sandboxed (sandbox.py), each job gets a fresh worker in its own
+bubblewrap sandbox that sees that one submission only; the worker ends after it.
 """
 from __future__ import annotations
 
@@ -15,11 +19,13 @@ import selectors
 import subprocess
 import sys
 import time
+from dataclasses import dataclass, field
 from typing import Callable
 
 from tqdm import tqdm
 
 from grader.engine import kill_tree
+from grader.gradebook.sandbox import SUBMISSION
 
 SUBMISSION_BOUND_S = 900  # a whole submission, every check bounded already; this only guards the worker
 
@@ -32,88 +38,129 @@ def private_channel():
     return os.fdopen(channel, "w", buffering=1, encoding="utf-8")
 
 
-def run_pool(items: list[tuple[str, str | None, str]], worker_args: list[str], jobs: int,
-             on_result: Callable[[str, dict], None], on_stray: Callable[[str, str], None],
-             on_tick: Callable[[set[str]], None], progress: bool, total: int, desc: str) -> None:
-    """Grade items (student, private copy, name shown) in `jobs` workers. on_result(student, result) for
-    each genuine result; on_stray(student, why) for a message that is not; on_tick(students whose
-    code may have run since the last tick) at least once a second."""
-    if not items:
+@dataclass
+class Job:
+    """One submission to grade, in one phase: "all" checks, or the "public" then the "hidden" ones."""
+
+    student: str
+    path: str | None  # the parent's private copy
+    shown_as: str  # the submitted path, as error messages name it
+    phase: str = "all"
+    hung: dict = field(default_factory=dict)  # task -> a check that hung in the public phase
+
+
+class Workers:
+    """How workers start: one long-lived `python -m grader _grade-worker ARGS` process each (sandbox None),
+    or one sandboxed worker per job; then a job line names the submission as the sandbox shows it."""
+
+    def __init__(self, worker_args: list[str], sandbox: Callable[[list[str], Job], "object"] | None = None):
+        self.argv = [sys.executable, "-m", "grader", "_grade-worker", *worker_args]
+        self.sandbox = sandbox
+
+    def start(self, job: Job | None) -> subprocess.Popen:
+        argv, env, stderr = self.argv, None, None
+        if self.sandbox is not None:
+            box = self.sandbox(self.argv, job)
+            argv, env = box.argv, box.env
+            stderr = None if os.environ.get("GRADER_SANDBOX_STDERR") else subprocess.DEVNULL
+        return subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=stderr, text=True,
+                                bufsize=1, encoding="utf-8", start_new_session=True, env=env)
+
+    def path_seen(self, job: Job) -> str:
+        if job.path is None:
+            return ""
+        return SUBMISSION if self.sandbox else job.path
+
+
+def run_pool(queue: list[Job], workers: Workers, jobs: int, on_result: Callable[[Job, dict], bool],
+             on_stray: Callable[[str, str], None], on_tick: Callable[[set[str]], None], progress: bool, total: int,
+             desc: str) -> None:
+    """Grade the queued jobs in `jobs` workers. on_result(job, result) for each genuine result, returns
+    whether the submission is done (it may queue its next phase); on_stray(student, why) for a message
+    that is not; on_tick(students whose code may have run since the last tick) at least once a second."""
+    if not queue:
         return
-    bar = tqdm(total=total, initial=total - len(items), desc=desc, unit="submission", disable=not progress,
-               file=sys.stderr)
-    queue = list(items)
+    bar = tqdm(total=total, initial=total - len({j.student for j in queue}), desc=desc, unit="submission",
+               disable=not progress, file=sys.stderr)
     selector = selectors.DefaultSelector()
-    workers: dict[subprocess.Popen, dict | None] = {}
+    running: dict[subprocess.Popen, dict | None] = {}
     window: set[str] = set()  # students whose code may have run since the last tick
 
     def start_worker():
-        proc = subprocess.Popen([sys.executable, "-m", "grader", "_grade-worker", *worker_args],
-                                stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, bufsize=1,
-                                encoding="utf-8", start_new_session=True)
+        job = queue.pop(0) if workers.sandbox else None
+        proc = workers.start(job)
         selector.register(proc.stdout, selectors.EVENT_READ, proc)
-        workers[proc] = None
-        feed(proc)
+        running[proc] = None
+        feed(proc, job)
 
-    def feed(proc):
-        if queue:
-            student, path, shown_as = queue.pop(0)
-            workers[proc] = {"student": student, "token": secrets.token_hex(16), "since": time.monotonic()}
-            window.add(student)
-            proc.stdin.write(f"{student}\t{path or ''}\t{shown_as}\t{workers[proc]['token']}\n")
-            proc.stdin.flush()
-        else:
-            workers[proc] = None
+    def feed(proc, job: Job | None = None):
+        if workers.sandbox is None:  # a long-lived worker takes the next job, or ends
+            job = queue.pop(0) if queue else None
+        if job is None:
+            running[proc] = None
             proc.stdin.close()
+            return
+        running[proc] = {"job": job, "token": secrets.token_hex(16), "since": time.monotonic()}
+        window.add(job.student)
+        fields = [job.student, workers.path_seen(job), job.shown_as, running[proc]["token"], job.phase,
+                  json.dumps(job.hung)]
+        proc.stdin.write("\t".join(fields) + "\n")
+        proc.stdin.flush()
+        if workers.sandbox is not None:
+            proc.stdin.close()  # a sandboxed worker grades this one job only
 
     def stop(proc):
         selector.unregister(proc.stdout)
-        del workers[proc]
-        kill_tree(proc.pid)  # the worker, its forkserver and any rank still running
+        del running[proc]
+        kill_tree(proc.pid)  # the worker, its forkserver and any rank still running (a sandbox: everything in it)
         proc.wait(timeout=10)
 
     def message(proc, line: str) -> None:
-        job = workers[proc]
+        job = running[proc]
         try:
             token, result = line.split("\t", 1)
             result = json.loads(result)
         except ValueError:
             token, result = None, None
         if job is None or token != job["token"] or not isinstance(result, dict) \
-                or result.get("student") != job["student"]:
+                or result.get("student") != job["job"].student:
             if job is not None:
-                on_stray(job["student"], "a message that was not the grader's reached the grader's pipe "
-                                         "while this submission was graded (ignored)")
+                on_stray(job["job"].student, "a message that was not the grader's reached the grader's pipe "
+                                             "while this submission was graded (ignored)")
             return
-        on_result(job["student"], result)
-        bar.update(1)
-        feed(proc)
+        running[proc] = None
+        if on_result(job["job"], result):
+            bar.update(1)
+        if workers.sandbox is None:
+            feed(proc)
+
+    def lost(proc):  # the worker ended or was stopped before its result: the submission stays ungraded
+        if running.get(proc) is not None:
+            bar.update(1)
+        stop(proc)
+        while queue and len(running) < jobs:
+            start_worker()
 
     for _ in range(min(jobs, len(queue))):
         start_worker()
     try:
-        while workers:
+        while running:
             for key, _ in selector.select(timeout=1.0):
                 proc = key.data
                 line = proc.stdout.readline()
                 if line:
                     message(proc, line.rstrip("\n"))
                 else:  # the worker ended: finished, or died on a submission
-                    if workers[proc] is not None:
-                        bar.update(1)  # its current submission stays ungraded and is reported so
-                    stop(proc)
-                    if queue:
-                        start_worker()
-            for proc, job in list(workers.items()):
+                    lost(proc)
+            for proc, job in list(running.items()):
                 if job and time.monotonic() - job["since"] > SUBMISSION_BOUND_S:
-                    stop(proc)
-                    bar.update(1)
-                    if queue:
-                        start_worker()
+                    lost(proc)
+            while queue and len(running) < jobs:  # a result may have queued a next phase
+                start_worker()
             on_tick(set(window))
             window.clear()
-            window.update(job["student"] for job in workers.values() if job)
+            window.update(job["job"].student for job in running.values() if job)
     finally:
-        for proc in list(workers):
+        for proc in list(running):
             stop(proc)
         bar.close()

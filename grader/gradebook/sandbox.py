@@ -1,0 +1,165 @@
+"""One bubblewrap sandbox per submission (and per phase): what `make grade` runs student code in.
+
+The command built for one grading worker, when the grader runs as root (the usual case on a hub):
+
+    prlimit --nproc=N --data=B --fsize=B --core=0 --        limits, inherited by everything in the sandbox
+      bwrap --unshare-pid --unshare-net --unshare-ipc       own PID, network, IPC, UTS, cgroup namespaces: no
+            --unshare-uts --unshare-cgroup-try              network but its own loopback (gloo works there)
+            --hostname grading
+            --die-with-parent --new-session                 dies with the grader; no TIOCSTI into its terminal
+            --ro-bind /usr /usr --symlink usr/bin /bin ...  the OS's programs and libraries, read-only
+            --ro-bind /etc/{ld.so.cache,passwd,hosts,...}   the few /etc files a Python process reads
+            --ro-bind <python prefix> <same>                Python, the venv and the grader package, read-only,
+            --ro-bind <venv> <same>                         each at its own path over an empty root (the
+            --ro-bind <grader> <same>                       editable install finds `grader` there); pyenv's
+                                                            prefix under /root is bound back, /root is not
+            --ro-bind EMPTY <grader>/.../hidden_*           public phase: the hidden checks (and their .pyc)
+                                                            are empty files
+            --ro-bind <private copy> /grading/submission.ipynb   that one submission, read-only
+            --proc /proc --dev /dev --tmpfs /dev/shm        the PID namespace's own /proc; a minimal /dev
+            --perms 1777 --size B --tmpfs /tmp              private, size-limited /tmp and HOME
+            --perms 1777 --size B --tmpfs /home/grading
+            --chdir /tmp
+            setpriv --reuid=65534 --regid=65534             the worker runs as the host's nobody (no user
+                    --clear-groups --inh-caps=-all          namespace: it is not root mapped into one), with no
+                    --bounding-set=-all --no-new-privs      capabilities and no way to gain any
+            python -m grader _grade-worker ...
+
+bwrap sets the mounts up as root because nobody could not reach pyenv's prefix under /root (0700). Run as
+another user, the grader builds the same sandbox with `--unshare-all --cap-drop ALL` (a user namespace) and no
+setpriv: the worker keeps that user's uid, which owns nothing of the course it can see.
+
+Nothing else is there: not the course directory, `solutions/`, other submissions, `graded/`, the gradebook,
+/root or /home. The environment is empty (the process is started with only PATH, HOME, LANG and the thread
+settings, and the phase marker GRADER_HIDDEN_MASKED=1 in the public phase), so NBGRADER_DB_URL and the like never
+reach it. Limits: RLIMIT_NPROC counts every process and thread of the real uid, all sandboxes together (they all run
+as nobody), so it is a fork-bomb brake sized for `jobs` concurrent sandboxes; memory is bounded per process with
+RLIMIT_DATA (RLIMIT_AS breaks torch, which reserves large virtual ranges) and /tmp's size. bwrap is PID 1 of the
+sandbox's PID namespace: when the grader kills it, the kernel kills everything inside, double forks included.
+Results come back on the worker's stdout only (pool.py); the parent alone writes `graded/` and the gradebook.
+"""
+from __future__ import annotations
+
+import atexit
+import functools
+import glob
+import os
+import shutil
+import sys
+import sysconfig
+import tempfile
+
+from grader.exercises.instructor import MASKED_ENV  # the public phase's marker: load_hidden imports none
+
+BWRAP = "bwrap"
+INSTALL_HINT = "apt-get install bubblewrap"
+SUBMISSION = "/grading/submission.ipynb"
+HOME = "/home/grading"
+NOBODY = 65534
+NPROC_PER_SANDBOX = 1024  # processes and threads: 3 ranks of torch use about 100
+DATA_BYTES = 6 << 30  # per process
+TMP_BYTES = 1 << 30  # /tmp and HOME, each (tmpfs: memory)
+_ETC = ["ld.so.cache", "passwd", "group", "hosts", "nsswitch.conf", "localtime", "os-release"]
+GRADER_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+class SandboxMissing(RuntimeError):
+    pass
+
+
+def available() -> bool:
+    return shutil.which(BWRAP) is not None
+
+
+def require() -> None:
+    if not available():
+        raise SandboxMissing(f"grading runs each submission in a bubblewrap sandbox, and `bwrap` is not on PATH: "
+                             f"install it ({INSTALL_HINT}), or pass --no-sandbox to grade unsandboxed "
+                             "(only for a class you trust)")
+
+
+def _prefixes() -> list[str]:
+    """Python's install prefix, the venv, and the grader package: all a worker imports from."""
+    paths = [sys.base_prefix, sys.prefix, GRADER_DIR]
+    paths += [sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]]
+    out = []
+    for path in map(os.path.realpath, paths):
+        if not any(path == p or path.startswith(p + os.sep) for p in out):
+            out = [p for p in out if not p.startswith(path + os.sep)] + [path]
+    return out
+
+
+def _parents(path: str) -> list[str]:
+    parts = path.strip("/").split("/")[:-1]
+    return ["/" + "/".join(parts[:i]) for i in range(1, len(parts) + 1)]
+
+
+@functools.lru_cache(maxsize=1)
+def _empty_file() -> str:
+    """What a masked hidden module reads as: an empty file (/dev/null would not open: binds are nodev)."""
+    fd, path = tempfile.mkstemp(prefix="grader-masked-")
+    os.close(fd)
+    os.chmod(path, 0o444)
+    atexit.register(os.remove, path)
+    return path
+
+
+def hidden_files() -> list[str]:
+    """Every hidden check module of the grader, source and bytecode."""
+    found = glob.glob(os.path.join(GRADER_DIR, "exercises", "*", "hidden_*"))
+    found += glob.glob(os.path.join(GRADER_DIR, "exercises", "*", "__pycache__", "hidden_*"))
+    return sorted(found)
+
+
+def environment(masked: bool) -> dict[str, str]:
+    env = {"PATH": f"{os.path.dirname(sys.executable)}:/usr/bin:/bin", "HOME": HOME, "LANG": "C.UTF-8",
+           "PYTHONDONTWRITEBYTECODE": "1", "PYTHONNOUSERSITE": "1"}
+    for name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "CUDA_VISIBLE_DEVICES"):
+        if name in os.environ:
+            env[name] = os.environ[name]
+    if masked:
+        env[MASKED_ENV] = "1"
+    return env
+
+
+# As root, no user namespace: bwrap mounts as root (it can reach pyenv's prefix under /root, 0700) and the worker
+# then drops to nobody with setpriv, so the sandbox's uid is the host's 65534, not root mapped into a namespace.
+_AS_ROOT = ["--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try"]
+
+
+class Sandbox:
+    """argv and environment of one sandboxed worker."""
+
+    def __init__(self, worker_argv: list[str], submission: str | None, masked: bool, jobs: int):
+        root = os.geteuid() == 0
+        args = [BWRAP, *(_AS_ROOT if root else ["--unshare-all", "--cap-drop", "ALL"]), "--hostname", "grading",
+                "--die-with-parent", "--new-session", "--ro-bind", "/usr", "/usr"]
+        for link in ("bin", "lib", "lib64", "sbin"):
+            if os.path.islink(f"/{link}"):
+                args += ["--symlink", os.readlink(f"/{link}"), f"/{link}"]
+        args += [a for name in _ETC if os.path.exists(f"/etc/{name}") for a in ("--ro-bind", f"/etc/{name}",
+                                                                                f"/etc/{name}")]
+        for path in _prefixes():
+            for parent in _parents(path):  # readable by nobody, whatever the umask
+                args += ["--perms", "0755", "--dir", parent]
+            args += ["--ro-bind", path, path]
+        if masked:
+            for path in hidden_files():
+                args += ["--ro-bind", _empty_file(), path]
+        if submission is not None:
+            args += ["--perms", "0755", "--dir", os.path.dirname(SUBMISSION), "--ro-bind", submission, SUBMISSION]
+        args += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/dev/shm"]
+        for device in sorted(glob.glob("/dev/nvidia*")):  # GPUs, when the machine has them
+            args += ["--dev-bind", device, device]
+        for tmp in ("/tmp", HOME):  # writable by the worker (nobody), like /tmp
+            args += ["--perms", "1777", "--size", str(TMP_BYTES), "--tmpfs", tmp]
+        args += ["--chdir", "/tmp"]
+        if root:  # bwrap set the sandbox up as root; the worker runs as nobody, without capabilities
+            args += ["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups", "--inh-caps=-all",
+                     "--bounding-set=-all", "--no-new-privs", "--"]
+        args += worker_argv
+        limits = [f"--nproc={NPROC_PER_SANDBOX * max(1, jobs)}", f"--data={DATA_BYTES}",
+                  f"--fsize={TMP_BYTES}", "--core=0"]
+        self.argv = ["prlimit", *limits, "--", *args]
+        self.env = environment(masked)
+
