@@ -3,7 +3,8 @@
 A throwaway course in build/demo (its own exchange and SQLite gradebook):
 release 02_ddp_basics, each sample student (samples/submitted/<student>/)
 fetches it, answers and submits, the instructor collects, grades in parallel
-into the gradebook, generates feedback, exports grades.csv and writes the
+into the gradebook (each submission in a bubblewrap sandbox when
+bwrap is installed, else unsandboxed, saying so), generates feedback, exports grades.csv and writes the
 class report. samples/make_samples.py rebuilds the samples from the solution;
 gwen's notebook still shows the ✓ of a check she ran before breaking her
 answer, so she is flagged (formgrader and report).
@@ -16,6 +17,7 @@ import shutil
 import time
 
 from grader.gradebook import roundtrip
+from grader.gradebook import sandbox as sandboxes
 from grader.gradebook.batch import grade_assignment
 from grader.gradebook.commands import format_grades
 from grader.gradebook.inject import gradebook_marks, gradebook_scores, write_results
@@ -46,8 +48,11 @@ def main(assignment: str = "02_ddp_basics", root: str | None = None, jobs: int |
         roundtrip.submit(course, assignment, student)
     step(f"{len(students)} students fetched, answered and submitted: {', '.join(students)}")
     roundtrip.collect(course, assignment)
-    step("collected; grading in parallel with real 2-process runs (gloo on CPU, nccl with enough GPUs)")
-    results = grade_assignment(course, assignment, jobs=jobs or os.cpu_count() or 1)
+    sandbox = sandboxes.available()
+    step("collected; grading in parallel with real 2-process runs (gloo on CPU, nccl with enough GPUs), "
+         + ("each submission in a bubblewrap sandbox" if sandbox else
+            f"UNSANDBOXED: bwrap is not installed ({sandboxes.INSTALL_HINT}; make grade needs it)"))
+    results = grade_assignment(course, assignment, jobs=jobs or os.cpu_count() or 1, sandbox=sandbox)
     problems = write_results(course, assignment, results)
     feedback = roundtrip.feedback(course, assignment)
     csv = roundtrip.export(course)
