@@ -36,6 +36,14 @@ SPELLINGS = {
         "[w.wait() for w in dist.batch_isend_irecv(ops)]", ["send", "recv"]),
     "all_to_all_single": ("dist.all_to_all_single(o.clone(), o)", ["all_to_all"]),
     "all_gather_object": ("dist.all_gather_object([None, None], {'a': 1})", ["all_gather", "all_gather"]),
+    "list reduce_scatter, monitored_barrier": (
+        "dist.reduce_scatter(torch.empty(4), [torch.ones(4), torch.ones(4)])\ndist.monitored_barrier()",
+        ["reduce_scatter", "barrier"]),
+    "reduce, gather, scatter, list all_to_all, coalesced": (
+        "dist.reduce(t, 0)\ndist.gather(t, [torch.empty(4), torch.empty(4)] if rank == 0 else None, dst=0)\n"
+        "dist.scatter(t, [t.clone(), t.clone()] if rank == 0 else None, src=0)\n"
+        "dist.all_to_all([torch.empty(4), torch.empty(4)], [t.clone(), t.clone()])\ndist.all_reduce_coalesced([t, o])",
+        ["reduce", "gather", "scatter", "all_to_all", "all_reduce"]),
     "DDP": (
         "m = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(4, 1))\nm(t[None]).sum().backward()",
         None),  # DDP's own collectives (shape checks, broadcast, bucket all-reduce): all seen, none escapes
@@ -69,6 +77,17 @@ def test_every_spelling_is_recorded_once_in_order():
                 continue
             wanted = [e.split("|")[rank] if "|" in e else e for e in expected]
             assert kinds == wanted, (name, rank, calls)
+
+
+@pytest.mark.timeout(60)
+def test_three_ranks_operators_that_gloo_runs_as_several():
+    # gloo runs a list reduce_scatter as world_size reduces and monitored_barrier as 2 (N - 1) messages:
+    # still one recorded call each, and nothing reported as unseen
+    code = ("dist.reduce_scatter(torch.empty(4), [torch.ones(4)] * 3)\ndist.monitored_barrier()\n"
+            "dist.all_gather([torch.empty(4)] * 3, t)")
+    result = run_distributed(_in_rank, 3, args=(code,), timeout=60, trusted=False)
+    assert result.ok, result.failure()
+    assert all([c[0] for c in calls] == ["reduce_scatter", "barrier", "all_gather"] for calls in result.values)
 
 
 def _payloads(ctx):
