@@ -23,6 +23,9 @@ def test_solution_gets_full_marks(task):
     assert report.score == get_exercise(EXERCISE).points_of(task) > 0
 
 
+BUCKETED_BROADCAST = ("        self.world_size = dist.get_world_size()\n        with torch.no_grad():\n"
+                      "            for tensor in list(module.parameters()) + list(module.buffers()):\n"
+                      "                dist.broadcast(tensor, src=0)\n")  # BucketedDDP's (MiniDDP's differs)
 MUTANTS = [  # (task, old, new, check, phrase)
     ("train_with_accumulation", "with contextlib.nullcontext() if last else model.no_sync():",
      "with contextlib.nullcontext():", "accumulation_one_all_reduce_per_bucket_per_step", "no_sync is missing"),
@@ -49,6 +52,25 @@ MUTANTS = [  # (task, old, new, check, phrase)
     ("BucketedDDP", ("        for i in range(len(self.buckets)):\n"
      "            if i not in self._pending:  # holds a parameter that forward did not use\n"
      "                self._launch(i)\n"), "", "bucketed_gradients_match_ddp", "never becomes ready"),
+    # issue 22 §4: each of these names the mistake
+    ("train_with_accumulation", "        last = (i + 1) % accumulation_steps == 0\n",
+     "        optimizer.zero_grad()\n        last = (i + 1) % accumulation_steps == 0\n",
+     "accumulation_matches_big_batch_step", "zero_grad() ran before every micro-batch"),
+    ("train_with_accumulation", "            optimizer.step()\n            optimizer.zero_grad()\n",
+     "            optimizer.step()\n", "accumulation_matches_big_batch_step", "zero_grad() was never called"),
+    ("train_with_accumulation", ("        with contextlib.nullcontext() if last else model.no_sync():  # all-reduce "
+     "only on the last micro-batch\n            loss = loss_fn(model(inputs), targets)\n"),
+     ("        loss = loss_fn(model(inputs), targets)\n"
+      "        with contextlib.nullcontext() if last else model.no_sync():\n"),
+     "accumulation_one_all_reduce_per_bucket_per_step", "only backward is inside it"),
+    # issue 22 §2: the broadcast at construction and the tied weight travelling once
+    ("BucketedDDP", BUCKETED_BROADCAST, "        self.world_size = dist.get_world_size()\n",
+     "bucketed_gradients_match_ddp", "parameters right after BucketedDDP(...) are not rank 0's"),
+    ("BucketedDDP", BUCKETED_BROADCAST, BUCKETED_BROADCAST.replace(" + list(module.buffers())", ""),
+     "bucketed_gradients_match_ddp", "buffers right after BucketedDDP(...) are not rank 0's"),
+    ("BucketedDDP", "for param in reversed([p for p in module.parameters() if p.requires_grad]):",
+     "for param in reversed([p for m in module.modules() for p in m.parameters(recurse=False) if p.requires_grad]):",
+     "bucketed_one_all_reduce_per_bucket", "The tied weight encode.weight (the same Parameter as decode.weight)"),
 ]
 
 
@@ -115,7 +137,7 @@ class BucketedDDP(nn.Module):
 
     def finish_gradient_synchronization(self):
         pass
-""", "BucketedDDP's gradient"),
+""", "are not rank 0's"),
     ("BucketedDDP", """
 class BucketedDDP(DDP):
     def __init__(self, module, bucket_cap_mb):
@@ -130,3 +152,117 @@ class BucketedDDP(DDP):
 @pytest.mark.parametrize("task, code, phrase", LAZY, ids=[f"{t}:{p[:24]}" for t, _, p in LAZY])
 def test_laziest_answers_score_zero(task, code, phrase):
     assert_lazy_answer_earns_nothing(EXERCISE, task, code, phrase)
+
+
+# --- issue 22 §4: per-step state not reset ----------------------------------------------------
+
+def test_bucketed_state_not_reset_is_named_from_the_second_step():
+    reset = "        self._pending.clear()\n        self._ready = [0] * len(self.buckets)\n"
+    source = mutate(solution_source(EXERCISE), reset, "        self._pending.clear()\n")
+    report = grade_source(EXERCISE, source, task="BucketedDDP")
+    message = failed(report)["bucketed_all_reduce_overlaps_backward"]
+    assert "from the second step on, no all-reduce was launched" in message, message
+    assert "reset the per-step state" in message and "step 1" not in message, message
+
+
+# --- issue 22 §1: every spelling of the all-reduce is counted -----------------------------------
+
+LAUNCH = "self._pending[i] = (dist.all_reduce(flat, async_op=True), flat)"
+SPELLINGS = {  # a correct BucketedDDP whose all-reduce is written another way: (module-level import, the launch)
+    "imported name": ("from torch.distributed import all_reduce as launch",
+                      "self._pending[i] = (launch(flat, async_op=True), flat)"),
+    "distributed_c10d, positional async_op": ("", "self._pending[i] = (torch.distributed.distributed_c10d."
+                                                  "all_reduce(flat, dist.ReduceOp.SUM, None, True), flat)"),
+    "process group object": ("", "self._pending[i] = (dist.group.WORLD.allreduce([flat]), flat)"),
+}
+
+
+@pytest.mark.parametrize("spelling", SPELLINGS)
+def test_bucketed_in_every_spelling_gets_full_marks(spelling):
+    imports, launch = SPELLINGS[spelling]
+    source = mutate(solution_source(EXERCISE), LAUNCH, launch)
+    source = mutate(source, "class BucketedDDP(nn.Module):", f"{imports}\n\n\nclass BucketedDDP(nn.Module):")
+    report = grade_source(EXERCISE, source, task="BucketedDDP")
+    assert report.passed, "\n".join(report.lines())
+    assert report.score == get_exercise(EXERCISE).points_of("BucketedDDP")
+
+
+PER_PARAMETER = '''
+from torch.distributed.distributed_c10d import all_reduce as hidden_all_reduce
+
+
+class BucketedDDP(nn.Module):
+    """One all-reduce per gradient (no buckets){token}."""
+
+    def __init__(self, module, bucket_cap_mb):
+        super().__init__()
+        self.module = module
+        self.world_size = dist.get_world_size()
+        with torch.no_grad():
+            for tensor in list(module.parameters()) + list(module.buffers()):
+                dist.broadcast(tensor, src=0)
+        cap = bucket_cap_mb * 1024 * 1024
+        self.buckets, current, size = [], [], 0
+        for param in reversed([p for p in module.parameters() if p.requires_grad]):
+            nbytes = param.numel() * param.element_size()
+            if current and size + nbytes > cap:
+                self.buckets.append(current)
+                current, size = [], 0
+            current.append(param)
+            size += nbytes
+        if current:
+            self.buckets.append(current)
+        self._bucket_of = {{param: i for i, bucket in enumerate(self.buckets) for param in bucket}}
+        self._ready = [0] * len(self.buckets)
+        self._works, self._tokens = {{}}, []
+        for param in self._bucket_of:
+            param.register_post_accumulate_grad_hook(self._on_gradient_ready)
+
+    def _on_gradient_ready(self, param):
+        self._works[param] = hidden_all_reduce(param.grad.div_(self.world_size), async_op=True)
+        i = self._bucket_of[param]
+        self._ready[i] += 1
+        if {token_if}self._ready[i] == len(self.buckets[i]):
+            self._tokens.append(dist.all_reduce(torch.zeros(1), async_op=True))
+
+    def forward(self, *args, **kwargs):
+        return self.module(*args, **kwargs)
+
+    def finish_gradient_synchronization(self):
+        for param in self._bucket_of:
+            if param not in self._works:  # unused by forward
+                param.grad = torch.zeros_like(param)
+                self._works[param] = hidden_all_reduce(param.grad, async_op=True)
+        for work in [*self._works.values(), *self._tokens]:
+            work.wait()
+        self._works, self._tokens = {{}}, []
+        self._ready = [0] * len(self.buckets)
+'''
+
+
+def test_a_count_faked_with_token_calls_earns_no_more_than_its_honest_twin():
+    """The disguised twin does its real work with one hidden all-reduce per gradient and adds a token all-reduce
+    per bucket, so that a recorder blind to the hidden spelling would count one per bucket."""
+    honest = PER_PARAMETER.format(token="", token_if="False and ")
+    disguised = PER_PARAMETER.format(token=", disguised as one per bucket by token all-reduces", token_if="")
+    scores = {}
+    for name, code in (("honest", honest), ("disguised", disguised)):
+        report = grade_source(EXERCISE, replace_definition(solution_source(EXERCISE), "BucketedDDP", code),
+                              task="BucketedDDP")
+        assert "bucketed_one_all_reduce_per_bucket" in failed(report), "\n".join(report.lines())
+        scores[name] = report.score
+    assert scores["disguised"] <= scores["honest"] < get_exercise(EXERCISE).points_of("BucketedDDP"), scores
+
+
+def test_gloo_timeout_in_train_uneven_is_reported_as_the_missing_join():
+    """gloo's own timeout (or a lost peer) can end rank 0's wait before the check's bound: the hint is Join's."""
+    from grader.engine.plan import HardwarePlan
+    from grader.engine.results import RankReport, RunResult
+    from grader.exercises.ddp_basics.checks_practice import _waited_for_a_finished_rank
+
+    def run(error):
+        return RunResult([RankReport(0, "error", error=error), RankReport(1, "ok")], HardwarePlan(2, 0), 1.0)
+
+    timeout = {"type": "DistBackendError", "message": "[gloo] Timed out waiting 15000ms for recv operation"}
+    assert _waited_for_a_finished_rank(run(timeout))
+    assert not _waited_for_a_finished_rank(run({"type": "NameError", "message": "name 'x' is not defined"}))

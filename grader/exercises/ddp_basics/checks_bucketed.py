@@ -1,42 +1,45 @@
-"""02_ddp_basics, DDP in practice: BucketedDDP (gradient buckets all-reduced during backward)."""
+"""02_ddp_basics, DDP in practice: BucketedDDP (gradient buckets all-reduced during backward).
+
+Every rule of the task text, and the check that verifies it (hidden: bucketed_gradients_match_ddp_three_ranks
+repeats the gradient comparison on 3 ranks):
+
+    keep `self.module`; `forward` delegates to it          bucketed_gradients_match_ddp
+    broadcast rank 0's parameters and buffers at __init__   bucketed_gradients_match_ddp (each rank starts
+                                                            from its own weights and buffer)
+    only parameters that require a gradient                 bucketed_gradients_match_ddp (frozen model)
+    reverse order, greedy buckets of bucket_cap_mb, a       bucketed_one_all_reduce_per_bucket (three caps,
+    larger gradient alone                                   both greedy rules accepted)
+    each Parameter once, a tied one too                     bucketed_one_all_reduce_per_bucket (bytes per
+                                                            step, on a model whose weight two modules share)
+    launch from the hook of a bucket's last gradient,       bucketed_all_reduce_overlaps_backward
+    async_op=True, during backward
+    flatten, divide by the world size, all-reduce           bucketed_gradients_match_ddp; the count check
+                                                            (one all-reduce per bucket, nothing else)
+    finish: launch buckets never ready (zeros for an        bucketed_gradients_match_ddp (unused model);
+    unused parameter), wait, copy back                      the count check (no bucket launched twice)
+    reset for the next step                                 every check runs two steps and names a second
+                                                            step that differs from the first
+    built by hand, not torch's DDP                          every check (_require_by_hand)
+
+Collectives are recorded at the dispatcher (grader/exercises/collectives.py), so every spelling of a call is
+counted, and a token call cannot stand in for the real traffic: the count check also adds up the bytes.
+"""
 from __future__ import annotations
 
-import contextlib
-import inspect
-
 import torch
-import torch.distributed as dist
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from grader.checks import CheckFailed
+from grader.exercises.collectives import record_collectives
 from grader.exercises.ddp_basics import reference as ref
 from grader.exercises.ddp_basics import reference_practice as rp
 from grader.exercises.ddp_basics.exercise import check
 from grader.tolerances import assert_close
 
-# --- BucketedDDP ------------------------------------------------------------------------------
-
-@contextlib.contextmanager
-def _recording_all_reduce(cls, calls: list, phase: dict):
-    """dist.all_reduce (and the student's own name for it) notes each call: (phase, data_ptr, async_op)."""
-    real = dist.all_reduce
-
-    def recording(tensor, *args, **kwargs):
-        async_op = kwargs.get("async_op", args[2] if len(args) > 2 else False)
-        calls.append((phase["now"], tensor.data_ptr(), bool(async_op)))
-        return real(tensor, *args, **kwargs)
-
-    functions = [inspect.unwrap(f) for f in vars(cls).values() if inspect.isfunction(f)]
-    spaces = [vars(dist)] + ([functions[0].__globals__] if functions else [])
-    patched = [(space, name) for space in spaces for name, value in list(space.items()) if value is real]
-    for space, name in patched:
-        space[name] = recording
-    try:
-        yield
-    finally:
-        for space, name in patched:
-            space[name] = real
+STEPS = 2
+RESET = ("reset the per-step state (the count of ready gradients, the pending handles) at the end of "
+         "finish_gradient_synchronization")
 
 
 def _require_by_hand(mini) -> None:
@@ -45,56 +48,91 @@ def _require_by_hand(mini) -> None:
                           "hooks that fill buckets and all-reduce each one asynchronously")
 
 
-def _bucketed_history(ctx, student, name, cap_mb, steps=2):
+def _bucketed_history(ctx, student, name, cap_mb):
+    """Two training steps of the student's BucketedDDP next to torch's DDP. The ranks start from different
+    weights (seed 1 + rank): only rank 0's, broadcast at construction, give DDP's gradients."""
     factory, features = rp.MODELS[name], rp.IN_FEATURES[name]
-    ddp = DDP(ref.seeded(factory, 1), find_unused_parameters=(name == "unused"))
-    module = ref.seeded(factory, 1)
-    calls, phase, first_ready = [], {"now": "init"}, []
+    ddp = DDP(ref.seeded(factory, 1 + ctx.rank), find_unused_parameters=(name == "unused"))
+    module = ref.seeded(factory, 1 + ctx.rank)
+    first_ready: list[int] = []  # how many collectives had been made when the first layer's gradient was ready
     first = next(p for p in module.parameters() if p.requires_grad)
-    first.register_post_accumulate_grad_hook(lambda p: first_ready.append(len(calls)))  # runs before the student's
     cls = student.task("BucketedDDP")
-    history = []
-    with _recording_all_reduce(cls, calls, phase):
+    with record_collectives() as calls:
+        first.register_post_accumulate_grad_hook(lambda p: first_ready.append(len(calls)))  # before the student's
         mini = cls(module, cap_mb)
         _require_by_hand(mini)
+        params, buffers = rp.initial_state(module, buffers=False), rp.initial_state(module, params=False)
+        kept = getattr(mini, "module", None) is module
         opts = [torch.optim.SGD([p for p in m.parameters() if p.requires_grad], lr=0.1) for m in (ddp.module, module)]
-        for step in range(steps):
+        steps = []
+        for step in range(STEPS):
             gen = torch.Generator().manual_seed(100 * step + ctx.rank)
             x, y = torch.randn(6, features, generator=gen), torch.randn(6, 1, generator=gen)
             for opt in opts:
                 opt.zero_grad()
             nn.MSELoss()(ddp(x), y).backward()
-            start, phase["now"] = len(calls), "backward"
-            nn.MSELoss()(mini(x), y).backward()
-            phase["now"] = "after backward"
+            marks = [len(calls)]
+            loss = nn.MSELoss()(mini(x), y)
+            marks.append(len(calls))
+            loss.backward()
+            marks.append(len(calls))
             mini.finish_gradient_synchronization()
-            phase["now"] = "after"
-            before_first = first_ready[-1] - start if first_ready else None
-            history.append((ref.flat_grads(ddp.module), ref.flat_grads(module), calls[start:], before_first))
+            marks.append(len(calls))
+            phases = [(phase, c) for phase, (a, b) in zip(("forward", "backward", "after backward"),
+                                                           zip(marks, marks[1:])) for c in calls[a:b]]
+            steps.append({"ddp": ref.flat_grads(ddp.module), "grad": ref.flat_grads(module),
+                          "calls": [(phase, c.kind, c.nbytes, c.async_op) for phase, c in phases],
+                          "before_first": first_ready[-1] - marks[1] if first_ready else None})
             for opt in opts:
                 opt.step()
-    return history
+    return {"params": params, "buffers": buffers, "kept": kept, "steps": steps}
 
 
 def _in_rank_bucketed(ctx, student, configs):
-    """Each (model name, bucket_cap_mb) in one run: [(DDP's grads, the student's, all-reduce calls, ...) per step]."""
+    """Each (model name, bucket_cap_mb) in one run."""
     return [_bucketed_history(ctx, student, name, cap_mb) for name, cap_mb in configs]
 
 
-GRADIENT_CASES = (("wide", 0.002), ("frozen", 0.0001), ("tied", 0.00005), ("unused", 0.0001))  # several buckets
+def _nth(step: int) -> str:
+    return ("first", "second", "third")[step] if step < 3 else f"{step + 1}th"
+
+
+GRADIENT_CASES = (("wide", 0.002), ("frozen", 0.0001), ("tied", 0.00005), ("unused", 0.0001),
+                  ("shared", 0.0001))  # several buckets each
+
+
+def _broadcast_at_construction(name: str, rank: int, run: dict) -> None:
+    rank0 = ref.seeded(rp.MODELS[name], 1)
+    how = ("broadcast rank 0's parameters and buffers in __init__ (dist.broadcast(tensor, src=0) for each): every "
+           "replica must start from the same weights, or they drift apart from the first step")
+    if not torch.equal(run["params"], rp.initial_state(rank0, buffers=False)):
+        raise CheckFailed(f"{name} model: rank {rank}'s parameters right after BucketedDDP(...) are not rank 0's "
+                          f"(the ranks start from different weights): {how}")
+    if not torch.equal(run["buffers"], rp.initial_state(rank0, params=False)):
+        raise CheckFailed(f"{name} model: rank {rank}'s buffers right after BucketedDDP(...) are not rank 0's: {how}")
 
 
 def _bucketed_grads_match(g, cases):
-    for rank, runs in enumerate(g.run(_in_rank_bucketed, cases)):
-        for (name, _), history in zip(cases, runs):
-            for step, (ddp_grad, grad, _, _) in enumerate(history):
+    results = g.run(_in_rank_bucketed, cases)
+    for rank, runs in enumerate(results):  # the construction first: every rank's
+        for (name, _), run in zip(cases, runs):
+            if not run["kept"]:
+                raise CheckFailed("BucketedDDP's `self.module` is not the model it was given: keep it "
+                                  "(self.module = module) and train that model")
+            _broadcast_at_construction(name, rank, run)
+    for rank, runs in enumerate(results):
+        for (name, _), run in zip(cases, runs):
+            for step, record in enumerate(run["steps"]):
+                grad, ddp_grad = record["grad"], record["ddp"]
                 likely = "average each bucket (all-reduce the flat bucket, divide by the world size, copy back)"
                 if torch.allclose(grad, ddp_grad * g.world_size, rtol=1e-4, atol=1e-6) and ddp_grad.abs().sum() > 0:
                     likely = "the gradients are world_size times DDP's: divide the all-reduced sum by the world size"
+                elif step > 0:
+                    likely = f"the first step was right, the {_nth(step)} was not: {RESET}"
                 elif name == "unused":
                     likely = ("a bucket holding a parameter that forward never uses never becomes ready: "
                               "all-reduce the buckets still pending in finish_gradient_synchronization")
-                assert_close(grad, ddp_grad, f"{name} model, rank {rank}, step {step}: BucketedDDP's gradient",
+                assert_close(grad, ddp_grad, f"{name} model, rank {rank}, {_nth(step)} step: BucketedDDP's gradient",
                              likely)
 
 
@@ -104,49 +142,85 @@ def bucketed_gradients_match_ddp(g):
 
 
 CAPS_MB = (0.0005, 0.003, 100.0)  # one gradient per bucket, a few per bucket, one bucket for all
+COUNT_CASES = tuple(("wide", cap) for cap in CAPS_MB) + (("shared", 0.00001), ("shared", 100.0))
+
+
+def _not_reset(steps: list, phase: str | None = None) -> int | None:
+    """The first step after the first that launched no all-reduce (during `phase`) while the first one did."""
+    def launched(record):
+        return [c for c in record["calls"] if c[1] == "all_reduce" and (phase is None or c[0] == phase)]
+    if not launched(steps[0]):
+        return None
+    return next((step for step, record in enumerate(steps) if step and not launched(record)), None)
+
+
+def _judge_traffic(name: str, cap: float, rank: int, steps: list) -> None:
+    model = rp.MODELS[name]()
+    expected, nbytes = rp.bucket_counts(model, cap), rp.gradient_bytes(model)
+    where = f"{name} model, bucket_cap_mb={cap}, rank {rank}"
+    stale = _not_reset(steps)
+    if stale is not None:
+        raise CheckFailed(f"{where}: from the {_nth(stale)} step on, no all-reduce was launched: {RESET}")
+    for step, record in enumerate(steps):
+        calls = record["calls"]
+        others = sorted({kind for _, kind, _, _ in calls if kind != "all_reduce"})
+        if others:
+            raise CheckFailed(f"{where}, {_nth(step)} step: BucketedDDP also made {', '.join(others)} calls during "
+                              "the step: synchronize the gradients with one all_reduce per bucket and nothing else")
+        sent = sum(size for _, _, size, _ in calls)
+        count = len(calls)
+        if sent != nbytes:
+            hint = ""
+            for names, size in rp.shared_parameters(model):
+                if sent > nbytes and (sent - nbytes) % size == 0:
+                    hint = (f" The tied weight {names[0]} (the same Parameter as {', '.join(names[1:])}) was sent "
+                            f"{(sent - nbytes) // size + 1} times: list each Parameter once (module.parameters() "
+                            "yields a shared one once), so that it travels once per step.")
+            if not hint and sent == 2 * nbytes:
+                hint = (" Each bucket was all-reduced twice: launch it once (in the hook, or in "
+                        "finish_gradient_synchronization for a bucket that never became ready), then only wait for it.")
+            raise CheckFailed(f"{where}, {_nth(step)} step: the all-reduces carried {sent} bytes, but the "
+                              f"gradients are {nbytes} bytes: each gradient travels once per step, in its "
+                              f"bucket.{hint}")
+        if count not in expected:
+            hint = (" One per parameter: group the gradients into buckets of up to bucket_cap_mb."
+                    if count == len([p for p in model.parameters() if p.requires_grad]) else "")
+            raise CheckFailed(f"{where}, {_nth(step)} step: {count} all-reduces, expected {min(expected)} (one per "
+                              "bucket, gradients in reverse parameter order, a new bucket when the next one would "
+                              f"exceed the cap).{hint}")
 
 
 @check("BucketedDDP", points=2)
 def bucketed_one_all_reduce_per_bucket(g):
-    n_params = len(list(rp.wide_net().parameters()))
-    results = g.run(_in_rank_bucketed, [("wide", cap) for cap in CAPS_MB])
-    for i, cap in enumerate(CAPS_MB):
-        expected = rp.bucket_counts(rp.wide_net(), cap)
-        for rank, history in enumerate(runs[i] for runs in results):
-            for step, (_, _, calls, _) in enumerate(history):
-                ptrs = [ptr for _, ptr, _ in calls]
-                if len(set(ptrs)) < len(ptrs):
-                    raise CheckFailed(f"bucket_cap_mb={cap}, step {step}: a bucket was all-reduced twice (the same "
-                                      "tensor went to dist.all_reduce again, e.g. in finish_gradient_synchronization): "
-                                      "launch each bucket once, then only wait for it")
-                if len(calls) not in expected:
-                    hint = (" One per parameter: group the gradients into buckets of up to bucket_cap_mb."
-                            if len(calls) == n_params else "")
-                    if len(calls) in {2 * n for n in expected}:
-                        hint = (" Each bucket was all-reduced twice: launch it once (in the hook, or in "
-                                "finish_gradient_synchronization for a bucket that never became ready), then only "
-                                "wait for it.")
-                    raise CheckFailed(f"bucket_cap_mb={cap}, rank {rank}, step {step}: {len(calls)} all-reduces, "
-                                      f"expected {min(expected)} (one per bucket, gradients in reverse parameter order, "
-                                      f"a new bucket when the next one would exceed the cap).{hint}")
+    results = g.run(_in_rank_bucketed, COUNT_CASES)
+    for i, (name, cap) in enumerate(COUNT_CASES):
+        for rank, runs in enumerate(results):
+            _judge_traffic(name, cap, rank, runs[i]["steps"])
 
 
 @check("BucketedDDP", points=2)
 def bucketed_all_reduce_overlaps_backward(g):
-    for rank, (history,) in enumerate(g.run(_in_rank_bucketed, [("wide", 0.003)])):
-        for step, (_, _, calls, before_first) in enumerate(history):
+    for rank, (run,) in enumerate(g.run(_in_rank_bucketed, [("wide", 0.003)])):
+        steps = run["steps"]
+        stale = _not_reset(steps, phase="backward")
+        if stale is not None:
+            raise CheckFailed(f"from the {_nth(stale)} step on, no all-reduce was launched during backward (the "
+                              f"first step launched them from the gradient hooks): {RESET}")
+        for step, record in enumerate(steps):
+            calls = [c for c in record["calls"] if c[1] == "all_reduce"]
             if not calls:
-                raise CheckFailed("no dist.all_reduce was called during the step: all-reduce each bucket")
-            if not all(async_op for _, _, async_op in calls):
-                raise CheckFailed(f"step {step}: dist.all_reduce was called without async_op=True: backward then "
-                                  "waits for each bucket; keep the work handle and wait() in "
+                raise CheckFailed(f"{_nth(step)} step: no all-reduce was made: all-reduce each bucket")
+            if any(async_op is False for _, _, _, async_op in calls):
+                raise CheckFailed(f"{_nth(step)} step: dist.all_reduce was called without async_op=True: backward "
+                                  "then waits for each bucket; keep the work handle and wait() in "
                                   "finish_gradient_synchronization")
-            late = [p for p, _, _ in calls if p != "backward"]
+            late = [phase for phase, _, _, _ in calls if phase != "backward"]
             if late:
-                raise CheckFailed(f"step {step}: {len(late)} of {len(calls)} all-reduces started after backward "
-                                  "returned (in finish_gradient_synchronization): launch a bucket's all-reduce from "
-                                  "the gradient hook of its last parameter, during backward")
-            if not before_first:
-                raise CheckFailed(f"step {step}: no bucket's all-reduce started before the first layer's gradient was "
-                                  "ready: launch each bucket as soon as its own gradients are all ready, not all "
-                                  "together at the end of backward")
+                when = ("in forward" if "forward" in late
+                        else "after backward returned (in finish_gradient_synchronization)")
+                raise CheckFailed(f"{_nth(step)} step: {len(late)} of {len(calls)} all-reduces started {when}: launch "
+                                  "a bucket's all-reduce from the gradient hook of its last parameter, during backward")
+            if not record["before_first"]:
+                raise CheckFailed(f"{_nth(step)} step: no bucket's all-reduce started before the first layer's "
+                                  "gradient was ready: launch each bucket as soon as its own gradients are all ready, "
+                                  "not all together at the end of backward")

@@ -1,9 +1,30 @@
-"""02_ddp_basics, DDP in practice: train_with_accumulation, train_uneven (BucketedDDP: checks_bucketed.py)."""
+"""02_ddp_basics, DDP in practice: train_with_accumulation, train_uneven (BucketedDDP: checks_bucketed.py).
+
+Every rule of the task texts, and the check that verifies it:
+
+train_with_accumulation (4 micro-batches per rank, accumulation_steps=2)
+    backward loss / accumulation_steps                      accumulation_matches_big_batch_step
+    one optimizer.step() per accumulation_steps             accumulation_matches_big_batch_step (steps counted)
+    zero_grad once per step, after the step                 accumulation_matches_big_batch_step (per micro-batch
+                                                            and never: each named)
+    first accumulation_steps - 1 micro-batches, forward     accumulation_one_all_reduce_per_bucket_per_step
+    and backward, inside no_sync; the last all-reduces
+    return the mean loss of every micro-batch of every      accumulation_returns_global_mean_loss
+    rank, as a float
+train_uneven (rank 0 has 5 batches, rank 1 has 3; hidden: none)
+    one step per batch of the rank's own loader             uneven_finishes_without_hang (steps counted)
+    inside `with Join([model]):`, no hang                   uneven_finishes_without_hang (a hang, or gloo's own
+                                                            timeout, is named as the missing Join)
+    every rank ends with the longest-training rank's        uneven_matches_join_semantics
+    parameters; the average over the whole world size
+
+DDP's all-reduces are counted by a DDP communication hook (it sees DDP's own buckets, whatever the student
+writes); the optimizer's steps by a step pre-hook. The loaders hold tensors on the rank's device already.
+"""
 from __future__ import annotations
 
 import torch
 from torch import nn
-from torch.nn.parallel import DistributedDataParallel as DDP
 
 from grader.checks import CheckFailed
 from grader.exercises.ddp_basics import reference as ref
@@ -31,14 +52,18 @@ def _counting_hook(events: list, bucket):
     return default_hooks.allreduce_hook(None, bucket)
 
 
+def _on_device(batches: list, device) -> list:
+    return [(x.to(device), y.to(device)) for x, y in batches]
+
+
 def _in_rank_accumulate(ctx, student):
-    model = DDP(ref.tiny_net(seed=0))
+    model = ref.ddp_fixture(ref.tiny_net(seed=0), ctx.device)
     events: list = []
     model.register_comm_hook(events, _counting_hook)
     optimizer = torch.optim.SGD(model.parameters(), lr=rp.LR)
     optimizer.register_step_pre_hook(lambda *_: events.append("step"))  # steps and all-reduces, in order
-    loss = student.task("train_with_accumulation")(model, rp.micro_batches(ctx.rank, MICRO), optimizer,
-                                                   nn.MSELoss(), K)
+    loader = _on_device(rp.micro_batches(ctx.rank, MICRO), ctx.device)
+    loss = student.task("train_with_accumulation")(model, loader, optimizer, nn.MSELoss(), K)
     try:
         loss = float(loss)
     except (TypeError, ValueError, RuntimeError):
@@ -50,6 +75,8 @@ def _in_rank_accumulate(ctx, student):
 def accumulation_matches_big_batch_step(g):
     expected, _ = rp.accumulation_reference(g.world_size, MICRO, K)
     undivided, _ = rp.accumulation_reference(g.world_size, MICRO, K, divide=False)
+    cleared_every, _ = rp.accumulation_reference(g.world_size, MICRO, K, zero_grad="per micro-batch")
+    never_cleared, _ = rp.accumulation_reference(g.world_size, MICRO, K, zero_grad="never")
     for rank, (params, events, _) in enumerate(g.run(_in_rank_accumulate)):
         steps = events.count("step")
         if steps == MICRO:
@@ -61,6 +88,13 @@ def accumulation_matches_big_batch_step(g):
         if _close(params, undivided) and not _close(params, expected):
             raise CheckFailed(f"the parameters moved as if the gradient were {K} times too large: the loss is not "
                               "divided by the number of micro-batches; backward (loss / accumulation_steps)")
+        if _close(params, cleared_every) and not _close(params, expected):
+            raise CheckFailed("each step used only the last micro-batch's gradient: zero_grad() ran before every "
+                              "micro-batch and cleared the gradients accumulated so far; call optimizer.zero_grad() "
+                              "once per optimizer step, after optimizer.step()")
+        if _close(params, never_cleared) and not _close(params, expected):
+            raise CheckFailed("the second step also used the first step's gradients: zero_grad() was never called; "
+                              "call optimizer.zero_grad() after each optimizer.step()")
         assert_close(params, expected, f"rank {rank}'s parameters after {MICRO // K} accumulated steps",
                      "each step must equal one step on the global batch (every rank's accumulation_steps "
                      "micro-batches): accumulate loss / accumulation_steps, all-reduce once, then step")
@@ -90,9 +124,12 @@ def accumulation_one_all_reduce_per_bucket_per_step(g):
         for step, buckets in enumerate(groups):
             worst = max(buckets.count(b) for b in buckets)
             if worst > 1:
-                raise CheckFailed(f"rank {rank}, optimizer step {step}: a bucket was all-reduced {worst} times, once per "
-                                  f"micro-batch: no_sync is missing, so accumulation costs {K} times the traffic; run "
-                                  "the first accumulation_steps - 1 micro-batches inside `with model.no_sync():`")
+                raise CheckFailed(f"rank {rank}, optimizer step {step + 1}: a bucket was all-reduced {worst} times, "
+                                  f"once per micro-batch: no_sync is missing, so accumulation costs {K} times the "
+                                  "traffic (or only backward is inside it: DDP decides at forward whether backward "
+                                  "all-reduces); run "
+                                  "forward and backward of the first accumulation_steps - 1 micro-batches inside "
+                                  "`with model.no_sync():`")
 
 
 @check("train_with_accumulation", points=1)
@@ -118,19 +155,31 @@ UNEVEN_TIMEOUT_S = 15.0  # a forgotten Join hangs: the run is stopped after this
 
 
 def _in_rank_uneven(ctx, student, lengths):
-    model = DDP(ref.tiny_net(seed=0))
+    model = ref.ddp_fixture(ref.tiny_net(seed=0), ctx.device)
     optimizer = torch.optim.SGD(model.parameters(), lr=rp.LR)
     steps: list = []
     optimizer.register_step_pre_hook(lambda *_: steps.append(1))
-    data = rp.micro_batches(ctx.rank, lengths[ctx.rank], seed=1)
+    data = _on_device(rp.micro_batches(ctx.rank, lengths[ctx.rank], seed=1), ctx.device)
     student.task("train_uneven")(model, data, optimizer, nn.MSELoss())
     return ref.flat_params(model.module), len(steps)
+
+
+_COMMUNICATION_ERRORS = ("Timed out", "timed out", "Connection closed", "Connection reset")
+
+
+def _waited_for_a_finished_rank(result) -> bool:
+    """A hang, or gloo's own timeout (or a lost peer) ending the wait before the check's bound does: either
+    way a rank waited in a collective the others never joined, not an error in the student's own code."""
+    errors = [r.error for r in result.ranks if r.status == "error" and r.error]
+    return result.hung or bool(errors) and all(
+        e.get("type") in ("DistBackendError", "DistError", "RuntimeError")
+        and any(word in e.get("message", "") for word in _COMMUNICATION_ERRORS) for e in errors)
 
 
 def _uneven_run(g) -> list:
     lengths = LENGTHS + [4] * (g.world_size - len(LENGTHS))
     result = g.run_raw(_in_rank_uneven, lengths, timeout=min(g.timeout, UNEVEN_TIMEOUT_S))
-    if result.hung:
+    if _waited_for_a_finished_rank(result):
         raise CheckFailed(f"the ranks hung: rank 0 has {lengths[0]} batches and rank 1 has {lengths[1]}; once rank 1 "
                           "has run out, rank 0's backward waits in an all-reduce that rank 1 never joins. Use Join: "
                           "wrap the loop in `with Join([model]):` (torch.distributed.algorithms.join)\n"

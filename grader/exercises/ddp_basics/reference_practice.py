@@ -16,25 +16,28 @@ def micro_batches(rank: int, n: int, size: int = 4, seed: int = 0) -> list[tuple
     return [(torch.randn(size, 4, generator=g), torch.randn(size, 1, generator=g)) for _ in range(n)]
 
 
-def accumulation_reference(world_size: int, n: int, k: int, divide: bool = True, step_every: bool = False):
-    """One single-process SGD step per global batch (every rank's k micro-batches). Variants:
-    divide=False: the micro-batch losses summed, not averaged (k times the gradient);
-    step_every=True: one step per micro-batch of all ranks. Returns (parameters, mean loss)."""
+def accumulation_reference(world_size: int, n: int, k: int, divide: bool = True, zero_grad: str = "per step"):
+    """One single-process SGD step per global batch (every rank's k micro-batches), as DDP with no_sync
+    computes it: each micro-batch's gradient is the ranks' average, and the micro-batches' gradients add up
+    in .grad. Variants (the typical mistakes): divide=False, the micro-batch losses summed, not averaged (k
+    times the gradient); zero_grad="per micro-batch", the gradients cleared before every micro-batch (only the
+    last one counts); zero_grad="never", never cleared (earlier steps' gradients stay). Returns (parameters,
+    mean loss)."""
     model = ref.tiny_net(seed=0)
     opt = torch.optim.SGD(model.parameters(), lr=LR)
     data = [micro_batches(r, n) for r in range(world_size)]
     losses = []
-    group = 1 if step_every else k
-    for start in range(0, n, group):
-        opt.zero_grad()
+    for i in range(n):
+        if zero_grad == "per micro-batch" or (zero_grad == "per step" and i % k == 0):
+            opt.zero_grad()
         total = 0.0
-        for i in range(start, start + group):
-            for r in range(world_size):
-                loss = nn.MSELoss()(model(data[r][i][0]), data[r][i][1])
-                losses.append(loss.item())
-                total = total + loss
-        (total / (world_size * (group if divide else 1))).backward()
-        opt.step()
+        for r in range(world_size):
+            loss = nn.MSELoss()(model(data[r][i][0]), data[r][i][1])
+            losses.append(loss.item())
+            total = total + loss
+        (total / (world_size * (k if divide else 1))).backward()
+        if (i + 1) % k == 0:
+            opt.step()
     return ref.flat_params(model), sum(losses) / len(losses)
 
 
@@ -67,13 +70,52 @@ class UnusedNet(nn.Module):
         return self.head(torch.tanh(self.first(x)))
 
 
+class SharedWeightNet(nn.Module):
+    """One Parameter owned by two modules (`decode.weight is encode.weight`): module.parameters() yields it
+    once, module.modules() twice. A buffer that forward uses, so that an unbroadcast buffer changes the result."""
+
+    def __init__(self):
+        super().__init__()
+        self.encode = nn.Linear(4, 4, bias=False)
+        self.mid = nn.Linear(4, 4)
+        self.decode = nn.Linear(4, 4, bias=False)
+        self.decode.weight = self.encode.weight
+        self.head = nn.Linear(4, 1)
+        self.register_buffer("shift", torch.randn(4))
+
+    def forward(self, x):
+        return self.head(torch.tanh(self.decode(torch.tanh(self.mid(torch.tanh(self.encode(x + self.shift)))))))
+
+
 def wide_net() -> nn.Module:
     """Four layers of 16x16: 8 gradients of 1 KiB or 64 bytes, for bucket caps of a few KiB."""
     return nn.Sequential(*[m for _ in range(4) for m in (nn.Linear(16, 16), nn.Tanh())], nn.Linear(16, 1))
 
 
-MODELS = {"wide": wide_net, "frozen": ref.FrozenNet, "tied": ref.TiedNet, "unused": UnusedNet}
-IN_FEATURES = {"wide": 16, "frozen": 4, "tied": 4, "unused": 4}
+MODELS = {"wide": wide_net, "frozen": ref.FrozenNet, "tied": ref.TiedNet, "unused": UnusedNet,
+          "shared": SharedWeightNet}
+IN_FEATURES = {"wide": 16, "frozen": 4, "tied": 4, "unused": 4, "shared": 4}
+
+
+def initial_state(model: nn.Module, params: bool = True, buffers: bool = True) -> torch.Tensor:
+    """Parameters and buffers, flat: what a broadcast at construction makes equal on every rank."""
+    tensors = [*(model.parameters() if params else ()), *(model.buffers() if buffers else ())]
+    return torch.cat([t.detach().reshape(-1).float().cpu() for t in tensors] or [torch.zeros(0)])
+
+
+def gradient_bytes(model: nn.Module) -> int:
+    """The bytes of one step's gradients, each Parameter once (a shared one too)."""
+    return sum(p.numel() * p.element_size() for p in model.parameters() if p.requires_grad)
+
+
+def shared_parameters(model: nn.Module) -> list[tuple[list[str], int]]:
+    """Each Parameter reachable under several names: (its names, its bytes)."""
+    names: dict[int, list[str]] = {}
+    sizes: dict[int, int] = {}
+    for name, p in model.named_parameters(remove_duplicate=False):
+        names.setdefault(id(p), []).append(name)
+        sizes[id(p)] = p.numel() * p.element_size()
+    return [(n, sizes[key]) for key, n in names.items() if len(n) > 1]
 
 
 def bucket_counts(model: nn.Module, cap_mb: float) -> set[int]:
