@@ -52,8 +52,10 @@ def _bucketed_history(ctx, student, name, cap_mb):
     """Two training steps of the student's BucketedDDP next to torch's DDP. The ranks start from different
     weights (seed 1 + rank): only rank 0's, broadcast at construction, give DDP's gradients."""
     factory, features = rp.MODELS[name], rp.IN_FEATURES[name]
-    ddp = DDP(ref.seeded(factory, 1 + ctx.rank), find_unused_parameters=(name == "unused"))
-    module = ref.seeded(factory, 1 + ctx.rank)
+    device_ids = [ctx.device.index] if ctx.device.type == "cuda" else None
+    ddp = DDP(ref.seeded(factory, 1 + ctx.rank).to(ctx.device), device_ids=device_ids,
+              find_unused_parameters=(name == "unused"))
+    module = ref.seeded(factory, 1 + ctx.rank).to(ctx.device)
     first_ready: list[int] = []  # how many collectives had been made when the first layer's gradient was ready
     first = next(p for p in module.parameters() if p.requires_grad)
     cls = student.task("BucketedDDP")
@@ -68,6 +70,7 @@ def _bucketed_history(ctx, student, name, cap_mb):
         for step in range(STEPS):
             gen = torch.Generator().manual_seed(100 * step + ctx.rank)
             x, y = torch.randn(6, features, generator=gen), torch.randn(6, 1, generator=gen)
+            x, y = x.to(ctx.device), y.to(ctx.device)
             for opt in opts:
                 opt.zero_grad()
             nn.MSELoss()(ddp(x), y).backward()
