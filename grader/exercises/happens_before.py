@@ -15,7 +15,11 @@ k-th, with k greater than the number this rank has entered): such a rank cannot
 leave before this rank joins. A rank that holds an action until then makes every
 early return visible: the early rank has provably returned before the action.
 Collectives of one group pair up in call order on every rank, which is what the
-count relies on.
+count relies on. They are counted at torch's dispatcher (collectives.py), so every
+spelling counts; a rank is marked as it enters one, and unmarked when the
+torch.distributed function it called returns (an async_op=True call returns at
+once: the rank is not blocked). A marker left behind by a spelling without such a
+function is harmless: once that collective completes, every rank has joined it.
 """
 from __future__ import annotations
 
@@ -23,11 +27,15 @@ import contextlib
 import os
 import time
 
+from grader.exercises.collectives import record_collectives
 from grader.exercises.dist_patch import replaced
 
+# The torch.distributed functions whose return says the rank left its collective.
 COLLECTIVES = ("barrier", "monitored_barrier", "all_reduce", "broadcast", "all_gather", "all_gather_into_tensor",
-               "reduce_scatter", "reduce_scatter_tensor", "reduce", "gather", "scatter", "all_to_all",
-               "all_gather_object", "broadcast_object_list", "gather_object", "scatter_object_list")
+               "all_gather_single", "reduce_scatter", "reduce_scatter_tensor", "reduce_scatter_single", "reduce",
+               "gather", "scatter", "all_to_all", "all_to_all_single", "all_gather_object", "broadcast_object_list",
+               "gather_object", "scatter_object_list")
+POINT_TO_POINT = ("send", "recv")  # they pair two ranks, not the group: not counted
 POLL_S = 0.002  # how often a held rank looks again (not a verdict: the wait ends on evidence)
 
 
@@ -75,33 +83,36 @@ def wait_until(condition, bound_s: float) -> bool:
 
 
 class Collectives:
-    """Counts this rank's torch.distributed collectives and marks the one it is in."""
+    """Counts this rank's collectives and marks the one it is in."""
 
     def __init__(self, ctx):
         self.ctx = ctx
-        self.entered = 0  # top-level collectives entered so far
+        self.entered = 0  # collectives entered so far, as the dispatcher saw them
         self._depth = 0
 
-    def _wrap(self, real):
-        def marked_call(*args, **kwargs):
+    def _entering(self, call) -> None:
+        if call.kind not in POINT_TO_POINT:
+            self.entered += 1
+            mark(self.ctx, "in_collective", str(self.entered))
+
+    def _unmarking(self, real):
+        def call(*args, **kwargs):
             self._depth += 1
-            if self._depth == 1:
-                self.entered += 1
-                mark(self.ctx, "in_collective", str(self.entered))
             try:
                 return real(*args, **kwargs)
             finally:
                 self._depth -= 1
                 if self._depth == 0:
                     unmark(self.ctx, "in_collective")
-        return marked_call
+        return call
 
     @contextlib.contextmanager
     def marking(self, student_fn=None):
-        """Collectives called inside are marked; `from torch.distributed import barrier` in the
-        answers too (student_fn's globals). Everything is restored on exit."""
+        """Collectives called inside are counted and marked, in any spelling; student_fn's globals
+        are searched for torch.distributed functions imported by name. Everything is restored on exit."""
         try:
-            with replaced(COLLECTIVES, lambda name, real: self._wrap(real), student_fn):
+            with replaced(COLLECTIVES, lambda name, real: self._unmarking(real), student_fn), \
+                    record_collectives(on_call=self._entering):
                 yield self
         finally:
             unmark(self.ctx, "in_collective")

@@ -2,8 +2,41 @@
 
 The ranks train the student's MiniFSDP on their own micro-batches; the parent compares with one process
 training the plain model with AdamW on the whole batch (every rank's micro-batch). Measured on torch 2.13
-CPU: gloo has all_gather_into_tensor and reduce_scatter_tensor, in float32 and bfloat16, so the rule is
-strict: parameters travel by all-gathers, gradients by reduce-scatters, never by an all-reduce.
+CPU: gloo has all_gather_single and reduce_scatter_single (all_gather_into_tensor and reduce_scatter_tensor
+are their deprecated wrappers), in float32 and bfloat16, so the rule is strict: parameters travel by
+all-gathers, gradients by reduce-scatters, never by an all-reduce. The collectives are recorded at torch's
+dispatcher (grader/exercises/collectives.py), so every spelling of a call is seen.
+
+Each rule of the task text, and the check that verifies it (every check also runs verify_memory and
+verify_equal_shards first, so correct numbers from unsharded training earn nothing):
+
+| rule of the text                                                        | verified by                          |
+|-------------------------------------------------------------------------|--------------------------------------|
+| an nn.Module; fsdp(x) runs module on this rank's micro-batch            | fsdp_matches_unsharded_training      |
+| each rank keeps only its shard of every parameter between steps         | verify_memory (parameters() held)    |
+| flattened, padded with zeros to a multiple of the world size           | verify_equal_shards (same sizes on   |
+|                                                                         | every rank), training on odd sizes   |
+| chunk number `rank`                                                     | fsdp_matches_unsharded_training      |
+| before each leaf's forward, all-gather its full parameters              | fsdp_traffic_...: all-gathers carry  |
+|                                                                         | every parameter element each step    |
+| then free them (an empty tensor in their place)                         | verify_memory (nothing left in the   |
+|                                                                         | inner module after a step)           |
+| backward reduce-scatters each full gradient                             | fsdp_traffic_...: reduce-scatters    |
+|                                                                         | carry every gradient element; no     |
+|                                                                         | all-reduce, nothing else moves       |
+| each shard's .grad becomes the world average                            | fsdp_matches_unsharded_training (SGD)|
+| parameters() are the local fp32 shards; AdamW keeps state for them only | verify_memory (dtype, size, AdamW    |
+|                                                                         | state), fsdp_parameters_are_sharded  |
+| finish_gradient_synchronization: outstanding work done, grads averaged  | every training run calls it before   |
+|                                                                         | the step; fsdp_matches_unsharded_... |
+| gather_full_params(): a collective, full fp32, keyed like               | fsdp_gather_full_params_keys_and_... |
+| module.named_parameters()                                               | verify_training (keys, shapes)       |
+| compute_dtype: shards cast to it for the all-gather and the compute     | fsdp_bf16_compute_fp32_masters (the  |
+|                                                                         | layers' weights and the all-gathers  |
+|                                                                         | are bf16)                            |
+| master shards stay fp32 and sharded; the optimizer updates them         | fsdp_bf16_compute_fp32_masters,      |
+|                                                                         | verify_memory                        |
+| 2 ranks and 3 (hidden), sizes no world size divides                     | every check (odd=True), hidden_fsdp  |
 """
 from __future__ import annotations
 
@@ -12,16 +45,14 @@ import torch.distributed as dist
 from torch import nn
 
 from grader.checks import CheckFailed
-from grader.exercises.dist_patch import replaced
+from grader.exercises.collectives import record_collectives
 from grader.exercises.syncbn_sharded import reference as ref
 from grader.exercises.syncbn_sharded.exercise import check
+from grader.exercises.syncbn_sharded.fsdp_traffic import verify_equal_shards, verify_gathers_in, verify_traffic
 from grader.tolerances import assert_close
 
 FSDP_STEPS = 3
-GATHERS = ("all_gather_into_tensor", "all_gather", "_all_gather_base")
-SCATTERS = ("reduce_scatter_tensor", "reduce_scatter", "_reduce_scatter_base")
 BF16_TOL = (5e-2, 2e-2)  # (rtol, atol) of bf16 compute against the fp32 reference
-RECORDED = GATHERS + SCATTERS + ("all_reduce", "broadcast", "all_to_all", "all_to_all_single")
 
 
 def fsdp_net(seed: int, odd: bool = False) -> nn.Module:
@@ -57,19 +88,6 @@ def unsharded_training(seed: int, odd: bool, world_size: int, opt_name: str = "s
     return {k: v.detach().clone() for k, v in model.named_parameters()}
 
 
-def _recording_collectives(cls, calls: list):
-    """Every dist collective the student calls (also under the student's own names) notes (name, dtype, numel)."""
-    def recorder(op, real):
-        def recording(tensor, *args, **kwargs):
-            t = tensor[0] if isinstance(tensor, (list, tuple)) and tensor else tensor
-            if isinstance(t, torch.Tensor):
-                calls.append((op, str(t.dtype).replace("torch.", ""), t.numel()))
-            return real(tensor, *args, **kwargs)
-        return recording
-
-    return replaced(RECORDED, recorder, cls, modules=(dist,))
-
-
 def _in_rank_fsdp(ctx, student, seed: int, odd: bool, dtype_name: str | None, opt_name: str):
     compute_dtype = getattr(torch, dtype_name) if dtype_name else None
     module = fsdp_net(seed, odd)
@@ -78,16 +96,21 @@ def _in_rank_fsdp(ctx, student, seed: int, odd: bool, dtype_name: str | None, op
     for layer in layers:
         layer.register_forward_hook(lambda m, a, o: seen.append((str(m.weight.dtype), str(a[0].dtype))))
     cls = student.task("MiniFSDP")
-    calls = []
-    with _recording_collectives(cls, calls):
+    with record_collectives():  # construction may communicate; only its unseen collectives matter here
         fsdp = cls(module, compute_dtype) if compute_dtype else cls(module)
-        if isinstance(fsdp, nn.parallel.DistributedDataParallel):
-            raise CheckFailed("MiniFSDP returned torch's DistributedDataParallel: nothing is sharded; keep 1/N of "
-                              "each parameter per rank and all-gather the full ones around each layer's forward")
-        shards = list(fsdp.parameters())
-        opt = make_optimizer(shards, opt_name)
-        x, y = micro_batch(ctx.rank, *_sizes(module))
-        per_step = []
+    if isinstance(fsdp, nn.parallel.DistributedDataParallel):
+        raise CheckFailed("MiniFSDP returned torch's DistributedDataParallel: nothing is sharded; keep 1/N of "
+                          "each parameter per rank and all-gather the full ones around each layer's forward")
+    shards = list(fsdp.parameters())
+    sizes = [p.numel() for p in shards]
+    every = [None] * ctx.world_size
+    dist.all_gather_object(every, sizes)  # ours, before any all-gather of the student's: unequal shards hang gloo
+    if any(s != sizes for s in every):
+        return {"shard_sizes": every}
+    opt = make_optimizer(shards, opt_name)
+    x, y = micro_batch(ctx.rank, *_sizes(module))
+    per_step = []
+    with record_collectives() as calls:
         for _ in range(FSDP_STEPS):
             opt.zero_grad()
             start = len(calls)
@@ -95,19 +118,25 @@ def _in_rank_fsdp(ctx, student, seed: int, odd: bool, dtype_name: str | None, op
             loss.backward()
             fsdp.finish_gradient_synchronization()
             opt.step()
-            per_step.append(calls[start:])
+            per_step.append([(c.kind, c.dtype, c.numel) for c in calls[start:]])
         leftover = sum(t.numel() for m in module.modules() for t in
                        list(m._parameters.values()) + [getattr(m, n, None) for n in ("weight", "bias")]
                        if isinstance(t, torch.Tensor))
         full = fsdp.gather_full_params()
     return {"shards": [(str(p.dtype).replace("torch.", ""), p.numel()) for p in shards], "state": ref.state_elements(opt),
-            "leftover": leftover, "seen": seen, "calls": per_step, "backend": ctx.backend,
+            "leftover": leftover, "seen": seen, "calls": per_step, "backend": ctx.backend, "shard_sizes": every,
             "full": {str(k): v.detach().float().cpu().clone() for k, v in dict(full).items()},
             "full_dtypes": {str(k): str(v.dtype) for k, v in dict(full).items()}}
 
 
+def numels(seed: int, odd: bool) -> list[int]:
+    return [p.numel() for p in fsdp_net(seed, odd).parameters()]
+
+
 def run_fsdp(g, seed: int, odd: bool, dtype_name: str | None = None, opt_name: str = "sgd"):
-    return g.run(_in_rank_fsdp, seed, odd, dtype_name, opt_name)
+    results = g.run(_in_rank_fsdp, seed, odd, dtype_name, opt_name)
+    verify_equal_shards(results, numels(seed, odd))
+    return results
 
 
 def verify_training(results, seed: int, odd: bool, bf16: bool = False) -> None:
@@ -152,22 +181,6 @@ def verify_memory(results, seed: int, odd: bool) -> None:
                               "tensor in their place); only the shards persist")
 
 
-def verify_traffic(results) -> None:
-    for rank, got in enumerate(results):
-        for step, calls in enumerate(got["calls"]):
-            names = [c[0] for c in calls]
-            if "all_reduce" in names:
-                raise CheckFailed(f"rank {rank}, step {step}: dist.all_reduce was called ({names.count('all_reduce')}"
-                                  " times): FSDP reduce-scatters the gradients (each rank receives only its shard's "
-                                  "sum; gloo has dist.reduce_scatter_tensor), it does not all-reduce them")
-            if not any(n in GATHERS for n in names):
-                raise CheckFailed(f"rank {rank}, step {step}: no all-gather during forward and backward: the full "
-                                  "parameters must be all-gathered from the shards before each layer runs")
-            if not any(n in SCATTERS for n in names):
-                raise CheckFailed(f"rank {rank}, step {step}: no reduce-scatter during the step: the gradients must "
-                                  "be reduce-scattered into the shards (dist.reduce_scatter_tensor)")
-
-
 @check("MiniFSDP", points=3)
 def fsdp_matches_unsharded_training(g):
     """3 steps of sharded MiniFSDP + SGD equal one process on the whole batch (fp32), on two models, one with odd
@@ -190,6 +203,7 @@ def fsdp_bf16_compute_fp32_masters(g):
         if any(d != "float32" for d, _ in got["shards"]):
             raise CheckFailed(f"rank {rank}: the master shards are {sorted({d for d, _ in got['shards']})}: keep them "
                               "float32 (the optimizer updates fp32 masters), cast only the gathered copies")
+    verify_gathers_in(results, "bfloat16")
     verify_training(results, 2, True, bf16=True)
 
 
@@ -204,7 +218,7 @@ def fsdp_traffic_is_gathers_and_reduce_scatters(g):
     """Every step all-gathers parameters and reduce-scatters gradients; no all-reduce."""
     results = run_fsdp(g, 1, False)
     verify_memory(results, 1, False)
-    verify_traffic(results)
+    verify_traffic(results, numels(1, False))
 
 
 @check("MiniFSDP", points=1)

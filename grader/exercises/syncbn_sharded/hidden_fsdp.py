@@ -1,12 +1,8 @@
 """Hidden checks of checks_fsdp.py (instructor only: a student build leaves this module out)."""
 from __future__ import annotations
 
-from grader.exercises.syncbn_sharded.checks_fsdp import (
-    run_fsdp,
-    verify_memory,
-    verify_traffic,
-    verify_training,
-)
+from grader.exercises.syncbn_sharded.checks_fsdp import numels, run_fsdp, verify_memory, verify_training
+from grader.exercises.syncbn_sharded.fsdp_traffic import verify_traffic
 from grader.exercises.syncbn_sharded.exercise import check
 
 
@@ -15,6 +11,6 @@ def fsdp_with_three_ranks(g):
     """Three ranks, odd sizes (padding), fp32 and bf16: training, memory and traffic."""
     results = run_fsdp(g, 5, True)
     verify_training(results, 5, True)
-    verify_traffic(results)
+    verify_traffic(results, numels(5, True))
     verify_training(run_fsdp(g, 6, False, "bfloat16"), 6, False, bf16=True)
     verify_memory(run_fsdp(g, 5, True, None, "adamw"), 5, True)
