@@ -1,8 +1,9 @@
 """Inside a rank: replace torch.distributed functions around a student's call, and put them back.
 
-Checks that watch or forbid collectives (happens_before.py, parallelism/p2p_only.py) replace
-functions in `torch.distributed` and `distributed_c10d`, and also in the answers' globals, where
-`from torch.distributed import all_reduce` bound the original. Everything is restored on exit:
+happens_before.py replaces functions in `torch.distributed` and `distributed_c10d`, and also in the
+answers' globals, where `from torch.distributed import barrier` bound the original, to see when a
+blocking call returns. Never to count collectives: a patched name misses other spellings; every
+count goes through the dispatcher (collectives.py). Everything is restored on exit:
 the integrity guard (grader/engine/integrity.py) checks torch's modules when the rank returns.
 """
 from __future__ import annotations
