@@ -24,6 +24,7 @@ OTHER_COMMANDS = [
     "grader.selfcheck",  # python -m grader selfcheck
     "grader.progress",  # python -m grader progress: which tasks of which assignments pass
     "grader.gradebook.commands",  # python -m grader grade | report
+    "grader.gradebook.collect",  # python -m grader collect: nbgrader collect, refusing forged submissions
     "grader.student_build",  # python -m grader student-build OUT_DIR: the grader for students' servers
 ]
 

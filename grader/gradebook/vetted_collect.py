@@ -1,0 +1,157 @@
+"""nbgrader's collect from the default exchange, of submissions that are who and when they say.
+
+nbgrader's default exchange takes the student and the time from the name of a folder
+in `inbound/` (`<student>+<assignment>+<timestamp>+<random>`) that any account may
+create, and only warns when the folder's owner is someone else. So Bob could place a
+submission named for Alice (it replaces her graded work) or one stamped earlier than it
+was made (no late penalty). `VettedCollect` (nbgrader's `ExchangeFactory.collect`)
+first copies each submission it can vouch for into a private staging exchange, reading
+every file through a descriptor opened without following links, and refuses, with one
+log line each, a submission
+
+- with a file or folder owned by anyone but the student it names, or a link in it;
+- whose `timestamp.txt` differs from the time in its name (nbgrader grades that file);
+- stamped after it was written (postdated: the time is later than its oldest ctime) or
+  long before (backdated: earlier than its newest ctime by more than
+  `backdate_tolerance_s`, nbgrader's own copy time). A user cannot set a ctime.
+
+nbgrader's collect then runs on the staging copy: the newest accepted submission of each
+student, with `--update` and `--before-duedate` as usual. Used by the formgrader's
+Collect button (deploy/hub) and by `python -m grader collect ASSIGNMENT` (grader/gradebook/collect.py).
+"""
+from __future__ import annotations
+
+import os
+import pwd
+from fnmatch import fnmatch
+import shutil
+import stat
+import tempfile
+from datetime import datetime, timezone
+
+from nbgrader.exchange.default.collect import ExchangeCollect
+from nbgrader.utils import parse_utc
+from traitlets import Float
+
+CLOCK_SLACK_S = 2.0  # ctime comes from the kernel's coarse clock, a few ms behind the time nbgrader reads
+
+
+class Refused(Exception):
+    """A submission the collect step cannot vouch for; the message says why."""
+
+
+def _when(ts: datetime) -> str:
+    return ts.astimezone(timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def stage(src: str, dest: str, student: str, backdate_tolerance_s: float) -> None:
+    """Copy the submission folder `src` to `dest` (new) if it is `student`'s, made when its name says."""
+    name = os.path.basename(src)
+    parts = name.rsplit("+", 3)
+    try:
+        stamped = parse_utc(parts[2])
+    except (IndexError, ValueError, OverflowError):
+        raise Refused("its name carries no readable time") from None
+    try:
+        uid = pwd.getpwnam(student).pw_uid
+    except KeyError:
+        raise Refused(f"no account is named {student!r}") from None
+    ctimes: list[float] = []
+
+    def owned(st: os.stat_result, what: str) -> None:
+        if st.st_uid != uid:
+            try:
+                owner = pwd.getpwuid(st.st_uid).pw_name
+            except KeyError:
+                owner = f"uid {st.st_uid}"
+            raise Refused(f"{what} is owned by {owner}, not {student}: submitted in someone else's name")
+        ctimes.append(st.st_ctime)
+
+    def copy_dir(src_dir: str, dest_dir: str, rel: str) -> None:
+        st = os.lstat(src_dir)
+        if not stat.S_ISDIR(st.st_mode):
+            raise Refused(f"{rel or 'the folder'} is a link or not a folder")
+        owned(st, rel or "the folder")
+        os.mkdir(dest_dir, 0o700)
+        for entry in sorted(os.listdir(src_dir)):
+            path, there, where = os.path.join(src_dir, entry), os.path.join(dest_dir, entry), os.path.join(rel, entry)
+            st = os.lstat(path)
+            if stat.S_ISDIR(st.st_mode):
+                copy_dir(path, there, where)
+            elif stat.S_ISREG(st.st_mode):
+                copy_file(path, there, where)
+            else:
+                raise Refused(f"{where} is a link or a special file")
+
+    def copy_file(path: str, there: str, where: str) -> None:
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+        except OSError as exc:
+            raise Refused(f"{where} cannot be read ({exc.strerror})") from None
+        with os.fdopen(fd, "rb") as f:
+            st = os.fstat(f.fileno())
+            if not stat.S_ISREG(st.st_mode):
+                raise Refused(f"{where} is not a plain file")
+            owned(st, where)
+            with open(there, "xb") as out:
+                shutil.copyfileobj(f, out)
+
+    try:
+        copy_dir(src, dest, "")
+    except PermissionError as exc:
+        raise Refused(f"it cannot be read ({exc.strerror})") from None
+    try:
+        with open(os.path.join(dest, "timestamp.txt")) as f:
+            written = parse_utc(f.read().strip())
+    except (OSError, ValueError, OverflowError):
+        raise Refused("its timestamp.txt is missing or unreadable") from None
+    if written != stamped:
+        raise Refused(f"its timestamp.txt says {_when(written)}, its name {_when(stamped)}")
+    now = datetime.now(timezone.utc).timestamp()
+    made, settled, at = min(ctimes), max(ctimes), stamped.timestamp()
+    if at > now + CLOCK_SLACK_S:
+        raise Refused(f"stamped {_when(stamped)}, in the future: postdated")
+    if at > made + CLOCK_SLACK_S:
+        raise Refused(f"stamped {_when(stamped)}, after it was written ({_when(_utc(made))}): postdated")
+    if at < settled - backdate_tolerance_s:
+        raise Refused(f"stamped {_when(stamped)}, but written at {_when(_utc(settled))}: backdated")
+
+
+def _utc(seconds: float) -> datetime:
+    return datetime.fromtimestamp(seconds, timezone.utc)
+
+
+class VettedCollect(ExchangeCollect):
+    """nbgrader's collect, on a private copy of the inbound submissions that `stage` accepted."""
+
+    backdate_tolerance_s = Float(
+        300.0, config=True,
+        help="How much older than its files a submission's time may be: nbgrader stamps the time, then copies "
+             "and chmods; a backdate within this bound gains at most this much lateness.")
+
+    def init_src(self):
+        inbound = os.path.join(self.root, self.coursedir.course_id, "inbound")
+        if self.coursedir.course_id and os.path.isdir(inbound):
+            self._staging = tempfile.mkdtemp(prefix="nbgrader-collect-")  # 0700, the instructor's
+            staged = os.path.join(self._staging, self.coursedir.course_id, "inbound")
+            os.makedirs(staged)
+            student = self.coursedir.student_id or "*"  # nbgrader's default: every student
+            for name in sorted(os.listdir(inbound)):
+                parts = name.rsplit("+", 3)
+                if len(parts) < 3 or parts[1] != self.coursedir.assignment_id or not fnmatch(parts[0], student):
+                    continue
+                try:
+                    stage(os.path.join(inbound, name), os.path.join(staged, name), parts[0],
+                          self.backdate_tolerance_s)
+                except Refused as exc:
+                    shutil.rmtree(os.path.join(staged, name), ignore_errors=True)
+                    self.log.error("REFUSED %s: %s", name, exc)
+            self.root = self._staging
+        super().init_src()
+
+    def start(self):
+        try:
+            return super().start()
+        finally:
+            if getattr(self, "_staging", None):
+                shutil.rmtree(self._staging, ignore_errors=True)

@@ -1,0 +1,116 @@
+"""Real local accounts for the class tests (tests/test_hub.py, tests/test_exchange.py): root only.
+
+useradd/userdel, commands run as a user (runuser), every process of the accounts killed at
+the end, and the Pythons the accounts run: the students' environment (deploy/hub/student_env.py,
+what `make hub` builds) and the instructor's (this venv, reachable by the instructor alone).
+"""
+from __future__ import annotations
+
+import contextlib
+import glob
+import os
+import pwd
+import shutil
+import subprocess
+import sys
+
+from tests.servers import kill_all
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+STUDENT_ENV = os.path.join(os.path.dirname(HERE), "deploy", "hub", "student_env.py")
+
+
+def missing() -> str:
+    """Why these tests cannot run here ('' when they can)."""
+    if os.geteuid() != 0:
+        return "needs root: it creates real local accounts (useradd) and runs commands as them"
+    if not shutil.which("useradd") or not shutil.which("runuser"):
+        return "no useradd/runuser on this machine"
+    return ""
+
+
+def as_user(user: str, *cmd: str, timeout: float = 600, **kw) -> subprocess.CompletedProcess:
+    return subprocess.run(["runuser", "-u", user, "--", *cmd], capture_output=True, text=True, timeout=timeout, **kw)
+
+
+def exists(user: str) -> bool:
+    try:
+        pwd.getpwnam(user)
+        return True
+    except KeyError:
+        return False
+
+
+def kill_user_processes(users) -> None:
+    """Every process still running as one of the accounts (their servers, kernels, ranks), by pid."""
+    import psutil
+
+    uids = {pwd.getpwnam(u).pw_uid for u in users if exists(u)}
+    kill_all([p for p in psutil.process_iter(["uids"]) if p.info["uids"] and p.info["uids"].real in uids])
+
+
+def home(user: str) -> str:
+    return os.path.expanduser(f"~{user}")
+
+
+@contextlib.contextmanager
+def accounts(users, password: str | None = None):
+    """Fresh accounts with private (0700) homes; removed, with everything they ran, at the end."""
+    try:
+        for user in users:  # a run killed earlier may have left them
+            if exists(user):
+                kill_user_processes([user])
+                subprocess.run(["userdel", "-r", user], capture_output=True, timeout=60)
+            subprocess.run(["useradd", "-m", "-s", "/bin/bash", user], check=True, timeout=60)
+            os.chmod(home(user), 0o700)  # Debian's default home is world-readable
+            if password:
+                subprocess.run(["chpasswd"], input=f"{user}:{password}\n", text=True, check=True, timeout=60)
+        yield users
+    finally:
+        kill_user_processes(users)
+        for user in users:
+            subprocess.run(["userdel", "-r", user], capture_output=True, timeout=60)
+
+
+def student_env(dest: str) -> str:
+    """The students' Python, built as `make hub` builds it; returns its path."""
+    done = subprocess.run([sys.executable, STUDENT_ENV, dest], capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stdout + done.stderr
+    return done.stdout.strip().splitlines()[-1]
+
+
+def instructor_python(folder: str) -> str:
+    """This venv for an account that is not root: when its base interpreter lies under a private home (pyenv in
+    /root), a copy of that interpreter (binary, libpython, standard library) in `folder`, with a venv that borrows
+    this venv's packages (the instructor's grader, hidden modules included). Put `folder` where only the instructor
+    reaches it. Returns a launcher that finds the copied libpython (the binary's RUNPATH is private)."""
+    base, stdlib = sys.base_prefix, os.path.dirname(os.__file__)
+    version = os.path.basename(stdlib)  # python3.11
+    os.makedirs(folder, exist_ok=True)
+    copy = os.path.join(folder, "base")
+    shutil.copytree(stdlib, os.path.join(copy, "lib", version), symlinks=True, ignore=shutil.ignore_patterns(
+        "site-packages", "test", "__pycache__", "config-*"))
+    for lib in glob.glob(os.path.join(base, "lib", "libpython*.so*")):
+        shutil.copy(lib, os.path.join(copy, "lib"), follow_symlinks=True)
+    os.makedirs(os.path.join(copy, "bin"))
+    real = os.path.realpath(sys.executable)
+    shutil.copy(real, os.path.join(copy, "bin", os.path.basename(real)))
+    venv = os.path.join(folder, "venv")
+    os.makedirs(os.path.join(venv, "bin"))
+    os.makedirs(os.path.join(venv, "lib", version))
+    with open(os.path.join(venv, "pyvenv.cfg"), "w") as f:
+        f.write(f"home = {copy}/bin\ninclude-system-site-packages = false\n")
+    interpreter = os.path.join(venv, "bin", os.path.basename(real))
+    os.symlink(os.path.join(copy, "bin", os.path.basename(real)), interpreter)
+    os.symlink(os.path.join(sys.prefix, "lib", version, "site-packages"), os.path.join(venv, "lib", version,
+                                                                                     "site-packages"))
+    for name in ("share", "etc"):  # JupyterLab's extensions and the server extensions' configuration
+        os.symlink(os.path.join(sys.prefix, name), os.path.join(venv, name))
+    python = os.path.join(venv, "bin", "python")
+    scripts = {"python": f'export LD_LIBRARY_PATH={copy}/lib\nexec {interpreter} "$@"\n',
+               "alembic": f'exec {python} -c "import sys; from alembic.config import main; sys.exit(main())" "$@"\n'}
+    for name, body in scripts.items():  # nbgrader's gradebook runs `alembic` from PATH
+        with open(os.path.join(venv, "bin", name), "w") as f:
+            f.write("#!/bin/sh\n" + body)
+        os.chmod(os.path.join(venv, "bin", name), 0o755)
+    return python
