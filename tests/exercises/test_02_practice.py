@@ -63,6 +63,9 @@ MUTANTS = [  # (task, old, new, check, phrase)
      ("        loss = loss_fn(model(inputs), targets)\n"
       "        with contextlib.nullcontext() if last else model.no_sync():\n"),
      "accumulation_one_all_reduce_per_bucket_per_step", "only backward is inside it"),
+    ("train_uneven", "            optimizer.zero_grad()\n            loss_fn(model(inputs.to(device)),",
+     "            loss_fn(model(inputs.to(device)),",
+     "uneven_matches_join_semantics", "zero_grad() was not called"),
     # issue 22 §2: the broadcast at construction and the tied weight travelling once
     ("BucketedDDP", BUCKETED_BROADCAST, "        self.world_size = dist.get_world_size()\n",
      "bucketed_gradients_match_ddp", "parameters right after BucketedDDP(...) are not rank 0's"),
@@ -71,6 +74,9 @@ MUTANTS = [  # (task, old, new, check, phrase)
     ("BucketedDDP", "for param in reversed([p for p in module.parameters() if p.requires_grad]):",
      "for param in reversed([p for m in module.modules() for p in m.parameters(recurse=False) if p.requires_grad]):",
      "bucketed_one_all_reduce_per_bucket", "The tied weight encode.weight (the same Parameter as decode.weight)"),
+    ("BucketedDDP", "for param in reversed([p for p in module.parameters() if p.requires_grad]):",
+     "for param in [p for p in module.parameters() if p.requires_grad]:",
+     "bucketed_one_all_reduce_per_bucket", "fill them with the gradients in reverse parameter order"),
 ]
 
 

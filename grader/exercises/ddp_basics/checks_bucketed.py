@@ -7,8 +7,9 @@ repeats the gradient comparison on 3 ranks):
     broadcast rank 0's parameters and buffers at __init__   bucketed_gradients_match_ddp (each rank starts
                                                             from its own weights and buffer)
     only parameters that require a gradient                 bucketed_gradients_match_ddp (frozen model)
-    reverse order, greedy buckets of bucket_cap_mb, a       bucketed_one_all_reduce_per_bucket (three caps,
-    larger gradient alone                                   both greedy rules accepted)
+    reverse order, greedy buckets of bucket_cap_mb, a       bucketed_one_all_reduce_per_bucket (three caps: the
+    larger gradient alone                                   count and each bucket's bytes; torch's greedy rule,
+                                                            close a bucket once it reaches the cap, accepted too)
     each Parameter once, a tied one too                     bucketed_one_all_reduce_per_bucket (bytes per
                                                             step, on a model whose weight two modules share)
     launch from the hook of a bucket's last gradient,       bucketed_all_reduce_overlaps_backward
@@ -191,6 +192,12 @@ def _judge_traffic(name: str, cap: float, rank: int, steps: list) -> None:
             raise CheckFailed(f"{where}, {_nth(step)} step: {count} all-reduces, expected {min(expected)} (one per "
                               "bucket, gradients in reverse parameter order, a new bucket when the next one would "
                               f"exceed the cap).{hint}")
+        got = sorted(size for _, _, size, _ in calls)
+        if got not in rp.bucket_sizes(model, cap):
+            raise CheckFailed(f"{where}, {_nth(step)} step: the buckets carried {got} bytes, expected "
+                              f"{rp.bucket_sizes(model, cap)[0]}: fill them with the gradients in reverse parameter "
+                              "order (the last layer's first, as backward produces them), a new bucket when the next "
+                              "gradient would take the current one past bucket_cap_mb")
 
 
 @check("BucketedDDP", points=2)

@@ -17,6 +17,7 @@ train_uneven (rank 0 has 5 batches, rank 1 has 3; hidden: none)
                                                             timeout, is named as the missing Join)
     every rank ends with the longest-training rank's        uneven_matches_join_semantics
     parameters; the average over the whole world size
+    zero_grad every step                                    uneven_matches_join_semantics (named)
 
 DDP's all-reduces are counted by a DDP communication hook (it sees DDP's own buckets, whatever the student
 writes); the optimizer's steps by a step pre-hook. The loaders hold tensors on the rank's device already.
@@ -205,6 +206,9 @@ def uneven_finishes_without_hang(g):
 def uneven_matches_join_semantics(g):
     expected = rp.join_reference(LENGTHS)
     for rank, params in enumerate(_uneven_run(g)):
+        if _close(params, rp.join_reference(LENGTHS, zero_grad=False)):
+            raise CheckFailed(f"rank {rank}: each step also applied the earlier steps' gradients: zero_grad() was "
+                              "not called; call optimizer.zero_grad() before every batch's backward")
         if _close(params, rp.join_reference(LENGTHS, divide_by_world_size=False)):
             raise CheckFailed(f"rank {rank}: the last steps averaged over the ranks still training only; DDP with Join "
                               "(its default divide_by_initial_world_size=True) divides by the whole world size")

@@ -41,18 +41,27 @@ def accumulation_reference(world_size: int, n: int, k: int, divide: bool = True,
     return ref.flat_params(model), sum(losses) / len(losses)
 
 
-def join_reference(lengths: list[int], divide_by_world_size: bool = True):
+def join_reference(lengths: list[int], divide_by_world_size: bool = True, zero_grad: bool = True):
     """What DDP with Join computes (seen in a real 2-rank gloo run): while every rank has data the gradient is
     the ranks' average; once a rank has run out it contributes zeros to the all-reduce, which still divides by
-    the whole world size. Every rank ends with the parameters of the rank that trained longest."""
+    the whole world size. Every rank ends with the parameters of the rank that trained longest.
+    zero_grad=False (the mistake): each training rank all-reduces its .grad with the last step's average
+    still in it, the finished ranks zeros."""
     model = ref.tiny_net(seed=0)
-    opt = torch.optim.SGD(model.parameters(), lr=LR)
+    params = list(model.parameters())
+    opt = torch.optim.SGD(params, lr=LR)
     data = [micro_batches(r, n, seed=1) for r, n in enumerate(lengths)]
+    previous = [torch.zeros_like(p) for p in params]  # the .grad every training rank holds
     for s in range(max(lengths)):
         active = [d[s] for d in data if s < len(d)]
-        opt.zero_grad()
-        loss = sum(nn.MSELoss()(model(x), y) for x, y in active)
-        (loss / (len(lengths) if divide_by_world_size else len(active))).backward()
+        total = [torch.zeros_like(p) for p in params]
+        for x, y in active:
+            grads = torch.autograd.grad(nn.MSELoss()(model(x), y), params)
+            total = [t + g + (0 if zero_grad else prev) for t, g, prev in zip(total, grads, previous)]
+        divisor = len(lengths) if divide_by_world_size else len(active)
+        previous = [t / divisor for t in total]
+        for p, g in zip(params, previous):
+            p.grad = g.clone()
         opt.step()
     return ref.flat_params(model)
 
@@ -118,23 +127,27 @@ def shared_parameters(model: nn.Module) -> list[tuple[list[str], int]]:
     return [(n, sizes[key]) for key, n in names.items() if len(n) > 1]
 
 
-def bucket_counts(model: nn.Module, cap_mb: float) -> set[int]:
-    """How many buckets a cap gives, with the gradients in reverse parameter order. Two greedy rules are
-    accepted: a new bucket when the next gradient would take the current one past the cap (the task's rule),
-    or a bucket closed once it reaches the cap (torch's DDP)."""
+def bucket_sizes(model: nn.Module, cap_mb: float) -> list[list[int]]:
+    """The bytes of each bucket a cap gives, with the gradients in reverse parameter order, sorted. Two greedy
+    rules are accepted: a new bucket when the next gradient would take the current one past the cap (the task's
+    rule), or a bucket closed once it reaches the cap (torch's DDP)."""
     cap = cap_mb * 1024 * 1024
     sizes = [p.numel() * p.element_size() for p in reversed(list(model.parameters())) if p.requires_grad]
-    before, after = 0, 0
-    current = 0
+    task, current = [], 0
     for nbytes in sizes:  # the task's rule
         if current and current + nbytes > cap:
-            before, current = before + 1, 0
+            task, current = task + [current], 0
         current += nbytes
-    before += bool(current)
-    current = 0
+    task += [current] if current else []
+    torchs, current = [], 0
     for nbytes in sizes:  # torch's rule
         current += nbytes
         if current >= cap:
-            after, current = after + 1, 0
-    after += bool(current)
-    return {before, after}
+            torchs, current = torchs + [current], 0
+    torchs += [current] if current else []
+    return [sorted(task), sorted(torchs)]
+
+
+def bucket_counts(model: nn.Module, cap_mb: float) -> set[int]:
+    """How many buckets a cap gives (either rule of bucket_sizes)."""
+    return {len(buckets) for buckets in bucket_sizes(model, cap_mb)}
