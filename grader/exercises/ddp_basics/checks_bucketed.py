@@ -166,11 +166,11 @@ def _judge_traffic(name: str, cap: float, rank: int, steps: list) -> None:
     if stale is not None:
         raise CheckFailed(f"{where}: from the {_nth(stale)} step on, no all-reduce was launched: {RESET}")
     for step, record in enumerate(steps):
-        calls = record["calls"]
-        others = sorted({kind for _, kind, _, _ in calls if kind != "all_reduce"})
+        others = sorted({kind for _, kind, _, _ in record["calls"] if kind not in ("all_reduce", "barrier")})
         if others:
             raise CheckFailed(f"{where}, {_nth(step)} step: BucketedDDP also made {', '.join(others)} calls during "
                               "the step: synchronize the gradients with one all_reduce per bucket and nothing else")
+        calls = [c for c in record["calls"] if c[1] == "all_reduce"]  # a barrier moves no data: allowed
         sent = sum(size for _, _, size, _ in calls)
         count = len(calls)
         if sent != nbytes:
