@@ -5,6 +5,7 @@
 - snapshot.py  what was submitted, read once, and proof it was not touched
 - batch.py     parallel, resumable grading outside the students' kernels; flags
 - pool.py      the grading workers and the parent's side of their pipes
+- sandbox.py   the bubblewrap sandbox each submission's worker runs in (public, then hidden checks)
 - results.py   graded/<assignment>/: written by the parent only, forgeries put back
 - inject.py    the results into nbgrader: autograded notebooks, gradebook scores, late penalty, flags
 - feedback.py  feedback shows the ✓/✗ lines, not check()'s points
