@@ -86,8 +86,47 @@ def test_saving_on_rank_0_only_deadlocks_and_says_so():
     source = mutate(solution_source(EXERCISE), SAVE, "    if torch.distributed.get_rank() == 0:\n    " + SAVE)
     report = grade_source(EXERCISE, source, checks=["checkpoint_has_every_shard_and_adam_state"])
     message = failed(report)["checkpoint_has_every_shard_and_adam_state"]
-    assert "saving on rank 0 only" in message and "every rank must call them" in message, message
+    assert "saving or loading on rank 0 only" in message and "every rank must call them" in message, message
     assert "rank 0 hung" in message, message  # the ranks' stacks, as for consolidate_state_dict
+
+
+@pytest.mark.timeout(240)
+def test_save_without_the_optimizer_names_the_missing_state_in_every_check():
+    # The hidden crossings load with the grader's own function: what fails is the save, and they must say so,
+    # not blame the load ("keyed by parameter number").
+    source = mutate(solution_source(EXERCISE), SAVE, '    dcp.save({"model": model_state}, checkpoint_id=path)\n')
+    report = grade_source(EXERCISE, source, task="save_and_reshard")
+    messages = failed(report)
+    assert set(messages) == {c.name for c in report.checks}, "\n".join(report.lines())
+    for name, message in messages.items():
+        assert "the optimizer state is missing" in message, (name, message)
+        assert "keyed by parameter number" not in message, (name, message)
+    assert "your save_and_reshard wrote on 3 ranks" in messages["your_save_by_three_loaded_by_two"]
+
+
+@pytest.mark.timeout(240)
+def test_gathered_save_names_the_sharding_rule():
+    # get_state_dict(..., full_state_dict=True): loadable anywhere, but every rank gathers the whole model, which
+    # the text forbids ("this rank's shards, nothing gathered")
+    source = mutate(solution_source(EXERCISE), "    model_state, optim_state = get_state_dict(model, optimizer)\n"
+                    "    # A collective",
+                    "    from torch.distributed.checkpoint.state_dict import StateDictOptions\n"
+                    "    model_state, optim_state = get_state_dict(model, optimizer, "
+                    "options=StateDictOptions(full_state_dict=True))\n    # A collective")
+    report = grade_source(EXERCISE, source, task="save_and_reshard")
+    assert report.score == 0, "\n".join(report.lines())
+    for name, message in failed(report).items():
+        assert "saved as one full tensor" in message and "nothing gathered" in message, (name, message)
+
+
+@pytest.mark.timeout(120)  # the check's own short timeout catches the deadlock
+def test_loading_on_rank_0_only_deadlocks_and_says_so():
+    source = mutate(solution_source(EXERCISE), LOAD, "    if torch.distributed.get_rank() == 0:\n" + "".join(
+        "    " + line for line in LOAD.splitlines(keepends=True)))
+    report = grade_source(EXERCISE, source, checks=["saved_by_two_loaded_by_three_continues"])
+    message = failed(report)["saved_by_two_loaded_by_three_continues"]
+    assert "loading with 3 rank(s): deadlocked inside dcp.save/dcp.load" in message, message
+    assert "every rank must call them" in message and "rank 0 hung" in message, message
 
 
 STUB = '''

@@ -4,7 +4,40 @@ A checkpoint saved by W ranks is loaded by another number of ranks, so every che
 a folder the parent creates (and removes). The public checks hold no answer: the save is judged from the DCP
 metadata it wrote, the load by the student's own round trip; training then continues and is compared with one
 process training a plain nn.Module with Adam on the whole batch. hidden_reshard.py crosses each function with
-the grader's own counterpart.
+the grader's own counterpart. When the student's save is under test and a load fails, what the save wrote is
+named first (reshard_metadata.py), never what the load then trips on.
+
+Each rule of the task texts, and the check that verifies it (S: checkpoint_has_every_shard_and_adam_state;
+H: the hidden your_save_by_* and reference_save_by_* crossings; L: saved_by_two_loaded_by_{three,one}):
+
+| save_and_reshard                                                          | verified by                        |
+|---------------------------------------------------------------------------|------------------------------------|
+| save model and Adam so that another number of ranks can load them         | H (2 -> 3, 3 -> 2), L              |
+| get_state_dict: this rank's shards, nothing gathered                      | S, H: each parameter saved as N    |
+|                                                                           | pieces, not one full tensor        |
+| the optimizer state keyed by parameter names, not numbers                 | S, H ("keyed by parameter number") |
+| dcp.save({"model": ..., "optim": ...}, checkpoint_id=path), path a folder | S: a .metadata, 'model' entries    |
+| every rank writes its own shards; the metadata has each full shape        | S: one data file per rank, full    |
+|                                                                           | shapes, every element covered      |
+| a collective: on rank 0 alone it waits forever                            | S, L: run_phase's 15 s timeout and |
+|                                                                           | its dcp deadlock message           |
+| not torch.save                                                            | S: a file, or no .metadata         |
+| save the optimizer too (exp_avg, exp_avg_sq, step)                        | S, H: "the optimizer state is      |
+|                                                                           | missing", "...step is missing"     |
+
+| load_resharded                                                            | verified by                        |
+|---------------------------------------------------------------------------|------------------------------------|
+| load in place, saved by 2 ranks, loaded by 3 or by 1                      | L (2 -> 3, 2 -> 1), H (2 -> 3,     |
+|                                                                           | 3 -> 2 from the grader's save)     |
+| the model is fresh (other weights): the checkpoint must overwrite them    | verify_continuation ("still the    |
+|                                                                           | fresh model's")                    |
+| get_state_dict of this job's shards, {"model", "optim"}, dcp.load fills   | L, H: weights and Adam state right |
+| them in place (a collective)                                              | after loading; run_phase's hints   |
+|                                                                           | and dcp deadlock message           |
+| set_state_dict puts them into model and optimizer                         | verify_continuation                |
+| restore the optimizer state too; a fresh optimizer.state_dict() restores  | verify_continuation ("the optimizer|
+| nothing                                                                   | state was not restored")           |
+| 2 more steps equal an uninterrupted run, within 1e-6                      | verify_continuation (EXACT)        |
 """
 from __future__ import annotations
 
@@ -18,8 +51,10 @@ import torch
 from torch import nn
 
 from grader.checks import CheckFailed, describe_failure
+from grader.exercises import happens_before as hb
 from grader.exercises.syncbn_sharded import reference as ref
 from grader.exercises.syncbn_sharded.exercise import check
+from grader.exercises.syncbn_sharded.reshard_metadata import checkpoint_problems
 from grader.tolerances import assert_close
 
 RESHARD_TIMEOUT_S = 15.0  # a correct save or load takes about a second; a deadlock should not cost 30
@@ -29,6 +64,7 @@ FRESH_SEED = 123  # the loading model starts from other weights: the checkpoint 
 # Every rank trains on the whole batch, so the ranks average W identical gradients: exact for W = 1, 2 and
 # within an ulp for W = 3 (measured: 1.5e-8 after 5 steps). A lost Adam state moves parameters by ~1e-2.
 EXACT = 1e-6
+LOADED_BOUND_S = 2 * RESHARD_TIMEOUT_S  # past the run's own timeout: a rank stuck in its load is reported hung
 
 
 # --- rank side --------------------------------------------------------------------------------------
@@ -77,6 +113,10 @@ def _in_rank_load_and_continue(ctx, student, folder: str, load=None):
     model = fsdp_mlp(ctx, seed=FRESH_SEED)
     opt = torch.optim.Adam(model.parameters(), lr=LR)
     (load or student.task("load_resharded"))(model, opt, folder)
+    # Our full_tensor gathers come next, only once every rank has returned from its load: a load that some
+    # ranks skip then shows as the hang it is (stacks inside dcp.load), not as gloo's abort on mismatched calls.
+    hb.mark(ctx, "loaded")
+    hb.wait_until(lambda: all(hb.marked(ctx, "loaded", r) for r in range(ctx.world_size)), LOADED_BOUND_S)
     loaded = _snapshot(model, opt)
     train(model, opt, STEPS_AFTER, ctx.device)
     return {"loaded": loaded, "params": [_full(p) for p in model.parameters()], "backend": ctx.backend}
@@ -103,8 +143,9 @@ def run_phase(g, fn, folder: str, world_size: int, what: str, *args) -> list:
     stacks = " ".join(r.stack or "" for r in result.ranks if r.status == "hung")
     if "state_dict_saver" in stacks or "state_dict_loader" in stacks:
         raise CheckFailed(where + "deadlocked inside dcp.save/dcp.load: they are collectives, so every rank must "
-                          "call them (saving on rank 0 only leaves it waiting for the others' plans). Call "
-                          "get_state_dict and dcp.save on every rank: each writes its own shard.\n"
+                          "call them (saving or loading on rank 0 only leaves it waiting for the others' plans). "
+                          "Call get_state_dict and dcp.save (or dcp.load) on every rank: each writes (or reads) "
+                          "its own shard.\n"
                           + result.failure())
     errors = " ".join(str(r.error) for r in result.ranks if r.error)
     hint = ""
@@ -112,7 +153,8 @@ def run_phase(g, fn, folder: str, world_size: int, what: str, *args) -> list:
         hint = ("there is no DCP checkpoint at `path` (no .metadata): the save must be dcp.save(state, "
                 "checkpoint_id=path) on every rank; a torch.save of the full state writes one file that "
                 "another number of ranks cannot reshard")
-    elif re.search(r"Missing key in checkpoint state_dict: optim\.state\.\d+\.[a-z_]+\.", errors):
+    elif re.search(r"Missing key in checkpoint state_dict: optim\.state\.\d+\.(exp_avg|exp_avg_sq|step)\.", errors):
+        # by number: "optim.state.0.exp_avg"; by name (this model's are "0.weight"): "optim.state.0.weight.exp_avg"
         hint = ("the optimizer state was not restored: the state you load into is keyed by parameter number "
                 "(optimizer.state_dict()), the checkpoint's by parameter names. Load into the state of "
                 "get_state_dict(model, optimizer) and put it back with set_state_dict(...)")
@@ -173,61 +215,7 @@ def verify_continuation(results: list, saved_by: int) -> None:
                     "training must continue exactly as if the job had not stopped", backend)
 
 
-# --- save_and_reshard: the metadata it wrote --------------------------------------------------------
-
-def _covered(meta) -> int:
-    return sum(int(torch.Size(c.sizes).numel()) for c in getattr(meta, "chunks", []))
-
-
-def checkpoint_problems(folder: str, world_size: int) -> list[str]:
-    """What a DCP checkpoint of {'model': ..., 'optim': ...} from get_state_dict lacks (from its metadata)."""
-    from torch.distributed.checkpoint import FileSystemReader
-
-    if os.path.isfile(folder):
-        return [("`path` is one file, not a DCP checkpoint folder: torch.save of the full state cannot be resharded "
-                 "(no metadata, one rank writing everything); use dcp.save(state, checkpoint_id=path) on every rank")]
-    if not os.path.isfile(os.path.join(folder, ".metadata")):
-        return [("no DCP checkpoint at `path` (no .metadata file): use dcp.save(state, checkpoint_id=path) on every "
-                 "rank, not torch.save")]
-    md = FileSystemReader(folder).read_metadata()
-    entries = md.state_dict_metadata
-    problems = []
-    expected = {name: p.shape for name, p in ref.mlp().named_parameters()}
-    if not any(key.startswith("model.") for key in entries):
-        problems.append(f"no 'model' entry (found {sorted({k.split('.')[0] for k in entries})}): save "
-                        "{'model': model_state, 'optim': optim_state} from get_state_dict(model, optimizer)")
-    # optimizer.state_dict() gives "optim.state.<number>.exp_avg"; get_state_dict "optim.state.<name>.exp_avg"
-    by_number = [k for k in entries if k.startswith("optim.state.") and k.count(".") == 3
-                 and k.split(".")[2].isdigit()]
-    if by_number:
-        problems.append("the optimizer state is keyed by parameter number (optimizer.state_dict()): save the "
-                        "state of get_state_dict(model, optimizer), keyed by parameter names, which another "
-                        "number of ranks can load")
-    elif not any(key.startswith("optim.state.") for key in entries):
-        problems.append("the optimizer state is missing: save get_state_dict's optimizer state under 'optim' too "
-                        "(Adam's exp_avg, exp_avg_sq and step), or training cannot resume where it stopped")
-    optim_named = not by_number and any(key.startswith("optim.state.") for key in entries)
-    for name, shape in expected.items():
-        keys = [f"model.{name}"] + ([f"optim.state.{name}.exp_avg", f"optim.state.{name}.exp_avg_sq"]
-                                    if optim_named else [])
-        for key in keys:
-            meta = entries.get(key)
-            if meta is None:
-                problems.append(f"{key} is missing")
-            elif tuple(getattr(meta, "size", ())) != tuple(shape):
-                problems.append(f"{key} has shape {tuple(getattr(meta, 'size', ()))}, expected the full "
-                                f"{tuple(shape)} (DCP records each tensor's global shape)")
-            elif _covered(meta) < shape.numel():
-                problems.append(f"only {_covered(meta)} of the {shape.numel()} elements of {key} were saved: "
-                                "some ranks' shards are missing (every rank must call dcp.save, without no_dist)")
-        if optim_named and f"optim.state.{name}.step" not in entries:
-            problems.append(f"optim.state.{name}.step is missing: Adam's step counts belong to its state")
-    files = {info.relative_path for info in md.storage_data.values()}
-    if not problems and len(files) < world_size:
-        problems.append(f"{len(files)} data file(s) for {world_size} ranks: every rank writes its own shard "
-                        "with dcp.save")
-    return problems
-
+# --- save_and_reshard -------------------------------------------------------------------------------
 
 @check("save_and_reshard", points=2)
 def checkpoint_has_every_shard_and_adam_state(g):
@@ -237,16 +225,31 @@ def checkpoint_has_every_shard_and_adam_state(g):
         run_phase(g, _in_rank_train_and_save, folder, 2, "saving")
         problems = checkpoint_problems(folder, 2)
     if problems:
-        raise CheckFailed("the checkpoint is incomplete: " + "; ".join(problems))
+        raise CheckFailed("the checkpoint does not hold what the task asks: " + "; ".join(problems))
 
 
 # --- load_resharded: the student's own round trip ---------------------------------------------------
 
+def _refuse_incomplete(folder: str, save_ranks: int) -> None:
+    problems = checkpoint_problems(folder, save_ranks)
+    if problems:  # the student's save is at fault: say so, rather than what a load then trips on
+        raise CheckFailed(f"the checkpoint your save_and_reshard wrote on {save_ranks} ranks does not hold what the "
+                          "task asks: " + "; ".join(problems))
+
+
 def round_trip(g, save_ranks: int, load_ranks: int, save=None, load=None) -> None:
+    """save, load: the grader's own (hidden checks), else the student's."""
     with shared_folder() as folder:
         run_phase(g, _in_rank_train_and_save, folder, save_ranks, "saving", save)
-        results = run_phase(g, _in_rank_load_and_continue, folder, load_ranks, "loading", load)
-    verify_continuation(results, save_ranks)
+        if save is None and load is not None:  # the check judges the student's save: what it wrote comes first
+            _refuse_incomplete(folder, save_ranks)
+        try:
+            verify_continuation(run_phase(g, _in_rank_load_and_continue, folder, load_ranks, "loading", load),
+                                save_ranks)
+        except CheckFailed:
+            if save is None:  # the student's own round trip: a save that lost something explains the failure
+                _refuse_incomplete(folder, save_ranks)
+            raise
 
 
 @check("load_resharded", points=1.5)
