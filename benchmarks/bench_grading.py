@@ -5,9 +5,12 @@
 Two identical throwaway courses hold the same N collected submissions of
 02_ddp_basics (the bundled samples, repeated). One is graded by plain
 `nbgrader autograde` (serial; it executes every notebook, whose check cells run
-the grader inside the student's kernel), the other by `python -m grader grade`
-(parallel, outside the kernels). Prints both times, their ratio (target on 2
-cores: at least 1.7x) and whether every student got the same score.
+the grader inside the student's kernel), the others by `python -m grader grade`
+(parallel, outside the kernels): sandboxed (its default: each submission in two
+bubblewrap sandboxes, public then hidden checks; skipped without bwrap) and with
+--no-sandbox (long-lived workers). Prints the times, the ratios against plain
+nbgrader (target on 2 cores: at least 1.7x) and whether every student got the
+same score.
 """
 from __future__ import annotations
 
@@ -46,10 +49,15 @@ def main() -> None:
     parser.add_argument("--students", type=int, default=20)
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
     args = parser.parse_args()
+    kinds = {"--no-sandbox": ["--no-sandbox"]}
+    if shutil.which("bwrap"):
+        kinds["sandboxed"] = []
+    else:
+        print("sandboxed grading not measured: bwrap is not installed (apt-get install bubblewrap)")
     with tempfile.TemporaryDirectory() as tmp:
         courses = {}
-        for kind in ("nbgrader", "grader"):
-            course = roundtrip.make_course(os.path.join(tmp, kind), [A])
+        for kind in ("nbgrader", *kinds):
+            course = roundtrip.make_course(os.path.join(tmp, kind.strip("-")), [A])
             roundtrip.nbgrader(["generate_assignment", A, "--force"], course.root, course.root)
             class_of(course, args.students)
             courses[kind] = course
@@ -57,25 +65,26 @@ def main() -> None:
         start = time.perf_counter()
         roundtrip.nbgrader(["autograde", A, "--force"], courses["nbgrader"].root, courses["nbgrader"].root,
                            timeout=7200)
-        plain = time.perf_counter() - start
-
-        start = time.perf_counter()
-        subprocess.run([sys.executable, "-m", "grader", "grade", A, "--root", courses["grader"].root,
-                        "--jobs", str(args.jobs), "--quiet"], check=True, capture_output=True, timeout=7200)
-        ours = time.perf_counter() - start
-
-        plain_scores = gradebook_scores(courses["nbgrader"], A)
-        our_scores = gradebook_scores(courses["grader"], A)
-    same = plain_scores == our_scores
+        times = {"nbgrader": time.perf_counter() - start}
+        for kind, extra in kinds.items():
+            start = time.perf_counter()
+            subprocess.run([sys.executable, "-m", "grader", "grade", A, "--root", courses[kind].root,
+                            "--jobs", str(args.jobs), "--quiet", *extra], check=True, capture_output=True,
+                           timeout=7200)
+            times[kind] = time.perf_counter() - start
+        scores = {kind: gradebook_scores(course, A) for kind, course in courses.items()}
     print(f"{args.students} submissions of {A}, {os.cpu_count()} cores")
-    print(f"plain nbgrader autograde (serial, in the kernels): {plain:7.1f} s")
-    print(f"python -m grader grade --jobs {args.jobs} (make grade):    {ours:7.1f} s")
-    print(f"ratio: {plain / ours:.2f}x faster (target >= 1.7x); identical scores: {same}")
-    if not same:
-        for student in sorted(set(plain_scores) | set(our_scores)):
-            if plain_scores.get(student) != our_scores.get(student):
-                print(f"  {student}: nbgrader {plain_scores.get(student)}, grader {our_scores.get(student)}")
-
+    print(f"plain nbgrader autograde (serial, in the kernels):       {times['nbgrader']:7.1f} s")
+    for kind in kinds:
+        label = f"python -m grader grade --jobs {args.jobs} ({kind})"
+        same = scores[kind] == scores["nbgrader"]
+        print(f"{label:<56} {times[kind]:7.1f} s   ratio: {times['nbgrader'] / times[kind]:.2f}x faster than "
+              f"plain nbgrader (target >= 1.7x); identical scores: {same}")
+        for student in sorted(set(scores["nbgrader"]) | set(scores[kind])) if not same else []:
+            if scores["nbgrader"].get(student) != scores[kind].get(student):
+                print(f"  {student}: nbgrader {scores['nbgrader'].get(student)}, {kind} {scores[kind].get(student)}")
+    if "sandboxed" in kinds:
+        print(f"sandbox cost: {times['sandboxed'] / times['--no-sandbox']:.2f}x the unsandboxed time")
 
 if __name__ == "__main__":
     main()
