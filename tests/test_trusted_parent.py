@@ -102,6 +102,7 @@ def test_a_key_others_could_read_or_a_link_is_refused(state, tmp_path):
 def test_a_restored_file_replaces_a_planted_link_and_never_writes_through_it(tmp_path):
     gradebook, victim = tmp_path / "gradebook.db", tmp_path / "victim"
     gradebook.write_bytes(b"grades")
+    os.chmod(gradebook, 0o640)
     victim.write_bytes(b"the instructor's other file")
     snapshot = Snapshot([str(gradebook), str(tmp_path / "gradebook.db-journal")])
     gradebook.unlink()
@@ -109,6 +110,7 @@ def test_a_restored_file_replaces_a_planted_link_and_never_writes_through_it(tmp
     (tmp_path / "gradebook.db-journal").write_bytes(b"a forged hot journal")
     assert sorted(snapshot.restore_changed()) == [str(gradebook), str(tmp_path / "gradebook.db-journal")]
     assert not gradebook.is_symlink() and gradebook.read_bytes() == b"grades"
+    assert stat.S_IMODE(os.lstat(gradebook).st_mode) == 0o640, "restored with another mode"
     assert victim.read_bytes() == b"the instructor's other file"
     assert not (tmp_path / "gradebook.db-journal").exists(), "the forged journal was left for SQLite to replay"
     snapshot.close()

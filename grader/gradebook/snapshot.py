@@ -45,8 +45,9 @@ def read_plain(path: str) -> bytes | object | None:
         os.close(fd)
 
 
-def write_atomically(path: str, data: bytes | None) -> None:
-    """Make `path` a regular file holding `data` (None: no file), replacing whatever is there, link or not."""
+def write_atomically(path: str, data: bytes | None, mode: int = 0o644) -> None:
+    """Make `path` a regular file holding `data` (None: no file) with `mode`, replacing whatever is there,
+    link or not."""
     if data is None:
         if os.path.isdir(path) and not os.path.islink(path):
             shutil.rmtree(path, ignore_errors=True)
@@ -61,6 +62,7 @@ def write_atomically(path: str, data: bytes | None) -> None:
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data)
+            os.fchmod(f.fileno(), mode)
         if os.path.isdir(path) and not os.path.islink(path):
             shutil.rmtree(path, ignore_errors=True)
         os.replace(tmp, path)  # replaces a link itself, never what it points to
@@ -77,8 +79,13 @@ class Snapshot:
         self.private = tempfile.mkdtemp(prefix="grader-snapshot-")
         self.content: dict[str, bytes | None] = {}
         self.odd: set[str] = set()  # no plain file at the start (a link, a FIFO): not ours to put back
+        self.modes: dict[str, int] = {}
         for path in paths:
             data = read_plain(path)
+            try:
+                self.modes[path] = stat.S_IMODE(os.lstat(path).st_mode)
+            except OSError:
+                pass
             if data is NOT_A_FILE:
                 self.odd.add(path)
             self.content[path] = None if data is NOT_A_FILE else data
@@ -106,7 +113,7 @@ class Snapshot:
             now = read_plain(path)
             if now is NOT_A_FILE or now != data:
                 changed.append(path)
-                write_atomically(path, data)
+                write_atomically(path, data, self.modes.get(path, 0o644))
         return changed
 
     def close(self) -> None:
