@@ -49,7 +49,24 @@ def _require_by_hand(mini) -> None:
                           "hooks that fill buckets and all-reduce each one asynchronously")
 
 
-def _bucketed_history(ctx, student, name, cap_mb):
+class _Phases:
+    """The student's calls, each recorded at the dispatcher (only those: torch's DDP next to them runs unwatched,
+    which halves the cost). `calls` collects (phase, kind, nbytes, async_op); `live` is the current phase's list."""
+
+    def __init__(self, record: bool):
+        self.record, self.calls, self.live = record, [], []
+
+    def run(self, phase: str, fn, *args):
+        if not self.record:
+            return fn(*args)
+        with record_collectives() as self.live:
+            result = fn(*args)
+        self.calls += [(phase, c.kind, c.nbytes, c.async_op) for c in self.live]
+        self.live = []
+        return result
+
+
+def _bucketed_history(ctx, student, name, cap_mb, record):
     """Two training steps of the student's BucketedDDP next to torch's DDP. The ranks start from different
     weights (seed 1 + rank): only rank 0's, broadcast at construction, give DDP's gradients."""
     factory, features = rp.MODELS[name], rp.IN_FEATURES[name]
@@ -57,44 +74,37 @@ def _bucketed_history(ctx, student, name, cap_mb):
     ddp = DDP(ref.seeded(factory, 1 + ctx.rank).to(ctx.device), device_ids=device_ids,
               find_unused_parameters=(name == "unused"))
     module = ref.seeded(factory, 1 + ctx.rank).to(ctx.device)
-    first_ready: list[int] = []  # how many collectives had been made when the first layer's gradient was ready
+    phases = _Phases(record)
+    first_ready: list[int] = []  # how many collectives backward had made when the first layer's gradient was ready
     first = next(p for p in module.parameters() if p.requires_grad)
-    cls = student.task("BucketedDDP")
-    with record_collectives() as calls:
-        first.register_post_accumulate_grad_hook(lambda p: first_ready.append(len(calls)))  # before the student's
-        mini = cls(module, cap_mb)
-        _require_by_hand(mini)
-        params, buffers = rp.initial_state(module, buffers=False), rp.initial_state(module, params=False)
-        kept = getattr(mini, "module", None) is module
-        opts = [torch.optim.SGD([p for p in m.parameters() if p.requires_grad], lr=0.1) for m in (ddp.module, module)]
-        steps = []
-        for step in range(STEPS):
-            gen = torch.Generator().manual_seed(100 * step + ctx.rank)
-            x, y = torch.randn(6, features, generator=gen), torch.randn(6, 1, generator=gen)
-            x, y = x.to(ctx.device), y.to(ctx.device)
-            for opt in opts:
-                opt.zero_grad()
-            nn.MSELoss()(ddp(x), y).backward()
-            marks = [len(calls)]
-            loss = nn.MSELoss()(mini(x), y)
-            marks.append(len(calls))
-            loss.backward()
-            marks.append(len(calls))
-            mini.finish_gradient_synchronization()
-            marks.append(len(calls))
-            phases = [(phase, c) for phase, (a, b) in zip(("forward", "backward", "after backward"),
-                                                           zip(marks, marks[1:])) for c in calls[a:b]]
-            steps.append({"ddp": ref.flat_grads(ddp.module), "grad": ref.flat_grads(module),
-                          "calls": [(phase, c.kind, c.nbytes, c.async_op) for phase, c in phases],
-                          "before_first": first_ready[-1] - marks[1] if first_ready else None})
-            for opt in opts:
-                opt.step()
+    first.register_post_accumulate_grad_hook(lambda p: first_ready.append(len(phases.live)))  # before the student's
+    mini = phases.run("init", student.task("BucketedDDP"), module, cap_mb)
+    _require_by_hand(mini)
+    params, buffers = rp.initial_state(module, buffers=False), rp.initial_state(module, params=False)
+    kept = getattr(mini, "module", None) is module
+    opts = [torch.optim.SGD([p for p in m.parameters() if p.requires_grad], lr=0.1) for m in (ddp.module, module)]
+    steps = []
+    for step in range(STEPS):
+        gen = torch.Generator().manual_seed(100 * step + ctx.rank)
+        x, y = torch.randn(6, features, generator=gen), torch.randn(6, 1, generator=gen)
+        x, y = x.to(ctx.device), y.to(ctx.device)
+        for opt in opts:
+            opt.zero_grad()
+        nn.MSELoss()(ddp(x), y).backward()
+        phases.calls = []
+        loss = nn.MSELoss()(phases.run("forward", mini, x), y)
+        phases.run("backward", loss.backward)
+        phases.run("after backward", mini.finish_gradient_synchronization)
+        steps.append({"ddp": ref.flat_grads(ddp.module), "grad": ref.flat_grads(module), "calls": phases.calls,
+                      "before_first": first_ready[-1] if first_ready else None})
+        for opt in opts:
+            opt.step()
     return {"params": params, "buffers": buffers, "kept": kept, "steps": steps}
 
 
-def _in_rank_bucketed(ctx, student, configs):
-    """Each (model name, bucket_cap_mb) in one run."""
-    return [_bucketed_history(ctx, student, name, cap_mb) for name, cap_mb in configs]
+def _in_rank_bucketed(ctx, student, configs, record=True):
+    """Each (model name, bucket_cap_mb) in one run; record: the collectives too."""
+    return [_bucketed_history(ctx, student, name, cap_mb, record) for name, cap_mb in configs]
 
 
 def _nth(step: int) -> str:
@@ -117,7 +127,7 @@ def _broadcast_at_construction(name: str, rank: int, run: dict) -> None:
 
 
 def _bucketed_grads_match(g, cases):
-    results = g.run(_in_rank_bucketed, cases)
+    results = g.run(_in_rank_bucketed, cases, False)
     for rank, runs in enumerate(results):  # the construction first: every rank's
         for (name, _), run in zip(cases, runs):
             if not run["kept"]:
