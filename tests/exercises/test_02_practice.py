@@ -74,6 +74,13 @@ MUTANTS = [  # (task, old, new, check, phrase)
     ("BucketedDDP", "for param in reversed([p for p in module.parameters() if p.requires_grad]):",
      "for param in reversed([p for m in module.modules() for p in m.parameters(recurse=False) if p.requires_grad]):",
      "bucketed_one_all_reduce_per_bucket", "The tied weight encode.weight (the same Parameter as decode.weight)"),
+    ("BucketedDDP", BUCKETED_BROADCAST, BUCKETED_BROADCAST.replace("        self.world_size",
+     "        self.module = __import__('copy').deepcopy(module)\n        self.world_size"),
+     "bucketed_gradients_match_ddp", "`self.module` is not the model it was given"),
+    ("BucketedDDP", "self._pending[i] = (dist.all_reduce(flat, async_op=True), flat)",
+     ("dist.all_reduce(flat)  # blocking\n        done = torch.futures.Future()\n        done.set_result(None)\n"
+      "        self._pending[i] = (done, flat)"),
+     "bucketed_all_reduce_overlaps_backward", "called without async_op=True"),
     ("BucketedDDP", "for param in reversed([p for p in module.parameters() if p.requires_grad]):",
      "for param in [p for p in module.parameters() if p.requires_grad]:",
      "bucketed_one_all_reduce_per_bucket", "fill them with the gradients in reverse parameter order"),
