@@ -23,6 +23,7 @@ import hmac
 import json
 import os
 import secrets
+import tempfile
 
 from grader.engine.private import UnsafeFolder, private_folder, state_base
 from grader.gradebook.snapshot import read_plain, write_atomically
@@ -40,12 +41,17 @@ def results_key() -> bytes:
     path = key_path()
     os.makedirs(os.path.dirname(os.path.dirname(path)), mode=0o700, exist_ok=True)
     private_folder(os.path.dirname(path))
-    try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
-        with os.fdopen(fd, "w") as f:
-            f.write(secrets.token_hex(32))
-    except FileExistsError:
-        pass
+    if not os.path.lexists(path):  # written whole, then linked: a concurrent run never reads half a key
+        fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path))
+        try:
+            with os.fdopen(fd, "w") as f:
+                f.write(secrets.token_hex(32))
+            try:
+                os.link(tmp, path)
+            except FileExistsError:
+                pass  # another run made it first: both use that one
+        finally:
+            os.remove(tmp)
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
     except OSError as exc:
