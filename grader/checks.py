@@ -40,6 +40,7 @@ class Check:
     fn: Callable
     hidden: bool = False
     world_size: int | None = None  # None: the grader's world size
+    feedback: str = ""  # a hidden check's own words under its ✗ (fixed text: nothing of the student's run)
 
 
 @dataclass
@@ -89,12 +90,15 @@ class Exercise:
         """The solution notebook, relative to the course root (nbgrader's source/<id>/<id>.ipynb)."""
         return f"solutions/{self.id}/{self.id}.ipynb"
 
-    def check(self, task: str, points: float = 1, hidden: bool = False, world_size: int | None = None):
+    def check(self, task: str, points: float = 1, hidden: bool = False, world_size: int | None = None,
+              feedback: str = ""):
+        """Register a check. feedback: what a failed hidden check says besides its kind of failure and the
+        lines of its own message that hold nothing of the student's run (grader.result_text)."""
         if task not in self.tasks:
             raise ValueError(f"{task!r} is not a task of {self.id}")
 
         def register(fn):
-            self.checks.append(Check(fn.__name__, task, points, fn, hidden, world_size))
+            self.checks.append(Check(fn.__name__, task, points, fn, hidden, world_size, feedback))
             return fn
 
         return register

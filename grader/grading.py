@@ -13,13 +13,22 @@ import threading
 from typing import Callable
 
 from grader.checks import CheckFailed
-from grader.engine import RunResult, run_distributed
+from grader.engine import RunResult, run_distributed, stacks
 from grader.engine.plan import HardwarePlan, current_plan
 from grader.submission import LoadReport, Submission
 
 
 class MissingTask(Exception):
     pass
+
+
+class RunCheckFailed(CheckFailed):
+    """A run of the student's code failed (crash, hang, early exit, missing task, tampering): raised by
+    Grading.run. kind names the failure for a hidden check's fixed message; hint is the check's own."""
+
+    def __init__(self, message: str, kind: str, hint: str = ""):
+        super().__init__(message)
+        self.kind, self.hint = kind, hint
 
 
 class Student:
@@ -79,6 +88,8 @@ class Grading:
         self.outputs: list[list[str]] = []  # what each rank printed, per run (keep_output)
         self.tampered = False
         self.hung = False
+        self.hidden = False  # a hidden check: its runs' failure() shows no text of the ranks (runner sets it)
+        self.rank_texts: list[str] = []  # every string the ranks sent (values, errors, output): never shown in hidden
         self.load_report: LoadReport | None = None
         self.load_failure: str | None = None
         self._parent_lock = parent_lock  # checks side by side: only one runs parent-side code at a time
@@ -112,6 +123,8 @@ class Grading:
         finally:
             if self._parent_lock:
                 self._parent_lock.acquire()
+        result.hidden = self.hidden
+        self.rank_texts += rank_texts(result)
         self.notes += result.notes
         if result.plan.describe() not in self.plans:
             self.plans.append(result.plan.describe())
@@ -126,12 +139,54 @@ class Grading:
         """Run fn(ctx, student, *args) on every rank; a failure becomes a CheckFailed."""
         result = self.run_raw(fn, *args, world_size=world_size, timeout=timeout, init_group=init_group)
         if not result.ok:
-            raise CheckFailed(describe_failure(result, hint))
+            raise RunCheckFailed(describe_failure(result, hint), failure_kind(result), hint)
         return [r.value for r in result.ranks]
+
+
+def rank_texts(result: RunResult) -> list[str]:
+    """Every string a run's ranks sent or wrote: in values (any depth), errors, output, stacks."""
+    found: list[str] = []
+
+    def walk(value, depth=0):
+        if isinstance(value, (str, bytes)):
+            found.append(value if isinstance(value, str) else value.decode("utf-8", "replace"))
+        elif depth < 20 and isinstance(value, dict):
+            for k, v in value.items():
+                walk(k, depth + 1)
+                walk(v, depth + 1)
+        elif depth < 20 and isinstance(value, (list, tuple, set, frozenset)):
+            for v in value:
+                walk(v, depth + 1)
+
+    for r in result.ranks:
+        walk([r.value, r.error, r.output, r.stack, stacks.frame_strings(r.stack)])
+    return found
+
+
+def failure_kind(result: RunResult) -> str:
+    """tampered | missing | not_implemented | rank_verdict | crashed | hung | exited: what a failed run was,
+    as the parent sees it (a rank's claim of an error type only picks among these fixed sentences)."""
+    errors = [r.error for r in result.ranks if r.status == "error" and r.error]
+    if result.tampered:
+        return "tampered"
+    if errors and errors[0]["type"] == "MissingTask":
+        return "missing"
+    if errors and errors[0]["type"] == "NotImplementedError":
+        return "not_implemented"
+    if errors and errors[0]["type"] == "CheckFailed":
+        return "rank_verdict"
+    if errors:
+        return "crashed"
+    return "hung" if result.hung else "exited"
 
 
 def describe_failure(result: RunResult, hint: str = "") -> str:
     errors = [r.error for r in result.ranks if r.status == "error" and r.error]
+    if result.hidden:  # a hidden test: the kind of failure, never what a rank raised, printed or claimed
+        text = HIDDEN_FAILURE[failure_kind(result)]
+        if result.hung:
+            text += "\n" + result.failure(hidden=True)
+        return f"{hint}\n{text}" if hint else text
     tampered = [e for e in errors if e["type"] == "Tampered"]
     if tampered:
         return tampered[0]["message"]
@@ -142,6 +197,31 @@ def describe_failure(result: RunResult, hint: str = "") -> str:
         return "not implemented yet: your code raises NotImplementedError" + (f" ({where})" if where else "")
     text = result.failure()
     if result.hung:
-        text = "the run did not finish in time (a deadlock: ranks waiting in different collectives, or a " \
-               "collective only some ranks call?)\n" + text
+        text = hang_heading(result) + "\n" + text
     return f"{hint}\n{text}" if hint else text
+
+
+def hang_heading(result: RunResult) -> str:
+    """Why the run hung: a rank busy in the student's own code, or ranks waiting for each other."""
+    busy = [r for r in result.ranks if r.busy_in_student_code()]
+    if busy and len(busy) == len(result.ranks):
+        return ("the run did not finish in time: every rank is busy in your code (a loop or a wait that never "
+                "ends?), not in a collective")
+    if busy:
+        where = "; ".join(f"rank {r.rank} is busy in your code at "
+                          + stacks.student_frame_line(stacks.busy_frame(r.stack)) for r in busy)
+        return f"the run did not finish in time: {where}; the others wait for it"
+    return ("the run did not finish in time (a deadlock: ranks waiting in different collectives, or a "
+            "collective only some ranks call?)")
+
+
+HIDDEN_FAILURE = {  # a hidden test's failed run, in words the parent chooses
+    "tampered": "your code changed the grader or torch in a hidden test, so it scores 0",
+    "missing": "your answers do not define what this hidden test calls",
+    "not_implemented": "not implemented yet: your code raises NotImplementedError",
+    "crashed": "your code raised an exception in a hidden test (hidden tests do not show its text; "
+               "the public checks of this task run the same code and show theirs)",
+    "rank_verdict": "your code failed a hidden test (what its ranks report is not shown)",
+    "hung": "your code hung in a hidden test",
+    "exited": "a process of your code exited before returning a result in a hidden test",
+}

@@ -9,7 +9,9 @@ Rules it applies to every check, wherever it is run from:
   when every other check of its task passes, and says so;
 - once a check of a task has hung, the task's later checks are reported as not
   run because of that hang (the task costs one timeout, the stack shows once);
-- a submission that changed the grader while a check ran gets 0 for that check.
+- a submission that changed the grader while a check ran gets 0 for that check;
+- a hidden check's message comes from the parent only, never from what student code raised or printed,
+  and its ranks' output is not kept; a public check's message and output are capped (grader.result_text).
 
 side_by_side > 1 runs up to that many checks at once, in threads: a check's
 parent-side code (its single-process reference, seeded through torch's global
@@ -24,8 +26,9 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Callable
 
+from grader import result_text
 from grader.checks import Check, CheckFailed, CheckResult, CheckSkipped, Exercise, Report
-from grader.grading import Grading
+from grader.grading import Grading, RunCheckFailed
 from grader.submission import Submission
 
 
@@ -119,32 +122,41 @@ def _credit_skipped(result: CheckResult, others: list[CheckResult]) -> None:
 
 def _run_one(check: Check, grading: Grading, hung_in: str | None = None) -> CheckResult:
     start = time.monotonic()
-    message, passed, skipped = "", False, False
+    message, passed, skipped, kind = "", False, False, "wrong"
+    grading.hidden = check.hidden
     if grading.load_failure:
-        message = grading.load_failure
+        message, kind = grading.load_failure, "load_failed"
     elif check.task not in grading.load_report.defined:
-        message = f"`{check.task}` is not defined in your answers"
+        message, kind = f"`{check.task}` is not defined in your answers", "not_defined"
         if grading.load_report.problems:
             message += "; while loading them: " + "; ".join(grading.load_report.problems)
     elif hung_in:
-        message = (f"not run: `{check.task}` already hung in {hung_in} (above, with the stack); "
-                   "fix that hang first, these checks would wait the same way")
+        message, kind = (f"not run: `{check.task}` already hung in {hung_in} (above, with the stack); "
+                         "fix that hang first, these checks would wait the same way"), "not_run"
     else:
         grading.world_size = check.world_size or grading.world_size
         try:
             check.fn(grading)
             passed = True
+        except RunCheckFailed as exc:
+            message, kind = str(exc), exc.kind
         except CheckFailed as exc:
             message = str(exc)
         except CheckSkipped as exc:
-            message, skipped = str(exc), True
+            message, skipped, kind = str(exc), True, "skipped"
         except Exception as exc:  # a bug in a check must not pass or crash the batch
-            message = f"the check itself failed ({type(exc).__name__}: {exc}); please tell the instructor"
+            message, kind = f"the check itself failed ({type(exc).__name__}: {exc}); please tell the instructor", \
+                "check_bug"
+    if message and check.hidden:
+        message = result_text.hidden_message(message, kind, check.task, check.feedback, grading.rank_texts)
+    elif message:
+        message = result_text.public_message(message)
     if grading.tampered and not message.startswith("your code changed the grader"):
         message = ("your code changed the grader or torch while this check ran, so it scores 0"
-                   + (f"\n{message}" if message else ""))
+                   + (f"\n{message}" if message and not check.hidden else ""))
     passed = passed and not grading.tampered
+    outputs = [] if check.hidden else [[result_text.public_output(o) for o in run] for run in grading.outputs]
     return CheckResult(check.name, check.task, passed, check.points if passed else 0, check.points, message,
                        check.hidden, list(grading.notes), round(time.monotonic() - start, 3),
                        plan="; ".join(grading.plans), skipped=skipped and not grading.tampered,
-                       tampered=grading.tampered, hung=grading.hung and not passed, outputs=grading.outputs)
+                       tampered=grading.tampered, hung=grading.hung and not passed, outputs=outputs)

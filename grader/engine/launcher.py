@@ -173,6 +173,9 @@ def _collect(reports, procs, conns, timeout, trusted) -> None:
                 if kind == "ok":
                     reports[i].status = "ok"
                     reports[i].value = body
+                elif stacks.collective_timeout(body):  # gloo gave up waiting: a hang, the others go on to the deadline
+                    reports[i].status = "hung"
+                    reports[i].error = body
                 else:
                     reports[i].status = "error"
                     reports[i].error = body
@@ -190,7 +193,7 @@ def _collect(reports, procs, conns, timeout, trusted) -> None:
 
 def _dump_stacks(reports, procs, rundir) -> None:
     """Ask each hung rank for its Python stack (faulthandler on SIGUSR1)."""
-    hung = [r for r in reports if r.status == "hung"]
+    hung = [r for r in reports if r.status == "hung" and not r.error]  # not those gloo's timeout already stopped
     for r in hung:
         try:
             os.kill(procs[r.rank].pid, signal.SIGUSR1)

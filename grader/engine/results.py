@@ -21,9 +21,18 @@ class RankReport:
     stack: str = ""
     output: str = ""
 
-    def describe(self) -> str:
+    def describe(self, hidden: bool = False) -> str:
+        """What happened to this rank, for the student. hidden: in a hidden test, where nothing the rank
+        raised, printed or named may be shown: the kind of failure only."""
+        if hidden:
+            return self._describe_hidden()
         if self.status == "error":
             return f"rank {self.rank} raised " + stacks.format_exception(self.error)
+        if self.status == "hung" and self.error:  # gloo's own timeout fired first: a hang all the same
+            frames = self.error.get("student_frames") or []
+            where = f", called from your code at {frames[-1]}" if frames else ""
+            return (f"rank {self.rank} hung: waiting in {stacks.collective_timeout(self.error)} for the other ranks "
+                    f"until gloo's own timeout gave up{where}")
         if self.status == "hung":
             return f"rank {self.rank} hung: " + stacks.summarize_stack(self.stack)
         if self.status == "exited":
@@ -33,6 +42,21 @@ class RankReport:
                          "different sizes: do all ranks make the same collective calls in the same order?)")
             tail = [line for line in self.output.strip().splitlines() if line.strip()][-5:]
             return text + ("\nits last output:\n" + "\n".join("  " + line for line in tail) if tail else "")
+        if self.status == "stopped":
+            return f"rank {self.rank} was stopped because another rank failed"
+        return f"rank {self.rank}: {self.status}"
+
+    def busy_in_student_code(self) -> bool:
+        return self.status == "hung" and not self.error and stacks.busy_frame(self.stack) is not None
+
+    def _describe_hidden(self) -> str:
+        if self.status == "error":
+            return f"rank {self.rank}: your code raised an exception (hidden tests do not show its text)"
+        if self.status == "hung":
+            where = "busy in your code" if self.busy_in_student_code() else "waiting for the other ranks"
+            return f"rank {self.rank} hung: {where}"
+        if self.status == "exited":
+            return f"rank {self.rank} exited with {exit_meaning(self.exitcode)} before returning a result"
         if self.status == "stopped":
             return f"rank {self.rank} was stopped because another rank failed"
         return f"rank {self.rank}: {self.status}"
@@ -55,6 +79,7 @@ class RunResult:
     plan: HardwarePlan
     seconds: float
     notes: list[str] = field(default_factory=list)
+    hidden: bool = False  # a hidden test's run: grading.describe_failure shows no text of the ranks
 
     @property
     def backend(self) -> str:
@@ -78,10 +103,10 @@ class RunResult:
             raise RunFailed(self)
         return [r.value for r in self.ranks]
 
-    def failure(self) -> str:
-        """The first real failure (a crash or hang, not a rank stopped by it)."""
+    def failure(self, hidden: bool = False) -> str:
+        """The first real failure (a crash or hang, not a rank stopped by it). hidden: its kind only."""
         bad = [r for r in self.ranks if r.status not in ("ok", "stopped")]
-        return "\n\n".join(r.describe() for r in bad) or "no failure"
+        return "\n\n".join(r.describe(hidden) for r in bad) or "no failure"
 
 
 class RunFailed(RuntimeError):

@@ -63,10 +63,11 @@ def format_exception(info: dict) -> str:
 
 
 _FRAME = re.compile(r'^\s*File "(?P<file>.*)", line (?P<line>\d+) in (?P<name>\S+)')
+_TORCH_DIR = os.sep + "torch" + os.sep
 
 
-def summarize_stack(dump: str) -> str:
-    """Turn a faulthandler dump into 'waiting in X, called from your code at Y'.
+def _main_frames(dump: str) -> list[dict]:
+    """The main thread's frames, most recent first, without the launcher's own (forkserver, worker.main).
 
     faulthandler lists the most recent call first; the main thread is the one
     marked 'Current thread' or, in a signal dump, the last one listed.
@@ -74,19 +75,63 @@ def summarize_stack(dump: str) -> str:
     threads = re.split(r"\n(?=(?:Current thread|Thread) 0x)", dump.strip())
     main = next((t for t in threads if "Current thread" in t), threads[-1] if threads else "")
     frames = [m.groupdict() for m in (_FRAME.match(line) for line in main.splitlines()) if m]
-    # drop the launcher's own frames (forkserver, multiprocessing, worker.main)
     engine = [i for i, f in enumerate(frames) if f["file"].endswith(os.path.join("engine", "worker.py"))]
-    if engine:
-        frames = frames[: engine[0]]
+    return frames[: engine[0]] if engine else frames
+
+
+def frame_strings(dump: str) -> list[str]:
+    """The file names and function names a stack dump holds (a rank's own: any text it chose)."""
+    return [f[key] for f in (m.groupdict() for m in map(_FRAME.match, dump.splitlines()) if m)
+            for key in ("file", "name")]
+
+
+def busy_frame(dump: str) -> dict | None:
+    """The student's frame a hung rank is running in, when it is busy in the student's own code (a loop,
+    a sleep, a wait on a file) rather than waiting inside torch (a collective, a backward's all-reduce).
+
+    The innermost frame that is torch's or the student's decides; standard-library frames in between
+    (time, os.path, threading) are skipped, the grader's own frames end the search.
+    """
+    for f in _main_frames(dump):
+        if _TORCH_DIR in os.path.abspath(f["file"]):
+            return None
+        if is_student_file(f["file"]):
+            return f
+        if os.path.abspath(f["file"]).startswith(_GRADER_DIR):
+            return None
+    return None
+
+
+def student_frame_line(frame: dict) -> str:
+    return _frame_line(frame["file"], int(frame["line"]), frame["name"], None)
+
+
+def summarize_stack(dump: str) -> str:
+    """Turn a faulthandler dump into 'waiting in X, called from your code at Y', or 'busy in your code
+    at Y' when the rank is not waiting inside torch."""
+    frames = _main_frames(dump)
     if not frames:
         return dump.strip() or "(no stack: the process did not answer)"
     innermost = frames[0]
-    student = [f for f in frames if is_student_file(f["file"])]
-    parts = [f"waiting in {innermost['name']} ({os.path.basename(innermost['file'])}:{innermost['line']})"]
-    if student:
-        f = student[0]
-        parts.append("called from your code at " + _frame_line(f["file"], int(f["line"]), f["name"], None))
+    busy = busy_frame(dump)
+    if busy is not None:
+        parts = ["busy in your code at " + student_frame_line(busy)]
+    else:
+        student = [f for f in frames if is_student_file(f["file"])]
+        parts = [f"waiting in {innermost['name']} ({os.path.basename(innermost['file'])}:{innermost['line']})"]
+        if student:
+            parts.append("called from your code at " + student_frame_line(student[0]))
     lines = "\n".join(
         "  " + _frame_line(f["file"], int(f["line"]), f["name"], None) for f in reversed(frames)
     )
     return ", ".join(parts) + "\nstack (most recent call last):\n" + lines
+
+
+_COLLECTIVE_TIMEOUT = re.compile(r"Timed out waiting (?P<ms>\d+)ms for (?P<op>\w+)")
+
+
+def collective_timeout(error: dict | None) -> str | None:
+    """The operation ("send", "recv", ...) when a rank's error is gloo's own timeout of a collective:
+    the rank was waiting for peers that never came, a hang, not a crash of the student's code."""
+    match = _COLLECTIVE_TIMEOUT.search((error or {}).get("message", ""))
+    return match["op"] if match else None

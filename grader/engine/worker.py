@@ -110,6 +110,11 @@ def _watch_launcher(spec: RankSpec) -> None:
                 os._exit(137)
 
 
+# The group's own timeout lies well beyond the run's: the launcher's bound always fires first, so a hang
+# reaches the check as a hang with every rank's stack, never as gloo's "Timed out waiting ...ms" in one rank.
+GROUP_TIMEOUT_MARGIN_S = 60.0  # below _watch_launcher's hard deadline (timeout + 120 s)
+
+
 def _init_process_group(spec: RankSpec, torch, dist) -> None:
     store = dist.FileStore(spec.store_path, spec.world_size)
     dist.init_process_group(
@@ -117,7 +122,7 @@ def _init_process_group(spec: RankSpec, torch, dist) -> None:
         store=store,
         rank=spec.rank,
         world_size=spec.world_size,
-        timeout=timedelta(seconds=max(spec.timeout, 1.0)),
+        timeout=timedelta(seconds=max(spec.timeout, 1.0) + GROUP_TIMEOUT_MARGIN_S),
     )
 
 

@@ -1,0 +1,154 @@
+"""Feedback from the parent (issue 21.2): what student code raises or prints never carries a hidden test's
+source into a report or into feedback, whatever the exception's type; a hidden check's message is fixed
+text of the grader's; a public check still names the student's own error.
+
+Real processes throughout: the CLI's JSON report, and a class graded with nbgrader (feedback HTML).
+"""
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from grader import result_text
+from grader.exercises.instructor import is_student_build
+from tests.helpers import ROOT, replace_definition, solution_source
+
+pytestmark = pytest.mark.skipif(is_student_build(), reason="a student build has no hidden modules to leak")
+
+LEAK = '''
+import importlib as _il, inspect as _ins
+
+
+def _hidden_source():
+    return _ins.getsource(_il.import_module("{module}"))
+'''
+# Each attack in its own task: raise it, print it and leave, raise it as a "CheckFailed" of one's own.
+RAISES = '''
+def shard_indices(n_samples, rank, world_size):
+    raise RuntimeError("MARK-RAISE " + _hidden_source())
+'''
+PRINTS = '''
+def average_gradients(model):
+    import os
+    print("MARK-PRINT " + _hidden_source(), flush=True)
+    os._exit(1)
+'''
+FORGES = '''
+class CheckFailed(Exception):
+    pass
+
+
+def ring_all_reduce(tensor):
+    raise CheckFailed("MARK-FORGED " + _hidden_source())
+'''
+
+
+def hidden_lines(module_file: str) -> list[str]:
+    """The lines of a hidden module that say something of its own (not an import every module has)."""
+    with open(os.path.join(ROOT, "grader", "exercises", module_file)) as f:
+        return [line.strip() for line in f if len(line.strip()) >= 20 and not line.strip().startswith("from ")]
+
+
+def assert_no_hidden_text(text: str, module_file: str) -> None:
+    leaked = [line for line in hidden_lines(module_file) if line in text or json.dumps(line)[1:-1] in text]
+    assert not leaked, f"hidden source leaked: {leaked[:3]}"
+
+
+def test_the_cli_report_holds_no_hidden_source_and_hidden_checks_say_fixed_text(tmp_path):
+    source = solution_source("01_parallelism")
+    for task, attack in (("shard_indices", RAISES), ("average_gradients", PRINTS), ("ring_all_reduce", FORGES)):
+        source = replace_definition(source, task, attack)
+    source = LEAK.format(module="grader.exercises.parallelism.hidden_core") + source
+    path = tmp_path / "attack.py"
+    path.write_text(source)
+    proc = subprocess.run([sys.executable, "-m", "grader", "check", "01_parallelism", str(path), "--json",
+                           "--timeout", "20"], cwd=ROOT, capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 1, proc.stderr
+    assert_no_hidden_text(proc.stdout, "parallelism/hidden_core.py")
+    report = json.loads(proc.stdout)
+    attacked = {"shard_indices": "MARK-RAISE", "average_gradients": "MARK-PRINT", "ring_all_reduce": "MARK-FORGED"}
+    for task, mark in attacked.items():
+        mine = [c for c in report["checks"] if c["task"] == task]
+        hidden, public = [c for c in mine if c["hidden"]], [c for c in mine if not c["hidden"]]
+        assert hidden and public, task
+        for c in hidden:  # fixed text of the grader's: nothing the student's code raised or printed
+            assert not c["passed"] and "hidden test" in c["message"], c
+            assert "MARK" not in c["message"] and "MARK" not in " ".join(c["notes"]), c
+        messages = "\n".join(c["message"] for c in public)
+        assert result_text.SECRET_NOTE in messages, (task, messages)  # the hidden text was cut out...
+        if task != "average_gradients":
+            assert mark in messages, (task, messages)  # ...and the student's own error is still named
+    public_raise = "\n".join(c["message"] for c in report["checks"] if c["task"] == "shard_indices")
+    assert "RuntimeError" in public_raise
+    public_exit = "\n".join(c["message"] for c in report["checks"]
+                            if c["task"] == "average_gradients" and not c["hidden"])
+    assert "exited with code 1" in public_exit  # its last output lines were the hidden text: cut out
+
+
+def test_the_feedback_html_holds_no_hidden_source(tmp_path):
+    from grader.gradebook import roundtrip
+    from grader.gradebook.batch import grade_assignment
+    from grader.gradebook.inject import write_results
+    from samples.make_samples import solution_answers
+    from tests.test_instructor_workflow import A, notebook_with, place
+
+    course = roundtrip.make_course(str(tmp_path / "course"), [A])
+    roundtrip.release(course, A)
+    good = solution_answers()
+    leak = LEAK.format(module="grader.exercises.ddp_basics.hidden_training")
+    answers = dict(good, make_dataloader_answer=leak + replace_definition(
+        good["make_dataloader_answer"], "make_dataloader",
+        'def make_dataloader(dataset, batch_size, rank, world_size, seed):\n'
+        '    raise RuntimeError("MARK-RAISE " + _hidden_source())\n'))
+    place(course, "eve", notebook_with(answers))
+    results = grade_assignment(course, A, jobs=1, timeout=10.0, progress=False)
+    write_results(course, A, results)
+    roundtrip.feedback(course, A)
+    with open(os.path.join(course.root, "feedback", "eve", A, f"{A}.html")) as f:
+        html = f.read()
+    assert_no_hidden_text(html, "ddp_basics/hidden_training.py")
+    assert "✗ make_dataloader" in html and "MARK-RAISE" in html  # the public check names her error
+    assert "hidden check of make_dataloader" in html
+    checks = results["eve"]["report"]["checks"]
+    hidden = [c for c in checks if c["task"] == "make_dataloader" and c["hidden"]]
+    assert hidden and all("MARK" not in c["message"] and "hidden test" in c["message"] for c in hidden), hidden
+
+
+# --- the rules themselves (grader.result_text), on text ----------------------------------------------------
+
+def test_a_hidden_checks_message_keeps_the_parents_words_and_drops_every_string_of_the_ranks():
+    rank_sent = ["MARK-VALUE sent back", "a line\nMARK-ERROR of the rank"]
+    message = ("rank 1 returned 'MARK-VALUE sent back' (3 items): return a list of ints\n"
+               "MARK-ERROR of the rank\nrank 0 took 4 steps for its 5 batches")
+    text = result_text.hidden_message(message, "wrong", "shard_indices", "declared words", rank_sent)
+    assert "MARK" not in text
+    assert "(3 items): return a list of ints" in text and "rank 0 took 4 steps for its 5 batches" in text
+    assert result_text.HIDDEN_TEXT_NOTE in text and text.endswith("declared words")
+    only_rank_text = result_text.hidden_message("MARK-ERROR of the rank", "wrong", "shard_indices", "", rank_sent)
+    assert only_rank_text.startswith("wrong result in a hidden test of `shard_indices`")
+    assert "MARK" not in only_rank_text
+    # a string the grader's public code holds itself (a field name the rank's grader code sent) tells nothing new
+    assert result_text.hidden_message("`restart_count` is 0", "wrong", "read_dist_env", "", ["restart_count"]) \
+        == "`restart_count` is 0"
+
+
+def test_a_public_message_is_capped_and_says_so():
+    long = "\n".join(f"line {i}" for i in range(500))
+    text = result_text.public_message(long)
+    assert len(text.splitlines()) <= result_text.MAX_LINES and len(text) <= result_text.MAX_CHARS
+    assert "line 0" in text and "cut:" in text and "at most 40 lines" in text
+    assert result_text.public_message("short") == "short"
+    output = result_text.public_output(long)
+    assert "line 0" in output and "line 499" in output and "cut:" in output  # an output keeps its end too
+
+
+def test_hidden_source_is_cut_from_any_text_even_reflowed():
+    source = open(os.path.join(ROOT, "grader", "exercises", "parallelism", "hidden_core.py")).read()
+    for text in (source, "rank 0 raised RuntimeError: " + source, " ".join(source.split())):
+        shown = result_text.redact(text)
+        assert_no_hidden_text(shown, "parallelism/hidden_core.py")
+        assert result_text.SECRET_NOTE in shown
+    assert result_text.redact("rank 0 raised RuntimeError: " + source).startswith("rank 0 raised RuntimeError: ")
+    assert result_text.redact("an ordinary message\nof two lines") == "an ordinary message\nof two lines"
