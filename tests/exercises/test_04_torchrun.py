@@ -95,6 +95,11 @@ MUTANTS = {
         "train_script_matches_single_process",
         "batch_size=problem.GLOBAL_BATCH // world_size", "batch_size=problem.GLOBAL_BATCH",
         "GLOBAL_BATCH // world_size", "read_dist_env_names_a_missing_variable"),
+    "sampler_seed_written_as_a_number": (
+        "train_script_matches_single_process",
+        "DistributedSampler(dataset, shuffle=True, seed=problem.SEED)",
+        "DistributedSampler(dataset, shuffle=True, seed=0)",
+        "not problem.SEED", "read_dist_env_names_a_missing_variable"),
     "resume_from_epoch_0": (
         "train_script_resumes_after_a_killed_worker",
         'epochs_run = snapshot["epochs_run"]', "epochs_run = 0",

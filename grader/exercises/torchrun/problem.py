@@ -1,14 +1,17 @@
 """The model, data and hyperparameters that exercise 04_torchrun's training script trains.
 
-Taught in lessons/04_torchrun.ipynb. A student's `train_script` imports this module:
+Taught in lessons/04_torchrun.ipynb. The grader copies this file next to a
+student's train.py (its job cannot import `grader`: isolation.py), which imports it:
 
-    from grader.exercises.torchrun import problem
+    import problem
     model = problem.make_model()
     optimizer = problem.make_optimizer(model)
     dataset = problem.make_dataset()
 
 It holds no answer: the grader's single-process reference trains the same
-model on the same global batches (reference.py).
+model on the same global batches (reference.py). SEED, the initial weights and
+the data come from SEED_ENV, which the grader draws for each run: only a script
+that really trains on them reproduces the reference.
 
 One grader-only hook: when the environment variable PAUSE_ENV is set (only by
 the grader, in its own runs), the model's forward waits at a known point of
@@ -23,7 +26,8 @@ import time
 import torch
 from torch import nn
 
-SEED = 0  # DistributedSampler(seed=SEED) and the model's initial weights
+SEED_ENV = "TORCHRUN_EXERCISE_SEED"  # set by the grader for each run; 0 elsewhere
+SEED = int(os.environ.get(SEED_ENV, "0"))  # DistributedSampler(seed=SEED), the initial weights, the data
 SAMPLES = 64
 FEATURES = 8
 GLOBAL_BATCH = 16  # samples per optimizer step, summed over all ranks
@@ -46,13 +50,13 @@ class Net(nn.Module):
         return self.body(x)
 
 
-def make_model() -> nn.Module:
-    torch.manual_seed(SEED)  # the same initial weights in every process
+def make_model(seed: int | None = None) -> nn.Module:
+    torch.manual_seed(SEED if seed is None else seed)  # the same initial weights in every process
     return Net()
 
 
-def make_dataset() -> torch.utils.data.TensorDataset:
-    g = torch.Generator().manual_seed(1234)
+def make_dataset(seed: int | None = None) -> torch.utils.data.TensorDataset:
+    g = torch.Generator().manual_seed(1234 + (SEED if seed is None else seed))
     x = torch.randn(SAMPLES, FEATURES, generator=g)
     y = torch.sin(x.sum(dim=1, keepdim=True)) + 0.1 * torch.randn(SAMPLES, 1, generator=g)
     return torch.utils.data.TensorDataset(x, y)

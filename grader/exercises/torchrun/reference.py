@@ -33,18 +33,20 @@ def standalone_command(script: str, nproc_per_node: int, max_restarts: int = 0) 
                          "--standalone", script]
 
 
-def reference_training(epochs: int) -> dict[str, torch.Tensor]:
-    """The final model of the training script, trained in one process.
+def reference_training(epochs: int, seed: int, sampler_seed: int | None = None) -> dict[str, torch.Tensor]:
+    """The final model of the training script, trained in one process, for the run's `seed`
+    (problem.SEED in the workers); `sampler_seed` replaces it in the sampler only (a diagnosis).
 
     With a per-rank batch of GLOBAL_BATCH // world_size, DistributedSampler's
     strided split makes global step k see positions [k*G, (k+1)*G) of the
     epoch's permutation, whatever the world size: one process with batch G on
     the same permutation takes the same steps (DDP averages the gradients).
     """
-    model = problem.make_model()
+    model = problem.make_model(seed)
     optimizer = problem.make_optimizer(model)
-    dataset = problem.make_dataset()
-    sampler = DistributedSampler(dataset, num_replicas=1, rank=0, shuffle=True, seed=problem.SEED)
+    dataset = problem.make_dataset(seed)
+    sampler = DistributedSampler(dataset, num_replicas=1, rank=0, shuffle=True,
+                                 seed=seed if sampler_seed is None else sampler_seed)
     loader = DataLoader(dataset, batch_size=problem.GLOBAL_BATCH, sampler=sampler)
     for epoch in range(epochs):
         sampler.set_epoch(epoch)
@@ -55,15 +57,23 @@ def reference_training(epochs: int) -> dict[str, torch.Tensor]:
     return {k: v.detach().clone() for k, v in model.state_dict().items()}
 
 
-_cache: dict[int, dict[str, torch.Tensor]] = {}
+def initial_state(seed: int) -> dict[str, torch.Tensor]:
+    """The untrained model of a run (what a script that never trains would save)."""
+    return reference_training(0, seed)
 
 
-def reference_state(epochs: int) -> dict[str, torch.Tensor]:
-    if epochs not in _cache:
+_cache: dict[tuple, dict[str, torch.Tensor]] = {}
+
+
+def reference_state(epochs: int, seed: int, sampler_seed: int | None = None) -> dict[str, torch.Tensor]:
+    key = (epochs, seed, sampler_seed)
+    if key not in _cache:
+        if len(_cache) > 64:  # a new seed per run: keep a long-lived grading worker small
+            _cache.clear()
         saved = os.environ.pop(problem.PAUSE_ENV, None)  # never pause the reference
         try:
-            _cache[epochs] = reference_training(epochs)
+            _cache[key] = reference_training(epochs, seed, sampler_seed)
         finally:
             if saved is not None:
                 os.environ[problem.PAUSE_ENV] = saved
-    return _cache[epochs]
+    return _cache[key]

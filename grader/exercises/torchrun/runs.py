@@ -1,15 +1,18 @@
 """The training-script scenarios the checks of `train_script` run (04_torchrun).
 
-Each writes the student's script to train.py in a fresh directory, launches it
-with the grader's own torchrun command and reads back what it wrote: the final
-model, the snapshot and the epoch log. Verdicts are made from those files,
-never from torchrun's exit code (a DDP worker can abort at teardown on CPU).
+Each writes the student's script to train.py (and problem.py next to it) in a
+fresh directory, launches it with the grader's own torchrun command, in a Python
+that cannot import the grader (isolation.py) and with a seed drawn for the run,
+and reads back what it wrote: the final model, the snapshot and the epoch log.
+Verdicts are made from those files and the run's seed, never from torchrun's
+exit code (a DDP worker can abort at teardown on CPU).
 
     python train.py --epochs E --snapshot snapshot.pt --out final.pt --epoch-log epochs.log
 """
 from __future__ import annotations
 
 import os
+import random
 import shutil
 import tempfile
 from dataclasses import dataclass, field
@@ -17,8 +20,8 @@ from dataclasses import dataclass, field
 import torch
 
 from grader.engine import reserved_port
-from grader.exercises.torchrun import problem
-from grader.exercises.torchrun.launch import Torchrun, worker_env
+from grader.exercises.torchrun import isolation, problem
+from grader.exercises.torchrun.launch import Torchrun
 from grader.exercises.torchrun.reference import standalone_command
 
 SNAPSHOT, FINAL, LOG, LINK = "snapshot.pt", "final.pt", "epochs.log", "snapshot-link.pt"
@@ -31,10 +34,28 @@ def script_args(epochs: int) -> list[str]:
 
 
 @dataclass
+class Job:
+    """Where one scenario runs: its working directory, the isolated Python's links folder, its seed."""
+
+    directory: str
+    site: str
+    seed: int  # problem.SEED in the workers; drawn per run, so no script can know it in advance
+
+    def env(self, extra: dict[str, str] | None = None) -> dict[str, str]:
+        return isolation.isolated_env(self.site, {problem.SEED_ENV: str(self.seed), **(extra or {})})
+
+    def torchrun(self, cmd: list[str], cwd: str, timeout: float, extra: dict[str, str] | None,
+                 args: list[str]) -> Torchrun:
+        """The grader's torchrun command `cmd` (ending with the script), isolated, then the script's `args`."""
+        return Torchrun(isolation.isolated_command(cmd) + args, cwd, timeout, self.env(extra))
+
+
+@dataclass
 class ScriptRun:
     """What a run left behind, read before its directory is removed."""
 
     epochs: int
+    seed: int
     output: str = ""
     timed_out: bool = False
     died_at_teardown: bool = False
@@ -93,28 +114,24 @@ def load(path: str):
         return f"cannot be loaded ({type(exc).__name__}: {str(exc)[:200]})"
 
 
-def _write_script(directory: str, source: str) -> None:
-    with open(os.path.join(directory, "train.py"), "w") as f:
-        f.write(source)
-
-
 def _logged(path: str) -> int:
     return len(read_log(path) or [])
 
 
-def killed(source: str, directory: str, epochs: int, kill_after: int) -> ScriptRun:
+def killed(source: str, job: Job, epochs: int, kill_after: int) -> ScriptRun:
     """Two workers, --max-restarts=1; SIGKILL local rank 1 once the log lists `kill_after` epochs.
 
     The given model pauses the first attempt at its next forward (problem.PAUSE_ENV),
     so the kill lands between snapshot `kill_after` and the next one, every time.
     """
-    _write_script(directory, source)
-    run = ScriptRun(epochs)
+    directory = job.directory
+    isolation.write_job(directory, source)
+    run = ScriptRun(epochs, job.seed)
     log = os.path.join(directory, LOG)
     never = os.path.join(directory, "never-released")  # the paused workers are killed, not released
-    env = worker_env({problem.PAUSE_ENV: f"{log}:{kill_after}:{never}"})
-    cmd = standalone_command("train.py", 2, max_restarts=1) + script_args(epochs)
-    with Torchrun(cmd, directory, KILL_RUN_TIMEOUT_S, env) as proc:
+    cmd = standalone_command("train.py", 2, max_restarts=1)
+    with job.torchrun(cmd, directory, KILL_RUN_TIMEOUT_S, {problem.PAUSE_ENV: f"{log}:{kill_after}:{never}"},
+                      script_args(epochs)) as proc:
         if proc.wait_until(lambda: _logged(log) >= kill_after):
             run.log_when_acted = read_log(log)
             run.snapshot_when_acted = os.path.exists(os.path.join(directory, SNAPSHOT))
@@ -123,16 +140,17 @@ def killed(source: str, directory: str, epochs: int, kill_after: int) -> ScriptR
     return run.collect(directory)
 
 
-def linked(source: str, directory: str, epochs: int, link_after: int) -> ScriptRun:
+def linked(source: str, job: Job, epochs: int, link_after: int) -> ScriptRun:
     """Two workers; once the log lists `link_after` epochs (the workers paused), hard-link
     the snapshot to LINK, then let the run go on. An atomic os.replace leaves the link's
     content alone; a snapshot rewritten in place changes it."""
-    _write_script(directory, source)
-    run = ScriptRun(epochs)
+    directory = job.directory
+    isolation.write_job(directory, source)
+    run = ScriptRun(epochs, job.seed)
     log = os.path.join(directory, LOG)
     go = os.path.join(directory, "go")
-    env = worker_env({problem.PAUSE_ENV: f"{log}:{link_after}:{go}"})
-    with Torchrun(standalone_command("train.py", 2) + script_args(epochs), directory, RUN_TIMEOUT_S, env) as proc:
+    with job.torchrun(standalone_command("train.py", 2), directory, RUN_TIMEOUT_S,
+                      {problem.PAUSE_ENV: f"{log}:{link_after}:{go}"}, script_args(epochs)) as proc:
         if proc.wait_until(lambda: _logged(log) >= link_after):
             run.log_when_acted = read_log(log)
             snapshot = os.path.join(directory, SNAPSHOT)
@@ -145,22 +163,22 @@ def linked(source: str, directory: str, epochs: int, link_after: int) -> ScriptR
     return run.collect(directory)
 
 
-def two_nodes(source: str, directory: str, epochs: int, node_command) -> ScriptRun:
+def two_nodes(source: str, job: Job, epochs: int, node_command) -> ScriptRun:
     """Two torchrun agents (--nnodes=2, one worker each) meeting over c10d on 127.0.0.1.
 
     node_command(script, node_rank, endpoint) is the torchrun command of one node.
     Each "node" runs in its own directory with the same relative paths, like two
     machines with their own disks: whatever node 1's worker writes shows there.
     """
-    nodes = [os.path.join(directory, f"node{i}") for i in range(2)]
+    nodes = [os.path.join(job.directory, f"node{i}") for i in range(2)]
     for node in nodes:
         os.mkdir(node)
-        _write_script(node, source)
-    run = ScriptRun(epochs)
+        isolation.write_job(node, source)
+    run = ScriptRun(epochs, job.seed)
     with reserved_port() as port:  # released after the run: other runs may use it again
         endpoint = f"127.0.0.1:{port}"
-        procs = [Torchrun(node_command("train.py", i, endpoint)
-                          + script_args(epochs), node, RUN_TIMEOUT_S) for i, node in enumerate(nodes)]
+        procs = [job.torchrun(node_command("train.py", i, endpoint), node, RUN_TIMEOUT_S, None, script_args(epochs))
+                 for i, node in enumerate(nodes)]
         try:
             for proc in procs:
                 proc.start()
@@ -169,19 +187,25 @@ def two_nodes(source: str, directory: str, epochs: int, node_command) -> ScriptR
         finally:
             for proc in procs:
                 proc.stop()
-    run.other_files = sorted(n for n in os.listdir(nodes[1]) if n != "train.py" and not n.startswith("torchrun-"))
+    given = {"train.py", isolation.PROBLEM_FILE, "__pycache__"}
+    run.other_files = sorted(n for n in os.listdir(nodes[1]) if n not in given and not n.startswith("torchrun-"))
     return run.collect(nodes[0])
 
 
 def with_retry(scenario, source: str, *args) -> ScriptRun:
-    """Run a scenario in a fresh directory; once more when it failed only because a
-    worker died at teardown before the outputs were complete (torch's noise on CPU)."""
+    """Run a scenario in a fresh directory, isolated, with a fresh seed; once more when it failed
+    only because a worker died at teardown before the outputs were complete (torch's noise on CPU)."""
     for attempt in range(2):
-        directory = tempfile.mkdtemp(prefix="torchrun-check-")
+        root = tempfile.mkdtemp(prefix="torchrun-check-")
         try:
-            run = scenario(source, directory, *args)
+            site = isolation.build_site(root)
+            directory = os.path.join(root, "run")  # the links folder stays outside the script's directory
+            os.mkdir(directory)
+            job = Job(directory, site, random.SystemRandom().randrange(1, 2**31))
+            isolation.verify(directory, job.env())
+            run = scenario(source, job, *args)
         finally:
-            shutil.rmtree(directory, ignore_errors=True)
+            shutil.rmtree(root, ignore_errors=True)
         run.retried = attempt > 0
         if run.complete() or not run.died_at_teardown:
             return run
