@@ -85,9 +85,25 @@ def test_verify_refuses_a_python_that_can_import_the_grader(tmp_path):
         isolation.verify(str(tmp_path), env)
 
 
+def test_no_command_the_grader_builds_is_an_accepted_torchrun_command_answer():
+    """A student's torchrun_command that returns the grader's own launcher's command (importable
+    in the ranks: reference.py is public, hidden_reference.py is there when the instructor grades)
+    fails the static check: the grader's commands end with --no-python and the interpreter."""
+    from grader.checks import CheckFailed
+    from grader.exercises.torchrun import command
+    from grader.exercises.torchrun.hidden_reference import node_command
+
+    for cmd, args in [(reference.standalone_command("p.py", 2, 1), (2, 1, 0, None, 1)),
+                      (node_command("p.py", 1, "127.0.0.1:29400"), (1, 2, 1, "127.0.0.1:29400", 0))]:
+        with pytest.raises(CheckFailed, match="after torchrun's options comes only the script"):
+            command.check_static("...", cmd, "p.py", *args)
+
+
 def test_each_run_draws_its_own_seed_and_its_own_reference():
-    assert reference.reference_state(3, 1)["body.0.weight"].ne(reference.reference_state(3, 2)["body.0.weight"]).any()
-    assert problem.make_model(5).state_dict()["body.0.weight"].equal(problem.make_model(5).state_dict()["body.0.weight"])
+    one, two = reference.reference_state(3, 1), reference.reference_state(3, 2)
+    assert one["body.0.weight"].ne(two["body.0.weight"]).any()
+    again = problem.make_model(5).state_dict()["body.0.weight"]
+    assert problem.make_model(5).state_dict()["body.0.weight"].equal(again), "one seed, one model"
 
 
 # ---------------------------------------------------------------- answers that do not train

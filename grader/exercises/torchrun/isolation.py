@@ -24,7 +24,7 @@ import subprocess
 import sys
 
 from grader.exercises.torchrun import problem
-from grader.exercises.torchrun.launch import RUN_MODULE
+from grader.exercises.torchrun.launch import RUN_MODULE, worker_command
 
 SITE = "python-site"  # the links folder, next to the run's working directory (never inside it)
 PROBLEM_FILE = "problem.py"  # what the script imports: `import problem`
@@ -81,11 +81,12 @@ def isolated_env(site_dir: str, extra: dict[str, str] | None = None) -> dict[str
 
 
 def isolated_command(cmd: list[str]) -> list[str]:
-    """A grader-built torchrun command (RUN_MODULE + options + [script]) run with `python -S`,
-    its workers too (`--no-python`, then the interpreter and its flags as the "script")."""
-    if cmd[:len(RUN_MODULE)] != RUN_MODULE:
-        raise ValueError(f"not a torchrun command of this interpreter: {cmd!r}")
-    options, script = cmd[len(RUN_MODULE):-1], cmd[-1]
+    """A grader-built torchrun command (RUN_MODULE + options + worker_command(script)) with
+    `python -S` for the agent and for its workers."""
+    script = cmd[-1]
+    if cmd[:len(RUN_MODULE)] != RUN_MODULE or cmd[-len(worker_command(script)):] != worker_command(script):
+        raise ValueError(f"not a grader-built torchrun command: {cmd!r}")
+    options = cmd[len(RUN_MODULE):-len(worker_command(script))]
     return [sys.executable, "-S", "-m", "torch.distributed.run", *options, "--no-python",
             sys.executable, "-S", "-u", script]
 

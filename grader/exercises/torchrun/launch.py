@@ -33,6 +33,14 @@ OUTPUT_LIMIT = 12_000
 TEARDOWN_SIGNS = ("SIGABRT", "Signal 6", "terminate called without an active exception")
 
 
+def worker_command(script: str) -> list[str]:
+    """What follows torchrun's options in every command the grader builds: `--no-python`, then this
+    interpreter running `script`. It runs the same workers as `... script`, but it is not the shape
+    `torchrun_command` must return (the script alone after the options), so no grader helper a
+    student's code can import is that task's answer."""
+    return ["--no-python", sys.executable, "-u", script]
+
+
 def worker_env(extra: dict[str, str] | None = None) -> dict[str, str]:
     """The environment of a grader-launched torchrun: `grader` importable, quiet, small."""
     env = dict(os.environ)

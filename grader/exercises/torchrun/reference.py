@@ -11,7 +11,7 @@ import torch
 from torch.utils.data import DataLoader, DistributedSampler
 
 from grader.exercises.torchrun import problem
-from grader.exercises.torchrun.launch import RUN_MODULE
+from grader.exercises.torchrun.launch import RUN_MODULE, worker_command
 
 # DistEnv field -> the variable torchrun sets for it
 ENV_VARS = {
@@ -30,7 +30,7 @@ TEXT_FIELDS = {"master_addr"}
 def standalone_command(script: str, nproc_per_node: int, max_restarts: int = 0) -> list[str]:
     """The one-node torchrun command the grader launches a student's script with."""
     return RUN_MODULE + [f"--nproc-per-node={nproc_per_node}", "--nnodes=1", f"--max-restarts={max_restarts}",
-                         "--standalone", script]
+                         "--standalone"] + worker_command(script)
 
 
 def reference_training(epochs: int, seed: int, sampler_seed: int | None = None) -> dict[str, torch.Tensor]:
