@@ -1,10 +1,10 @@
 """What a check's result may say (issue 21.2: feedback from the parent).
 
 - A hidden check's text comes from the parent only: the fixed sentence of its kind of failure, the
-  lines of the check's own message that carry nothing the ranks sent (no string of a value, an error,
-  an output or a stack of this check's runs), and the check's declared `feedback=`. Never what student
-  code raised or printed: a rank can raise any exception type with any text, a hidden module's source
-  included. Its ranks' output is not shown.
+  check's own message with every string the ranks sent replaced by [...] (of a value, an error, an
+  output or a stack of this check's runs) and every word the grader's code never uses too, and the
+  check's declared `feedback=`. Never what student code raised or printed: a rank can raise any
+  exception type with any text, a hidden module's source included. Its ranks' output is not shown.
 - A public check may show the student's own traceback and output, capped (MAX_LINES, MAX_CHARS).
 - No text shown anywhere holds a line of the grader's hidden tests (hidden_*.py of an instructor's
   install): a last net for a verbatim copy; the real defence is that those files are out of reach.
@@ -42,7 +42,7 @@ def hidden_message(message: str, kind: str, task: str, feedback: str, rank_texts
         return "the hidden check itself failed; please tell the instructor"
     pieces = sorted(_pieces(rank_texts), key=len, reverse=True)
     lines = [line for line in message.splitlines() if line.strip()]
-    kept = [_without(line, pieces) for line in lines if not _has_secret(line)]
+    kept = [_grader_words_only(_without(line, pieces)) for line in lines if not _has_secret(line)]
     kept = [line for line in kept if re.search(r"[A-Za-z]", line.replace(NOT_SHOWN, ""))
             and line.strip() not in HEADINGS]
     cut = len(kept) < len(lines) or any(NOT_SHOWN in line for line in kept)
@@ -63,6 +63,22 @@ def _without(line: str, pieces: list[str]) -> str:
         if piece in line and piece not in _public_source():
             line = line.replace(piece, NOT_SHOWN)
     return line
+
+
+_WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def _grader_words_only(line: str) -> str:
+    """The line with every word the grader's own code never uses replaced by NOT_SHOWN: text that reached
+    the parent another way than a run's result (a torchrun job's output, a file the student's script
+    wrote) keeps no word of the student's choosing, so no encoding of anything either."""
+    return _WORD.sub(lambda m: m[0] if m[0].lower() in _vocabulary() else NOT_SHOWN, line)
+
+
+@functools.lru_cache(maxsize=1)
+def _vocabulary() -> frozenset[str]:
+    text = _public_source() + "".join(path.read_text(errors="replace") for path in _hidden_files())
+    return frozenset(word.lower() for word in _WORD.findall(text))
 
 
 def _pieces(rank_texts: list[str]) -> set[str]:

@@ -152,3 +152,10 @@ def test_hidden_source_is_cut_from_any_text_even_reflowed():
         assert result_text.SECRET_NOTE in shown
     assert result_text.redact("rank 0 raised RuntimeError: " + source).startswith("rank 0 raised RuntimeError: ")
     assert result_text.redact("an ordinary message\nof two lines") == "an ordinary message\nof two lines"
+
+
+def test_a_hidden_checks_message_keeps_no_word_of_the_students_choosing():
+    # text that reached the parent outside a run's result (a torchrun job's output): only the grader's words stay
+    message = "the run failed\ntorchrun's output:\n    aGlkZGVuIHNvdXJjZQ== zqxjv_leak\n    epoch 1 loss 0.5"
+    text = result_text.hidden_message(message, "wrong", "train_script", "", [])
+    assert "aGlkZGVu" not in text and "zqxjv_leak" not in text and "the run failed" in text and "epoch 1" in text
