@@ -82,6 +82,9 @@ MUTANTS = [  # (task, old, new, check, phrase)
       "        self._pending[i] = (done, flat)"),
      "bucketed_all_reduce_overlaps_backward", "called without async_op=True"),
     ("BucketedDDP", "for param in reversed([p for p in module.parameters() if p.requires_grad]):",
+     "for param in reversed(list(module.parameters())):",
+     "bucketed_gradients_match_ddp", "a gradient hook on a frozen parameter"),
+    ("BucketedDDP", "for param in reversed([p for p in module.parameters() if p.requires_grad]):",
      "for param in [p for p in module.parameters() if p.requires_grad]:",
      "bucketed_one_all_reduce_per_bucket", "fill them with the gradients in reverse parameter order"),
 ]

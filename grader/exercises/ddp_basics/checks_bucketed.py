@@ -127,7 +127,13 @@ def _broadcast_at_construction(name: str, rank: int, run: dict) -> None:
 
 
 def _bucketed_grads_match(g, cases):
-    results = g.run(_in_rank_bucketed, cases, False)
+    try:
+        results = g.run(_in_rank_bucketed, cases, False)
+    except CheckFailed as exc:
+        if "doesn't require gradient" in str(exc):
+            raise CheckFailed("BucketedDDP registered a gradient hook on a frozen parameter: bucket only the "
+                              "parameters with requires_grad=True") from None
+        raise
     for rank, runs in enumerate(results):  # the construction first: every rank's
         for (name, _), run in zip(cases, runs):
             if not run["kept"]:
