@@ -46,7 +46,9 @@ def exercise_max() -> float:
 
 
 def run(course):
-    results = grade_assignment(course, A, jobs=1, timeout=TIMEOUT, progress=False)
+    # unsandboxed (--no-sandbox): the forger's writes reach graded/ and the parent alone must undo them;
+    # sandboxed, graded/ is not even there (tests/test_sandbox.py, tests/test_hostile_class.py)
+    results = grade_assignment(course, A, jobs=1, timeout=TIMEOUT, progress=False, sandbox=False)
     write_results(course, A, results)
     return results
 

@@ -119,7 +119,9 @@ def course(tmp_path_factory):
 @pytest.fixture(scope="module")
 def graded(course):
     originals = {s: open(p, "rb").read() for s, p in course.submitted(A).items()}
-    results = grade_assignment(course, A, jobs=2, timeout=TIMEOUT, progress=False)
+    # unsandboxed (--no-sandbox): victor's writes then reach the files, and the parent's own guard must put them
+    # back and flag him; sandboxed, they are refused outright (tests/test_sandbox.py, tests/test_hostile_class.py)
+    results = grade_assignment(course, A, jobs=2, timeout=TIMEOUT, progress=False, sandbox=False)
     write_results(course, A, results)
     return results, originals
 
@@ -205,7 +207,7 @@ def test_regrading_is_idempotent(course, graded):
     before = gradebook_scores(course, A)
     stamps = {p: os.path.getmtime(p) for p in
               (os.path.join(course.results_dir(A), f) for f in os.listdir(course.results_dir(A)))}
-    results = grade_assignment(course, A, jobs=2, timeout=TIMEOUT, progress=False)
+    results = grade_assignment(course, A, jobs=2, timeout=TIMEOUT, progress=False, sandbox=False)
     write_results(course, A, results)
     assert gradebook_scores(course, A) == before
     assert all(os.path.getmtime(p) == t for p, t in stamps.items()), "cached results were regraded"
