@@ -52,7 +52,7 @@ def forkserver_context():
     global _context
     if _context is None:
         ctx = multiprocessing.get_context("forkserver")
-        ctx.set_forkserver_preload(["grader.engine.preload"])
+        ctx.set_forkserver_preload(["grader.engine.preload", "grader.engine.preload_checks"])
         _context = ctx
     return _context
 
