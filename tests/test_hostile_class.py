@@ -1,0 +1,299 @@
+"""A hostile class (issue 21 §7): every submission tries one attack, and none gains anything.
+
+One class of 02_ddp_basics is graded with `python -m grader grade` (the sandbox on, its default): two honest
+students with the full solution, one control student, and one student per attack in tests/hostile/. The
+control and every attacker share the same honest part (pick_backend and make_dataloader answered, the rest
+left as released); each attacker's pick_device runs its attack in every rank of that task's checks, then raises
+with what it got, so the attempt shows in its own check message. The class is graded twice, as an instructor
+re-runs `make grade`: a forger left behind by the first run would be trusted by the second.
+
+Asserted: honest classmates get exactly full marks, each attacker exactly the control's score (the
+raise_hidden attacker also loses the hidden make_dataloader check its raise fails), the instructor's files are
+unchanged byte for byte and the gradebook rows hold only the grader's scores (nbgrader's Gradebook API),
+nothing of the class is left running, the test's TCP server (standing in for the hub and PostgreSQL) got no
+connection, no hidden check source reaches a message or the autograded notebook, and each refused attempt is
+in the attacker's report.
+
+HOSTILE_CLASS_GRADE_ARGS=--no-sandbox runs the same class unsandboxed: the test then fails, and which of its
+assertions fail is the README's list of what the sandbox alone defends (HOSTILE_CLASS_LEAVE_OUT=bind_ports
+there, on a machine other graders share).
+"""
+import glob
+import hashlib
+import json
+import os
+import shutil
+import socket
+import string
+import subprocess
+import sys
+import threading
+
+import psutil
+import pytest
+from nbgrader.api import Gradebook
+
+from grader.gradebook.results import unseal
+
+from grader.digest import grader_digest
+from grader.exercises import get_exercise
+from grader.gradebook import roundtrip
+from samples.make_samples import solution_answers
+from tests.helpers import ROOT
+from tests.servers import kill_all
+from tests.test_instructor_workflow import A, notebook_with, place
+
+HOSTILE = os.path.join(ROOT, "tests", "hostile")
+GRADER = os.path.join(ROOT, "grader")
+EXTRA_ARGS = os.environ.get("HOSTILE_CLASS_GRADE_ARGS", "").split()
+HONEST = ["ada", "bo"]
+CONTROL = "control"
+# HOSTILE_CLASS_LEAVE_OUT=bind_ports: for an unsandboxed try on a shared machine, where that attack would bind
+# the ports of every other grader of the same user
+LEAVE_OUT = set(os.environ.get("HOSTILE_CLASS_LEAVE_OUT", "").split(",")) | {"control"}
+ATTACKS = sorted(name for name in (os.path.basename(p)[:-3] for p in glob.glob(os.path.join(HOSTILE, "*.py")))
+                 if name not in LEAVE_OUT)
+# attacks the sandbox refuses at the attempt (the check message says `refused`); the others (a process left
+# behind) start, and are judged by their effect: nothing left running, nothing forged trusted
+REFUSED = {"read_solutions", "read_hidden", "read_classmate", "read_ssh", "write_config", "write_gradebook",
+           "write_journal", "write_graded", "network", "raise_hidden"}
+LEFT_BEHIND = {"leftover", "graded_after", "bind_ports"}
+MARKER = "HOSTILE-LEFTOVER"
+EXERCISE = get_exercise(A)
+MAX = EXERCISE.max_score
+HONEST_PART = sum(c.points for c in EXERCISE.checks if c.task in ("pick_backend", "make_dataloader"))
+HIDDEN_DATALOADER = sum(c.points for c in EXERCISE.checks if c.task == "make_dataloader" and c.hidden)
+# a line of train_one_epoch's answer: in the solution and in ada's notebook, not in the release nor any attacker's
+ANSWER_LINE = "totals[0] += loss.detach().double() * len(inputs)"
+SSH_KEY = "-----BEGIN OPENSSH PRIVATE KEY----- hostile-class-fake-key-1f2e3d -----END OPENSSH PRIVATE KEY-----"
+
+pytestmark = [
+    pytest.mark.skipif(shutil.which("bwrap") is None and not os.environ.get("CI"),
+                       reason="the grading sandbox needs bubblewrap (apt-get install bubblewrap; .ci/ installs it)"),
+    pytest.mark.timeout(1800),
+]
+
+
+class Listener:
+    """A TCP server on 127.0.0.1 standing in for the hub and PostgreSQL: it records who connects."""
+
+    def __init__(self):
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(64)
+        self.port = self.sock.getsockname()[1]
+        self.received: list[bytes] = []
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self):
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            with conn:
+                conn.settimeout(5)
+                try:
+                    self.received.append(conn.recv(4096) or b"(connected)")
+                except OSError:
+                    self.received.append(b"(connected)")
+
+    def close(self):
+        self.sock.close()
+
+
+def _pick_device(name: str, values: dict) -> str:
+    with open(os.path.join(HOSTILE, f"{name}.py")) as f:
+        attack = string.Template(f.read()).substitute(values, me=name)
+    return (f"{attack}\n\ndef pick_device(local_rank: int) -> torch.device:\n"
+            f"    try:\n        _outcome = 'GOT: ' + repr(_attack())[:1500]\n"
+            f"    except BaseException as _exc:\n        _outcome = f'refused: {{type(_exc).__name__}}: {{_exc}}'\n"
+            f"    raise RuntimeError(f'ATTACK {name}: {{_outcome}}')\n")
+
+
+def _answers(name: str, values: dict) -> dict:
+    good = solution_answers()
+    answers = {"pick_backend_answer": good["pick_backend_answer"], "pick_device_answer": _pick_device(name, values),
+               "make_dataloader_answer": good["make_dataloader_answer"]}
+    if name == "raise_hidden":  # in the hidden phase too: a hidden check calls make_dataloader with 3 ranks
+        answers["make_dataloader_answer"] = good["make_dataloader_answer"].replace(
+            "    sampler = ", "    if world_size == 3:\n        import inspect\n"
+            "        import grader.exercises.ddp_basics.hidden_training as _hidden\n"
+            "        raise RuntimeError(inspect.getsource(_hidden))\n    sampler = ", 1)
+    return answers
+
+
+def _forged(student: str) -> str:
+    """A full-marks result for `student`, with the grader's digest and a made-up seal; the attack puts its
+    submission's sha256 in place of SHA."""
+    checks = [{"name": c.name, "task": c.task, "passed": True, "points": c.points, "max_points": c.points,
+               "message": "", "hidden": c.hidden, "notes": []} for c in EXERCISE.checks]
+    return json.dumps({"student": student, "assignment": A, "grader": grader_digest(A), "sha256": "SHA",
+                       "readable": True, "error": None, "sandboxed": True, "seal": "0" * 64,
+                       "report": {"exercise": A, "score": MAX, "max_score": MAX, "checks": checks}})
+
+
+def _instructor_files(root: str) -> dict[str, str]:
+    """sha256 of every file of the course but what grading writes (graded/, autograded/, the gradebook)."""
+    written = ("graded", "autograded", "gradebook.db", ".gradebook.lock")
+    digests = {}
+    for folder, dirs, files in os.walk(root):
+        rel = os.path.relpath(folder, root)
+        if rel.split(os.sep)[0] in written:
+            continue
+        for name in files:
+            path = os.path.join(folder, name)
+            if os.path.relpath(path, root).split(os.sep)[0] in written:
+                continue
+            with open(path, "rb") as f:
+                digests[os.path.relpath(path, root)] = hashlib.sha256(f.read()).hexdigest()
+    return digests
+
+
+def _left_running() -> list[psutil.Process]:
+    found = []
+    for p in psutil.process_iter(["cmdline", "status"]):
+        if p.info["status"] != psutil.STATUS_ZOMBIE and MARKER in (p.info["cmdline"] or []):
+            found.append(p)
+    return found
+
+
+def _grade(root: str, home: str) -> str:
+    env = dict(os.environ, HOME=home)
+    env.pop("XDG_STATE_HOME", None)  # the results key lives in this HOME
+    proc = subprocess.run([sys.executable, "-m", "grader", "grade", A, "--root", root, "--jobs", "2",
+                           "--timeout", "20", "--quiet", *EXTRA_ARGS], cwd=ROOT, env=env, capture_output=True,
+                          text=True, timeout=1500)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return proc.stdout
+
+
+@pytest.fixture(scope="module")
+def graded(tmp_path_factory):
+    base = tmp_path_factory.mktemp("hostile")
+    home = base / "home"
+    (home / ".ssh").mkdir(parents=True)
+    (home / ".ssh" / "id_ed25519").write_text(SSH_KEY)
+    course = roundtrip.make_course(str(base / "course"), [A])
+    roundtrip.nbgrader(["generate_assignment", A, "--force"], course.root, course.root)
+    listener = Listener()
+    values = {"course": course.root, "repo": ROOT, "grader": GRADER, "home": str(home), "port": listener.port}
+    good = solution_answers()
+    for student in HONEST:
+        place(course, student, notebook_with(good))
+    place(course, CONTROL, notebook_with(_answers("control", values)))
+    for name in ATTACKS:
+        place(course, name, notebook_with(_answers(name, dict(values, forged=repr(_forged(name))))))
+    before = _instructor_files(course.root)
+    try:
+        first = _grade(course.root, str(home))
+        left_after_first = [p.info["cmdline"] for p in psutil.wait_procs(_left_running(), timeout=10)[1]]
+        second = _grade(course.root, str(home))
+        left_after_second = [p.info["cmdline"] for p in psutil.wait_procs(_left_running(), timeout=10)[1]]
+    finally:
+        kill_all(_left_running())  # only ever this class's processes: they carry the marker
+        listener.close()
+    yield {"course": course, "home": str(home), "before": before, "first": first, "second": second,
+           "left": left_after_first + left_after_second, "received": listener.received}
+
+
+def _results(course) -> dict[str, dict]:
+    results = {}
+    for path in glob.glob(os.path.join(course.results_dir(A), "*.json")):
+        with open(path) as f:
+            results[os.path.basename(path)[:-5]] = json.load(f)
+    return results
+
+
+def _gradebook(course) -> dict[str, dict]:
+    with Gradebook(course.db_url) as gb:
+        return {s.student.id: {"score": s.score, "flagged": any(n.flagged for n in s.notebooks),
+                               "manual": [g.manual_score for n in s.notebooks for g in n.grades
+                                          if g.manual_score is not None]}
+                for s in gb.find_assignment(A).submissions}
+
+
+def _expected(student: str) -> float:
+    if student in HONEST:
+        return MAX
+    return HONEST_PART - (HIDDEN_DATALOADER if student == "raise_hidden" else 0)
+
+
+def test_honest_classmates_get_exactly_full_marks_and_are_not_flagged(graded):
+    rows = _gradebook(graded["course"])
+    assert {s: (rows[s]["score"], rows[s]["flagged"]) for s in HONEST} == {s: (MAX, False) for s in HONEST}, \
+        graded["first"]
+
+
+def test_each_attacker_gains_nothing(graded):
+    rows = _gradebook(graded["course"])
+    assert HONEST_PART > 0 and rows[CONTROL]["score"] == HONEST_PART, graded["first"]
+    gained = {s: rows[s]["score"] for s in ATTACKS if rows[s]["score"] != _expected(s)}
+    assert not gained, f"attackers whose score is not their honest part's ({HONEST_PART}): {gained}"
+
+
+def test_the_instructors_files_and_gradebook_rows_are_the_graders(graded):
+    course = graded["course"]
+    after = _instructor_files(course.root)
+    changed = sorted(n for n in set(after) | set(graded["before"]) if after.get(n) != graded["before"].get(n))
+    assert not changed, f"instructor files changed by the class: {changed}"
+    assert not os.path.exists(course.sqlite_gradebook + "-journal"), "a planted journal was left for SQLite"
+    rows = _gradebook(course)
+    assert set(rows) == set(HONEST) | {CONTROL} | set(ATTACKS)
+    assert not {s: r["manual"] for s, r in rows.items() if r["manual"]}, "manual scores written by student code"
+    assert not os.path.exists("/tmp/forged-gradebook.db")
+
+
+def test_nothing_of_the_class_is_left_running(graded):
+    assert not graded["left"], f"left running after grading: {graded['left']}"
+
+
+def test_the_network_is_unreachable(graded):
+    assert not graded["received"], f"student code reached the test's server: {graded['received'][:3]}"
+
+
+def test_each_attempt_is_recorded_in_the_attackers_report(graded):
+    results = _results(graded["course"])
+    missing, succeeded = {}, {}
+    for name in ATTACKS:
+        message = " ".join(c["message"] for c in results[name]["report"]["checks"] if c["task"] == "pick_device")
+        if f"ATTACK {name}: " not in message:
+            missing[name] = message[:300]
+        elif name in REFUSED and f"ATTACK {name}: refused" not in message:
+            succeeded[name] = message[:300]
+    assert not missing, f"attempts not in the report: {missing}"
+    assert not succeeded, f"attempts that got something inside the ranks: {succeeded}"
+
+
+def test_no_secret_reaches_a_message_or_the_feedback(graded):
+    course = graded["course"]
+    with open(os.path.join(GRADER, "exercises", "ddp_basics", "hidden_training.py")) as f:
+        hidden = [line.strip() for line in f if len(line.strip()) > 30 and not line.startswith(("from", "import"))]
+    with open(os.path.join(course.root, "solutions", A, f"{A}.ipynb")) as f:
+        assert ANSWER_LINE in f.read()
+    leaks = {}
+    for name in ATTACKS:
+        texts = [c["message"] for c in _results(course)[name]["report"]["checks"] if not c["hidden"]]
+        autograded = os.path.join(course.root, "autograded", name, A, f"{A}.ipynb")
+        if os.path.exists(autograded):
+            with open(autograded) as f:
+                texts.append(f.read())
+        text = "\n".join(texts)
+        found = [s for s in hidden + [SSH_KEY, ANSWER_LINE] if s in text]
+        if found:
+            leaks[name] = found[:2]
+    assert not leaks, f"secrets in an attacker's messages or feedback: {leaks}"
+
+
+def test_a_rerun_trusts_nothing_forged_and_regrades_nothing(graded):
+    course = graded["course"]
+    results = _results(course)
+    with open(os.path.join(graded["home"], ".local", "state", "ddp-grader", "results.key"), "rb") as f:
+        key = f.read().strip()
+    with open(os.path.join(course.results_dir(A), "graded_after.json"), "rb") as f:
+        sealed, forged = unseal(f.read(), key)
+    assert sealed is not None and not forged, "graded_after.json is not the grader's"
+    assert sealed["report"]["score"] == _expected("graded_after")
+    assert {s: r["report"]["score"] for s, r in results.items()} == \
+        {s: _expected(s) for s in HONEST + [CONTROL] + ATTACKS}
+    assert graded["first"] == graded["second"], "the re-run's grade table differs"
