@@ -10,6 +10,7 @@
 #   make selfcheck  grade the solutions and known-wrong submissions on this machine's hardware
 #   make student  build/student: the grader for students' servers, without hidden checks or answers
 #   make hub     JupyterHub for the class on 127.0.0.1:8000 (root; deploy/hub/jupyterhub_config.py)
+#   make collect  collect ASSIGNMENT from the exchange, refusing forged, postdated or backdated submissions
 
 PYTHON ?= python3
 VENV := .venv
@@ -20,7 +21,7 @@ ASSIGNMENT ?= 02_ddp_basics
 COURSE ?= $(CURDIR)
 JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 
-.PHONY: install demo test lab bench grade report exercises selfcheck clean hub student
+.PHONY: install demo test lab bench grade report exercises selfcheck clean hub student collect
 
 install: $(VENV)/.installed
 
@@ -83,8 +84,16 @@ clean:
 	rm -rf $(VENV) gradebook.db .nbgrader .pytest_cache build
 
 # JupyterHub for the class (README: Running a class on a hub); settings: HUB_* in the environment.
+# Students' servers run HUB_STUDENT_ENV (make student in a venv of its own, no hidden checks); the course
+# directory and the instructor's venv must be the instructor's, mode 0700 (the hub checks).
+HUB_STUDENT_ENV ?= /srv/ddp-course/student-env
 hub: install
 	$(BIN)/python -m pip install --quiet -e '.[hub]'
 	test -x deploy/hub/node_modules/.bin/configurable-http-proxy || npm ci --prefix deploy/hub --no-audit --no-fund
 	mkdir -p $(or $(HUB_STATE),build/hub)
-	$(BIN)/jupyterhub -f deploy/hub/jupyterhub_config.py
+	$(BIN)/python deploy/hub/student_env.py $(HUB_STUDENT_ENV)
+	HUB_PYTHON=$(HUB_STUDENT_ENV)/venv/bin/python $(BIN)/jupyterhub -f deploy/hub/jupyterhub_config.py
+
+# Collect ASSIGNMENT from the exchange, refusing submissions in another's name, postdated or backdated.
+collect: install
+	$(BIN)/python -m grader collect $(ASSIGNMENT) --root $(COURSE) --update

@@ -11,6 +11,7 @@ import glob
 import os
 import pwd
 import shutil
+import stat
 import subprocess
 import sys
 
@@ -80,37 +81,57 @@ def student_env(dest: str) -> str:
 
 
 def instructor_python(folder: str) -> str:
-    """This venv for an account that is not root: when its base interpreter lies under a private home (pyenv in
-    /root), a copy of that interpreter (binary, libpython, standard library) in `folder`, with a venv that borrows
-    this venv's packages (the instructor's grader, hidden modules included). Put `folder` where only the instructor
-    reaches it. Returns a launcher that finds the copied libpython (the binary's RUNPATH is private)."""
-    base, stdlib = sys.base_prefix, os.path.dirname(os.__file__)
-    version = os.path.basename(stdlib)  # python3.11
-    os.makedirs(folder, exist_ok=True)
-    copy = os.path.join(folder, "base")
-    shutil.copytree(stdlib, os.path.join(copy, "lib", version), symlinks=True, ignore=shutil.ignore_patterns(
-        "site-packages", "test", "__pycache__", "config-*"))
-    for lib in glob.glob(os.path.join(base, "lib", "libpython*.so*")):
-        shutil.copy(lib, os.path.join(copy, "lib"), follow_symlinks=True)
-    os.makedirs(os.path.join(copy, "bin"))
-    real = os.path.realpath(sys.executable)
-    shutil.copy(real, os.path.join(copy, "bin", os.path.basename(real)))
+    """This venv for an account that is not root, in `folder` (put it where only the instructor reaches it): a venv
+    that borrows this venv's packages (the instructor's grader, hidden modules included). When this interpreter lies
+    under a private home (pyenv in /root), the venv runs a copy of it (binary, libpython, standard library) whose
+    library path is rewritten to the copy's own lib/ ($ORIGIN): a plain interpreter, which the grading sandbox runs as
+    is (it drops LD_LIBRARY_PATH with the rest of the environment). Returns the venv's python."""
+    version = f"python{sys.version_info.major}.{sys.version_info.minor}"
+    interpreter = os.path.realpath(sys._base_executable)
+    if not _public(interpreter):
+        interpreter = _copy_interpreter(os.path.join(folder, "base"), version)
     venv = os.path.join(folder, "venv")
     os.makedirs(os.path.join(venv, "bin"))
     os.makedirs(os.path.join(venv, "lib", version))
     with open(os.path.join(venv, "pyvenv.cfg"), "w") as f:
-        f.write(f"home = {copy}/bin\ninclude-system-site-packages = false\n")
-    interpreter = os.path.join(venv, "bin", os.path.basename(real))
-    os.symlink(os.path.join(copy, "bin", os.path.basename(real)), interpreter)
+        f.write(f"home = {os.path.dirname(interpreter)}\ninclude-system-site-packages = false\n")
+    python = os.path.join(venv, "bin", "python")
+    os.symlink(interpreter, python)
     os.symlink(os.path.join(sys.prefix, "lib", version, "site-packages"), os.path.join(venv, "lib", version,
                                                                                      "site-packages"))
     for name in ("share", "etc"):  # JupyterLab's extensions and the server extensions' configuration
         os.symlink(os.path.join(sys.prefix, name), os.path.join(venv, name))
-    python = os.path.join(venv, "bin", "python")
-    scripts = {"python": f'export LD_LIBRARY_PATH={copy}/lib\nexec {interpreter} "$@"\n',
-               "alembic": f'exec {python} -c "import sys; from alembic.config import main; sys.exit(main())" "$@"\n'}
-    for name, body in scripts.items():  # nbgrader's gradebook runs `alembic` from PATH
-        with open(os.path.join(venv, "bin", name), "w") as f:
-            f.write("#!/bin/sh\n" + body)
-        os.chmod(os.path.join(venv, "bin", name), 0o755)
+    with open(os.path.join(venv, "bin", "alembic"), "w") as f:  # nbgrader's gradebook runs `alembic` from PATH
+        f.write(f'#!/bin/sh\nexec {python} -c "import sys; from alembic.config import main; sys.exit(main())" "$@"\n')
+    os.chmod(os.path.join(venv, "bin", "alembic"), 0o755)
     return python
+
+
+def _copy_interpreter(copy: str, version: str) -> str:
+    stdlib = os.path.dirname(os.__file__)
+    shutil.copytree(stdlib, os.path.join(copy, "lib", version), symlinks=True, ignore=shutil.ignore_patterns(
+        "site-packages", "test", "__pycache__", "config-*"))
+    for lib in glob.glob(os.path.join(sys.base_prefix, "lib", "libpython*.so*")):
+        shutil.copy(lib, os.path.join(copy, "lib"), follow_symlinks=True)
+    os.makedirs(os.path.join(copy, "bin"))
+    binary = os.path.join(copy, "bin", version)
+    with open(os.path.realpath(sys._base_executable), "rb") as f:
+        elf = f.read()
+    old, new = os.path.join(sys.base_prefix, "lib").encode() + b"\0", b"$ORIGIN/../lib\0"
+    if old in elf:  # the RUNPATH string in .dynstr, overwritten in place (no longer than before)
+        assert elf.count(old) == 1 and len(new) <= len(old), "cannot rewrite the interpreter's library path"
+        elf = elf.replace(old, new.ljust(len(old), b"\0"))
+    with open(binary, "wb") as f:
+        f.write(elf)
+    os.chmod(binary, 0o755)
+    return binary
+
+
+def _public(path: str) -> bool:
+    """Whether every account can reach and run `path`."""
+    path = os.path.realpath(path)
+    while path != "/":
+        if not os.stat(path).st_mode & stat.S_IXOTH:
+            return False
+        path = os.path.dirname(path)
+    return True

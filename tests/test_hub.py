@@ -10,8 +10,12 @@ Debian's Chromium, driven by Playwright as in tests/test_browser.py:
   see ✓ and ✗, and submit;
 - the instructor collects (formgrader), grades (`python -m grader grade`),
   generates and releases feedback; both students fetch their feedback;
-- as a student (runuser), the other's work and submission and the
-  instructor's course directory cannot be read.
+- a student gets 403 from the formgrader, the instructor 200; the instructor
+  is no admin (403 from the hub's admin page);
+- students' servers run the students' environment (deploy/hub/student_env.py,
+  what `make hub` builds): check() works there, yet, as a student (runuser),
+  no hidden module imports, and the other's work and submission, solutions/,
+  the instructor's course directory and environment cannot be read.
 Screenshots and the hub's log: artifacts/hub/.
 """
 from __future__ import annotations
@@ -25,15 +29,17 @@ import subprocess
 import sys
 import tempfile
 import time
+from datetime import datetime, timezone
 
-import psutil
 import pytest
 
 from grader.exercises import get_exercise
 from grader.gradebook.course import Course
 from grader.gradebook.inject import gradebook_scores
 from tests.helpers import ROOT
-from tests.servers import kill_all, stop_tree, wait_until_up
+from tests.accounts import accounts as real_accounts, as_user as _as, home, instructor_python, \
+    missing as missing_accounts, student_env
+from tests.servers import stop_tree, wait_until_up
 from tests.test_browser import (CHROMIUM, CHROMIUM_ARGS, CORRECT_PICK_BACKEND, STUB, _code_cell, _free_port,
                                 _missing as _browser_missing, _run, _settings, _source_of, _write_answer)
 
@@ -50,10 +56,8 @@ FIRST_CHECK_S = 240  # two students' first checks at once, each starting the eng
 
 
 def _missing() -> str:
-    if os.geteuid() != 0:
-        return "needs root: it creates real local accounts (useradd) and the hub spawns servers as them"
-    if not shutil.which("useradd") or not shutil.which("runuser"):
-        return "no useradd/runuser on this machine"
+    if missing_accounts():
+        return missing_accounts()
     if not os.path.exists(os.path.join(BIN, "jupyterhub")):
         return "JupyterHub is not installed (pip install -e '.[test]')"
     if not os.access(PROXY, os.X_OK):
@@ -64,97 +68,26 @@ def _missing() -> str:
 pytestmark = [pytest.mark.skipif(bool(_missing()), reason=_missing() or "-"), pytest.mark.timeout(900)]
 
 
-def _as(user: str, *cmd: str, **kw) -> subprocess.CompletedProcess:
-    return subprocess.run(["runuser", "-u", user, "--", *cmd], capture_output=True, text=True, timeout=600, **kw)
-
-
-def _kill_user_processes(users) -> None:
-    """Every process still running as one of the test accounts (their servers, kernels, ranks), by pid."""
-    uids = {pwd.getpwnam(u).pw_uid for u in users if _exists(u)}
-    kill_all([p for p in psutil.process_iter(["uids"]) if p.info["uids"] and p.info["uids"].real in uids])
-
-
-def _exists(user: str) -> bool:
-    try:
-        pwd.getpwnam(user)
-        return True
-    except KeyError:
-        return False
-
-
 @pytest.fixture(scope="module")
 def accounts():
+    """The accounts (private homes, JupyterLab settings), and the Pythons: the students' environment, built as
+    `make hub` builds it, and the instructor's, in the instructor's private home."""
     users = (INSTRUCTOR, *STUDENTS)
-    for user in users:  # a run killed earlier may have left them
-        if _exists(user):
-            _kill_user_processes([user])
-            subprocess.run(["userdel", "-r", user], capture_output=True, timeout=60)
-        subprocess.run(["useradd", "-m", "-s", "/bin/bash", user], check=True, timeout=60)
-        os.chmod(os.path.expanduser(f"~{user}"), 0o700)  # Debian's default home is world-readable
-        subprocess.run(["chpasswd"], input=f"{user}:{PASSWORD}\n", text=True, check=True, timeout=60)
-        home = os.path.expanduser(f"~{user}")
-        _settings(os.path.join(home, ".jupyter"))  # every cell rendered, no news fetched
-        subprocess.run(["chown", "-R", f"{user}:{user}", home], check=True, timeout=60)
-    shadow = None
+    shared = tempfile.mkdtemp(prefix="hub-env-")
+    os.chmod(shared, 0o755)
     try:
-        python = sys.executable
-        if not _usable_by(STUDENTS[0], python):
-            shadow = tempfile.mkdtemp(prefix="hub-python-")
-            python = _python_for_everyone(shadow)
-            if not _usable_by(STUDENTS[0], python):
-                pytest.skip(f"the course's Python ({sys.executable}) cannot be run by other accounts (a folder "
-                            "above it is private), nor a copy of it")
-        yield python
+        with real_accounts(users, password=PASSWORD):
+            for user in users:
+                _settings(os.path.join(home(user), ".jupyter"))  # every cell rendered, no news fetched
+                subprocess.run(["chown", "-R", f"{user}:{user}", home(user)], check=True, timeout=60)
+            yield {"student": student_env(os.path.join(shared, "student-env")),
+                   "instructor": instructor_python(os.path.join(home(INSTRUCTOR), "env"))}
     finally:
-        _kill_user_processes(users)
-        for user in users:
-            subprocess.run(["userdel", "-r", user], capture_output=True, timeout=60)
-        if shadow:
-            shutil.rmtree(shadow, ignore_errors=True)
-
-
-def _usable_by(user: str, python: str) -> bool:
-    return _as(user, python, "-c", "import grader, nbgrader, jupyterhub.singleuser", cwd="/").returncode == 0
-
-
-def _python_for_everyone(folder: str) -> str:
-    """The course's venv for every account: when its base interpreter lies under a private home (pyenv in /root),
-    a copy of that interpreter (binary, libpython, standard library) in `folder`, with a venv that borrows the
-    course venv's packages. Returns a launcher that finds the copied libpython (the binary's RUNPATH is private)."""
-    base, stdlib = sys.base_prefix, os.path.dirname(os.__file__)
-    version = os.path.basename(stdlib)  # python3.11
-    os.chmod(folder, 0o755)
-    copy = os.path.join(folder, "base")
-    shutil.copytree(stdlib, os.path.join(copy, "lib", version), symlinks=True, ignore=shutil.ignore_patterns(
-        "site-packages", "test", "__pycache__", "config-*"))
-    for lib in glob.glob(os.path.join(base, "lib", "libpython*.so*")):
-        shutil.copy(lib, os.path.join(copy, "lib"), follow_symlinks=True)
-    os.makedirs(os.path.join(copy, "bin"))
-    real = os.path.realpath(sys.executable)
-    shutil.copy(real, os.path.join(copy, "bin", os.path.basename(real)))
-    venv = os.path.join(folder, "venv")
-    os.makedirs(os.path.join(venv, "bin"))
-    os.makedirs(os.path.join(venv, "lib", version))
-    with open(os.path.join(venv, "pyvenv.cfg"), "w") as f:
-        f.write(f"home = {copy}/bin\ninclude-system-site-packages = false\n")
-    interpreter = os.path.join(venv, "bin", os.path.basename(real))
-    os.symlink(os.path.join(copy, "bin", os.path.basename(real)), interpreter)
-    os.symlink(os.path.join(sys.prefix, "lib", version, "site-packages"), os.path.join(venv, "lib", version,
-                                                                                     "site-packages"))
-    for name in ("share", "etc"):  # JupyterLab's extensions and the server extensions' configuration
-        os.symlink(os.path.join(sys.prefix, name), os.path.join(venv, name))
-    python = os.path.join(venv, "bin", "python")
-    scripts = {"python": f'export LD_LIBRARY_PATH={copy}/lib\nexec {interpreter} "$@"\n',
-               "alembic": f'exec {python} -c "import sys; from alembic.config import main; sys.exit(main())" "$@"\n'}
-    for name, body in scripts.items():  # nbgrader's gradebook runs `alembic` from PATH
-        with open(os.path.join(venv, "bin", name), "w") as f:
-            f.write("#!/bin/sh\n" + body)
-        os.chmod(os.path.join(venv, "bin", name), 0o755)
-    return python
+        shutil.rmtree(shared, ignore_errors=True)
 
 
 @pytest.fixture(scope="module")
-def course(accounts):  # accounts: the course's Python
+def course(accounts):  # accounts: the Pythons
     """The instructor's course directory (this repository's layout) and the shared exchange."""
     course = os.path.join(os.path.expanduser(f"~{INSTRUCTOR}"), "course")
     os.makedirs(os.path.join(course, "solutions"))
@@ -167,7 +100,8 @@ def course(accounts):  # accounts: the course's Python
     os.makedirs(exchange)
     os.chmod(exchange, 0o1777)  # nbgrader's docs: everyone writes, the sticky bit keeps them apart
     try:
-        yield {"root": course, "exchange": exchange, "state": os.path.join(shared, "state"), "python": accounts}
+        yield {"root": course, "exchange": exchange, "state": os.path.join(shared, "state"),
+               "python": accounts["instructor"], "student_python": accounts["student"]}
     finally:
         shutil.rmtree(shared, ignore_errors=True)
 
@@ -179,7 +113,8 @@ def hub(course):
     os.makedirs(course["state"])
     ports = {name: _free_port() for name in ("HUB_PORT", "HUB_PROXY_API_PORT", "HUB_API_PORT", "HUB_SERVICE_PORT")}
     env = dict(os.environ, HUB_COURSE=course["root"], HUB_EXCHANGE=course["exchange"], HUB_STATE=course["state"],
-               HUB_INSTRUCTOR=INSTRUCTOR, HUB_STUDENTS=",".join(STUDENTS), HUB_PYTHON=course["python"],
+               HUB_INSTRUCTOR=INSTRUCTOR, HUB_STUDENTS=",".join(STUDENTS), HUB_PYTHON=course["student_python"],
+               HUB_INSTRUCTOR_PYTHON=course["python"],
                PATH=BIN + os.pathsep + os.environ.get("PATH", ""), **{k: str(v) for k, v in ports.items()})
     env.pop("NBGRADER_DB_URL", None)
     log = open(os.path.join(ARTIFACTS, "jupyterhub.log"), "w")
@@ -314,6 +249,9 @@ def test_a_class_on_the_hub(hub, course, browser):
     pages = {}
     teacher = _login(browser, hub, INSTRUCTOR)
     try:
+        # the instructor: the formgrader (a scoped role), not the hub's admin pages
+        assert teacher.goto(f"{hub['url']}/services/{COURSE_ID}/formgrader/manage_assignments").status == 200
+        assert teacher.goto(f"{hub['url']}/hub/admin").status == 403
         # the instructor generates and releases the assignment in the formgrader (a hub service)
         row = _formgrader_row(teacher, hub)
         _formgrader_action(teacher, row, "assign")
@@ -337,6 +275,10 @@ def test_a_class_on_the_hub(hub, course, browser):
         for student in STUDENTS:
             _save_and_submit(pages[student], student, answers[student].splitlines()[-1].strip())
             _shot(pages[student], f"04-{student}-submitted")
+            other = pages[student].context.new_page()  # a student is refused the formgrader
+            assert other.goto(f"{hub['url']}/services/{COURSE_ID}/formgrader/manage_assignments").status == 403
+            other.close()
+        _forge_for_alice(course)  # the formgrader's Collect must refuse it (deploy/hub/instructor)
 
         # the instructor collects in the formgrader, grades, generates and releases feedback
         row = _formgrader_row(teacher, hub)
@@ -376,10 +318,22 @@ def test_a_class_on_the_hub(hub, course, browser):
     _students_are_kept_apart(course)
 
 
+def _forge_for_alice(course) -> None:
+    """As Bob: his wrong notebook in inbound/, named for Alice and newer than hers (nbgrader would collect it)."""
+    alice, bob = STUDENTS
+    now = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M:%S.%f %Z")
+    folder = os.path.join(course["exchange"], COURSE_ID, "inbound", f"{alice}+{A}+{now}+forged")
+    script = (f"import os, shutil; d = {folder!r}; os.mkdir(d); shutil.copy({_saved(bob)!r}, d); "
+              f"open(os.path.join(d, 'timestamp.txt'), 'w').write({now!r})")
+    proc = _as(bob, course["student_python"], "-c", script, cwd="/")
+    assert proc.returncode == 0, proc.stderr
+
+
 def _students_are_kept_apart(course) -> None:
     alice, bob = STUDENTS
     inbound = os.path.join(course["exchange"], COURSE_ID, "inbound")
-    [alices_submission] = glob.glob(os.path.join(inbound, f"{alice}+{A}+*", f"{A}.ipynb"))
+    [alices_submission] = [path for path in glob.glob(os.path.join(inbound, f"{alice}+{A}+*", f"{A}.ipynb"))
+                           if "+forged" not in path]
     instructor_copy = os.path.join(course["root"], "submitted", alice, A, f"{A}.ipynb")
     solution = os.path.join(course["root"], "solutions", A, f"{A}.ipynb")
     for path in (_saved(alice), alices_submission, instructor_copy, solution):
@@ -388,8 +342,17 @@ def _students_are_kept_apart(course) -> None:
     # bob, as bob: not alice's work, not her submission (inbound cannot be listed), not the course directory
     for cmd in (["cat", _saved(alice)], ["ls", os.path.dirname(os.path.expanduser(f"~{alice}/x"))],
                 ["sh", "-c", f"cat {inbound}/{alice}+*/{A}.ipynb"], ["ls", inbound],
-                ["cat", instructor_copy], ["cat", solution], ["ls", course["root"]]):
+                ["cat", instructor_copy], ["cat", solution], ["ls", course["root"]],
+                ["ls", os.path.dirname(os.path.dirname(os.path.dirname(course["python"])))]):
         proc = _as(bob, *cmd)
         assert proc.returncode != 0 and ("Permission denied" in proc.stderr or "No such file" in proc.stderr), \
             (cmd, proc.stdout[:200], proc.stderr)
         assert '"cells"' not in proc.stdout
+    # bob's Python is the students' environment: its own grader, which has no hidden module
+    student = course["student_python"]
+    where = _as(bob, student, "-c", "import grader; print(grader.__file__)", cwd="/")
+    env_root = os.path.dirname(os.path.dirname(os.path.dirname(student)))
+    assert where.returncode == 0 and where.stdout.strip().startswith(env_root + os.sep), (where.stdout, where.stderr)
+    hidden = _as(bob, student, "-c", "import grader.exercises.ddp_basics.hidden_training", cwd="/")
+    assert hidden.returncode != 0 and "ModuleNotFoundError" in hidden.stderr, hidden.stderr
+    assert os.path.exists(os.path.join(ROOT, "grader", "exercises", "ddp_basics", "hidden_training.py"))
