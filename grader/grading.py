@@ -103,6 +103,7 @@ class Grading:
         """Execute the answers once, alone, to learn what they define."""
         result = run_distributed(_load_only, 1, (self.submission,), timeout=self.timeout, init_group=False,
                                  trusted=False)
+        self.rank_texts += rank_texts(result)
         value = result.ranks[0].value if result.ok else None
         if result.ok and isinstance(value, dict) and set(value) == {"defined", "problems"}:
             self.load_report = LoadReport(**value)

@@ -31,11 +31,9 @@ GRADER = Path(__file__).resolve().parent
 # --- hidden checks ---------------------------------------------------------------------------------------
 
 def hidden_message(message: str, kind: str, task: str, feedback: str, rank_texts: list[str]) -> str:
-    """The text of a failed hidden check. kind: wrong (the check's own verdict), skipped, load_failed,
-    not_defined, not_run, check_bug, or a failed run's kind (grading.failure_kind; its sentence is already
+    """The text of a failed hidden check. kind: wrong (the check's own verdict), skipped, load_failed (its
+    text the parent's from loading the answers), not_defined, not_run, check_bug, or a failed run's kind (grading.failure_kind; its sentence is already
     in `message`, from grading.describe_failure)."""
-    if kind == "load_failed":
-        return "loading your answers failed (the public checks of this task show why)"
     if kind == "not_defined":
         return f"`{task}` is not defined in your answers"
     if kind == "check_bug":

@@ -46,7 +46,7 @@ def run_checks(exercise: Exercise, submission: Submission, task: str | None = No
         checks = [c for t in tasks for c in exercise.checks_for(t, hidden)]
     else:
         checks = exercise.checks_for(task, hidden)
-    load_report, load_failure, load_tampered = _definitions(submission, world_size, timeout)
+    load_report, load_failure, load_tampered, load_texts = _definitions(submission, world_size, timeout)
     parallel = max(1, min(len(checks), side_by_side if exercise.side_by_side else 1))
     lock = threading.Lock() if parallel > 1 else None
     hung_in = dict(hung_in or {})  # task -> the check whose run hung
@@ -54,6 +54,7 @@ def run_checks(exercise: Exercise, submission: Submission, task: str | None = No
     def one(check: Check) -> CheckResult:
         grading = Grading(submission, world_size, timeout, parent_lock=lock, keep_output=keep_output)
         grading.load_report, grading.load_failure, grading.tampered = load_report, load_failure, load_tampered
+        grading.rank_texts = list(load_texts)  # what loading the answers printed or raised: never in a hidden check
         with lock or contextlib.nullcontext():
             result = _run_one(check, grading, hung_in.get(check.task))
         if result.hung:
@@ -81,10 +82,10 @@ def _definitions(submission: Submission, world_size: int, timeout: float):
     """What the answers define: known without running them (a live kernel), or by one run alone."""
     known = submission.known_definitions()
     if known is not None:
-        return known, None, False
+        return known, None, False, []
     grading = Grading(submission, world_size, timeout)
     grading.preflight()
-    return grading.load_report, grading.load_failure, grading.tampered
+    return grading.load_report, grading.load_failure, grading.tampered, grading.rank_texts
 
 
 def credit_skipped(results: list[CheckResult]) -> None:

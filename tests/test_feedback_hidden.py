@@ -159,3 +159,10 @@ def test_a_hidden_checks_message_keeps_no_word_of_the_students_choosing():
     message = "the run failed\ntorchrun's output:\n    aGlkZGVuIHNvdXJjZQ== zqxjv_leak\n    epoch 1 loss 0.5"
     text = result_text.hidden_message(message, "wrong", "train_script", "", [])
     assert "aGlkZGVu" not in text and "zqxjv_leak" not in text and "the run failed" in text and "epoch 1" in text
+
+
+def test_a_failed_load_reads_in_a_hidden_check_without_what_loading_printed():
+    message = ("loading your answers failed: it exited with code 1 (did the code call sys.exit or os._exit?) before "
+               "returning a result\nits last output:\n  MARK-PRINTED while loading")
+    text = result_text.hidden_message(message, "load_failed", "setup", "", ["MARK-PRINTED while loading\n"])
+    assert "exited with code 1" in text and "MARK" not in text and "its last output" not in text
