@@ -186,7 +186,7 @@ def describe_failure(result: RunResult, hint: str = "") -> str:
     if result.hidden:  # a hidden test: the kind of failure, never what a rank raised, printed or claimed
         text = HIDDEN_FAILURE[failure_kind(result)]
         if result.hung:
-            text += "\n" + result.failure(hidden=True)
+            text += "\n" + result.failure(kind_only=True)
         return f"{hint}\n{text}" if hint else text
     tampered = [e for e in errors if e["type"] == "Tampered"]
     if tampered:

@@ -21,10 +21,10 @@ class RankReport:
     stack: str = ""
     output: str = ""
 
-    def describe(self, hidden: bool = False) -> str:
-        """What happened to this rank, for the student. hidden: in a hidden test, where nothing the rank
+    def describe(self, kind_only: bool = False) -> str:
+        """What happened to this rank, for the student. kind_only: in a hidden test, where nothing the rank
         raised, printed or named may be shown: the kind of failure only."""
-        if hidden:
+        if kind_only:
             return self._describe_hidden()
         if self.status == "error":
             return f"rank {self.rank} raised " + stacks.format_exception(self.error)
@@ -103,10 +103,10 @@ class RunResult:
             raise RunFailed(self)
         return [r.value for r in self.ranks]
 
-    def failure(self, hidden: bool = False) -> str:
-        """The first real failure (a crash or hang, not a rank stopped by it). hidden: its kind only."""
+    def failure(self, kind_only: bool = False) -> str:
+        """The first real failure (a crash or hang, not a rank stopped by it). kind_only (a hidden test): its kind only."""
         bad = [r for r in self.ranks if r.status not in ("ok", "stopped")]
-        return "\n\n".join(r.describe(hidden) for r in bad) or "no failure"
+        return "\n\n".join(r.describe(kind_only) for r in bad) or "no failure"
 
 
 class RunFailed(RuntimeError):
