@@ -243,3 +243,25 @@ def test_no_sandbox_grades_and_says_so(tmp_path):
     assert report.returncode == 0, report.stderr
     with open(os.path.join(root, "reports", f"{A}.md")) as f:
         assert "Graded unsandboxed" in f.read()
+
+
+@pytest.mark.parametrize("exercise", ["01_parallelism", "03_syncbn_sharded", "04_torchrun"])
+def test_every_other_exercise_solution_gets_full_marks_sandboxed(tmp_path, exercise):
+    """02 is graded above; the others too, in the sandbox's own /etc, loopback and hostname (04's torchrun
+    workers reach their agent by hostname; 03 writes its checkpoints to the private /tmp)."""
+    root = str(tmp_path)
+    course = roundtrip.make_course(root, [exercise])
+    roundtrip.release(course, exercise)
+    folder = os.path.join(course.root, "submitted", "ada", exercise)
+    os.makedirs(folder)
+    with open(os.path.join(folder, "timestamp.txt"), "w") as f:
+        f.write("2026-11-29 12:00:00.000000 UTC")
+    shutil.copy(os.path.join(ROOT, "solutions", exercise, f"{exercise}.ipynb"), folder)
+    proc = subprocess.run([sys.executable, "-m", "grader", "grade", exercise, "--root", root, "--jobs", "1",
+                           "--quiet"], capture_output=True, text=True, timeout=1100, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    with open(os.path.join(root, "graded", exercise, "ada.json")) as f:
+        ada = json.load(f)
+    assert ada["sandboxed"] is True
+    assert ada["report"]["score"] == get_exercise(exercise).max_score, \
+        [(c["name"], c["message"][-400:]) for c in ada["report"]["checks"] if not c["passed"]]

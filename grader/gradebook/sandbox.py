@@ -8,7 +8,8 @@ The command built for one grading worker, when the grader runs as root (the usua
             --hostname grading
             --die-with-parent --new-session                 dies with the grader; no TIOCSTI into its terminal
             --ro-bind /usr /usr --symlink usr/bin /bin ...  the OS's programs and libraries, read-only
-            --ro-bind /etc/{ld.so.cache,passwd,hosts,...}   the few /etc files a Python process reads
+            --ro-bind /etc/{ld.so.cache,passwd,...}         the few /etc files a Python process reads, and an
+            --ro-bind HOSTS /etc/hosts                      /etc/hosts naming localhost and the hostname
             --ro-bind <python prefix> <same>                Python, the venv and the grader package, read-only,
             --ro-bind <venv> <same>                         each at its own path over an empty root (the
             --ro-bind <grader> <same>                       editable install finds `grader` there); pyenv's
@@ -50,6 +51,7 @@ import sysconfig
 import tempfile
 
 from grader.exercises.instructor import MASKED_ENV  # the public phase's marker: load_hidden imports none
+from grader.engine.processes import SANDBOXED as SANDBOXED_ENV
 
 BWRAP = "bwrap"
 INSTALL_HINT = "apt-get install bubblewrap"
@@ -59,7 +61,8 @@ NOBODY = 65534
 NPROC_PER_SANDBOX = 1024  # processes and threads: 3 ranks of torch use about 100
 DATA_BYTES = 6 << 30  # per process
 TMP_BYTES = 1 << 30  # /tmp and HOME, each (tmpfs: memory)
-_ETC = ["ld.so.cache", "passwd", "group", "hosts", "nsswitch.conf", "localtime", "os-release"]
+_ETC = ["ld.so.cache", "passwd", "group", "nsswitch.conf", "localtime", "os-release"]
+HOSTNAME = "grading"
 GRADER_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
@@ -104,6 +107,18 @@ def _empty_file() -> str:
     return path
 
 
+@functools.lru_cache(maxsize=1)
+def _hosts_file() -> str:
+    """The sandbox's /etc/hosts: localhost and its own hostname on its own loopback (torchrun's workers
+    connect to the agent by hostname; the host's file names neither)."""
+    fd, path = tempfile.mkstemp(prefix="grader-hosts-")
+    with os.fdopen(fd, "w") as f:
+        f.write(f"127.0.0.1\tlocalhost {HOSTNAME}\n::1\tlocalhost ip6-localhost\n")
+    os.chmod(path, 0o444)
+    atexit.register(os.remove, path)
+    return path
+
+
 def hidden_files() -> list[str]:
     """Every hidden check module of the grader, source and bytecode."""
     found = glob.glob(os.path.join(GRADER_DIR, "exercises", "*", "hidden_*"))
@@ -117,6 +132,7 @@ def environment(masked: bool) -> dict[str, str]:
     for name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "CUDA_VISIBLE_DEVICES"):
         if name in os.environ:
             env[name] = os.environ[name]
+    env[SANDBOXED_ENV] = "1"  # its own loopback: no port locks needed (engine/processes.py)
     if masked:
         env[MASKED_ENV] = "1"
     return env
@@ -132,11 +148,12 @@ class Sandbox:
 
     def __init__(self, worker_argv: list[str], submission: str | None, masked: bool, jobs: int):
         root = os.geteuid() == 0
-        args = [BWRAP, *(_AS_ROOT if root else ["--unshare-all", "--cap-drop", "ALL"]), "--hostname", "grading",
+        args = [BWRAP, *(_AS_ROOT if root else ["--unshare-all", "--cap-drop", "ALL"]), "--hostname", HOSTNAME,
                 "--die-with-parent", "--new-session", "--ro-bind", "/usr", "/usr"]
         for link in ("bin", "lib", "lib64", "sbin"):
             if os.path.islink(f"/{link}"):
                 args += ["--symlink", os.readlink(f"/{link}"), f"/{link}"]
+        args += ["--perms", "0755", "--dir", "/etc", "--ro-bind", _hosts_file(), "/etc/hosts"]  # nobody enters /etc
         args += [a for name in _ETC if os.path.exists(f"/etc/{name}") for a in ("--ro-bind", f"/etc/{name}",
                                                                                 f"/etc/{name}")]
         for path in _prefixes():
