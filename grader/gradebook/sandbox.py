@@ -156,9 +156,13 @@ class Sandbox:
         args += ["--perms", "0755", "--dir", "/etc", "--ro-bind", _hosts_file(), "/etc/hosts"]  # nobody enters /etc
         args += [a for name in _ETC if os.path.exists(f"/etc/{name}") for a in ("--ro-bind", f"/etc/{name}",
                                                                                 f"/etc/{name}")]
+        # private /tmp and HOME first: a venv or grader that lies under /tmp (a CI checkout) is bound inside it
+        for tmp in ("/tmp", HOME):  # writable by the worker (nobody), like /tmp
+            args += ["--perms", "1777", "--size", str(TMP_BYTES), "--tmpfs", tmp]
         for path in _prefixes():
             for parent in _parents(path):  # readable by nobody, whatever the umask
-                args += ["--perms", "0755", "--dir", parent]
+                if parent not in ("/tmp", HOME, "/home"):
+                    args += ["--perms", "0755", "--dir", parent]
             args += ["--ro-bind", path, path]
         if masked:
             for path in hidden_files():
@@ -168,8 +172,6 @@ class Sandbox:
         args += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/dev/shm"]
         for device in sorted(glob.glob("/dev/nvidia*")):  # GPUs, when the machine has them
             args += ["--dev-bind", device, device]
-        for tmp in ("/tmp", HOME):  # writable by the worker (nobody), like /tmp
-            args += ["--perms", "1777", "--size", str(TMP_BYTES), "--tmpfs", tmp]
         args += ["--chdir", "/tmp"]
         if root:  # bwrap set the sandbox up as root; the worker runs as nobody, without capabilities
             args += ["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups", "--inh-caps=-all",
