@@ -4,7 +4,7 @@ from __future__ import annotations
 from grader.engine import free_port
 from grader.exercises.torchrun import command, probes
 from grader.exercises.torchrun.exercise import EXERCISE
-from grader.exercises.torchrun.checks_command import _call_torchrun_command, _check_ranks  # noqa: F401
+from grader.exercises.torchrun.checks_command import _call_torchrun_command, _check_ranks, built_commands
 
 
 @EXERCISE.check("torchrun_command", points=1, hidden=True)
@@ -16,7 +16,7 @@ def torchrun_command_runs_two_nodes(g):
         endpoint = f"127.0.0.1:{free_port()}"
         calls = [((probe.script, 1), {"nnodes": 2, "node_rank": i, "rdzv_endpoint": endpoint}) for i in range(2)]
         no_endpoint = [((probe.script, 1), {"nnodes": 2})]
-        built = g.run(_call_torchrun_command, calls, no_endpoint, world_size=1, init_group=False)[0]
+        built = built_commands(g.run(_call_torchrun_command, calls, no_endpoint, world_size=1, init_group=False)[0])
         for i, (shown, cmd) in enumerate(built):
             command.check_static(shown, cmd, probe.script, 1, 2, i, endpoint, 0)
         output, timed_out = probes.run_probe([cmd for _, cmd in built], probe)
@@ -28,8 +28,8 @@ def torchrun_command_restarts(g):
     """torchrun_command(script, 2, max_restarts=1): when a worker fails once, torchrun starts
     the group again (TORCHELASTIC_RESTART_COUNT 1)."""
     with probes.ProbeDir() as probe:
-        (shown, cmd), = g.run(_call_torchrun_command, [((probe.script, 2), {"max_restarts": 1})], world_size=1,
-                              init_group=False)[0]
+        (shown, cmd), = built_commands(g.run(_call_torchrun_command, [((probe.script, 2), {"max_restarts": 1})],
+                                             world_size=1, init_group=False)[0])
         command.check_static(shown, cmd, probe.script, 2, 1, 0, None, 1)
         output, timed_out = probes.run_probe([cmd], probe, {"PROBE_FAIL_ONCE_RANK": "1"})
         _check_ranks(probe.records(), 2, output, timed_out, f"torchrun_command({shown}) with a worker failing once",
