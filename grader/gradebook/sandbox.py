@@ -97,26 +97,26 @@ def _parents(path: str) -> list[str]:
     return ["/" + "/".join(parts[:i]) for i in range(1, len(parts) + 1)]
 
 
-@functools.lru_cache(maxsize=1)
-def _empty_file() -> str:
-    """What a masked hidden module reads as: an empty file (/dev/null would not open: binds are nodev)."""
-    fd, path = tempfile.mkstemp(prefix="grader-masked-")
-    os.close(fd)
+@functools.lru_cache(maxsize=None)
+def _read_only_file(prefix: str, text: str) -> str:
+    """A read-only file of ours on the host, bound into every sandbox; removed when the grader exits."""
+    fd, path = tempfile.mkstemp(prefix=prefix)
+    with os.fdopen(fd, "w") as f:
+        f.write(text)
     os.chmod(path, 0o444)
     atexit.register(os.remove, path)
     return path
 
 
-@functools.lru_cache(maxsize=1)
+def _empty_file() -> str:
+    """What a masked hidden module reads as: an empty file (/dev/null would not open: binds are nodev)."""
+    return _read_only_file("grader-masked-", "")
+
+
 def _hosts_file() -> str:
     """The sandbox's /etc/hosts: localhost and its own hostname on its own loopback (torchrun's workers
     connect to the agent by hostname; the host's file names neither)."""
-    fd, path = tempfile.mkstemp(prefix="grader-hosts-")
-    with os.fdopen(fd, "w") as f:
-        f.write(f"127.0.0.1\tlocalhost {HOSTNAME}\n::1\tlocalhost ip6-localhost\n")
-    os.chmod(path, 0o444)
-    atexit.register(os.remove, path)
-    return path
+    return _read_only_file("grader-hosts-", f"127.0.0.1\tlocalhost {HOSTNAME}\n::1\tlocalhost ip6-localhost\n")
 
 
 def hidden_files() -> list[str]:
