@@ -19,7 +19,7 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-from grader.checks import run_checks  # noqa: E402
+from grader.runner import run_checks  # noqa: E402
 from grader.engine import free_port, warm_up  # noqa: E402
 from grader.exercises import get_exercise  # noqa: E402
 from grader.submission import read_notebook  # noqa: E402

@@ -15,7 +15,7 @@ import importlib
 import json
 import sys
 
-from grader.checks import run_checks
+from grader.runner import run_checks
 from grader.exercises import MODULES, UnknownExercise, get_exercise
 from grader.submission import SubmissionError, read_submission
 

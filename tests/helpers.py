@@ -5,7 +5,8 @@ import copy
 import os
 import tempfile
 
-from grader.checks import Report, run_checks
+from grader.checks import Report
+from grader.runner import run_checks
 from grader.exercises import get_exercise
 from grader.submission import read_notebook, read_python_file
 

@@ -3,7 +3,7 @@ where GPUs exist."""
 import pytest
 import torch
 
-from grader.checks import run_checks
+from grader.runner import run_checks
 from grader.engine import run_distributed
 from grader.exercises import get_exercise
 from grader.submission import read_notebook

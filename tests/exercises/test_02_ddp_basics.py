@@ -14,7 +14,7 @@ EXERCISE = "02_ddp_basics"
 
 
 def test_solution_gets_full_marks_including_hidden_checks():
-    from grader.checks import run_checks
+    from grader.runner import run_checks
     from grader.exercises import get_exercise
     from grader.submission import read_notebook
 

@@ -3,7 +3,7 @@ its own check with a message that names it, and leaves the other checks of
 its task alone."""
 import pytest
 
-from grader.checks import run_checks
+from grader.runner import run_checks
 from grader.engine.plan import current_plan
 from grader.exercises import get_exercise
 from grader.submission import read_notebook

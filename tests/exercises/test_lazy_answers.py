@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from grader.checks import run_checks
+from grader.runner import run_checks
 from grader.exercises import MODULES, get_exercise
 from grader.submission import read_notebook
 from tests.helpers import ROOT, assert_lazy_answer_earns_nothing

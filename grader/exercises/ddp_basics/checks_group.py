@@ -10,7 +10,8 @@ from __future__ import annotations
 import torch
 import torch.distributed as dist
 
-from grader.checks import CheckFailed, describe_failure
+from grader.checks import CheckFailed
+from grader.grading import describe_failure
 from grader.exercises import happens_before as hb
 from grader.exercises.ddp_basics.exercise import check
 from grader.exercises.ddp_basics.simulated import cuda_available, device_index

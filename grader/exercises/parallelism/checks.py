@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import torch
 
-from grader.checks import CheckFailed, describe_failure
+from grader.checks import CheckFailed
+from grader.grading import describe_failure
 from grader.exercises.parallelism import reference as ref
 from grader.exercises.parallelism.exercise import EXERCISE
 from grader.exercises.parallelism.host import host as _host

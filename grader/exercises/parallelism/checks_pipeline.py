@@ -3,7 +3,8 @@ from __future__ import annotations
 
 import torch
 
-from grader.checks import CheckFailed, describe_failure
+from grader.checks import CheckFailed
+from grader.grading import describe_failure
 from grader.engine.stacks import describe_exception, format_exception
 from grader.exercises.parallelism import reference as ref
 from grader.exercises.parallelism.exercise import EXERCISE

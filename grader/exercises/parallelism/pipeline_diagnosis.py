@@ -1,7 +1,7 @@
 """01_parallelism: the likely mistake behind a failed or hung pipeline_step run."""
 from __future__ import annotations
 
-from grader.checks import describe_failure
+from grader.grading import describe_failure
 from grader.exercises.parallelism import reference as ref
 
 SHAPE_MISMATCH = (

@@ -14,7 +14,8 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from grader.checks import CheckFailed, describe_failure
+from grader.checks import CheckFailed
+from grader.grading import describe_failure
 from grader.exercises import happens_before as hb
 from grader.exercises.syncbn_sharded import reference as ref
 from grader.exercises.syncbn_sharded.common import assert_close_scaled, cpu

@@ -50,7 +50,8 @@ import tempfile
 import torch
 from torch import nn
 
-from grader.checks import CheckFailed, describe_failure
+from grader.checks import CheckFailed
+from grader.grading import describe_failure
 from grader.exercises import happens_before as hb
 from grader.exercises.syncbn_sharded import reference as ref
 from grader.exercises.syncbn_sharded.exercise import check
