@@ -12,6 +12,7 @@ import functools
 import threading
 from typing import Callable
 
+from grader import tolerances
 from grader.checks import CheckFailed
 from grader.engine import RunResult, run_distributed, stacks
 from grader.engine.plan import HardwarePlan, current_plan
@@ -94,10 +95,33 @@ class Grading:
         self.load_failure: str | None = None
         self._parent_lock = parent_lock  # checks side by side: only one runs parent-side code at a time
         self._keep_output = keep_output
+        self._backends: set[str] = set()  # of this check's runs, from the parent's plans (never a rank's word)
 
     def plan(self, world_size: int | None = None) -> HardwarePlan:
         """The hardware plan a run of this check gets (backend, device per rank)."""
         return current_plan(world_size or self.world_size)
+
+    @property
+    def backend(self) -> str:
+        """The backend whose tolerances this check's comparisons get: nccl once any of its runs used nccl
+        (results that went through an nccl run, e.g. a checkpoint saved there and loaded elsewhere, carry its
+        reordered sums), else the plan's for this check's world size."""
+        if self._backends:
+            return "nccl" if "nccl" in self._backends else "gloo"
+        return self.plan().backend
+
+    def tolerance(self, dtype) -> tuple[float, float]:
+        """(rtol, atol) for dtype under this check's backend."""
+        return tolerances.tolerance(dtype, self.backend)
+
+    def close(self, actual, expected) -> bool:
+        """Whether actual is within this check's tolerance of expected (to choose a hint; verdicts use assert_close)."""
+        return tolerances.allclose(actual, expected, self.backend)
+
+    def assert_close(self, actual, expected, what: str, likely: str = "",
+                     tol: tuple[float, float] | None = None) -> None:
+        """tolerances.assert_close under this check's backend (see backend)."""
+        tolerances.assert_close(actual, expected, what, likely, backend=self.backend, tol=tol)
 
     def preflight(self) -> None:
         """Execute the answers once, alone, to learn what they define."""
@@ -125,6 +149,7 @@ class Grading:
             if self._parent_lock:
                 self._parent_lock.acquire()
         result.hidden = self.hidden
+        self._backends.add(result.plan.backend)
         self.rank_texts += rank_texts(result)
         self.notes += result.notes
         if result.plan.describe() not in self.plans:

@@ -1,5 +1,9 @@
 """Explicit numeric tolerances, per dtype and backend, and the comparison
-that reports the largest difference next to the tolerance."""
+that reports the largest difference next to the tolerance.
+
+The backend has no default: a check compares with `g.assert_close` (bound to the
+backend of its runs' hardware plan, grader.grading.Grading) so that under nccl it
+is held to nccl's bounds, never silently to gloo's (tests/test_tolerances.py)."""
 from __future__ import annotations
 
 import torch
@@ -16,13 +20,24 @@ TOLERANCES = {
     ("gloo", torch.bfloat16): (2e-2, 1e-2),
     ("nccl", torch.bfloat16): (2e-2, 1e-2),
 }
+BACKENDS = ("gloo", "nccl")
 
 
-def tolerance(dtype: torch.dtype, backend: str = "gloo") -> tuple[float, float]:
-    return TOLERANCES.get((backend, dtype), TOLERANCES[(backend if backend == "nccl" else "gloo", torch.float32)])
+def tolerance(dtype: torch.dtype, backend: str) -> tuple[float, float]:
+    """(rtol, atol) for `dtype` under `backend`; a dtype without its own entry gets the backend's float32 bound."""
+    if backend not in BACKENDS:
+        raise ValueError(f"no tolerances for backend {backend!r}; known: {', '.join(BACKENDS)}")
+    return TOLERANCES.get((backend, dtype), TOLERANCES[(backend, torch.float32)])
 
 
-def assert_close(actual, expected, what: str, likely: str = "", backend: str = "gloo",
+def allclose(actual, expected, backend: str) -> bool:
+    """torch.allclose at the expected dtype's bound under `backend` (for choosing a hint, not a verdict)."""
+    actual, expected = torch.as_tensor(actual).detach().cpu(), torch.as_tensor(expected).detach().cpu()
+    rtol, atol = tolerance(expected.dtype, backend)
+    return actual.shape == expected.shape and torch.allclose(actual.double(), expected.double(), rtol=rtol, atol=atol)
+
+
+def assert_close(actual, expected, what: str, likely: str = "", *, backend: str,
                  tol: tuple[float, float] | None = None) -> None:
     """Raise CheckFailed naming `what`, the likely mistake, the largest
     difference and the tolerance, when actual and expected differ.

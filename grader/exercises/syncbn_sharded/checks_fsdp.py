@@ -49,7 +49,6 @@ from grader.exercises.collectives import record_collectives
 from grader.exercises.syncbn_sharded import reference as ref
 from grader.exercises.syncbn_sharded.exercise import check
 from grader.exercises.syncbn_sharded.fsdp_traffic import verify_equal_shards, verify_gathers_in, verify_traffic
-from grader.tolerances import assert_close
 
 FSDP_STEPS = 3
 BF16_TOL = (5e-2, 2e-2)  # (rtol, atol) of bf16 compute against the fp32 reference
@@ -139,7 +138,7 @@ def run_fsdp(g, seed: int, odd: bool, dtype_name: str | None = None, opt_name: s
     return results
 
 
-def verify_training(results, seed: int, odd: bool, bf16: bool = False) -> None:
+def verify_training(g, results, seed: int, odd: bool, bf16: bool = False) -> None:
     expected = unsharded_training(seed, odd, len(results))
     for rank, got in enumerate(results):
         missing = set(expected) - set(got["full"])
@@ -155,8 +154,8 @@ def verify_training(results, seed: int, odd: bool, bf16: bool = False) -> None:
             likely = ("the result must equal one process training on the whole batch: reduce-scatter the gradients "
                       "and divide by the world size (the average), once, in finish_gradient_synchronization "
                       "or in backward; the optimizer steps the fp32 shards")
-            assert_close(actual, exp, f"rank {rank}: {name} after {FSDP_STEPS}{' bf16' if bf16 else ''} steps",
-                         likely, got["backend"], tol=BF16_TOL if bf16 else None)
+            g.assert_close(actual, exp, f"rank {rank}: {name} after {FSDP_STEPS}{' bf16' if bf16 else ''} steps",
+                           likely, tol=BF16_TOL if bf16 else None)
 
 
 def verify_memory(results, seed: int, odd: bool) -> None:
@@ -188,7 +187,7 @@ def fsdp_matches_unsharded_training(g):
     for odd in (False, True):
         results = run_fsdp(g, 1, odd)
         verify_memory(results, 1, odd)  # equal results from unsharded training earn nothing
-        verify_training(results, 1, odd)
+        verify_training(g, results, 1, odd)
 
 
 @check("MiniFSDP", points=2)
@@ -204,7 +203,7 @@ def fsdp_bf16_compute_fp32_masters(g):
             raise CheckFailed(f"rank {rank}: the master shards are {sorted({d for d, _ in got['shards']})}: keep them "
                               "float32 (the optimizer updates fp32 masters), cast only the gathered copies")
     verify_gathers_in(results, "bfloat16")
-    verify_training(results, 2, True, bf16=True)
+    verify_training(g, results, 2, True, bf16=True)
 
 
 @check("MiniFSDP", points=2)

@@ -56,7 +56,6 @@ from grader.exercises import happens_before as hb
 from grader.exercises.syncbn_sharded import reference as ref
 from grader.exercises.syncbn_sharded.exercise import check
 from grader.exercises.syncbn_sharded.reshard_metadata import checkpoint_problems
-from grader.tolerances import assert_close
 
 RESHARD_TIMEOUT_S = 15.0  # a correct save or load takes about a second; a deadlock should not cost 30
 STEPS_BEFORE, STEPS_AFTER = 3, 2
@@ -179,26 +178,26 @@ def plain_training(steps: int, seed: int = 0) -> dict:
     return out
 
 
-def _expect(actual, expected, what: str, likely: str, backend: str) -> None:
+def _expect(g, actual, expected, what: str, likely: str) -> None:
     # nccl may reorder its sums: its default tolerance; gloo: EXACT
-    assert_close(actual, expected, what, likely, backend, tol=None if backend == "nccl" else (EXACT, EXACT))
+    g.assert_close(actual, expected, what, likely, tol=None if g.backend == "nccl" else (EXACT, EXACT))
 
 
-def verify_continuation(results: list, saved_by: int) -> None:
+def verify_continuation(g, results: list, saved_by: int) -> None:
     """After the load: the saved weights and Adam state, then the uninterrupted run's next steps."""
     names = [name for name, _ in ref.mlp().named_parameters()]
     saved, final = plain_training(STEPS_BEFORE), plain_training(STEPS_BEFORE + STEPS_AFTER)
     fresh = plain_training(0, seed=FRESH_SEED)["params"]
     for rank, got in enumerate(results):
-        loaded, backend, who = got["loaded"], got["backend"], f"rank {rank} of {len(results)}"
+        loaded, who = got["loaded"], f"rank {rank} of {len(results)}"
         if all(torch.equal(p, f) for p, f in zip(loaded["params"], fresh)):
             raise CheckFailed(f"{who}: after loading, the weights are still the fresh model's (built with another "
                               "seed): the checkpoint never reached the model. dcp.load fills the state dict you pass "
                               "in place; then set_state_dict(model, optimizer, ...) puts it into the model (a plain "
                               "model.load_state_dict of something else than what dcp.load filled changes nothing)")
         for i, name in enumerate(names):
-            _expect(loaded["params"][i], saved["params"][i], f"{who}: parameter {name} right after loading",
-                    f"the weights saved by {saved_by} rank(s) must come back exactly", backend)
+            _expect(g, loaded["params"][i], saved["params"][i], f"{who}: parameter {name} right after loading",
+                    f"the weights saved by {saved_by} rank(s) must come back exactly")
         missing = [names[i] for i, m in enumerate(loaded["exp_avg"]) if m is None]
         if missing:
             raise CheckFailed(f"{who}: the optimizer state was not restored: after loading, Adam holds no state "
@@ -208,12 +207,12 @@ def verify_continuation(results: list, saved_by: int) -> None:
                               "only the model restarts Adam from zero")
         for key in ("exp_avg", "exp_avg_sq", "step"):
             for i, name in enumerate(names):
-                _expect(loaded[key][i], saved[key][i], f"{who}: Adam's {key} of {name} right after loading",
-                        "the optimizer state was not restored as it was saved", backend)
+                _expect(g, loaded[key][i], saved[key][i], f"{who}: Adam's {key} of {name} right after loading",
+                        "the optimizer state was not restored as it was saved")
         for i, name in enumerate(names):
-            _expect(got["params"][i], final["params"][i],
+            _expect(g, got["params"][i], final["params"][i],
                     f"{who}: parameter {name} after {STEPS_AFTER} more steps",
-                    "training must continue exactly as if the job had not stopped", backend)
+                    "training must continue exactly as if the job had not stopped")
 
 
 # --- save_and_reshard -------------------------------------------------------------------------------
@@ -245,7 +244,7 @@ def round_trip(g, save_ranks: int, load_ranks: int, save=None, load=None) -> Non
         if save is None and load is not None:  # the check judges the student's save: what it wrote comes first
             _refuse_incomplete(folder, save_ranks)
         try:
-            verify_continuation(run_phase(g, _in_rank_load_and_continue, folder, load_ranks, "loading", load),
+            verify_continuation(g, run_phase(g, _in_rank_load_and_continue, folder, load_ranks, "loading", load),
                                 save_ranks)
         except CheckFailed:
             if save is None:  # the student's own round trip: a save that lost something explains the failure

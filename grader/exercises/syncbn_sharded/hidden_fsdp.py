@@ -10,7 +10,7 @@ from grader.exercises.syncbn_sharded.exercise import check
 def fsdp_with_three_ranks(g):
     """Three ranks, odd sizes (padding), fp32 and bf16: training, memory and traffic."""
     results = run_fsdp(g, 5, True)
-    verify_training(results, 5, True)
+    verify_training(g, results, 5, True)
     verify_traffic(results, numels(5, True))
-    verify_training(run_fsdp(g, 6, False, "bfloat16"), 6, False, bf16=True)
+    verify_training(g, run_fsdp(g, 6, False, "bfloat16"), 6, False, bf16=True)
     verify_memory(run_fsdp(g, 5, True, None, "adamw"), 5, True)
