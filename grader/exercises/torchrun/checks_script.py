@@ -12,7 +12,7 @@ from __future__ import annotations
 import torch
 
 from grader.checks import CheckFailed
-from grader.exercises.torchrun import reference, runs
+from grader.exercises.torchrun import problem, reference, runs
 from grader.exercises.torchrun.messages import evidence, read_half_written
 from grader.tolerances import assert_close, tolerance
 
@@ -113,6 +113,29 @@ def _check_state(state, epochs: int, seed: int, what: str, likely: str) -> None:
         assert_close(state[key], expected[key], f"{what}, `{key}`", likely)
 
 
+WORKERS = 2  # --nproc-per-node of the plain run
+
+
+def _check_shards(run: runs.ScriptRun, epochs: int, what: str) -> None:
+    """Every worker trained on its own shard: SAMPLES / WORKERS samples per epoch in its training forwards.
+    A script where rank 0 trains on whole global batches alone reaches the same weights without DDP."""
+    expected = problem.SAMPLES // WORKERS * epochs
+    seen = run.seen or {}
+    for rank in map(str, range(WORKERS)):
+        got = seen.get(rank, 0)
+        if got == expected:
+            continue
+        if got == 0:
+            raise CheckFailed(f"{what}: rank {rank} trained on 0 samples, yet the final model is right: every "
+                              "worker must train on its own shard of each epoch (DistributedSampler) and DDP average "
+                              "the gradients; one rank training alone on the whole global batch is not distributed "
+                              "training")
+        raise CheckFailed(f"{what}: rank {rank} trained on {got} samples in {epochs} epochs, expected {expected} "
+                          f"({problem.SAMPLES} samples split over {WORKERS} workers): each worker takes only its "
+                          "shard (DistributedSampler) in batches of GLOBAL_BATCH // world_size, through "
+                          "ddp_model(x) (problem.make_model()'s forward)")
+
+
 def require_training(run: runs.ScriptRun, epochs: int, what: str) -> None:
     """For a check about how the script writes its files: fail unless what it wrote was trained right."""
     try:
@@ -163,6 +186,7 @@ def train_script_matches_single_process(g):
     _check_final(run, EPOCHS, what, "each rank takes batches of GLOBAL_BATCH // world_size from a "
                  "DistributedSampler(dataset, shuffle=True, seed=problem.SEED) with set_epoch(epoch) each epoch, "
                  "and the model is wrapped in DDP")
+    _check_shards(run, EPOCHS, what)
     _check_log(run, list(range(EPOCHS)), what)
     _check_snapshot(run.snapshot, EPOCHS, what)
     _check_state(run.snapshot["model"], EPOCHS, run.seed, f"{what}: the snapshot's model",

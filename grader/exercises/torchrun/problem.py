@@ -13,10 +13,15 @@ model on the same global batches (reference.py). SEED, the initial weights and
 the data come from SEED_ENV, which the grader draws for each run: only a script
 that really trains on them reproduces the reference.
 
-One grader-only hook: when the environment variable PAUSE_ENV is set (only by
-the grader, in its own runs), the model's forward waits at a known point of
-the first attempt so that the grader can act between two snapshots (kill a
-worker, or inspect the snapshot file). Without it, forward does nothing extra.
+Two grader-only hooks, active only when the grader sets their environment
+variable in its own runs (without them, forward does nothing extra):
+- PAUSE_ENV: the model's forward waits at a known point of the first attempt so
+  that the grader can act between two snapshots (kill a worker, or inspect the
+  snapshot file).
+- SEEN_ENV: each worker's model counts the samples its training forwards (grad
+  enabled) took, so that the grader sees every worker train on its own shard: a
+  script where rank 0 trains on every global batch alone, without DDP, reaches
+  the same weights but is not distributed training.
 """
 from __future__ import annotations
 
@@ -36,6 +41,7 @@ MOMENTUM = 0.9  # momentum makes the optimizer state part of what a snapshot mus
 
 PAUSE_ENV = "TORCHRUN_EXERCISE_PAUSE"  # "<log path>:<epochs>:<go file>", set by the grader
 PAUSE_LIMIT_S = 120.0  # a paused worker never waits longer than this
+SEEN_ENV = "TORCHRUN_EXERCISE_SEEN"  # a folder, set by the grader: rank<RANK>.seen gets one line per forward
 
 
 class Net(nn.Module):
@@ -43,10 +49,14 @@ class Net(nn.Module):
         super().__init__()
         self.body = nn.Sequential(nn.Linear(FEATURES, 16), nn.Tanh(), nn.Linear(16, 1))
         self._pause = _Pause.from_env()
+        self._seen = os.environ.get(SEEN_ENV)
 
     def forward(self, x):
         if self._pause is not None:
             self._pause.maybe_wait()
+        if self._seen and torch.is_grad_enabled():  # training forwards only: an evaluation runs under no_grad
+            with open(os.path.join(self._seen, f"rank{os.environ.get('RANK', 'unknown')}.seen"), "a") as f:
+                f.write(f"{x.shape[0]}\n")
         return self.body(x)
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 import random
 import shutil
+import stat
 import tempfile
 from dataclasses import dataclass, field
 
@@ -68,6 +69,7 @@ class ScriptRun:
     link: object = None  # the hard link's content (linked scenario)
     other_files: list[str] = field(default_factory=list)  # what node 1 wrote (two_nodes)
     retried: bool = False  # a first run was lost to a teardown abort and repeated
+    seen: dict[str, int] | None = None  # RANK -> samples its training forwards took (linked scenario)
 
     def complete(self) -> bool:
         """The run got as far as a loadable final model and a full log."""
@@ -114,6 +116,17 @@ def load(path: str):
         return f"cannot be loaded ({type(exc).__name__}: {str(exc)[:200]})"
 
 
+def read_seen(folder: str) -> dict[str, int]:
+    """RANK -> the samples that worker's training forwards took (problem.SEEN_ENV's files)."""
+    seen = {}
+    for name in os.listdir(folder):
+        path = os.path.join(folder, name)
+        if name.endswith(".seen") and stat.S_ISREG(os.lstat(path).st_mode):  # never a link or a FIFO
+            with open(path) as f:
+                seen[name[len("rank"):-len(".seen")]] = sum(int(n) for n in f.read(1 << 20).split() if n.isdigit())
+    return seen
+
+
 def _logged(path: str) -> int:
     return len(read_log(path) or [])
 
@@ -149,8 +162,11 @@ def linked(source: str, job: Job, epochs: int, link_after: int) -> ScriptRun:
     run = ScriptRun(epochs, job.seed)
     log = os.path.join(directory, LOG)
     go = os.path.join(directory, "go")
+    seen = os.path.join(os.path.dirname(directory), "seen")  # outside the script's directory
+    os.mkdir(seen)
     with job.torchrun(standalone_command("train.py", 2), directory, RUN_TIMEOUT_S,
-                      {problem.PAUSE_ENV: f"{log}:{link_after}:{go}"}, script_args(epochs)) as proc:
+                      {problem.PAUSE_ENV: f"{log}:{link_after}:{go}", problem.SEEN_ENV: seen},
+                      script_args(epochs)) as proc:
         if proc.wait_until(lambda: _logged(log) >= link_after):
             run.log_when_acted = read_log(log)
             snapshot = os.path.join(directory, SNAPSHOT)
@@ -160,6 +176,7 @@ def linked(source: str, job: Job, epochs: int, link_after: int) -> ScriptRun:
                 run.acted = True
         open(go, "w").close()  # release the paused workers
         run.absorb(proc)
+    run.seen = read_seen(seen)
     return run.collect(directory)
 
 
