@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import os
 import sys
+import threading
 
 from grader.engine import warm_up
 from grader.exercises import get_exercise
@@ -25,7 +26,9 @@ from grader.submission import from_namespace
 
 
 def checker(exercise_id: str, world_size: int = 2, timeout: float = 30.0):
+    start_forkserver()  # first: it imports torch in its own process while this one imports the checks
     exercise = get_exercise(exercise_id)
+    start_engine()  # the notebook's first cell: the first check() then finds the engine warm
     earned: dict[tuple[str, bool], float] = {}  # (task, hidden) -> points, for nbgrader's partial credit
 
     def check(task: str, hidden: bool = False, namespace: dict | None = None) -> float | None:
@@ -66,16 +69,40 @@ class ChecksFailed(AssertionError):
         return [f"\x1b[31mAssertionError\x1b[0m: {self}"]
 
 
-_warm = False
+_warming: threading.Thread | None = None  # the kernel's own share of the warm-up, started by checker()
+
+
+def start_engine() -> None:
+    """Start the engine without blocking the cell: the forkserver now (a process that
+    imports torch and the checks by itself, about 3 s), and in a daemon thread the imports
+    the kernel needs for a check (torch._dynamo and friends, about 1 s, otherwise paid by
+    the first check whose reference steps an optimizer). Called by checker(), so the
+    notebook's first cell starts it and the first check() joins it. The forkserver is the
+    engine's own (its teardown: it exits when this process does); its output goes to the
+    kernel's log, never to a cell (a stderr stream costs an nbgrader test cell its points)."""
+    global _warming
+    if _warming is not None:
+        return
+    start_forkserver()
+    _warming = threading.Thread(target=_import_preload, name="grader-warm-up", daemon=True)
+    _warming.start()
+
+
+def start_forkserver() -> None:
+    with captured_stderr():  # its fds 1 and 2 are the kernel's log, for good
+        warm_up()
+
+
+def _import_preload() -> None:
+    try:
+        import grader.engine.preload  # noqa: F401
+    except BaseException:  # noqa: BLE001 - raised again by _warm_parent, in the check that needs it
+        pass
 
 
 def _warm_parent() -> None:
-    """Once per kernel, inside the first check's output capture: start the engine's
-    forkserver, and import here too what the forkserver preloads for the ranks
-    (torch._dynamo and friends, about 1 s, otherwise paid by the first check whose
-    reference steps an optimizer). The two overlap: the forkserver is a separate process."""
-    global _warm
-    if not _warm:
-        warm_up()
-        import grader.engine.preload  # noqa: F401
-        _warm = True
+    """Inside the first check's output capture: wait for start_engine()'s work (or do it
+    now, when checker() was not called in this process), so what it prints is captured."""
+    start_engine()
+    _warming.join()
+    import grader.engine.preload  # noqa: F401  (imported by the thread; raises here if that failed)
