@@ -16,7 +16,7 @@ import json
 import sys
 
 from grader.runner import run_checks
-from grader.exercises import MODULES, UnknownExercise, get_exercise
+from grader.exercises import UnknownExercise, exercise_ids, get_exercise
 from grader.submission import SubmissionError, read_submission
 
 
@@ -52,8 +52,9 @@ def _check(args) -> int:
 
 
 def _list(args) -> int:
-    """The registry: one line per exercise (ids only with --ids, for the Makefile)."""
-    for exercise_id in MODULES:
+    """The exercises as discovered (grader.exercises.discover): one line each (ids only with --ids,
+    for the Makefile). A check module that fails to import stops the listing with its traceback."""
+    for exercise_id in exercise_ids():
         exercise = get_exercise(exercise_id)
         if args.ids:
             print(exercise_id)
@@ -71,7 +72,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m grader", description="Grade DDP exercises with real multi-process runs.")
     sub = parser.add_subparsers(dest="command", required=True)
     check = sub.add_parser("check", help="run an exercise's checks on a submission")
-    check.add_argument("exercise", help=f"one of: {', '.join(MODULES)}")
+    check.add_argument("exercise", help=f"one of: {', '.join(exercise_ids())}")
     check.add_argument("submission", help="a notebook (.ipynb; its answer cells are used) or a .py file")
     check.add_argument("--json", action="store_true", help="print one JSON object")
     check.add_argument("--world-size", type=int, default=2, help="ranks per run (default 2)")

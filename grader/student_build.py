@@ -3,7 +3,8 @@
 OUT_DIR becomes an installable folder (`pip install OUT_DIR`):
 
     pyproject.toml          the course's, renamed ddp-course-grader-student, with the marker as package data
-    grader/                 the engine and the public checks: every hidden_*.py module left out
+    grader/                 the engine and the public checks: every hidden module grader.exercises.discover()
+                            finds left out (a hidden_* file anywhere else fails the build: leaks())
     grader/STUDENT_BUILD    the marker: the checks load no hidden module (grader/exercises/instructor.py)
     course/exercises/       the released notebooks (nbgrader's release, no solution)
     course/lessons/         the lessons
@@ -14,6 +15,7 @@ earlier student build (it deletes nothing else), and refuses to run from a stude
 """
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import subprocess
@@ -21,6 +23,7 @@ import sys
 from pathlib import Path
 
 from grader import cells
+from grader.exercises import discover
 from grader.exercises.instructor import MARKER, is_student_build
 
 PACKAGE = Path(__file__).resolve().parent
@@ -35,9 +38,15 @@ class BuildError(Exception):
     pass
 
 
+def _hidden_files() -> set[str]:
+    """The instructor-only modules, as grader.exercises.discover() finds them (one rule for all)."""
+    return {os.path.realpath(f) for found in discover().values() for f in found.hidden_files}
+
+
 def _left_out(folder: str, names: list[str]) -> set[str]:
-    return {n for n in names if n.startswith("hidden_") or n in ("__pycache__", ".ipynb_checkpoints")
-            or n.endswith((".pyc", ".pyo")) or n == MARKER.name}
+    hidden = _hidden_files()
+    return {n for n in names if os.path.realpath(os.path.join(folder, n)) in hidden
+            or n in ("__pycache__", ".ipynb_checkpoints") or n.endswith((".pyc", ".pyo")) or n == MARKER.name}
 
 
 def _prepare(out: Path) -> None:

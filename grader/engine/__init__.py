@@ -6,7 +6,7 @@
 - results.py:   RankReport and RunResult
 - worker.py:    the child side (one process per rank, DistContext)
 - integrity.py: inside a rank, notice student code that replaces the grader's objects
-- preload.py:   what the forkserver imports once (preload_checks.py: the public checks)
+- preload.py:   what the forkserver imports once (processes.preload: the public checks, named by their loader)
 - stacks.py:    tracebacks and hung stacks, the student's frames first
 """
 from grader.engine.launcher import run_distributed

@@ -5,8 +5,10 @@ lazily imports about 800 more modules (torch._dynamo, sympy, ...) for another
 0.9 s. The forkserver imports them all once; each forked rank inherits them.
 Nothing here may touch CUDA or start threads: forked children must be able to
 initialise CUDA and OpenMP themselves. A notebook's kernel imports this module
-too (grader.notebook), so it holds nothing only a forkserver may have; the
-forkserver also imports preload_checks.py (the exercises' public checks).
+too (grader.notebook), so it holds nothing only a forkserver may have. The engine
+knows no exercise: the exercises' public check modules are added to the forkserver's
+preload by whoever loads an exercise (processes.preload, called by grader.exercises).
+Only the optional torch modules below may be missing silently.
 """
 import importlib
 

@@ -48,11 +48,24 @@ class _NoMainPopen(popen_forkserver.Popen):
                 spawn.get_preparation_data = original
 
 
+PRELOAD = ["grader.engine.preload"]  # what the forkserver imports once; preload() adds the checks
+
+
+def preload(modules) -> None:
+    """Have the forkserver import these modules too, once, so every rank starts with them.
+    The engine knows no exercise: whoever loads one passes its public check modules (grader.exercises).
+    Named after the forkserver started, a module is only imported by the rank that needs it (slower)."""
+    added = [m for m in modules if m not in PRELOAD]
+    PRELOAD.extend(added)
+    if added and _context is not None:
+        _context.set_forkserver_preload(list(PRELOAD))
+
+
 def forkserver_context():
     global _context
     if _context is None:
         ctx = multiprocessing.get_context("forkserver")
-        ctx.set_forkserver_preload(["grader.engine.preload", "grader.engine.preload_checks"])
+        ctx.set_forkserver_preload(list(PRELOAD))
         _context = ctx
     return _context
 

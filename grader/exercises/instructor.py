@@ -3,20 +3,17 @@
 Code students must never receive (hidden checks, references that are themselves a task's
 answer) lives in modules named `hidden_*.py` in the exercise's package. `python -m grader
 student-build` leaves them out and writes the marker `grader/STUDENT_BUILD`; without that
-marker every hidden module an exercise names must be there (a missing one is an error,
-never a silently smaller grade).
+marker every exercise must hold its hidden modules (an exercise without any is an error,
+never a silently smaller grade); grader.exercises.discover() finds them by their names.
 
 `make grade` runs public checks in a sandbox where every hidden module is masked (sandbox.py) and
-sets GRADER_HIDDEN_MASKED=1 there: load_hidden then imports none, and the exercise holds only its
+sets GRADER_HIDDEN_MASKED=1 there: get_exercise then imports none, and the exercise holds only its
 public checks; hidden checks run in a second sandbox without the marker.
 """
 from __future__ import annotations
 
-import importlib
 import os
 from pathlib import Path
-
-from grader.checks import Exercise
 
 MARKER = Path(__file__).resolve().parent.parent / "STUDENT_BUILD"
 MASKED_ENV = "GRADER_HIDDEN_MASKED"  # set by the grading parent in a public-phase sandbox only
@@ -31,17 +28,7 @@ def hidden_masked() -> bool:
     return os.environ.get(MASKED_ENV) == "1"
 
 
-def load_hidden(exercise: Exercise, package: str, modules: list[str]) -> None:
-    """Import the exercise's hidden modules (unless this is a student build or a public-phase
-    sandbox), then order its checks as the notebook calls them: task by task, each task's public
-    checks, then its hidden ones."""
-    if not is_student_build() and not hidden_masked():
-        for name in modules:
-            try:
-                importlib.import_module(f"{package}.{name}")
-            except ModuleNotFoundError as exc:
-                if exc.name != f"{package}.{name}":
-                    raise
-                raise ImportError(f"{package}.{name} is missing, and this is not a student build (no {MARKER}): "
-                                  "the instructor's grader needs every hidden module") from exc
-    exercise.checks.sort(key=lambda c: (exercise.tasks.index(c.task), c.hidden))
+def loads_hidden() -> bool:
+    """Whether loading an exercise imports its hidden modules: only in the instructor's install,
+    outside a public-phase sandbox (grader.exercises.get_exercise)."""
+    return not is_student_build() and not hidden_masked()

@@ -1,0 +1,25 @@
+"""Checks of exercise 02_ddp_basics (lesson: lessons/02_ddp_basics.ipynb).
+
+Each check runs the student's task in real ranks (world size 2; the hidden
+ones also 3) and compares with a single-process reference from reference.py.
+Expectations about the hardware come from the ranks' own context (ctx.backend,
+ctx.device: the run's hardware plan), never from the grader's torch.cuda.
+
+    checks_group.py     pick_backend, pick_device, setup, cleanup
+    checks_training.py  wrap_model, make_dataloader, train_one_epoch
+    checks_state.py     save_checkpoint, load_checkpoint, MiniDDP
+    checks_practice.py  train_with_accumulation, train_uneven
+    checks_bucketed.py  BucketedDDP
+
+This file declares the exercise; its checks_*.py and hidden_*.py modules are found by
+grader.exercises.discover() (the contract is in grader/exercises/__init__.py).
+"""
+from grader.checks import Exercise
+
+EXERCISE = Exercise(
+    "02_ddp_basics",
+    tasks=["pick_backend", "pick_device", "setup", "cleanup", "wrap_model", "make_dataloader",
+           "train_one_epoch", "save_checkpoint", "load_checkpoint", "MiniDDP",
+           "train_with_accumulation", "train_uneven", "BucketedDDP"],
+)
+check = EXERCISE.check

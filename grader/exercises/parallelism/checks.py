@@ -243,13 +243,3 @@ def ring_passes_chunks_to_neighbours(g):
     """The grader's world size (2), length 10: sends only to the next rank, one chunk of about numel/N per message."""
     per_rank = _check_ring_sum(g, g.world_size, 10)
     _check_ring_traffic(per_rank, g.world_size, 10)
-
-
-# The other tasks' checks register after these, in the notebook's order.
-from grader.exercises.parallelism import checks_tensor  # noqa: E402, F401, I001
-from grader.exercises.parallelism import checks_pipeline  # noqa: E402, F401
-from grader.exercises.instructor import load_hidden  # noqa: E402
-
-load_hidden(EXERCISE, __package__, ["hidden_core", "hidden_tensor", "hidden_pipeline"])
-
-__all__ = ["EXERCISE"]

@@ -1,0 +1,20 @@
+"""Checks of exercise 03_syncbn_sharded (lesson: lessons/03_syncbn_and_sharded_state.ipynb).
+
+    checks_syncbn.py      convert_to_sync_bn, global_batch_stats
+    checks_batchnorm.py   DistributedBatchNorm
+    checks_sharding.py    partition_parameters, ShardedOptimizer
+    checks_fsdp.py        MiniFSDP (FSDP by hand)
+    checks_checkpoint.py  save_sharded_checkpoint
+    checks_reshard.py     save_and_reshard, load_resharded (DCP with FSDP2)
+
+This file declares the exercise; its checks_*.py and hidden_*.py modules are found by
+grader.exercises.discover() (the contract is in grader/exercises/__init__.py).
+"""
+from grader.checks import Exercise
+
+EXERCISE = Exercise(
+    "03_syncbn_sharded",
+    tasks=["convert_to_sync_bn", "global_batch_stats", "DistributedBatchNorm", "partition_parameters",
+           "ShardedOptimizer", "MiniFSDP", "save_sharded_checkpoint", "save_and_reshard", "load_resharded"],
+)
+check = EXERCISE.check

@@ -1,0 +1,22 @@
+"""Checks of exercise 04_torchrun: launching jobs with torchrun (lessons/04_torchrun.ipynb).
+
+Tasks:
+- read_dist_env(environ) -> DistEnv       checked on real torchrun workers against their environment
+- torchrun_command(script, ...) -> list   checked by running the command it builds, on loopback
+- train_script (source text)              launched with real torchrun: 2 workers, a killed worker
+                                          with --max-restarts=1, two "nodes", and a snapshot probe
+
+Student code (the functions, and `train_script` as a value) runs only in ranks
+or in torchrun workers; the checks here run torchrun as subprocesses from the
+parent side, each in a fresh directory, every wait bounded.
+
+This file declares the exercise; its checks_*.py and hidden_*.py modules are found by
+grader.exercises.discover() (the contract is in grader/exercises/__init__.py).
+"""
+from grader.checks import Exercise
+
+# Its checks start real torchrun agents (seconds of CPU each): one at a time, and not held
+# to the notebook benchmark's one-second target.
+EXERCISE = Exercise("04_torchrun", tasks=["read_dist_env", "torchrun_command", "train_script"],
+                    side_by_side=False, judged_by_bench=False)
+check = EXERCISE.check

@@ -1,7 +1,4 @@
-"""The 04_torchrun exercise: its tasks and settings (the checks register in checks_*.py)."""
-from grader.checks import Exercise
+"""The exercise as its check modules import it: `EXERCISE` and `check` (declared in __init__.py)."""
+from grader.exercises.torchrun import EXERCISE
 
-# Its checks start real torchrun agents (seconds of CPU each): one at a time, and not held
-# to the notebook benchmark's one-second target.
-EXERCISE = Exercise("04_torchrun", tasks=["read_dist_env", "torchrun_command", "train_script"],
-                    side_by_side=False, judged_by_bench=False)
+check = EXERCISE.check
