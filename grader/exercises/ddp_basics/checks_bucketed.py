@@ -36,7 +36,7 @@ from grader.exercises.collectives import record_collectives
 from grader.exercises.ddp_basics import reference as ref
 from grader.exercises.ddp_basics import reference_practice as rp
 from grader.exercises.ddp_basics.exercise import check
-from grader.tolerances import assert_close
+
 
 STEPS = 2
 RESET = ("reset the per-step state (the count of ready gradients, the pending handles) at the end of "
@@ -145,15 +145,15 @@ def _bucketed_grads_match(g, cases):
             for step, record in enumerate(run["steps"]):
                 grad, ddp_grad = record["grad"], record["ddp"]
                 likely = "average each bucket (all-reduce the flat bucket, divide by the world size, copy back)"
-                if torch.allclose(grad, ddp_grad * g.world_size, rtol=1e-4, atol=1e-6) and ddp_grad.abs().sum() > 0:
+                if g.close(grad, ddp_grad * g.world_size) and ddp_grad.abs().sum() > 0:
                     likely = "the gradients are world_size times DDP's: divide the all-reduced sum by the world size"
                 elif step > 0:
                     likely = f"the first step was right, the {_nth(step)} was not: {RESET}"
                 elif name == "unused":
                     likely = ("a bucket holding a parameter that forward never uses never becomes ready: "
                               "all-reduce the buckets still pending in finish_gradient_synchronization")
-                assert_close(grad, ddp_grad, f"{name} model, rank {rank}, {_nth(step)} step: BucketedDDP's gradient",
-                             likely)
+                g.assert_close(grad, ddp_grad, f"{name} model, rank {rank}, {_nth(step)} step: BucketedDDP's gradient",
+                               likely)
 
 
 @check("BucketedDDP", points=3)

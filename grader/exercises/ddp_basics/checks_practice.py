@@ -32,12 +32,6 @@ from grader.exercises.ddp_basics import reference as ref
 from grader.exercises.ddp_basics import reference_practice as rp
 from grader.exercises.ddp_basics.exercise import check
 from grader.grading import describe_failure
-from grader.tolerances import assert_close, tolerance
-
-
-def _close(a: torch.Tensor, b: torch.Tensor) -> bool:
-    rtol, atol = tolerance(torch.float32)
-    return torch.allclose(a, b, rtol=rtol, atol=atol)
 
 
 # --- train_with_accumulation -----------------------------------------------------------------
@@ -86,19 +80,19 @@ def accumulation_matches_big_batch_step(g):
         if steps != MICRO // K:
             raise CheckFailed(f"optimizer.step() ran {steps} times, expected {MICRO // K} ({MICRO} micro-batches, "
                               f"accumulation_steps={K}): one step per accumulation_steps micro-batches")
-        if _close(params, undivided) and not _close(params, expected):
+        if g.close(params, undivided) and not g.close(params, expected):
             raise CheckFailed(f"the parameters moved as if the gradient were {K} times too large: the loss is not "
                               "divided by the number of micro-batches; backward (loss / accumulation_steps)")
-        if _close(params, cleared_every) and not _close(params, expected):
+        if g.close(params, cleared_every) and not g.close(params, expected):
             raise CheckFailed("each step used only the last micro-batch's gradient: zero_grad() ran before every "
                               "micro-batch and cleared the gradients accumulated so far; call optimizer.zero_grad() "
                               "once per optimizer step, after optimizer.step()")
-        if _close(params, never_cleared) and not _close(params, expected):
+        if g.close(params, never_cleared) and not g.close(params, expected):
             raise CheckFailed("the second step also used the first step's gradients: zero_grad() was never called; "
                               "call optimizer.zero_grad() after each optimizer.step()")
-        assert_close(params, expected, f"rank {rank}'s parameters after {MICRO // K} accumulated steps",
-                     "each step must equal one step on the global batch (every rank's accumulation_steps "
-                     "micro-batches): accumulate loss / accumulation_steps, all-reduce once, then step")
+        g.assert_close(params, expected, f"rank {rank}'s parameters after {MICRO // K} accumulated steps",
+                       "each step must equal one step on the global batch (every rank's accumulation_steps "
+                       "micro-batches): accumulate loss / accumulation_steps, all-reduce once, then step")
 
 
 def _all_reduces_per_step(events: list) -> list[list[int]]:
@@ -145,8 +139,8 @@ def accumulation_returns_global_mean_loss(g):
     if abs(losses[0] * K - expected) <= 1e-4 * abs(expected) + 1e-6:
         raise CheckFailed(f"returned {losses[0]:.5f}, {K} times less than the mean loss {expected:.5f}: return the "
                           "mean of the micro-batch losses, not of loss / accumulation_steps")
-    assert_close(torch.tensor(losses[0]), torch.tensor(expected), "the returned loss",
-                 "return the mean loss over every micro-batch of every rank")
+    g.assert_close(torch.tensor(losses[0]), torch.tensor(expected), "the returned loss",
+                   "return the mean loss over every micro-batch of every rank")
 
 
 # --- train_uneven -----------------------------------------------------------------------------
@@ -206,12 +200,12 @@ def uneven_finishes_without_hang(g):
 def uneven_matches_join_semantics(g):
     expected = rp.join_reference(LENGTHS)
     for rank, params in enumerate(_uneven_run(g)):
-        if _close(params, rp.join_reference(LENGTHS, zero_grad=False)):
+        if g.close(params, rp.join_reference(LENGTHS, zero_grad=False)):
             raise CheckFailed(f"rank {rank}: each step also applied the earlier steps' gradients: zero_grad() was "
                               "not called; call optimizer.zero_grad() before every batch's backward")
-        if _close(params, rp.join_reference(LENGTHS, divide_by_world_size=False)):
+        if g.close(params, rp.join_reference(LENGTHS, divide_by_world_size=False)):
             raise CheckFailed(f"rank {rank}: the last steps averaged over the ranks still training only; DDP with Join "
                               "(its default divide_by_initial_world_size=True) divides by the whole world size")
-        assert_close(params, expected, f"rank {rank}'s parameters after training with {LENGTHS} batches",
-                     "train every batch of the loader, one step per batch, inside `with Join([model]):`; "
-                     "every rank then ends with the longest-training rank's parameters")
+        g.assert_close(params, expected, f"rank {rank}'s parameters after training with {LENGTHS} batches",
+                       "train every batch of the loader, one step per batch, inside `with Join([model]):`; "
+                       "every rank then ends with the longest-training rank's parameters")

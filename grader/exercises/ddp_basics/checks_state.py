@@ -12,7 +12,7 @@ from grader.checks import CheckFailed
 from grader.exercises import happens_before as hb
 from grader.exercises.ddp_basics import reference as ref
 from grader.exercises.ddp_basics.exercise import check
-from grader.tolerances import assert_close
+
 
 # --- checkpoints ----------------------------------------------------------------------------
 
@@ -137,8 +137,8 @@ def checkpoint_loads_onto_device(g):
         if calls[0] is None:
             raise CheckFailed("torch.load was called without map_location: a checkpoint saved from cuda:0 would "
                               "load onto GPU 0 on every rank; pass map_location=device")
-        assert_close(params, expected, f"rank {rank}'s parameters after load_checkpoint",
-                     "load the file's state_dict into the model with model.load_state_dict")
+        g.assert_close(params, expected, f"rank {rank}'s parameters after load_checkpoint",
+                       "load the file's state_dict into the model with model.load_state_dict")
 
 
 # --- MiniDDP --------------------------------------------------------------------------------
@@ -172,8 +172,8 @@ def mini_ddp_broadcasts_rank0_state(g):
     expected = ref.seeded(BufferNet, seed=1).state_dict()
     for rank, state in enumerate(g.run(_in_rank_mini_broadcast)):
         for name, value in expected.items():
-            assert_close(state[name], value, f"rank {rank}'s {name} right after MiniDDP(module)",
-                         "broadcast rank 0's parameters and buffers (dist.broadcast(t, src=0)) in __init__")
+            g.assert_close(state[name], value, f"rank {rank}'s {name} right after MiniDDP(module)",
+                           "broadcast rank 0's parameters and buffers (dist.broadcast(t, src=0)) in __init__")
 
 
 def _in_rank_mini_vs_ddp(ctx, student, factory_name, steps=5):
@@ -204,12 +204,12 @@ def _compare_mini_to_ddp(g, factory_name):
         for step, (ddp_grad, mini_grad) in enumerate(history):
             ws = g.world_size
             likely = "average the gradients: all_reduce them as backward produces them, then divide by the world size"
-            if torch.allclose(mini_grad, ddp_grad * ws, rtol=1e-4, atol=1e-6) and ddp_grad.abs().sum() > 0:
+            if g.close(mini_grad, ddp_grad * ws) and ddp_grad.abs().sum() > 0:
                 likely = "MiniDDP's gradients are world_size times DDP's: divide the all-reduced sum by the world size"
-            assert_close(mini_grad, ddp_grad, f"{factory_name} model, rank {rank}, step {step}: MiniDDP's gradient",
-                         likely)
-        assert_close(mini_params, ddp_params, f"{factory_name} model, rank {rank}: parameters after 5 steps",
-                     "MiniDDP must match DDP step for step")
+            g.assert_close(mini_grad, ddp_grad, f"{factory_name} model, rank {rank}, step {step}: MiniDDP's gradient",
+                           likely)
+        g.assert_close(mini_params, ddp_params, f"{factory_name} model, rank {rank}: parameters after 5 steps",
+                       "MiniDDP must match DDP step for step")
 
 
 @check("MiniDDP", points=4)

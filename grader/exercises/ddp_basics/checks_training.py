@@ -10,7 +10,7 @@ from torch.utils.data.distributed import DistributedSampler
 from grader.checks import CheckFailed
 from grader.exercises.ddp_basics import reference as ref
 from grader.exercises.ddp_basics.exercise import check
-from grader.tolerances import assert_close
+
 
 # --- wrap_model ---------------------------------------------------------------------
 
@@ -34,9 +34,9 @@ def _in_rank_wrap(ctx, student):
 def wrap_model_broadcasts_rank0_parameters(g):
     expected = ref.flat_params(ref.tiny_net(seed=1))
     for rank, (params, _) in enumerate(g.run(_in_rank_wrap)):
-        assert_close(params, expected, f"rank {rank}'s parameters after wrap_model",
-                     "DDP copies rank 0's parameters to every rank when it is constructed; "
-                     "wrap the model itself in DistributedDataParallel")
+        g.assert_close(params, expected, f"rank {rank}'s parameters after wrap_model",
+                       "DDP copies rank 0's parameters to every rank when it is constructed; "
+                       "wrap the model itself in DistributedDataParallel")
 
 
 @check("wrap_model", points=1)
@@ -46,9 +46,9 @@ def wrap_model_gradients_match_full_batch(g):
     nn.MSELoss()(model(data.x), data.y).backward()
     expected = ref.flat_grads(model)
     for rank, (_, grads) in enumerate(g.run(_in_rank_wrap)):
-        assert_close(grads, expected, f"rank {rank}'s gradient after backward()",
-                     "after backward every rank must hold the average of all ranks' gradients, "
-                     "which equals the full-batch gradient")
+        g.assert_close(grads, expected, f"rank {rank}'s gradient after backward()",
+                       "after backward every rank must hold the average of all ranks' gradients, "
+                       "which equals the full-batch gradient")
 
 
 # --- make_dataloader -------------------------------------------------------------------
@@ -164,9 +164,9 @@ def _check_training(g):
     results, expected_params, _ = _train(g)
     for rank, (params, _, iterated_at) in enumerate(results):
         _require_set_epoch(rank, iterated_at)
-        assert_close(params, expected_params, f"rank {rank}'s parameters after {EPOCHS} epochs",
-                     "one optimizer step per batch: zero_grad, forward, loss, backward, step, with the "
-                     "batches moved to the device")
+        g.assert_close(params, expected_params, f"rank {rank}'s parameters after {EPOCHS} epochs",
+                       "one optimizer step per batch: zero_grad, forward, loss, backward, step, with the "
+                       "batches moved to the device")
 
 
 @check("train_one_epoch", points=1)
@@ -190,6 +190,6 @@ def loss_is_global_mean(g):
                           + ", ".join(f"rank {r}: {l[0]:.4f}" for r, l in enumerate(losses))
                           + " in epoch 0: each returned its own mean; all_reduce the loss sum and the sample "
                             "count, then divide")
-    assert_close(torch.tensor(losses[0]), torch.tensor(expected_losses), "the returned mean loss per epoch",
-                 "weight each batch's loss by its number of samples, sum over batches and ranks, and divide by "
-                 "the total number of samples")
+    g.assert_close(torch.tensor(losses[0]), torch.tensor(expected_losses), "the returned mean loss per epoch",
+                   "weight each batch's loss by its number of samples, sum over batches and ranks, and divide by "
+                   "the total number of samples")

@@ -16,7 +16,6 @@ from grader.exercises.parallelism import reference as ref
 from grader.exercises.parallelism.exercise import EXERCISE
 from grader.exercises.parallelism.host import host as _host
 from grader.exercises.parallelism.p2p_only import point_to_point_only
-from grader.tolerances import assert_close
 
 RING_TIMEOUT = 10.0  # a ring of a few hundred floats takes milliseconds; anything longer is a deadlock
 
@@ -132,15 +131,15 @@ def _check_average(g, world_size, n, frozen_first):
                                       f"average_gradients gave it a gradient on rank {rank}: leave p.grad None")
                 continue
             want = expected[name]
-            if torch.allclose(grad, got["local"][name]) and not torch.allclose(grad, want, rtol=1e-4, atol=1e-6):
+            if torch.allclose(grad, got["local"][name]) and not g.close(grad, want):
                 raise CheckFailed(f"on rank {rank}, {name}.grad is still this rank's own shard gradient: "
                                   "average_gradients must combine the gradients of all ranks (dist.all_reduce)")
-            if torch.allclose(grad, want * world_size, rtol=1e-4, atol=1e-6):
+            if g.close(grad, want * world_size):
                 raise CheckFailed(f"on rank {rank}, {name}.grad is {world_size} times the full-batch gradient: "
                                   "all_reduce sums; divide by the world size to average")
-            assert_close(grad, want, f"rank {rank}: {name}.grad after average_gradients",
-                         "every rank must end with the average of all ranks' gradients, which for equal shards "
-                         "and a mean loss is the full-batch gradient", backend=got["backend"])
+            g.assert_close(grad, want, f"rank {rank}: {name}.grad after average_gradients",
+                           "every rank must end with the average of all ranks' gradients, which for equal shards "
+                           "and a mean loss is the full-batch gradient")
 
 
 @EXERCISE.check("average_gradients", points=2)
@@ -192,14 +191,14 @@ def _check_ring_sum(g, world_size, length):
         if got["unchanged"] and length:
             hint = (" (it returned the right sum: write it into `tensor` instead)"
                     if got["returned"] is not None and got["returned"].shape == expected.shape
-                    and torch.allclose(got["returned"], expected, rtol=1e-4, atol=1e-5) else "")
+                    and g.close(got["returned"], expected) else "")
             raise CheckFailed(f"ring_all_reduce left the tensor of rank {rank} unchanged: it must sum in place, "
                               f"writing into `tensor` (tensor[a:b] += ..., tensor.copy_(...)){hint}")
-        assert_close(got["tensor"], expected, f"rank {rank}: the tensor after ring_all_reduce "
-                     f"({world_size} ranks, {length} elements)",
-                     "every element must end as the sum over all ranks; with a length not divisible by the world "
-                     "size, check the chunk boundaries (torch.tensor_split gives world_size chunks, torch.chunk "
-                     "may give fewer)", backend=got["backend"])
+        g.assert_close(got["tensor"], expected, f"rank {rank}: the tensor after ring_all_reduce "
+                       f"({world_size} ranks, {length} elements)",
+                       "every element must end as the sum over all ranks; with a length not divisible by the world "
+                       "size, check the chunk boundaries (torch.tensor_split gives world_size chunks, torch.chunk "
+                       "may give fewer)")
     return per_rank
 
 

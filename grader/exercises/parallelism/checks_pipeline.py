@@ -10,7 +10,6 @@ from grader.exercises.parallelism import reference as ref
 from grader.exercises.parallelism.exercise import EXERCISE
 from grader.exercises.parallelism.host import host as _host
 from grader.exercises.parallelism.pipeline_diagnosis import crash_hint, failure_text
-from grader.tolerances import assert_close
 
 PIPELINE_TIMEOUT = 8.0  # a few tiny messages each way: longer is a deadlock
 
@@ -57,7 +56,7 @@ def _run_pipeline(g, kind: str, n: int):
     return per_rank, ref.pipeline_reference(kind, n)
 
 
-def _check_pipeline_loss(per_rank, expected, kind, n):
+def _check_pipeline_loss(g, per_rank, expected, kind, n):
     if per_rank[0]["value"] is not None:
         raise CheckFailed(f"rank 0 returned {per_rank[0]['value']!r}; the first stage has no loss and must "
                           "return None")
@@ -65,14 +64,14 @@ def _check_pipeline_loss(per_rank, expected, kind, n):
     if not isinstance(value, (int, float)) or isinstance(value, bool):
         raise CheckFailed(f"rank 1 (the last stage) returned {value!r}; it must return the loss as a float "
                           "(loss.item())")
-    assert_close(torch.tensor(float(value)), torch.tensor(expected["loss"]),
-                 f"the loss returned by rank 1 ({ref.pipeline_description(kind, n)})",
-                 "it must be loss_fn(stage output, targets) of the whole batch, computed from the activation "
-                 "rank 0 sent; if rank 1's buffer is larger than the activation, dist.recv fills only its "
-                 "beginning: allocate exactly the shape rank 0 sends", backend=per_rank[1]["backend"])
+    g.assert_close(torch.tensor(float(value)), torch.tensor(expected["loss"]),
+                   f"the loss returned by rank 1 ({ref.pipeline_description(kind, n)})",
+                   "it must be loss_fn(stage output, targets) of the whole batch, computed from the activation "
+                   "rank 0 sent; if rank 1's buffer is larger than the activation, dist.recv fills only its "
+                   "beginning: allocate exactly the shape rank 0 sends")
 
 
-def _check_pipeline_grads(per_rank, expected, kind, n):
+def _check_pipeline_grads(g, per_rank, expected, kind, n):
     for rank in (1, 0):  # the last stage first: rank 0's gradient comes from it
         got, want = per_rank[rank]["grads"], expected["grads"][rank]
         if any(gr is None for gr in got):
@@ -86,20 +85,20 @@ def _check_pipeline_grads(per_rank, expected, kind, n):
                   "rank 1 runs its stage on the received activation, computes loss_fn(output, targets) and calls "
                   "backward once")
         for i, (a, e) in enumerate(zip(got, want)):
-            assert_close(a, e, f"stage {rank}, parameter {i}: gradient ({ref.pipeline_description(kind, n)})",
-                         "each stage's gradients must equal those of the unsplit model, stage 1(stage 0(inputs)), "
-                         "with the same loss_fn; " + likely, backend=per_rank[rank]["backend"])
+            g.assert_close(a, e, f"stage {rank}, parameter {i}: gradient ({ref.pipeline_description(kind, n)})",
+                           "each stage's gradients must equal those of the unsplit model, stage 1(stage 0(inputs)), "
+                           "with the same loss_fn; " + likely)
 
 
 @EXERCISE.check("pipeline_step", points=1, world_size=2)
 def pipeline_loss_matches(g):
     """2 stages, 8 samples, MSELoss: rank 1 returns the unsplit model's loss, rank 0 returns None."""
     per_rank, expected = _run_pipeline(g, "mlp", 8)
-    _check_pipeline_loss(per_rank, expected, "mlp", 8)
+    _check_pipeline_loss(g, per_rank, expected, "mlp", 8)
 
 
 @EXERCISE.check("pipeline_step", points=3, world_size=2)
 def pipeline_gradients_match(g):
     """2 stages, 8 samples, MSELoss: both stages' gradients equal the unsplit model's."""
     per_rank, expected = _run_pipeline(g, "mlp", 8)
-    _check_pipeline_grads(per_rank, expected, "mlp", 8)
+    _check_pipeline_grads(g, per_rank, expected, "mlp", 8)

@@ -7,7 +7,6 @@ from grader.checks import CheckFailed
 from grader.exercises.parallelism import reference as ref
 from grader.exercises.parallelism.exercise import EXERCISE
 from grader.exercises.parallelism.host import host as _host
-from grader.tolerances import assert_close
 
 
 # ===================================================== ColumnParallelLinear
@@ -57,14 +56,14 @@ def _run_column(g, world_size, in_features, out_features, shape, seed=21):
     return per_rank, ref.linear_reference(seed, in_features, out_features, shape)
 
 
-def _check_column_forward(per_rank, expected):
+def _check_column_forward(g, per_rank, expected):
     for rank, got in enumerate(per_rank):
-        assert_close(got["y"], expected["y"], f"rank {rank}: ColumnParallelLinear output",
-                     "each rank computes x @ weight_shard.T + bias_shard, and the full output is the shards' "
-                     "outputs concatenated along the last dimension in rank order", backend=got["backend"])
+        g.assert_close(got["y"], expected["y"], f"rank {rank}: ColumnParallelLinear output",
+                       "each rank computes x @ weight_shard.T + bias_shard, and the full output is the shards' "
+                       "outputs concatenated along the last dimension in rank order")
 
 
-def _check_column_shard_grads(per_rank, expected, world_size):
+def _check_column_shard_grads(g, per_rank, expected, world_size):
     for rank, got in enumerate(per_rank):
         if got["no_graph"] or got["weight_grad"] is None:
             raise CheckFailed(f"no gradient reached the weight shard on rank {rank}: the gather in forward must "
@@ -73,44 +72,42 @@ def _check_column_shard_grads(per_rank, expected, world_size):
         start, stop = got["rows"]
         for name in ("weight_grad", "bias_grad"):
             want = expected[name][start:stop]
-            if world_size > 1 and torch.allclose(got[name], want * world_size, rtol=1e-4, atol=1e-6):
+            if world_size > 1 and g.close(got[name], want * world_size):
                 raise CheckFailed(
                     f"on rank {rank} the {name.split('_')[0]} shard's gradient is {world_size} times too large: "
                     "the backward of torch.distributed.nn.functional.all_gather sums the output gradient over "
                     "ranks, which multiplies it by world_size when every rank computes the same loss. Write your "
                     "own autograd.Function whose backward keeps only this rank's slice of the gradient")
-            assert_close(got[name], want, f"rank {rank}: {name.replace('_grad', '')}.grad of the shard",
-                         "each shard's gradient must be the matching rows of the full layer's gradient",
-                         backend=got["backend"])
+            g.assert_close(got[name], want, f"rank {rank}: {name.replace('_grad', '')}.grad of the shard",
+                           "each shard's gradient must be the matching rows of the full layer's gradient")
 
 
-def _check_column_input_grad(per_rank, expected):
+def _check_column_input_grad(g, per_rank, expected):
     for rank, got in enumerate(per_rank):
         if got["x_grad"] is None:
             raise CheckFailed(f"the input got no gradient on rank {rank}")
-        assert_close(got["x_grad"], expected["x_grad"], f"rank {rank}: the input's gradient",
-                     "each rank's input gradient covers only its own output columns; sum it over ranks in "
-                     "backward (an identity autograd.Function on the input whose backward all-reduces)",
-                     backend=got["backend"])
+        g.assert_close(got["x_grad"], expected["x_grad"], f"rank {rank}: the input's gradient",
+                       "each rank's input gradient covers only its own output columns; sum it over ranks in "
+                       "backward (an identity autograd.Function on the input whose backward all-reduces)")
 
 
 @EXERCISE.check("ColumnParallelLinear", points=2)
 def column_parallel_forward(g):
     """The grader's world size (2), 4 -> 6 features: every rank holds 3 output rows and returns the full output."""
     per_rank, expected = _run_column(g, g.world_size, 4, 6, (5, 4))
-    _check_column_forward(per_rank, expected)
+    _check_column_forward(g, per_rank, expected)
 
 
 @EXERCISE.check("ColumnParallelLinear", points=3)
 def column_parallel_shard_gradients(g):
     """The grader's world size (2): each shard's weight and bias gradients equal its rows of the full layer's gradients."""
     per_rank, expected = _run_column(g, g.world_size, 4, 6, (5, 4))
-    _check_column_forward(per_rank, expected)
-    _check_column_shard_grads(per_rank, expected, g.world_size)
+    _check_column_forward(g, per_rank, expected)
+    _check_column_shard_grads(g, per_rank, expected, g.world_size)
 
 
 @EXERCISE.check("ColumnParallelLinear", points=2)
 def column_parallel_input_gradient(g):
     """The grader's world size (2): the input gradient is the full layer's, on every rank."""
     per_rank, expected = _run_column(g, g.world_size, 4, 6, (5, 4))
-    _check_column_input_grad(per_rank, expected)
+    _check_column_input_grad(g, per_rank, expected)

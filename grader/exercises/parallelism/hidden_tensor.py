@@ -9,6 +9,6 @@ from grader.exercises.parallelism.checks_tensor import _run_column, _check_colum
 def column_parallel_uneven_three_ranks(g):
     """3 ranks, 5 -> 7 features (shards of 3, 2, 2 rows), a 3-D input."""
     per_rank, expected = _run_column(g, 3, 5, 7, (2, 3, 5))
-    _check_column_forward(per_rank, expected)
-    _check_column_shard_grads(per_rank, expected, 3)
-    _check_column_input_grad(per_rank, expected)
+    _check_column_forward(g, per_rank, expected)
+    _check_column_shard_grads(g, per_rank, expected, 3)
+    _check_column_input_grad(g, per_rank, expected)

@@ -73,26 +73,25 @@ def _bn_case(g, tail: tuple, world_size: int):
     return results, problem, ref.reference_bn_run(problem, tail)
 
 
-def _verify_bn_outputs(results, problem, expected) -> None:
+def _verify_bn_outputs(g, results, problem, expected) -> None:
     sizes = problem["sizes"]
     for rank, got in enumerate(results):
         for step in range(BN_STEPS):
             y, exp = got["outputs"][step], ref.shard(expected["outputs"][step], sizes, rank)
-            if close(y, exp, got["backend"]):
+            if close(g, y, exp):
                 continue
-            if close(y, ref.local_stats_outputs(problem, rank, step), got["backend"]):
+            if close(g, y, ref.local_stats_outputs(problem, rank, step)):
                 raise CheckFailed(f"rank {rank} (holding {sizes[rank]} of {sum(sizes)} samples) normalized with its "
                                   "own batch's statistics: use the mean and variance over every rank's samples "
                                   "(global_batch_stats) in the training forward")
-            assert_close_scaled(y, exp, f"rank {rank}: training output at step {step + 1}",
-                         "normalize with the global mean and the biased global variance, then weight * x + bias",
-                         backend=got["backend"])
+            assert_close_scaled(g, y, exp, f"rank {rank}: training output at step {step + 1}",
+                         "normalize with the global mean and the biased global variance, then weight * x + bias")
 
 
-def _verify_bn_backward(results, problem, expected) -> None:
+def _verify_bn_backward(g, results, problem, expected) -> None:
     sizes = problem["sizes"]
     try:
-        _verify_bn_outputs(results, problem, expected)
+        _verify_bn_outputs(g, results, problem, expected)
     except CheckFailed as exc:
         raise CheckFailed("the training outputs are already wrong, so the gradients cannot be right: "
                           f"{exc}") from None
@@ -103,75 +102,72 @@ def _verify_bn_backward(results, problem, expected) -> None:
             if grad is None:
                 raise CheckFailed(f"rank {rank}: no gradient reached the input: the output must stay connected to "
                                   "the autograd graph (no torch.no_grad, .detach() or .data in the forward)")
-            if close(grad, exp, got["backend"]):
+            if close(g, grad, exp):
                 continue
-            if world_size > 1 and close(grad, ref.detached_stats_input_grad(problem, rank, step), got["backend"]):
+            if world_size > 1 and close(g, grad, ref.detached_stats_input_grad(problem, rank, step)):
                 raise CheckFailed(f"rank {rank}: the input gradient ignores the other ranks: the all-reduce of the "
                                   "statistics is invisible to autograd. Sum over ranks with an autograd Function "
                                   "whose backward all-reduces the incoming gradient too")
-            assert_close_scaled(grad, exp, f"rank {rank}: input gradient at step {step + 1}", backend=got["backend"])
+            assert_close_scaled(g, grad, exp, f"rank {rank}: input gradient at step {step + 1}")
     for name in ("weight", "bias"):
         for step in range(BN_STEPS):
             grads = [got[f"{name}_grads"][step] for got in results]
             if any(grad is None for grad in grads):
                 raise CheckFailed(f"`{name}` got no gradient: use self.{name} in the training forward")
             exp = expected[f"{name}_grads"][step]
-            backend = results[0]["backend"]
             total = torch.stack(grads).sum(0)
-            if world_size > 1 and not close(total, exp, backend) and all(close(gr, exp, backend) for gr in grads):
+            if world_size > 1 and not close(g, total, exp) and all(close(g, gr, exp) for gr in grads):
                 raise CheckFailed(f"every rank already holds the whole {name} gradient: the module must leave each "
                                   "rank its own samples' contribution (DDP then averages the ranks' gradients, so a "
                                   "whole gradient on every rank comes out world_size times too large)")
-            assert_close_scaled(total, exp, f"the {name} gradient summed over ranks at step {step + 1}",
+            assert_close_scaled(g, total, exp, f"the {name} gradient summed over ranks at step {step + 1}",
                          f"each rank's {name}.grad is its own samples' share; together they are the whole "
-                         "batch's gradient", backend=backend)
+                         "batch's gradient")
 
 
-def _verify_bn_running_stats(results, problem, expected) -> None:
+def _verify_bn_running_stats(g, results, problem, expected) -> None:
     sizes = problem["sizes"]
     for rank, got in enumerate(results):
-        backend = got["backend"]
         for step in range(BN_STEPS):
-            assert_close_scaled(got["running_mean"][step], expected["running_mean"][step],
+            assert_close_scaled(g, got["running_mean"][step], expected["running_mean"][step],
                          f"rank {rank}: running_mean after training step {step + 1}",
                          "running_mean = (1 - momentum) * running_mean + momentum * global mean (not detached "
-                         "from a local mean)", backend=backend)
+                         "from a local mean)")
             var, exp = got["running_var"][step], expected["running_var"][step]
-            if step == 0 and not close(var, exp, backend):
+            if step == 0 and not close(g, var, exp):
                 for wrong, message in ref.running_var_after_first_step(problem, rank).values():
-                    if close(var, wrong, backend):
+                    if close(g, var, wrong):
                         raise CheckFailed(f"rank {rank}: {message}")
-            assert_close_scaled(var, exp, f"rank {rank}: running_var after training step {step + 1}",
-                         "running_var = (1 - momentum) * running_var + momentum * unbiased global variance",
-                         backend=backend)
+            assert_close_scaled(g, var, exp, f"rank {rank}: running_var after training step {step + 1}",
+                         "running_var = (1 - momentum) * running_var + momentum * unbiased global variance")
         exp = ref.shard(expected["eval_output"], sizes, rank)
-        if not close(got["eval_output"], exp, backend):
+        if not close(g, got["eval_output"], exp):
             x = ref.shard(problem["eval_batch"], sizes, rank)
             mean, var = ref.batch_stats(problem["eval_batch"])
             local_mean, local_var = ref.batch_stats(x)
             for m, v in ((mean, var), (local_mean, local_var)):
-                if close(got["eval_output"], ref.normalize(x, m, v, problem["weight"], problem["bias"],
-                                                            problem["eps"]), backend):
+                if close(g, got["eval_output"], ref.normalize(x, m, v, problem["weight"], problem["bias"],
+                                                            problem["eps"])):
                     raise CheckFailed(f"rank {rank}: in eval mode the output used batch statistics: after "
                                       "model.eval() normalize with running_mean and running_var (self.training "
                                       "tells the two modes apart)")
-            assert_close_scaled(got["eval_output"], exp, f"rank {rank}: eval-mode output",
-                         "in eval mode normalize with running_mean and running_var", backend=backend)
+            assert_close_scaled(g, got["eval_output"], exp, f"rank {rank}: eval-mode output",
+                         "in eval mode normalize with running_mean and running_var")
 
 
 @check("DistributedBatchNorm", points=3)
 def training_output_matches_one_batchnorm(g):
     """Outputs of 3 training steps on uneven 4-d shards equal one nn.BatchNorm2d over the whole batch."""
-    _verify_bn_outputs(*_bn_case(g, BN_TAIL, g.world_size))
+    _verify_bn_outputs(g, *_bn_case(g, BN_TAIL, g.world_size))
 
 
 @check("DistributedBatchNorm", points=3)
 def gradients_match_one_batchnorm(g):
     """Input gradients on every rank, and the weight and bias gradients summed over ranks."""
-    _verify_bn_backward(*_bn_case(g, BN_TAIL, g.world_size))
+    _verify_bn_backward(g, *_bn_case(g, BN_TAIL, g.world_size))
 
 
 @check("DistributedBatchNorm", points=2)
 def running_stats_and_eval_match(g):
     """running_mean and the unbiased running_var after each step; the eval forward uses them."""
-    _verify_bn_running_stats(*_bn_case(g, BN_TAIL, g.world_size))
+    _verify_bn_running_stats(g, *_bn_case(g, BN_TAIL, g.world_size))

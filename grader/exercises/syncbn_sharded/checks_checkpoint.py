@@ -147,15 +147,15 @@ def _verify_checkpoint_written(results) -> None:
                               "read, resume or exit before the file exists")
 
 
-def _verify_resume(results) -> None:
+def _verify_resume(g, results) -> None:
     expected = ref.unsharded_training("adam", CHECKPOINT_STEPS + 1)
     for rank, got in enumerate(results):
         if got["params"] is None:
             raise CheckFailed("the checkpoint could not be resumed: " + "; ".join(got["problems"]))
         for i, (p, exp) in enumerate(zip(got["params"], expected)):
-            assert_close_scaled(p, exp, f"rank {rank}: parameter {i} after resuming and taking one more step",
+            assert_close_scaled(g, p, exp, f"rank {rank}: parameter {i} after resuming and taking one more step",
                          "the checkpoint must hold the model and the whole optimizer state (Adam's moments and "
-                         "step counts) as they were when saved", backend=got["backend"])
+                         "step counts) as they were when saved")
 
 
 @check("save_sharded_checkpoint", points=1.5)
@@ -168,4 +168,4 @@ def checkpoint_complete_and_written_once(g):
 @check("save_sharded_checkpoint", points=1.5)
 def resume_matches_uninterrupted_run(g):
     """Fresh model and ZeroRedundancyOptimizer load the checkpoint; the next step equals an uninterrupted run."""
-    _verify_resume(_run_checkpoint(g, resume=True))
+    _verify_resume(g, _run_checkpoint(g, resume=True))

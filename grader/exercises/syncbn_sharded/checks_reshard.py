@@ -88,7 +88,9 @@ def train(model: nn.Module, opt: torch.optim.Optimizer, steps: int, device) -> N
 
 
 def _full(t):
-    t = t.full_tensor() if hasattr(t, "full_tensor") else t  # a collective for DTensors: every rank calls it
+    from torch.distributed.tensor import DTensor  # FSDP2's parameters and Adam state (imported: the guard watches it)
+
+    t = t.full_tensor() if isinstance(t, DTensor) else t  # a collective for DTensors: every rank calls it
     return t.detach().cpu().clone()
 
 

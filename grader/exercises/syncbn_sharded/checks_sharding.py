@@ -157,20 +157,20 @@ def _require_sharded_step(results) -> None:
         raise CheckFailed(problem)
 
 
-def _verify_sharded_params(results, opt_name: str) -> None:
+def _verify_sharded_params(g, results, opt_name: str) -> None:
     expected = ref.unsharded_training(opt_name, SHARDED_STEPS)
     label = {"adam": "Adam", "sgd_momentum": "SGD with momentum"}[opt_name]
     for rank, got in enumerate(results):
         for i, (p, exp) in enumerate(zip(got["params"], expected)):
-            if close(p, exp, got["backend"]):
+            if close(g, p, exp):
                 continue
             if torch.equal(p, got["initial"][i]):
                 raise CheckFailed(f"rank {rank}: parameter {i} never changed in {SHARDED_STEPS} steps: another rank "
                                   "owns it, and its new value must reach every rank: after the local step, "
                                   "broadcast each parameter from the rank that owns it")
-            assert_close_scaled(p, exp, f"rank {rank}: parameter {i} after {SHARDED_STEPS} {label} steps",
+            assert_close_scaled(g, p, exp, f"rank {rank}: parameter {i} after {SHARDED_STEPS} {label} steps",
                          "the sharded run must equal the unsharded optimizer: step() updates each parameter once "
-                         "(on its owner) and shares it; zero_grad() clears every gradient", backend=got["backend"])
+                         "(on its owner) and shares it; zero_grad() clears every gradient")
 
 
 def _verify_sharded_state(results, opt_name: str) -> None:
@@ -202,7 +202,7 @@ def _verify_sharded_state(results, opt_name: str) -> None:
 def matches_unsharded_adam(g):
     """10 steps of ShardedOptimizer(Adam) give every rank the parameters of 10 steps of plain Adam."""
     results = g.run(_in_rank_sharded, "adam", SHARDED_STEPS)
-    _verify_sharded_params(results, "adam")
+    _verify_sharded_params(g, results, "adam")
     _require_sharded_step(results)
 
 
@@ -210,7 +210,7 @@ def matches_unsharded_adam(g):
 def matches_unsharded_sgd_momentum(g):
     """The same with SGD(momentum=0.9): one state tensor per parameter instead of two."""
     results = g.run(_in_rank_sharded, "sgd_momentum", SHARDED_STEPS)
-    _verify_sharded_params(results, "sgd_momentum")
+    _verify_sharded_params(g, results, "sgd_momentum")
     _require_sharded_step(results)
 
 

@@ -108,11 +108,11 @@ def sync_bn_trains_under_nccl_with_2_gpus(g):
     results = g.run(_in_rank_sync_bn_nccl, tail, world_size=2)
     problem = ref.bn_problem(2, tail, steps=1)
     expected = ref.reference_bn_run(problem, tail)
-    for rank, (y, x_grad, backend) in enumerate(results):
-        assert_close_scaled(y, ref.shard(expected["outputs"][0], problem["sizes"], rank),
-                      f"rank {rank}: SyncBatchNorm output", backend=backend)
-        assert_close_scaled(x_grad, ref.shard(expected["input_grads"][0], problem["sizes"], rank),
-                      f"rank {rank}: SyncBatchNorm input gradient", backend=backend)
+    for rank, (y, x_grad, _) in enumerate(results):
+        assert_close_scaled(g, y, ref.shard(expected["outputs"][0], problem["sizes"], rank),
+                      f"rank {rank}: SyncBatchNorm output")
+        assert_close_scaled(g, x_grad, ref.shard(expected["input_grads"][0], problem["sizes"], rank),
+                      f"rank {rank}: SyncBatchNorm input gradient")
 
 
 # --- global_batch_stats -----------------------------------------------------------------
@@ -138,9 +138,9 @@ def _in_rank_stats(ctx, student, tails):
     return out, ctx.backend
 
 
-def _verify_stats(results, world_size: int, tails) -> None:
+def _verify_stats(g, results, world_size: int, tails) -> None:
     sizes = ref.shard_sizes(world_size)
-    for rank, (per_tail, backend) in enumerate(results):
+    for rank, (per_tail, _) in enumerate(results):
         for seed, (tail, (mean, var)) in enumerate(zip(tails, per_tail)):
             full = _stats_input(world_size, tail, seed)
             shape = f"input of shape {tuple(ref.shard(full, sizes, rank).shape)} on rank {rank} (sizes {sizes})"
@@ -150,16 +150,16 @@ def _verify_stats(results, world_size: int, tails) -> None:
                                       f"({ref.CHANNELS},): one value per channel (dimension 1), every other "
                                       "dimension reduced")
             exp_mean, exp_var = ref.batch_stats(full)
-            if close(mean, exp_mean, backend) and close(var, exp_var, backend):
+            if close(g, mean, exp_mean) and close(g, var, exp_var):
                 continue
             for (wrong_mean, wrong_var), message in ref.wrong_stats(full, sizes, rank).values():
-                if close(mean, wrong_mean, backend) and close(var, wrong_var, backend):
+                if close(g, mean, wrong_mean) and close(g, var, wrong_var):
                     raise CheckFailed(f"for an {shape}: {message}")
-            assert_close_scaled(mean, exp_mean, f"the mean for an {shape}", backend=backend)
-            assert_close_scaled(var, exp_var, f"the variance for an {shape}", backend=backend)
+            assert_close_scaled(g, mean, exp_mean, f"the mean for an {shape}")
+            assert_close_scaled(g, var, exp_var, f"the variance for an {shape}")
 
 
 @check("global_batch_stats", points=3)
 def stats_of_the_concatenated_batch(g):
     """Uneven shards (3 and 5 samples), 2-d and 4-d inputs: the statistics of all samples together."""
-    _verify_stats(g.run(_in_rank_stats, STATS_TAILS), g.world_size, STATS_TAILS)
+    _verify_stats(g, g.run(_in_rank_stats, STATS_TAILS), g.world_size, STATS_TAILS)

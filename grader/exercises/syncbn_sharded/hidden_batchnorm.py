@@ -9,5 +9,5 @@ from grader.exercises.syncbn_sharded.checks_batchnorm import _bn_case, _verify_b
 def distributed_bn_with_three_ranks(g):
     """Three ranks holding 4, 1 and 6 samples of a 2-d input: outputs, gradients, running statistics."""
     case = _bn_case(g, (), 3)
-    _verify_bn_backward(*case)
-    _verify_bn_running_stats(*case)
+    _verify_bn_backward(g, *case)
+    _verify_bn_running_stats(g, *case)

@@ -10,4 +10,4 @@ def checkpoint_with_three_ranks(g):
     """Three ranks: written once, complete, and resumes exactly."""
     results = _run_checkpoint(g, resume=True, world_size=3, held_write=True)
     _verify_checkpoint_written(results)
-    _verify_resume(results)
+    _verify_resume(g, results)

@@ -23,5 +23,5 @@ def more_ranks_than_parameters(g):
 def sharded_with_three_ranks(g):
     """Three ranks: Adam results and state sharding."""
     results = g.run(_in_rank_sharded, "adam", SHARDED_STEPS)
-    _verify_sharded_params(results, "adam")
+    _verify_sharded_params(g, results, "adam")
     _verify_sharded_state(results, "adam")

@@ -17,4 +17,4 @@ def model_that_is_a_batchnorm(g):
 def stats_with_three_ranks(g):
     """Three ranks holding 4, 1 and 6 samples of a 3-d input."""
     tails = [(5,)]
-    _verify_stats(g.run(_in_rank_stats, tails), 3, tails)
+    _verify_stats(g, g.run(_in_rank_stats, tails), 3, tails)

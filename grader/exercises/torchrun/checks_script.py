@@ -14,7 +14,7 @@ import torch
 from grader.checks import CheckFailed
 from grader.exercises.torchrun import problem, reference, runs
 from grader.exercises.torchrun.messages import evidence, read_half_written
-from grader.tolerances import assert_close, tolerance
+from grader import tolerances
 
 from grader.exercises.torchrun.exercise import EXERCISE
 
@@ -56,17 +56,22 @@ def _scenario(g, scenario, *args) -> runs.ScriptRun:
     return cache[key]
 
 
-def _check_final(run: runs.ScriptRun, epochs: int, what: str, likely: str) -> None:
+def _check_final(g, run: runs.ScriptRun, epochs: int, what: str, likely: str) -> None:
     final = run.final
     if final is None:
         raise CheckFailed(f"{what}: no final model at --out final.pt (rank 0 writes model.state_dict() there "
                           "after the last epoch)\n" + evidence(run.output, run.timed_out))
     if isinstance(final, str):
         raise CheckFailed(f"{what}: final.pt {final}; save the unwrapped model's state_dict with torch.save")
-    _check_state(final, epochs, run.seed, f"{what}: the final model", likely)
+    _check_state(g, final, epochs, run.seed, f"{what}: the final model", likely)
 
 
-def _same(state: dict, expected: dict) -> bool:
+def _backend(g) -> str:
+    """The backend of the torchrun workers' hardware (WORKERS ranks), not of the 1-rank run that read the script."""
+    return g.plan(WORKERS).backend
+
+
+def _same(g, state: dict, expected: dict) -> bool:
     """`state` equals `expected` within the float tolerance (same keys, shapes, values)."""
     if set(state) != set(expected):
         return False
@@ -74,28 +79,28 @@ def _same(state: dict, expected: dict) -> bool:
         got = state[key]
         if not isinstance(got, torch.Tensor) or got.shape != want.shape:
             return False
-        rtol, atol = tolerance(want.dtype)
+        rtol, atol = tolerances.tolerance(want.dtype, _backend(g))
         if not torch.allclose(got.double(), want.double(), rtol=rtol, atol=atol):
             return False
     return True
 
 
-def _diagnosis(state: dict, epochs: int, seed: int) -> str:
+def _diagnosis(g, state: dict, epochs: int, seed: int) -> str:
     """The likely mistake when `state` is not the run's reference: never trained, a fixed seed."""
-    if _same(state, reference.initial_state(seed)):
+    if _same(g, state, reference.initial_state(seed)):
         return ("it is the untrained model: the script saved the model without training it (each epoch: "
                 "zero_grad, loss_fn(ddp_model(x), y), backward, step per batch)")
-    if _same(state, reference.reference_state(epochs, seed, sampler_seed=0)):
+    if _same(g, state, reference.reference_state(epochs, seed, sampler_seed=0)):
         return ("the batches were shuffled with seed 0, not problem.SEED: the grader draws problem.SEED for each "
                 "run, so pass DistributedSampler(dataset, shuffle=True, seed=problem.SEED), never a number")
-    if seed != 0 and _same(state, reference.reference_state(epochs, 0)):
+    if seed != 0 and _same(g, state, reference.reference_state(epochs, 0)):
         return (f"it is the model of a run with seed 0, not of this run (problem.SEED={seed}, drawn by the grader "
                 "for each run): train problem.make_model() on problem.make_dataset() in the workers; a result "
                 "computed or stored in advance cannot match")
     return ""
 
 
-def _check_state(state, epochs: int, seed: int, what: str, likely: str) -> None:
+def _check_state(g, state, epochs: int, seed: int, what: str, likely: str) -> None:
     expected = reference.reference_state(epochs, seed)
     if not isinstance(state, dict):
         raise CheckFailed(f"{what} is a {type(state).__name__}, not a state_dict")
@@ -104,13 +109,13 @@ def _check_state(state, epochs: int, seed: int, what: str, likely: str) -> None:
         raise CheckFailed(f"{what} has the keys {sorted(state)[:4]}, expected {sorted(expected)}"
                           + ("; it is the DDP wrapper's state_dict: save ddp_model.module.state_dict() (or the "
                              "model before wrapping)" if wrapped else ""))
-    if _same(state, expected):
+    if _same(g, state, expected):
         return
-    diagnosis = _diagnosis(state, epochs, seed)
+    diagnosis = _diagnosis(g, state, epochs, seed)
     if diagnosis:
         raise CheckFailed(f"{what} differs from one process trained on the same batches: {diagnosis}")
     for key in expected:
-        assert_close(state[key], expected[key], f"{what}, `{key}`", likely)
+        tolerances.assert_close(state[key], expected[key], f"{what}, `{key}`", likely, backend=_backend(g))
 
 
 WORKERS = 2  # --nproc-per-node of the plain run
@@ -136,10 +141,10 @@ def _check_shards(run: runs.ScriptRun, epochs: int, what: str) -> None:
                           "ddp_model(x) (problem.make_model()'s forward)")
 
 
-def require_training(run: runs.ScriptRun, epochs: int, what: str) -> None:
+def require_training(g, run: runs.ScriptRun, epochs: int, what: str) -> None:
     """For a check about how the script writes its files: fail unless what it wrote was trained right."""
     try:
-        _check_final(run, epochs, f"{epochs} epochs", "see train_script_matches_single_process")
+        _check_final(g, run, epochs, f"{epochs} epochs", "see train_script_matches_single_process")
     except CheckFailed as exc:
         raise CheckFailed(f"{what} counts only when the training is right, and it is not: {exc}") from None
 
@@ -183,13 +188,13 @@ def train_script_matches_single_process(g):
     model, optimizer and epochs_run 3."""
     run = _scenario(g, runs.linked, EPOCHS, 1)
     what = "2 workers, 3 epochs"
-    _check_final(run, EPOCHS, what, "each rank takes batches of GLOBAL_BATCH // world_size from a "
+    _check_final(g, run, EPOCHS, what, "each rank takes batches of GLOBAL_BATCH // world_size from a "
                  "DistributedSampler(dataset, shuffle=True, seed=problem.SEED) with set_epoch(epoch) each epoch, "
                  "and the model is wrapped in DDP")
     _check_shards(run, EPOCHS, what)
     _check_log(run, list(range(EPOCHS)), what)
     _check_snapshot(run.snapshot, EPOCHS, what)
-    _check_state(run.snapshot["model"], EPOCHS, run.seed, f"{what}: the snapshot's model",
+    _check_state(g, run.snapshot["model"], EPOCHS, run.seed, f"{what}: the snapshot's model",
                  "the snapshot should hold the model as trained so far")
 
 
@@ -205,7 +210,7 @@ def train_script_resumes_after_a_killed_worker(g):
             raise CheckFailed(f"the grader waits for the epoch log to list {KILL_AFTER} epochs before it kills a "
                               f"worker; {_log_state(run.log)}\n" + evidence(run.output, run.timed_out))
         if run.final is not None:  # the run ended before the kill: it never paused in the model's forward
-            _check_final(run, KILL_EPOCHS, "a run that was never killed", "train problem.make_model()")
+            _check_final(g, run, KILL_EPOCHS, "a run that was never killed", "train problem.make_model()")
         raise CheckFailed("the grader found no worker with LOCAL_RANK 1 to kill (please tell the instructor)")
     before = run.log_when_acted
     if before != list(range(KILL_AFTER)):
@@ -228,6 +233,6 @@ def train_script_resumes_after_a_killed_worker(g):
     if after != resumed:
         raise CheckFailed(f"{what}, the restarted run trained epochs {after}, expected {resumed}: it should "
                           f"continue from the snapshot's epochs_run ({KILL_AFTER}) up to --epochs")
-    _check_state(run.final, KILL_EPOCHS, run.seed, f"{what}: the final model",
+    _check_state(g, run.final, KILL_EPOCHS, run.seed, f"{what}: the final model",
                  "the resumed run must continue exactly where the snapshot left off: restore the optimizer "
                  "state (momentum) as well as the model, and call sampler.set_epoch(epoch) with the true epoch")

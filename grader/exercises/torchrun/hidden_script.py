@@ -16,7 +16,7 @@ def train_script_on_two_nodes(g):
     (checked once the result is right: writing well what was not trained earns nothing)."""
     run = _scenario(g, runs.two_nodes, EPOCHS, node_command)
     what = "2 nodes of 1 worker, 3 epochs"
-    _check_final(run, EPOCHS, what, "the result must not depend on how the workers are spread over nodes: "
+    _check_final(g, run, EPOCHS, what, "the result must not depend on how the workers are spread over nodes: "
                  "use the global rank and world size (RANK, WORLD_SIZE) for the sampler and the batch size")
     if run.other_files:
         raise CheckFailed(f"on 2 nodes, the worker of node 1 (RANK 1, LOCAL_RANK 0) wrote {run.other_files}: "
@@ -32,7 +32,7 @@ def train_script_replaces_the_snapshot_atomically(g):
     never leaves a half-written snapshot); one rewritten in place changes it. Credited only when
     the run trained right: writing well what was not trained earns nothing."""
     run = _scenario(g, runs.linked, EPOCHS, 1)
-    require_training(run, EPOCHS, "the atomic snapshot")
+    require_training(g, run, EPOCHS, "the atomic snapshot")
     if not run.acted:
         state = "but there was no snapshot" if run.log_when_acted else _log_state(run.log)
         raise CheckFailed("the grader waits for the epoch log to list 1 epoch, then looks at the snapshot; "
