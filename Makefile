@@ -6,7 +6,7 @@
 #   make grade   autograde every collected submission of ASSIGNMENT, in parallel, into the gradebook
 #                (each in a bubblewrap sandbox; SANDBOX=0 for none)
 #   make report  the class report of ASSIGNMENT (markdown and a PNG plot)
-#   make exercises  regenerate exercises/ (student release) from solutions/
+#   make exercises  stamp the check cells' points from the checks, regenerate exercises/ (the release) from solutions/
 #   make selfcheck  grade the solutions and known-wrong submissions on this machine's hardware
 #   make student  build/student: the grader for students' servers, without hidden checks or answers
 #   make hub     JupyterHub for the class on 127.0.0.1:8000 (root; deploy/hub/jupyterhub_config.py)
@@ -68,9 +68,14 @@ grade: install
 report: install
 	$(BIN)/python -m grader report $(ASSIGNMENT) --root $(COURSE)
 
+# First the check cells' points are stamped from the checks (python -m grader points: points live in the
+# checks only), then nbgrader writes each release from its solution notebook. No exercise found: the
+# listing's error is shown.
 exercises: install
+	@test -n "$(strip $(ASSIGNMENTS))" || $(BIN)/python -m grader list --ids || exit 1
+	$(BIN)/python -m grader points $(ASSIGNMENTS)
 	for a in $(ASSIGNMENTS); do \
-	  test -d solutions/$$a && $(BIN)/nbgrader generate_assignment $$a --force --log-level=WARN || exit 1; \
+	  $(BIN)/nbgrader generate_assignment $$a --force --log-level=WARN || exit 1; \
 	done
 
 selfcheck: install

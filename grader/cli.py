@@ -26,6 +26,8 @@ OTHER_COMMANDS = [
     "grader.gradebook.commands",  # python -m grader grade | report
     "grader.gradebook.collect",  # python -m grader collect: nbgrader collect, refusing forged submissions
     "grader.student_build",  # python -m grader student-build OUT_DIR: the grader for students' servers
+    "grader.points",  # python -m grader points: the check cells' points, stamped from the checks
+    "grader.scaffold",  # python -m grader new-exercise ID: a new exercise's package, notebook and tests
 ]
 
 

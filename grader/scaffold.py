@@ -1,0 +1,176 @@
+"""python -m grader new-exercise ID --task TASK: the files of a new exercise, ready to grade.
+
+    grader/exercises/<name>/__init__.py          declares the exercise (found by convention, no registry line)
+    grader/exercises/<name>/checks_<task>.py     one public check
+    grader/exercises/<name>/hidden_<task>.py     one hidden check (never in a student build)
+    grader/exercises/<name>/reference.py         the single-process references the checks compare with
+    solutions/<ID>/<ID>.ipynb                    the setup cell, the task's answer cell and check cell (nbgrader metadata)
+    tests/exercises/test_<ID>.py                 full marks for the solution, nothing for the laziest answer
+
+ID is `NN_name` (two digits, then a Python identifier in lower case); <name> is the package. The example
+task sums a tensor over all ranks, so the new exercise grades as it stands (templates:
+grader/scaffold_templates.py). Nothing that exists is overwritten: an id, a number, a package or a
+file already there is refused before anything is written.
+"""
+from __future__ import annotations
+
+import keyword
+import re
+import sys
+from pathlib import Path
+
+import nbformat
+
+from grader import cells
+from grader import scaffold_templates as t
+
+ROOT = Path(__file__).resolve().parent.parent  # the course repository
+ID = re.compile(r"^(?P<number>\d{2})_(?P<name>[a-z][a-z0-9_]*)$")
+DECLARED_ID = re.compile(r"""Exercise\(\s*["'](\w+)["']""")  # how an exercise package declares its id
+PUBLIC_POINTS, HIDDEN_POINTS = 2, 1  # the templates' checks: the check cell starts worth their sum
+
+
+class ScaffoldError(Exception):
+    """The exercise cannot be created: the message says why; nothing was written."""
+
+
+def snake(name: str) -> str:
+    """A task name as a module suffix: ColumnParallelLinear -> column_parallel_linear."""
+    return re.sub(r"(?<=[a-z0-9])(?=[A-Z])", "_", name).lower()
+
+
+def _existing(root: Path) -> dict[str, str]:
+    """Exercise id -> where it is declared or has a notebook, read from the files (nothing imported)."""
+    found = {}
+    for folder in sorted((root / "grader" / "exercises").glob("*/")):
+        for path in sorted(folder.glob("*.py")):
+            for declared in DECLARED_ID.findall(path.read_text(errors="replace")):
+                found.setdefault(declared, str(path.relative_to(root)))
+    for folder in sorted((root / "solutions").glob("*/")):
+        found.setdefault(folder.name, str(folder.relative_to(root)))
+    return found
+
+
+def _validate(root: Path, exercise_id: str, task: str) -> re.Match:
+    match = ID.match(exercise_id)
+    if not match:
+        raise ScaffoldError(f"malformed exercise id {exercise_id!r}: expected two digits, an underscore and a "
+                            "lower-case Python name, e.g. 05_my_topic")
+    name = match["name"]
+    if keyword.iskeyword(name):
+        raise ScaffoldError(f"{name!r} is a Python keyword: it cannot name the exercise's package")
+    if not task.isidentifier() or keyword.iskeyword(task) or task.startswith("_"):
+        raise ScaffoldError(f"malformed task name {task!r}: a Python name that is no keyword and does not start "
+                            "with _ (the notebook defines a function or class of that name)")
+    if not (root / "solutions").is_dir() or not (root / "grader" / "exercises").is_dir():
+        raise ScaffoldError(f"{root} is not the course repository (no solutions/ or grader/exercises/): run this "
+                            "from the instructor's checkout, not from a student build")
+    existing = _existing(root)
+    if exercise_id in existing:
+        raise ScaffoldError(f"exercise {exercise_id} exists already ({existing[exercise_id]}): choose another id")
+    same_number = [e for e in existing if e.split("_", 1)[0] == match["number"]]
+    if same_number:
+        raise ScaffoldError(f"exercise number {match['number']} is taken by {same_number[0]}: choose another "
+                            "number (the number orders the course)")
+    taken = [p for p in (root / "grader" / "exercises" / name, root / "grader" / "exercises" / f"{name}.py")
+             if p.exists()]
+    if taken:
+        raise ScaffoldError(f"grader/exercises/{taken[0].name} exists already: the package name {name!r} is "
+                            "taken; choose another name after the number")
+    return match
+
+
+def _cell(kind: str, source: str, **nbgrader) -> nbformat.NotebookNode:
+    cell = nbformat.v4.new_markdown_cell(source) if kind == "markdown" else nbformat.v4.new_code_cell(source)
+    if nbgrader:
+        cell.metadata["nbgrader"] = {"schema_version": 3, **nbgrader}
+    return cell
+
+
+def _notebook(exercise_id: str, number: int, title: str, package: str, task: str) -> nbformat.NotebookNode:
+    """The solution notebook: nbgrader's cells as grader.cells states them."""
+    fill = dict(id=exercise_id, number=number, title=title, package=package, task=task)
+    fixed = dict(grade=False, solution=False, locked=True)
+    nb = nbformat.v4.new_notebook(metadata={"kernelspec": {"display_name": "Python 3", "language": "python",
+                                                           "name": "python3"},
+                                            "language_info": {"name": "python"}})
+    nb.cells = [
+        _cell("markdown", t.INTRO.substitute(fill)),
+        _cell("code", t.PROGRESS_CELL, grade_id="progress", **fixed),
+        _cell("code", t.SETUP_CELL.substitute(fill), grade_id="setup", **fixed),
+        _cell("markdown", t.TASK_TEXT.substitute(fill)),
+        _cell("code", t.ANSWER.substitute(fill), grade_id=task + cells.ANSWER, grade=False, solution=True,
+              locked=False),
+        _cell("code", t.CHECK_CELL.substitute(fill), grade_id=task + cells.CHECK, grade=True, solution=False,
+              locked=True, points=PUBLIC_POINTS + HIDDEN_POINTS),
+    ]
+    nbformat.validate(nb)
+    return nb
+
+
+def plan(root: Path, exercise_id: str, task: str) -> dict[Path, str]:
+    """Every file the new exercise needs, with its text (relative to root); refuses as _validate says."""
+    match = _validate(root, exercise_id, task)
+    package, number = match["name"], int(match["number"])
+    fill = dict(id=exercise_id, package=package, task=task, snake=snake(task), title=package.replace("_", " "))
+    folder = Path("grader") / "exercises" / package
+    files = {
+        folder / "__init__.py": t.INIT.substitute(fill),
+        folder / f"checks_{fill['snake']}.py": t.CHECKS.substitute(fill),
+        folder / f"hidden_{fill['snake']}.py": t.HIDDEN.substitute(fill),
+        folder / "reference.py": t.REFERENCE.substitute(fill),
+        Path("solutions") / exercise_id / f"{exercise_id}.ipynb":
+            nbformat.writes(_notebook(exercise_id, number, fill["title"], package, task)) + "\n",
+        Path("tests") / "exercises" / f"test_{exercise_id}.py": t.TEST.substitute(fill),
+    }
+    there = [str(p) for p in files if (root / p).exists()]
+    if there:
+        raise ScaffoldError(f"these files exist already: {', '.join(there)}; nothing was written")
+    return files
+
+
+def create(root: Path, exercise_id: str, task: str) -> list[Path]:
+    """Write the new exercise's files under root; on any failure, remove what this call wrote."""
+    root = Path(root)
+    files = plan(root, exercise_id, task)
+    written: list[Path] = []
+    made: list[Path] = []
+    try:
+        for relative, text in files.items():
+            path = root / relative
+            for parent in reversed(path.parents):
+                if parent != root and root in parent.parents and not parent.exists():
+                    parent.mkdir()
+                    made.append(parent)
+            with open(path, "x", encoding="utf-8") as f:  # "x": never replace a file that appeared meanwhile
+                written.append(path)
+                f.write(text)
+    except BaseException:
+        for path in reversed(written):
+            path.unlink(missing_ok=True)
+        for folder in reversed(made):
+            if folder.is_dir() and not any(folder.iterdir()):
+                folder.rmdir()
+        raise
+    return written
+
+
+def _run(args) -> int:
+    try:
+        written = create(Path(args.root), args.id, args.task)
+    except (ScaffoldError, OSError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    root = Path(args.root)
+    print("\n".join(str(p.relative_to(root)) for p in written))
+    print(f"\nnext: write the task in the notebook and its checks in the package, then `make exercises`; "
+          f"test with .venv/bin/pytest tests/exercises/test_{args.id}.py")
+    return 0
+
+
+def register(sub) -> None:
+    parser = sub.add_parser("new-exercise", help="scaffold a new exercise: its package, solution notebook and tests")
+    parser.add_argument("id", help="NN_name, e.g. 05_my_topic (NN orders the course; name is the package)")
+    parser.add_argument("--task", required=True, help="the first task's name (a function the student writes)")
+    parser.add_argument("--root", default=str(ROOT), help="the course repository (default: this grader's)")
+    parser.set_defaults(func=_run)
