@@ -19,14 +19,15 @@ import sys
 import threading
 
 from grader.engine import warm_up
-from grader.exercises import get_exercise
+from grader.engine.processes import preload
+from grader.exercises import find, get_exercise
 from grader.notebook_view import CheckView, captured_stderr, in_kernel, plural
 from grader.runner import SIDE_BY_SIDE, run_checks
 from grader.submission import from_namespace
 
 
 def checker(exercise_id: str, world_size: int = 2, timeout: float = 30.0):
-    start_forkserver()  # first: it imports torch in its own process while this one imports the checks
+    start_forkserver(find(exercise_id).public)  # first: it imports torch and the checks beside this process
     exercise = get_exercise(exercise_id)
     start_engine()  # the notebook's first cell: the first check() then finds the engine warm
     earned: dict[tuple[str, bool], float] = {}  # (task, hidden) -> points, for nbgrader's partial credit
@@ -88,7 +89,10 @@ def start_engine() -> None:
     _warming.start()
 
 
-def start_forkserver() -> None:
+def start_forkserver(check_modules=()) -> None:
+    """Start the forkserver; it imports check_modules too (an exercise's public checks: named
+    before it starts, or every rank imports them itself)."""
+    preload(check_modules)
     with captured_stderr():  # its fds 1 and 2 are the kernel's log, for good
         warm_up()
 
