@@ -89,7 +89,7 @@ def _cell(kind: str, source: str, **nbgrader) -> nbformat.NotebookNode:
 
 def _notebook(exercise_id: str, number: int, title: str, package: str, task: str) -> nbformat.NotebookNode:
     """The solution notebook: nbgrader's cells as grader.cells states them."""
-    fill = dict(id=exercise_id, number=number, title=title, package=package, task=task)
+    fill = dict(id=exercise_id, number=number, title=title, package=package, task=task, **t.MARKERS)
     fixed = dict(grade=False, solution=False, locked=True)
     nb = nbformat.v4.new_notebook(metadata={"kernelspec": {"display_name": "Python 3", "language": "python",
                                                            "name": "python3"},

