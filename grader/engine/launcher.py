@@ -50,7 +50,7 @@ def run_distributed(
     plan: HardwarePlan | None = None,
     init_group: bool = True,
     port_retries: int = 2,
-    trusted: bool = True,
+    trusted: bool = False,
 ) -> RunResult:
     """Run fn(ctx, *args, **kwargs) on world_size ranks and collect every result.
 
@@ -59,11 +59,14 @@ def run_distributed(
     described in the returned RunResult. Raises TypeError when fn or its
     arguments cannot be sent to the ranks.
 
-    trusted=False when the ranks run untrusted (student) code: their results
-    are then loaded like torch.load(weights_only=True) (tensors, numbers,
-    strings, containers), so a rank can send data but never code to run here;
-    and student code is watched (integrity.Guard): a rank whose code replaced
-    part of the grader or torch reports a Tampered error instead of its value.
+    Untrusted by default: the ranks' results are loaded like
+    torch.load(weights_only=True) (tensors, numbers, strings, containers), so a
+    rank can send data but never code to run here; and the ranks' code is
+    watched (integrity.Guard): a rank whose code replaced part of the grader or
+    torch reports a Tampered error instead of its value. trusted=True only for
+    the course's own code (a lesson, a benchmark) that must send back other
+    objects or patch torch on purpose: then whatever a rank returns is
+    unpickled here, so never with a student's code in the ranks.
 
     plan: the hardware plan (backend, device per rank); by default the one the
     visible GPUs give this world size (grader.engine.plan).
