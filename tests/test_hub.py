@@ -25,12 +25,15 @@ import json
 import os
 import pwd
 import shutil
+import socket
+import stat
 import subprocess
 import sys
 import tempfile
 import time
 from datetime import datetime, timezone
 
+import psutil
 import pytest
 
 from grader.exercises import get_exercise
@@ -39,7 +42,7 @@ from grader.gradebook.inject import gradebook_scores
 from tests.helpers import ROOT
 from tests.accounts import accounts as real_accounts, as_user as _as, home, instructor_python, \
     missing as missing_accounts, student_env
-from tests.servers import stop_tree, wait_until_up
+from tests.servers import START_BOUND_S, stop_tree, wait_until_up
 from tests.test_browser import (CHROMIUM, CHROMIUM_ARGS, CORRECT_PICK_BACKEND, STUB, _code_cell, _free_port,
                                 _missing as _browser_missing, _run, _settings, _source_of, _write_answer)
 
@@ -111,7 +114,7 @@ def hub(course):
     shutil.rmtree(ARTIFACTS, ignore_errors=True)  # no screenshot of an earlier run
     os.makedirs(ARTIFACTS)
     os.makedirs(course["state"])
-    ports = {name: _free_port() for name in ("HUB_PORT", "HUB_PROXY_API_PORT", "HUB_API_PORT", "HUB_SERVICE_PORT")}
+    ports = {name: _free_port() for name in ("HUB_PORT", "HUB_PROXY_API_PORT", "HUB_API_PORT")}
     env = dict(os.environ, HUB_COURSE=course["root"], HUB_EXCHANGE=course["exchange"], HUB_STATE=course["state"],
                HUB_INSTRUCTOR=INSTRUCTOR, HUB_STUDENTS=",".join(STUDENTS), HUB_PYTHON=course["student_python"],
                HUB_INSTRUCTOR_PYTHON=course["python"],
@@ -123,10 +126,27 @@ def hub(course):
     url = f"http://127.0.0.1:{ports['HUB_PORT']}"
     try:
         wait_until_up(proc, f"{url}/hub/health", "the hub", log.name)
-        yield {"url": url, "env": env}
+        socket_path = os.path.join(course["state"], "formgrader", "formgrader.sock")
+        _wait_for_socket(proc, socket_path, log.name)
+        yield {"url": url, "env": env, "socket": socket_path}
     finally:
         stop_tree(proc, grace_s=60)  # the hub stops the proxy, the service and the users' servers
         log.close()
+
+
+def _wait_for_socket(proc, path: str, log_name: str) -> None:
+    """Until the formgrader accepts a connection on its socket (root may connect): it starts after the hub answers."""
+    deadline = time.monotonic() + START_BOUND_S
+    while True:
+        with socket.socket(socket.AF_UNIX) as s:
+            try:
+                s.connect(path)
+                return
+            except OSError:
+                pass
+        if proc.poll() is not None or time.monotonic() > deadline:
+            pytest.fail(f"the formgrader did not start on {path} (see {log_name})")
+        time.sleep(0.5)
 
 
 @pytest.fixture(scope="module")
@@ -356,3 +376,77 @@ def _students_are_kept_apart(course) -> None:
     hidden = _as(bob, student, "-c", "import grader.exercises.ddp_basics.hidden_training", cwd="/")
     assert hidden.returncode != 0 and "ModuleNotFoundError" in hidden.stderr, hidden.stderr
     assert os.path.exists(os.path.join(ROOT, "grader", "exercises", "ddp_basics", "hidden_training.py"))
+
+
+def test_the_formgrader_is_reached_only_through_the_hub(hub, course):
+    """The formgrader listens on a Unix socket in a folder of the instructor's (0700) and on no TCP port: a student
+    can neither connect to it nor put a socket in its place; and the socket itself still asks for the hub's login."""
+    path = hub["socket"]
+    folder = os.path.dirname(path)
+    st = os.lstat(folder)
+    assert stat.S_ISDIR(st.st_mode) and st.st_uid == pwd.getpwnam(INSTRUCTOR).pw_uid, folder
+    assert stat.S_IMODE(st.st_mode) == 0o700, oct(st.st_mode)
+    # the formgrader's process (the instructor's, with --ServerApp.sock) listens on no TCP port
+    servers = [p for p in psutil.process_iter(["cmdline", "username"]) if p.info["username"] == INSTRUCTOR
+               and f"--ServerApp.sock={path}" in (p.info["cmdline"] or [])]
+    assert len(servers) == 1, [p.info for p in servers]
+    assert [c for c in servers[0].net_connections(kind="inet") if c.status == psutil.CONN_LISTEN] == []
+    # a student, on this machine, cannot connect to it, nor bind a socket beside it
+    for student in STUDENTS:
+        for call in (f"s.connect({path!r})", f"s.bind({os.path.join(folder, 'squat.sock')!r})"):
+            probe = f"import socket; s = socket.socket(socket.AF_UNIX); {call}"
+            proc = _as(student, course["student_python"], "-c", probe, cwd="/")
+            assert proc.returncode != 0 and "PermissionError" in proc.stderr, (student, call, proc.stderr)
+    assert os.listdir(folder) == [os.path.basename(path)]
+    # the instructor can connect, and a request without the hub's login is sent to the hub's OAuth, not served
+    request = ("import http.client, socket\n"
+               "class Conn(http.client.HTTPConnection):\n"
+               "    def connect(self):\n"
+               f"        self.sock = socket.socket(socket.AF_UNIX); self.sock.connect({path!r})\n"
+               "conn = Conn('localhost', timeout=60)\n"
+               f"conn.request('GET', '/services/{COURSE_ID}/formgrader/manage_assignments')\n"
+               "reply = conn.getresponse(); body = reply.read()\n"
+               "print(reply.status, reply.getheader('Location'), b'manage_assignments' in body)\n")
+    proc = _as(INSTRUCTOR, course["python"], "-c", request, cwd="/")
+    assert proc.returncode == 0, proc.stderr
+    status, location, served = proc.stdout.split()
+    assert status == "302" and "/hub/api/oauth2/authorize" in location and served == "False", proc.stdout
+
+
+def test_the_hub_refuses_a_socket_folder_others_can_enter(course):
+    """The formgrader's socket folder: the hub makes it for the instructor alone, and refuses one that is a link,
+    someone else's, open to others, out of the instructor's reach, or in a folder others may write, saying why (the
+    config stops before any server starts)."""
+    teacher, student = pwd.getpwnam(INSTRUCTOR), pwd.getpwnam(STUDENTS[1])
+    base = tempfile.mkdtemp(prefix="hub-socket-")
+    os.chmod(base, 0o755)
+
+    def folder(name: str, owner, mode: int) -> str:
+        path = os.path.join(base, name)
+        os.mkdir(path, mode)
+        os.chmod(path, mode)
+        os.chown(path, owner.pw_uid, owner.pw_gid)
+        return path
+
+    made = os.path.join(base, "made")
+    os.symlink(folder("theirs", teacher, 0o700), os.path.join(base, "link"))
+    cases = {made: "", os.path.join(base, "link"): "must be a folder owned by",
+             folder("a-students", student, 0o700): "must be a folder owned by",
+             folder("open", teacher, 0o755): "must be a folder owned by",
+             os.path.join(folder("closed", pwd.getpwnam("root"), 0o700), "sock"): "cannot enter",
+             os.path.join(folder("shared", pwd.getpwnam("root"), 0o777), "sock"): "other accounts may write"}
+    load = "from traitlets.config.loader import PyFileConfigLoader as L; L(%r).load_config()" % CONFIG
+    try:
+        for path, refusal in cases.items():
+            env = dict(os.environ, HUB_COURSE=course["root"], HUB_STATE=base, HUB_INSTRUCTOR=INSTRUCTOR,
+                       HUB_PYTHON=course["student_python"], HUB_INSTRUCTOR_PYTHON=course["python"],
+                       HUB_SERVICE_SOCKET_DIR=path)
+            proc = subprocess.run([sys.executable, "-c", load], env=env, capture_output=True, text=True, timeout=120)
+            if refusal:
+                assert proc.returncode != 0 and refusal in proc.stderr and path in proc.stderr, (path, proc.stderr)
+            else:
+                assert proc.returncode == 0, proc.stderr
+        st = os.lstat(made)
+        assert (st.st_uid, stat.S_IMODE(st.st_mode)) == (teacher.pw_uid, 0o700)
+    finally:
+        shutil.rmtree(base, ignore_errors=True)

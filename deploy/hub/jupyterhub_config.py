@@ -13,8 +13,11 @@
 - The formgrader is a hub service named after the course
   (`/services/ddp-course/`), a Jupyter server run as the instructor, with the
   instructor's Python (HUB_INSTRUCTOR_PYTHON), in the course directory, on a
-  local port chosen at start; every request needs the hub's OAuth and the
-  role's access scope (students get 403). Its Collect
+  Unix socket in a folder only the instructor may enter (HUB_SERVICE_SOCKET_DIR,
+  default HUB_STATE/formgrader): no other account can connect to it or take
+  its place, and it listens on no TCP port; the proxy (root) reaches it there.
+  Every request needs the hub's OAuth and the role's access scope (students
+  get 403). Its Collect
   refuses submissions made in another student's name, postdated or backdated
   (grader/gradebook/vetted_collect.py, set in deploy/hub/instructor/).
 - One shared exchange directory (nbgrader's default exchange, mode 1777 as
@@ -25,14 +28,17 @@
 Everything is set from the environment (make hub sets the defaults):
 HUB_PORT, HUB_COURSE, HUB_INSTRUCTOR, HUB_STUDENTS (comma-separated),
 HUB_EXCHANGE, HUB_STATE (the hub's database, cookie secret, logs),
-HUB_SERVICE_PORT (the formgrader's, default a free one), HUB_PYTHON (the students' Python, default
+HUB_SERVICE_SOCKET_DIR (the formgrader's socket folder), HUB_PYTHON (the students' Python, default
 /srv/ddp-course/student-env/venv/bin/python), HUB_INSTRUCTOR_PYTHON (the
 formgrader's, default the course's .venv, else the hub's own).
 """
 import os
 import pwd
-import socket
+import stat
 import sys
+from urllib.parse import quote
+
+from jupyterhub.proxy import ConfigurableHTTPProxy
 
 c = get_config()  # noqa: F821 (provided by JupyterHub)
 
@@ -51,12 +57,6 @@ _course_python = os.path.join(COURSE, ".venv", "bin", "python")
 INSTRUCTOR_PYTHON = env("HUB_INSTRUCTOR_PYTHON", _course_python if os.path.exists(_course_python) else sys.executable)
 PATH = os.path.dirname(PYTHON) + os.pathsep + env("PATH", "/usr/bin:/bin")
 INSTRUCTOR_PATH = os.path.dirname(INSTRUCTOR_PYTHON) + os.pathsep + env("PATH", "/usr/bin:/bin")
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _private_to_instructor(path: str, what: str) -> None:
@@ -108,14 +108,76 @@ c.Spawner.environment = {
     "JUPYTER_CONFIG_PATH": os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(PYTHON))), "jupyter-config"),
 }
 
-# the instructor's formgrader: a hub service, run as the instructor in the course directory. JupyterHub 6.1
-# refuses a Unix socket for a service ("Must be http[s]") and, with internal_ssl, leaves the service's key where
-# only root reads it: a local port, chosen at random at each start unless HUB_SERVICE_PORT says.
-SERVICE_PORT = int(env("HUB_SERVICE_PORT") or _free_port())
+# the instructor's formgrader: a hub service, run as the instructor in the course directory, on a Unix socket in a
+# folder of the instructor's (0700). On a local TCP port any account could connect to it, or bind that port first
+# (while the service starts or restarts) and receive the instructor's requests through the proxy. JupyterHub 6.1
+# takes only http[s] service URLs and its internal_ssl signs every server's key with the same CA, so a student's
+# own server key would pass for the formgrader's; configurable-http-proxy (5.x) proxies to http+unix targets.
+SOCKET_DIR = env("HUB_SERVICE_SOCKET_DIR", os.path.join(STATE, "formgrader"))
+SOCKET = os.path.join(SOCKET_DIR, "formgrader.sock")
+SOCKET_TARGET = "http+unix://" + quote(SOCKET, safe="")
+# The URL the hub knows the service by: the hub's public address, so that the hub's own health check of the
+# service goes through the proxy to the socket. The proxy class below swaps it for the socket in the route.
+SERVICE_URL = f"http://127.0.0.1:{PORT}"
+
+
+def _instructor_only_folder(path: str) -> None:
+    """Make `path` a folder that only the instructor (and root) may enter, or stop if it is anything else."""
+    user = pwd.getpwnam(INSTRUCTOR)
+    try:
+        os.mkdir(path, 0o700)
+        os.chown(path, user.pw_uid, user.pw_gid)
+    except FileExistsError:
+        pass
+    st = os.lstat(path)
+    if not stat.S_ISDIR(st.st_mode) or st.st_uid != user.pw_uid or stat.S_IMODE(st.st_mode) != 0o700:
+        raise SystemExit(f"jupyterhub_config: the formgrader's socket folder {path} must be a folder owned by "
+                         f"{INSTRUCTOR} with mode 0700 (remove it and the hub makes it; HUB_SERVICE_SOCKET_DIR "
+                         "chooses another)")
+    folder = os.path.dirname(os.path.realpath(path))
+    while True:  # the instructor must be able to reach it, and no one else to move it or a folder above it
+        st = os.stat(folder)
+        if not (st.st_mode & stat.S_IXOTH or (st.st_uid == user.pw_uid and st.st_mode & stat.S_IXUSR)):
+            raise SystemExit(f"jupyterhub_config: {INSTRUCTOR} cannot enter {folder}, on the way to the "
+                             f"formgrader's socket folder {path} (HUB_SERVICE_SOCKET_DIR chooses another)")
+        if st.st_uid not in (0, user.pw_uid) or (st.st_mode & (stat.S_IWGRP | stat.S_IWOTH)
+                                                 and not st.st_mode & stat.S_ISVTX):
+            raise SystemExit(f"jupyterhub_config: other accounts may write {folder}, above the formgrader's "
+                             f"socket folder {path}, and so replace it (HUB_SERVICE_SOCKET_DIR chooses another)")
+        if folder == os.path.dirname(folder):
+            return
+        folder = os.path.dirname(folder)
+
+
+class FormgraderOnSocket(ConfigurableHTTPProxy):
+    """configurable-http-proxy, with the formgrader's route leading to its socket.
+
+    The hub, which only takes http[s] service URLs, adds and checks that route with SERVICE_URL as its target;
+    here the proxy is given the socket instead, and the hub is shown the target it expects back.
+    """
+
+    async def add_route(self, routespec, target, data):
+        if data.get("service") == COURSE_ID:
+            target = SOCKET_TARGET
+        return await super().add_route(routespec, target, data)
+
+    async def get_all_routes(self):
+        routes = await super().get_all_routes()
+        for route in routes.values():
+            if route["data"].get("service") == COURSE_ID and route["target"] == SOCKET_TARGET:
+                route["target"] = SERVICE_URL
+        return routes
+
+
+_instructor_only_folder(SOCKET_DIR)
+c.JupyterHub.proxy_class = FormgraderOnSocket
 c.JupyterHub.services = [{
     "name": COURSE_ID,
-    "url": f"http://127.0.0.1:{SERVICE_PORT}",
-    "command": [INSTRUCTOR_PYTHON, "-m", "jupyterhub.singleuser", f"--ServerApp.root_dir={COURSE}"],
+    "url": SERVICE_URL,
+    # jupyter_server refuses --sock beside any port but its default one, and the hub's environment for the service
+    # names SERVICE_URL's port: the default port here only lets the socket be used (it binds no TCP port)
+    "command": [INSTRUCTOR_PYTHON, "-m", "jupyterhub.singleuser", f"--ServerApp.root_dir={COURSE}",
+                f"--ServerApp.sock={SOCKET}", "--ServerApp.sock_mode=0600", "--ServerApp.port=8888"],
     "user": INSTRUCTOR,
     "cwd": COURSE,
     "environment": {"PATH": INSTRUCTOR_PATH, "NBGRADER_EXCHANGE": EXCHANGE, "JUPYTERHUB_DEFAULT_URL": "/lab",
