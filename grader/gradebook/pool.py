@@ -1,4 +1,4 @@
-"""Long-lived grading workers (`python -m grader _grade-worker`) and the parent's side of them.
+"""Long-lived grading workers (`python -m grader.gradebook.grade_worker`) and the parent's side of them.
 
 Each job line the parent sends carries a fresh random token; the worker sends
 its result back as one JSON line with that token, on a private copy of its
@@ -50,11 +50,11 @@ class Job:
 
 
 class Workers:
-    """How workers start: one long-lived `python -m grader _grade-worker ARGS` process each (sandbox None),
+    """How workers start: one long-lived `python -m grader.gradebook.grade_worker ARGS` process each (sandbox None),
     or one sandboxed worker per job; then a job line names the submission as the sandbox shows it."""
 
     def __init__(self, worker_args: list[str], sandbox: Callable[[list[str], Job], "object"] | None = None):
-        self.argv = [sys.executable, "-m", "grader", "_grade-worker", *worker_args]
+        self.argv = [sys.executable, "-m", "grader.gradebook.grade_worker", *worker_args]
         self.sandbox = sandbox
 
     def start(self, job: Job | None) -> subprocess.Popen:

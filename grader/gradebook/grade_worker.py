@@ -1,0 +1,34 @@
+"""The grading worker's entry: `python -m grader.gradebook.grade_worker ASSIGNMENT --version V [...]`.
+
+pool.py starts one per worker (one per sandboxed job). It is not `python -m grader _grade-worker`:
+the CLI's command registry imports modules grading never needs (nbformat's schema validator alone
+costs about 2 CPU-seconds per start, paid twice per sandboxed submission). Before it loads the
+exercise's hidden checks or reads a job, it imports torch and the public checks once and forks the
+ranks' forkserver from itself (engine/forked_forkserver.py): one torch import per worker, not two.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m grader.gradebook.grade_worker")
+    parser.add_argument("assignment")
+    parser.add_argument("--timeout", type=float, default=30.0)
+    parser.add_argument("--world-size", type=int, default=2)
+    parser.add_argument("--version", required=True, help="the grader digest the parent run started with")
+    args = parser.parse_args(argv)
+
+    from grader.engine import forked_forkserver, processes
+    from grader.exercises import find
+
+    processes.preload(find(args.assignment).public)  # never a hidden module: the forkserver is forked now
+    forked_forkserver.start_here()
+    from grader.gradebook.batch import worker_main
+
+    return worker_main(args.assignment, args.timeout, args.world_size, args.version)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
