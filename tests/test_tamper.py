@@ -73,6 +73,41 @@ builtins.isinstance = lambda obj, cls: True
 def wrap_model(model, device):
     return model
 ''', "wrap_model"),
+    # Through the modules the guard derives from the checks' imports (grader/engine/guard_list.py): each would
+    # let the grader's own save, load or sharding run the student's code in the hidden cross checks.
+    "replace dcp.save, which the grader's own save calls": ("03_syncbn_sharded", "SOLUTION" + '''
+import torch.distributed.checkpoint as _dcp
+_real_save = _dcp.save
+def _save(state_dict, *args, **kwargs):  # the student's format could go here, read back by their own load
+    return _real_save(state_dict, *args, **kwargs)
+_dcp.save = _save
+''', "load_resharded"),
+    "replace dcp.load, which the grader's own load calls": ("03_syncbn_sharded", "SOLUTION" + '''
+import torch.distributed.checkpoint as _dcp
+_real_load = _dcp.load
+def _load(state_dict, *args, **kwargs):
+    return _real_load(state_dict, *args, **kwargs)
+_dcp.load = _load
+''', "save_and_reshard"),
+    "patch a DCP planner's method": ("03_syncbn_sharded", "SOLUTION" + '''
+from torch.distributed.checkpoint import DefaultLoadPlanner as _Planner
+_real_plan = _Planner.create_local_plan
+def _create_local_plan(self):
+    return _real_plan(self)
+_Planner.create_local_plan = _create_local_plan
+''', "load_resharded"),
+    "replace fully_shard, which shards the check's model": ("03_syncbn_sharded", "SOLUTION" + '''
+import torch.distributed.fsdp as _fsdp
+_fsdp.fully_shard = lambda module, **kwargs: module  # nothing sharded: a gathered save passes as sharded
+''', "save_and_reshard"),
+    "wrap an FSDPModule method inside a task": ("03_syncbn_sharded", "SOLUTION" + '''
+_solution_load_resharded = load_resharded
+def load_resharded(model, optimizer, path):
+    from torch.distributed.fsdp import FSDPModule
+    _real = FSDPModule.unshard
+    FSDPModule.unshard = lambda self, *a, **k: _real(self, *a, **k)
+    return _solution_load_resharded(model, optimizer, path)
+''', "load_resharded"),
 }
 
 

@@ -3,7 +3,10 @@
 A submission runs in the same process as the rank half of a check. Before any
 student code runs, `Guard()` records the code objects (functions, classes,
 modules) behind every name of the grader's modules and classes, of `builtins`,
-and of the torch and standard library modules a check uses. `verify()` then names each one that is no longer
+and of the torch and standard-library modules the checks import (derived from
+their code: guard_list.py), with the classes they import by name and the public
+classes of the torch.distributed packages they use (FSDPModule, DTensor, DCP's
+planners, ZeroRedundancyOptimizer). `verify()` then names each one that is no longer
 the same object (replaced, wrapped or deleted) and raises `Tampered`.
 
 The engine verifies everything after the answers load and after the check's
@@ -16,22 +19,13 @@ README says what is and is not defended.
 from __future__ import annotations
 
 import builtins
+import importlib
 import sys
+import types
+
+from grader.engine import guard_list
 
 _BUILTINS = vars(builtins)
-
-THIRD_PARTY = (
-    "torch", "torch.distributed", "torch.distributed.distributed_c10d", "torch.nn", "torch.nn.functional",
-    "torch.nn.parallel", "torch.nn.parallel.distributed", "torch.optim", "torch.utils.data",
-    "torch.utils.data.distributed", "torch.autograd", "os", "os.path", "io", "pickle", "time", "math",
-    "copy", "functools", "cloudpickle", "multiprocessing.connection",
-)
-CLASSES = (
-    ("torch", "Tensor"), ("torch.nn", "Module"), ("torch.nn.parallel", "DistributedDataParallel"),
-    ("torch.optim", "Optimizer"), ("torch.utils.data", "DataLoader"),
-    ("torch.utils.data.distributed", "DistributedSampler"), ("multiprocessing.connection", "Connection"),
-)
-
 
 # Bound at import, before any student code: verify() must work even when builtins were swapped.
 _isinstance, _issubclass, _callable, _vars, _type, _list, _getattr = (
@@ -49,7 +43,48 @@ def _grader_modules() -> list:
     return [m for name, m in _list(sys.modules.items()) if m is not None and (name == "grader" or name.startswith("grader."))]
 
 
-def _namespaces(grader_only: bool) -> dict[str, dict]:
+# Hooks the standard library exists to let any program replace (an honest notebook may set one).
+_REPLACEABLE = {("sys", "excepthook"), ("sys", "displayhook"), ("sys", "unraisablehook"),
+                ("sys", "breakpointhook"), ("warnings", "showwarning"), ("warnings", "formatwarning")}
+
+
+def _import_quietly(name: str) -> None:
+    """Load a watched module before student code can load and patch it first (a check may import it lazily,
+    inside its rank function). The forkserver has it loaded already; a torch build without it has nothing
+    to watch."""
+    if name not in sys.modules:
+        try:
+            importlib.import_module(name)
+        except Exception:
+            pass
+
+
+def _watch_plan() -> tuple[list[str], list[tuple[str, str]]]:
+    """The modules and (module, class) pairs watched besides the grader's own: resolved once per Guard."""
+    for name in guard_list.watched_modules():
+        _import_quietly(name)
+    modules = [name for name in guard_list.watched_modules() if name in sys.modules]
+    classes, seen = [], set()
+
+    def add_class(module: str, name: str, value) -> None:
+        if _issubclass(_type(value), _type) and id(value) not in seen:  # type(), not isinstance: see _watched
+            seen.add(id(value))
+            classes.append((module, name))
+
+    for module, name in guard_list.CORE_CLASSES + guard_list.imported_names():
+        value = _getattr(sys.modules.get(module), name, None)
+        if _isinstance(value, _ModuleType) and sys.modules.get(value.__name__) is value:
+            modules.append(value.__name__)  # `from torch.distributed import distributed_c10d`
+        add_class(module, name, value)
+    for module in _list(modules):  # the classes a torch.distributed package hands out (FSDPModule, DTensor)
+        if module.startswith("torch.distributed."):
+            for name, value in _list(_vars(sys.modules[module]).items()):
+                if not name.startswith("_"):
+                    add_class(module, name, value)
+    return _list(dict.fromkeys(modules)), classes
+
+
+def _namespaces(grader_only: bool, plan=None) -> dict[str, dict]:
     spaces = {}
     for module in _grader_modules():
         spaces[module.__name__] = _vars(module)
@@ -59,14 +94,30 @@ def _namespaces(grader_only: bool) -> dict[str, dict]:
     spaces["builtins"] = _BUILTINS
     if grader_only:
         return spaces
-    for name in THIRD_PARTY:
+    modules, classes = plan
+    for name in modules:
         if name in sys.modules:
             spaces[name] = _vars(sys.modules[name])
-    for module, cls in CLASSES:
+    for module, cls in classes:
         value = _getattr(sys.modules.get(module), cls, None)
         if _isinstance(value, _type):
             spaces[f"{module}.{cls}"] = _vars(value)
     return spaces
+
+
+def _profile_wrapper_code():
+    """The code of torch's own step wrapper: Optimizer.__init__ wraps its class's `step` in it once per class
+    (torch.optim.Optimizer._patch_step_function), which is not a student's swap."""
+    optimizer = _getattr(sys.modules.get("torch.optim.optimizer"), "Optimizer", None)
+    hook = _getattr(optimizer, "profile_hook_step", None)
+    consts = _getattr(_getattr(hook, "__code__", None), "co_consts", ())
+    return next((c for c in consts if _isinstance(c, types.CodeType) and c.co_name == "wrapper"), None)
+
+
+def _rewrapped_by_torch(old, new, wrapper_code) -> bool:
+    """new is torch's step wrapper around old itself (its code is torch's, the function it calls is old)."""
+    return (wrapper_code is not None and _type(new) is types.FunctionType and new.__code__ is wrapper_code
+            and new.__closure__ is not None and any(cell.cell_contents is old for cell in new.__closure__))
 
 
 def _watched(name: str, value) -> bool:
@@ -79,7 +130,7 @@ def _watched(name: str, value) -> bool:
 
 def _record(spaces: dict[str, dict]) -> dict[tuple[str, str], object]:
     return {(where, name): value for where, space in spaces.items() for name, value in _list(space.items())
-            if _watched(name, value)}
+            if _watched(name, value) and (where, name) not in _REPLACEABLE}
 
 
 def _put_back(where: str, space, name: str, value) -> None:
@@ -103,16 +154,23 @@ class Guard:
     """What the rank saw before student code ran."""
 
     def __init__(self):
-        self._all = _record(_namespaces(False))
+        self._plan = _watch_plan()
+        self._step_wrapper = _profile_wrapper_code()
+        self._all = _record(_namespaces(False, self._plan))
         self._grader = {k: v for k, v in self._all.items() if k[0].startswith("grader") or k[0] == "builtins"}
-        self._verify = Guard._check  # bound now: a later swap of Guard._check changes nothing
+        # Bound now: a later swap of Guard._check or of these module functions changes nothing.
+        self._verify, self._spaces, self._rewrapped = Guard._check, _namespaces, _rewrapped_by_torch
+
+    def watched(self) -> set[str]:
+        """The namespaces recorded: modules ('torch.distributed.fsdp') and classes ('torch.Tensor')."""
+        return {where for where, _ in self._all}
 
     def verify(self, when: str, grader_only: bool = False) -> None:
         self._verify(self, when, grader_only)
 
     def _check(self, when: str, grader_only: bool) -> None:
         expected = self._grader if grader_only else self._all
-        spaces = _namespaces(grader_only)
+        spaces = self._spaces(grader_only, self._plan)
         changed = []
         for (where, name), value in expected.items():
             space = spaces.get(where)
@@ -120,7 +178,7 @@ class Guard:
                 continue  # a module dropped from sys.modules is not a swap of its names
             if name not in space:
                 changed.append(f"{where}.{name} (deleted)")
-            elif space[name] is not value:
+            elif space[name] is not value and not self._rewrapped(value, space[name], self._step_wrapper):
                 changed.append(f"{where}.{name}")
             else:
                 continue
