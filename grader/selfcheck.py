@@ -16,7 +16,7 @@ import sys
 import tempfile
 
 from grader.engine.plan import current_plan, visible_gpus
-from grader.exercises import MODULES, get_exercise
+from grader.exercises import exercise_ids, get_exercise
 from grader.runner import run_checks
 from grader.submission import read_notebook, read_python_file
 
@@ -64,7 +64,7 @@ def main(exercises: list[str] | None = None) -> int:
     for world_size in (1, 2, 3):
         print(f"  world size {world_size}: {current_plan(world_size).describe()}")
     wrong = 0
-    for exercise_id in exercises or list(MODULES):
+    for exercise_id in exercises or exercise_ids():
         for label, expectation, grade in cases(exercise_id):
             report = grade()
             ok = as_expected(expectation, report.score, report.max_score)
@@ -84,7 +84,7 @@ def main(exercises: list[str] | None = None) -> int:
 def register(sub) -> None:
     parser = sub.add_parser("selfcheck", help="grade the solutions and known-wrong submissions on this hardware",
                             description=__doc__.split("\n\n")[2])
-    parser.add_argument("--exercise", action="append", choices=list(MODULES), default=None,
+    parser.add_argument("--exercise", action="append", choices=exercise_ids(), default=None,
                         help="only this exercise (repeatable)")
     parser.set_defaults(func=lambda args: main(args.exercise))
 

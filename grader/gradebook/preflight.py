@@ -15,7 +15,7 @@ from __future__ import annotations
 import os
 import warnings
 
-from grader.exercises import MODULES
+from grader.exercises import exercise_ids
 from grader.exercises.instructor import MARKER, is_student_build
 from grader.engine.private import UnsafeFolder
 from grader.gradebook.course import Course
@@ -37,8 +37,8 @@ def check_ready(course: Course, assignment: str) -> dict[str, str]:
     if not os.path.isfile(os.path.join(root, "nbgrader_config.py")):
         raise NotReady(f"{root} has no nbgrader_config.py, so it is not an nbgrader course directory: pass the "
                        f"course with --root (make grade COURSE=DIR)")
-    if assignment not in MODULES:
-        raise NotReady(f"unknown assignment {assignment!r}: the grader knows {', '.join(MODULES)}")
+    if assignment not in exercise_ids():
+        raise NotReady(f"unknown assignment {assignment!r}: the grader knows {', '.join(exercise_ids())}")
     if not _in_gradebook(course.db_url, assignment):
         raise NotReady(f"{assignment} is not in the gradebook ({_shown(course.db_url)}): run "
                        f"`nbgrader generate_assignment {assignment}` (make exercises) in {root} first")

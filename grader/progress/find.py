@@ -5,7 +5,7 @@ import glob
 import os
 
 from grader import cells
-from grader.exercises import MODULES
+from grader.exercises import exercise_ids
 
 INSTRUCTOR_DIRS = {"solutions", "source", "release", "submitted", "autograded", "feedback", ".nbgrader",
                    ".ipynb_checkpoints"}
@@ -35,7 +35,7 @@ def find_root(start: str) -> str:
         if os.path.isfile(os.path.join(folder, "nbgrader_config.py")) and os.path.isdir(os.path.join(folder, "exercises")):
             return folder
     for folder in chain:
-        if any(candidates(folder, a) for a in MODULES):
+        if any(candidates(folder, a) for a in exercise_ids()):
             return folder
     return start
 

@@ -7,7 +7,7 @@ import time
 from dataclasses import asdict, dataclass, field
 
 from grader.digest import grader_digest
-from grader.exercises import MODULES, get_exercise
+from grader.exercises import exercise_ids, get_exercise
 from grader.progress.cache import load_cache, save_cache
 from grader.progress.find import answer_cells, candidates, pick_notebook
 from grader import cells
@@ -92,7 +92,7 @@ def course_progress(root: str, assignments: list[str] | None = None, use_cache: 
                     timeout: float = 30.0, on_assignment=None) -> list[AssignmentProgress]:
     cache = load_cache() if use_cache else None
     rows = []
-    for assignment in assignments or list(MODULES):
+    for assignment in assignments or exercise_ids():
         rows.append(assignment_progress(assignment, pick_notebook(candidates(root, assignment)), cache, timeout))
         if on_assignment:
             on_assignment(rows[-1])

@@ -7,7 +7,7 @@ import os
 import sys
 from dataclasses import asdict
 
-from grader.exercises import MODULES
+from grader.exercises import exercise_ids
 from grader.lessons.quiz import lesson_scores, quiz_report
 from grader.progress.find import GRADED_COPY, find_root
 from grader.progress.grade import AssignmentProgress, course_progress
@@ -89,7 +89,7 @@ def show_progress(root: str | None = None, assignments: list[str] | None = None,
         print("(the progress overview is for the student's own copy; not run in a submitted or graded one)")
         return
     root = os.path.abspath(root) if root else find_root(os.getcwd())
-    chosen = assignments or list(MODULES)
+    chosen = assignments or exercise_ids()
     view = _ProgressView(root, len(chosen))
     if in_kernel():
         from IPython.display import display
@@ -137,7 +137,7 @@ def register(sub) -> None:
                                         "saved notebooks (untouched tasks are skipped, verdicts cached).")
     parser.add_argument("--root", default=None,
                         help="the folder holding your notebooks (default: the course folder around the current one)")
-    parser.add_argument("--assignment", action="append", choices=list(MODULES), default=None,
+    parser.add_argument("--assignment", action="append", choices=exercise_ids(), default=None,
                         help="only this assignment (repeatable)")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.add_argument("--no-cache", action="store_true", help="grade again even if nothing changed")
