@@ -166,11 +166,16 @@ def test_a_broken_check_module_is_reported_with_its_traceback_before_grading(tmp
     broken = {**DEMO, "checks_c.py": "import torch\n\nraise RuntimeError('broken on purpose')\n"}
     root = _copy(tmp_path, broken)
     (root / "answer.py").write_text("def first():\n    return 1\n")
-    for args in (["-m", "grader", "list"], ["-m", "grader", "check", "99_demo", "answer.py"]):
+    course = root / "course"
+    course.mkdir()
+    (course / "nbgrader_config.py").write_text("c = get_config()\n")
+    for args in (["-m", "grader", "list"], ["-m", "grader", "check", "99_demo", "answer.py"],
+                 ["-m", "grader", "grade", "99_demo", "--root", str(course), "--quiet"]):
         done = _python(root, *args)
         assert done.returncode != 0, done.stdout
         assert "Traceback" in done.stderr and "checks_c.py" in done.stderr and "broken on purpose" in done.stderr
         assert "score" not in done.stdout, "nothing may be graded with a broken exercise"
+    assert sorted(os.listdir(course)) == ["nbgrader_config.py"], "make grade wrote something"
 
 
 def test_a_package_without_a_declaration_is_named(tmp_path):

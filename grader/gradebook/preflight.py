@@ -15,7 +15,7 @@ from __future__ import annotations
 import os
 import warnings
 
-from grader.exercises import exercise_ids
+from grader.exercises import exercise_ids, get_exercise
 from grader.exercises.instructor import MARKER, is_student_build
 from grader.engine.private import UnsafeFolder
 from grader.gradebook.course import Course
@@ -39,6 +39,7 @@ def check_ready(course: Course, assignment: str) -> dict[str, str]:
                        f"course with --root (make grade COURSE=DIR)")
     if assignment not in exercise_ids():
         raise NotReady(f"unknown assignment {assignment!r}: the grader knows {', '.join(exercise_ids())}")
+    get_exercise(assignment)  # a check module that fails to import raises here, with its traceback, before any grading
     if not _in_gradebook(course.db_url, assignment):
         raise NotReady(f"{assignment} is not in the gradebook ({_shown(course.db_url)}): run "
                        f"`nbgrader generate_assignment {assignment}` (make exercises) in {root} first")
