@@ -26,6 +26,8 @@ import types
 from grader.engine import guard_list
 
 _BUILTINS = vars(builtins)
+# Derived once per process, at import: the forkserver imports this before it forks the ranks.
+_WATCHED_MODULES, _IMPORTED_NAMES = guard_list.watched_modules(), guard_list.imported_names()
 
 # Bound at import, before any student code: verify() must work even when builtins were swapped.
 _isinstance, _issubclass, _callable, _vars, _type, _list, _getattr = (
@@ -46,6 +48,7 @@ def _grader_modules() -> list:
 # Hooks the standard library exists to let any program replace (an honest notebook may set one).
 _REPLACEABLE = {("sys", "excepthook"), ("sys", "displayhook"), ("sys", "unraisablehook"),
                 ("sys", "breakpointhook"), ("warnings", "showwarning"), ("warnings", "formatwarning")}
+_REPLACEABLE_SPACES = {where for where, _ in _REPLACEABLE}
 
 
 def _import_quietly(name: str) -> None:
@@ -61,9 +64,9 @@ def _import_quietly(name: str) -> None:
 
 def _watch_plan() -> tuple[list[str], list[tuple[str, str]]]:
     """The modules and (module, class) pairs watched besides the grader's own: resolved once per Guard."""
-    for name in guard_list.watched_modules():
+    for name in _WATCHED_MODULES:
         _import_quietly(name)
-    modules = [name for name in guard_list.watched_modules() if name in sys.modules]
+    modules = [name for name in _WATCHED_MODULES if name in sys.modules]
     classes, seen = [], set()
 
     def add_class(module: str, name: str, value) -> None:
@@ -71,7 +74,7 @@ def _watch_plan() -> tuple[list[str], list[tuple[str, str]]]:
             seen.add(id(value))
             classes.append((module, name))
 
-    for module, name in guard_list.CORE_CLASSES + guard_list.imported_names():
+    for module, name in guard_list.CORE_CLASSES + _IMPORTED_NAMES:
         value = _getattr(sys.modules.get(module), name, None)
         if _isinstance(value, _ModuleType) and sys.modules.get(value.__name__) is value:
             modules.append(value.__name__)  # `from torch.distributed import distributed_c10d`
@@ -120,17 +123,34 @@ def _rewrapped_by_torch(old, new, wrapper_code) -> bool:
             and new.__closure__ is not None and any(cell.cell_contents is old for cell in new.__closure__))
 
 
+_WATCHED_DUNDERS = ("__init__", "__call__", "__import__")
+
+
+def _watched_name(name: str) -> bool:
+    return not (name.startswith("__") and name.endswith("__")) or name in _WATCHED_DUNDERS
+
+
 def _watched(name: str, value) -> bool:
     """Code, not state: functions, classes and modules (a module's counters and flags change legitimately)."""
-    if name.startswith("__") and name.endswith("__") and name not in ("__init__", "__call__", "__import__"):
+    if name and not _watched_name(name):
         return False
     # type(value), never value.__class__: a deprecated object (torch.distributed.reduce_op) warns on attribute access
     return _issubclass(_type(value), (_ModuleType, staticmethod, classmethod, property)) or _callable(value)
 
 
 def _record(spaces: dict[str, dict]) -> dict[tuple[str, str], object]:
-    return {(where, name): value for where, space in spaces.items() for name, value in _list(space.items())
-            if _watched(name, value) and (where, name) not in _REPLACEABLE}
+    """_watched for every name, its type's half decided once per type (callable() is the type's property)."""
+    kinds, recorded = {}, {}
+    for where, space in spaces.items():
+        for name, value in _list(space.items()):
+            kind = _type(value)
+            watched = kinds.get(kind)
+            if watched is None:
+                watched = kinds[kind] = _watched("", value)
+            if watched and (name[:2] != "__" or name[-2:] != "__" or name in _WATCHED_DUNDERS) \
+                    and not (where in _REPLACEABLE_SPACES and (where, name) in _REPLACEABLE):
+                recorded[(where, name)] = value
+    return recorded
 
 
 def _put_back(where: str, space, name: str, value) -> None:
