@@ -305,7 +305,9 @@ def test_a_class_on_the_hub(hub, course, browser):
         _formgrader_action(teacher, row, "collect")
         _shot(teacher, "05-instructor-collected")
         python = course["python"]
-        _instructor(hub, course, python, "-m", "grader", "grade", A, "--root", course["root"], "--jobs", "2", "--quiet")
+        report = _instructor(hub, course, python, "-m", "grader", "grade", A, "--root", course["root"], "--jobs", "2")
+        for student in STUDENTS:  # graded: else the feedback step below fails without saying why
+            assert os.path.isfile(os.path.join(course["root"], "autograded", student, A, f"{A}.ipynb")), report
         _instructor(hub, course, python, "-m", "nbgrader", "generate_feedback", A, "--log-level=WARN")
         _instructor(hub, course, python, "-m", "nbgrader", "release_feedback", A, "--log-level=WARN")
 

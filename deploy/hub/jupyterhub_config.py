@@ -116,9 +116,10 @@ c.Spawner.environment = {
 SOCKET_DIR = env("HUB_SERVICE_SOCKET_DIR", os.path.join(STATE, "formgrader"))
 SOCKET = os.path.join(SOCKET_DIR, "formgrader.sock")
 SOCKET_TARGET = "http+unix://" + quote(SOCKET, safe="")
-# The URL the hub knows the service by: the hub's public address, so that the hub's own health check of the
-# service goes through the proxy to the socket. The proxy class below swaps it for the socket in the route.
-SERVICE_URL = f"http://127.0.0.1:{PORT}"
+# The URL the hub knows the service by (it takes only http[s]): the hub's own internal address, which answers while
+# the hub runs, whatever bind_url a deployment sets; the proxy class below swaps it for the socket in the route. So
+# the hub's start-up wait and periodic health check of the service see the hub, not the formgrader (the tests do).
+SERVICE_URL = f"http://127.0.0.1:{c.JupyterHub.hub_port}"
 
 
 def _instructor_only_folder(path: str) -> None:
