@@ -4,6 +4,8 @@
     python -m grader list [--json]          the exercises and their settings (the registry)
     python -m grader selfcheck              grade solutions and known-wrong submissions on this hardware
     python -m grader student-build OUT_DIR  an installable grader without hidden checks or answers
+    python -m grader points [ID ...] [--check]  stamp (or verify) the check cells' points from the checks
+    python -m grader new-exercise ID --task NAME  scaffold an exercise: package, solution notebook, tests
 
 Exit codes: 0 every check passed, 1 some check failed, 2 the submission (or
 the command line) cannot be read.
