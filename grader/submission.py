@@ -16,6 +16,7 @@ from __future__ import annotations
 import io
 import json
 import linecache
+import marshal
 import os
 import pickle
 import re
@@ -98,22 +99,35 @@ class SourceSubmission(Submission):
 
 
 def _cell_names() -> dict[str, str]:
-    """IPython's cell files ('/tmp/ipykernel_1/123.py') -> 'Cell In[7]'."""
+    """IPython's cell files ('/tmp/ipykernel_1/123.py') -> '<Cell In[7]>', as its tracebacks name them
+    (its compiler's public format_code_name, asked about each file in linecache)."""
     shell = getattr(sys.modules.get("IPython"), "get_ipython", lambda: None)()
-    mapping = getattr(getattr(shell, "compile", None), "_filename_map", {}) or {}
-    return {filename: f"<Cell In[{count}]>" for filename, count in mapping.items()}
+    label = getattr(getattr(shell, "compile", None), "format_code_name", None)
+    if label is None:
+        return {}
+    names = {}
+    for filename in list(linecache.cache):
+        kind_and_name = label(filename)
+        if kind_and_name:
+            names[filename] = "<{} {}>".format(*kind_and_name)
+    return names
+
+
+def _named_code(code: types.CodeType) -> types.CodeType:
+    """The code, and the code nested in it, with each kernel cell's file name replaced by the cell's name."""
+    consts = tuple(_named_code(c) if isinstance(c, types.CodeType) else c for c in code.co_consts)
+    return code.replace(co_filename=_KernelPickler.names.get(code.co_filename, code.co_filename), co_consts=consts)
 
 
 class _KernelPickler(cloudpickle.Pickler):
-    """cloudpickle, but code keeps a useful file name (it writes '<dynamic-code>'),
-    so tracebacks from the ranks point at the student's notebook cell."""
+    """cloudpickle, but code keeps a useful file name (cloudpickle writes '<dynamic-code>'),
+    so tracebacks from the ranks point at the student's notebook cell. Code travels as
+    marshal writes it (file names kept), which the ranks read back: they run this interpreter."""
 
     names: dict[str, str] = {}
 
     def _code_reduce(code):
-        ctor, args = cloudpickle.cloudpickle._code_reduce(code)
-        name = _KernelPickler.names.get(code.co_filename, code.co_filename)
-        return ctor, tuple(name if a == "<dynamic-code>" else a for a in args)
+        return marshal.loads, (marshal.dumps(_named_code(code)),)
 
     dispatch_table = ChainMap({types.CodeType: _code_reduce}, cloudpickle.Pickler.dispatch_table)
 
