@@ -123,9 +123,9 @@ def stamp(exercise: Exercise, root: Path = ROOT, write: bool = True) -> Stamp:
 
 
 def _run(args) -> int:
-    from grader.exercises import MODULES, UnknownExercise, get_exercise
+    from grader.exercises import UnknownExercise, exercise_ids, get_exercise
 
-    ids = args.exercises or list(MODULES)
+    ids = args.exercises or exercise_ids()
     try:
         exercises = [get_exercise(e) for e in ids]
     except UnknownExercise as exc:

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from grader import cells, cli
-from grader.exercises import MODULES, get_exercise
+from grader.exercises import exercise_ids, get_exercise
 from grader.points import PointsError, stamp
 from tests.helpers import ROOT
 
@@ -36,7 +36,7 @@ def cell(notebook_cells, grade_id):
     return next(c for c in notebook_cells if cells.grade_id(c) == grade_id)
 
 
-@pytest.mark.parametrize("exercise_id", list(MODULES))
+@pytest.mark.parametrize("exercise_id", exercise_ids())
 def test_every_solution_notebook_agrees_with_its_checks(exercise_id):
     assert stamp(get_exercise(exercise_id), Path(ROOT), write=False).changes == []
 
