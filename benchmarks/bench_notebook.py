@@ -37,9 +37,9 @@ TARGET_S = 1.0  # a task's check cell, once the engine is warm
 FIRST_TARGET_S = 2.0  # the first check, right after the notebook's first cell
 FIRST_CELL = "from grader.notebook import checker\ncheck = checker({!r})\n_bench_seconds = 0"
 # the first cell as it was before it started the engine: the first check() then starts it
-COLD_FIRST_CELL = ("import grader.notebook as _g\n_kept = _g.start_forkserver, _g.start_engine\n"
-                   "_g.start_forkserver = _g.start_engine = lambda: None\ncheck = _g.checker({!r})\n"
-                   "_g.start_forkserver, _g.start_engine = _kept\n_bench_seconds = 0")
+COLD_FIRST_CELL = ("import grader.notebook as _g\n_kept = _g.start_forkserver, _g.start_warming\n"
+                   "_g.start_forkserver = _g.start_warming = lambda *a: None\ncheck = _g.checker({!r})\n"
+                   "_g.start_forkserver, _g.start_warming = _kept\n_bench_seconds = 0")
 
 
 def run(client, code: str, timeout: float = 600) -> dict:

@@ -27,9 +27,13 @@ from grader.submission import from_namespace
 
 
 def checker(exercise_id: str, world_size: int = 2, timeout: float = 30.0):
-    start_forkserver(find(exercise_id).public)  # first: it imports torch and the checks beside this process
+    modules = find(exercise_id).public  # an unknown id fails here, before anything starts
+    try:  # the notebook's first cell starts the engine, so that the first check() finds it warm
+        start_forkserver(modules)  # first: it imports torch and the checks beside this process
+    except Exception:  # noqa: BLE001 - only a head start: the first check() starts it again and shows why
+        pass
     exercise = get_exercise(exercise_id)
-    start_engine()  # the notebook's first cell: the first check() then finds the engine warm
+    start_warming()
     earned: dict[tuple[str, bool], float] = {}  # (task, hidden) -> points, for nbgrader's partial credit
 
     def check(task: str, hidden: bool = False, namespace: dict | None = None) -> float | None:
@@ -73,28 +77,25 @@ class ChecksFailed(AssertionError):
 _warming: threading.Thread | None = None  # the kernel's own share of the warm-up, started by checker()
 
 
-def start_engine() -> None:
-    """Start the engine without blocking the cell: the forkserver now (a process that
-    imports torch and the checks by itself, about 3 s), and in a daemon thread the imports
-    the kernel needs for a check (torch._dynamo and friends, about 1 s, otherwise paid by
-    the first check whose reference steps an optimizer). Called by checker(), so the
-    notebook's first cell starts it and the first check() joins it. The forkserver is the
-    engine's own (its teardown: it exits when this process does); its output goes to the
-    kernel's log, never to a cell (a stderr stream costs an nbgrader test cell its points)."""
-    global _warming
-    if _warming is not None:
-        return
-    start_forkserver()
-    _warming = threading.Thread(target=_import_preload, name="grader-warm-up", daemon=True)
-    _warming.start()
-
-
 def start_forkserver(check_modules=()) -> None:
-    """Start the forkserver; it imports check_modules too (an exercise's public checks: named
-    before it starts, or every rank imports them itself)."""
+    """Start the engine's forkserver (a process that imports torch and the checks by itself,
+    about 3 s; it exits when this process does: the engine's own teardown). It imports
+    check_modules too (an exercise's public checks: named before it starts, or every rank
+    imports them itself). Its output goes to the kernel's log, never to a cell (a stderr
+    stream costs an nbgrader test cell its points)."""
     preload(check_modules)
     with captured_stderr():  # its fds 1 and 2 are the kernel's log, for good
         warm_up()
+
+
+def start_warming() -> None:
+    """Import, in a daemon thread, what the kernel needs for a check (torch._dynamo and friends,
+    about 1 s, otherwise paid by the first check whose reference steps an optimizer), without
+    blocking the cell; the first check() joins it."""
+    global _warming
+    if _warming is None:
+        _warming = threading.Thread(target=_import_preload, name="grader-warm-up", daemon=True)
+        _warming.start()
 
 
 def _import_preload() -> None:
@@ -105,8 +106,10 @@ def _import_preload() -> None:
 
 
 def _warm_parent() -> None:
-    """Inside the first check's output capture: wait for start_engine()'s work (or do it
-    now, when checker() was not called in this process), so what it prints is captured."""
-    start_engine()
+    """Inside the first check's output capture (what starting prints is captured): the forkserver
+    started by checker() (or now, if that failed: the error is then the check's), and the
+    warm-up thread joined."""
+    start_forkserver()
+    start_warming()
     _warming.join()
     import grader.engine.preload  # noqa: F401  (imported by the thread; raises here if that failed)
