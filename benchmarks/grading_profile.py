@@ -1,0 +1,98 @@
+"""Where one submission's grading time goes (bench_grading.py prints it).
+
+One submission of the assignment is graded by PROBE, a script that does what a grading worker does
+(grade_worker.py) and records a timestamp after each phase: import torch and the public checks,
+fork the forkserver, load the exercise (hidden checks too), read the notebook, three empty 2-rank
+launches (the per-launch overhead), then every check, counting its launches. PROBE runs once plain
+and once in the grading sandbox (sandbox.Sandbox, hidden modules readable: one run of every check):
+the difference of their start-up is the sandbox's cost. The durations are measurements for the
+report only; no verdict depends on them.
+"""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+
+PROBE = r"""
+import json, statistics, sys, time
+t = [("start", time.perf_counter())]
+def mark(name): t.append((name, time.perf_counter()))
+from grader.engine import forked_forkserver, processes
+from grader.exercises import find
+processes.preload(find(sys.argv[1]).public)
+for module in processes.PRELOAD: __import__(module)
+mark("import torch, torch._dynamo and the public checks")
+forked_forkserver.start_here()
+mark("fork the forkserver")
+from grader import grading
+from grader.engine import run_distributed
+from grader.exercises import get_exercise
+from grader.runner import run_checks
+from grader.submission import read_submission
+exercise = get_exercise(sys.argv[1])
+mark("load the exercise (hidden checks too)")
+submission = read_submission(sys.argv[2])
+mark("read the notebook")
+def empty(ctx):
+    return ctx.rank
+launches = []
+for _ in range(3):
+    s = time.perf_counter(); run_distributed(empty, 2); launches.append(time.perf_counter() - s)
+mark("3 empty 2-rank launches")
+count = [0]
+original = grading.run_distributed
+def counted(*args, **kwargs):
+    count[0] += 1
+    return original(*args, **kwargs)
+grading.run_distributed = counted
+report = run_checks(exercise, submission)
+mark("every check")
+phases = [(name, round(b - a, 3)) for (_, a), (name, b) in zip(t, t[1:])]
+print(json.dumps({"phases": phases, "launch": statistics.median(launches[1:]), "launches": count[0],
+                  "checks": len(report.checks), "score": report.score}))
+"""
+
+
+def probe(argv_of, assignment: str, notebook: str) -> dict:
+    """Run PROBE through argv_of(argv) -> (argv, env); its phases, plus the process start-up as the
+    parent saw it (from Popen to PROBE's first timestamp is not measurable across a sandbox: the
+    start-up is the parent's wall time minus the sum of PROBE's phases)."""
+    argv, env = argv_of([sys.executable, "-c", PROBE, assignment, notebook])
+    start = time.perf_counter()
+    proc = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=1800)
+    wall = time.perf_counter() - start
+    if proc.returncode != 0:
+        raise RuntimeError(f"the grading profile failed:\n{proc.stdout[-2000:]}{proc.stderr[-3000:]}")
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    out["startup"] = wall - sum(s for _, s in out["phases"])
+    out["wall"] = wall
+    return out
+
+
+def breakdown(assignment: str, notebook: str, sandboxed: bool) -> list[str]:
+    """The profile's lines: one submission, plain and (if bwrap is there) sandboxed."""
+    from grader.gradebook import sandbox
+
+    kinds = {"plain": lambda argv: (argv, None)}
+    if sandboxed:
+        kinds["sandboxed"] = lambda argv: (lambda box: (box.argv, box.env))(
+            sandbox.Sandbox(argv, notebook, False, 1))
+        notebook_in = {"plain": notebook, "sandboxed": sandbox.SUBMISSION}
+    else:
+        notebook_in = {"plain": notebook}
+    lines = [f"where one submission's grading time goes ({assignment}, wall seconds, one worker, every check):"]
+    runs = {kind: probe(fn, assignment, notebook_in[kind]) for kind, fn in kinds.items()}
+    names = [name for name, _ in runs["plain"]["phases"]]
+    lines.append(f"  {'phase':<52}" + "".join(f"{kind:>11}" for kind in runs))
+    rows = [("process start (python; the sandbox: bwrap, setpriv)", {k: r["startup"] for k, r in runs.items()})]
+    rows += [(name, {k: dict(r["phases"])[name] for k, r in runs.items()}) for name in names]
+    for name, by_kind in rows:
+        lines.append(f"  {name:<52}" + "".join(f"{by_kind[k]:>11.2f}" for k in runs))
+    for kind, r in runs.items():
+        own = dict(r["phases"])["every check"] - r["launches"] * r["launch"]
+        lines.append(f"  {kind}: {r['checks']} checks in {r['launches']} launches; one empty 2-rank launch "
+                     f"{r['launch']:.3f} s, so launches ~{r['launches'] * r['launch']:.1f} s and the checks' "
+                     f"own work (references, student code) ~{own:.1f} s; score {r['score']:g}")
+    return lines
