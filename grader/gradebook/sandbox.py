@@ -24,7 +24,7 @@ The command built for one grading worker, when the grader runs as root (the usua
             setpriv --reuid=65534 --regid=65534             the worker runs as the host's nobody (no user
                     --clear-groups --inh-caps=-all          namespace: it is not root mapped into one), with no
                     --bounding-set=-all --no-new-privs      capabilities and no way to gain any
-            python -m grader _grade-worker ...
+            python -m grader.gradebook.grade_worker ...
 
 bwrap sets the mounts up as root because nobody could not reach pyenv's prefix under /root (0700). Run as
 another user, the grader builds the same sandbox with `--unshare-all --cap-drop ALL` (a user namespace) and no
