@@ -1,6 +1,7 @@
 """The lessons' Quick Checks: the plain answer key lives here, never in the package or the notebooks."""
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -11,9 +12,9 @@ from grader.lessons import quiz
 from tests.helpers import ROOT
 
 KEY = {  # the plain key (the package stores salted hashes only)
-    "01_data_vs_model_parallelism": "cbcdca",
-    "02_ddp_basics": "cadbabcd",
-    "03_syncbn_and_sharded_state": "bdcacadb",
+    "01_data_vs_model_parallelism": "cbcdba",
+    "02_ddp_basics": "cdabbccd",
+    "03_syncbn_and_sharded_state": "bdcabadb",
     "04_torchrun": "cbdabdac",
 }
 
@@ -53,14 +54,68 @@ def test_the_key_is_balanced_so_a_constant_guess_earns_little():
             assert quiz.score(lesson, {q: letter for q in key_dict(lesson)}).right <= 3, (lesson, letter)
 
 
+def quick_check_options(lesson):
+    """{question: {letter: option text}} parsed from the lesson's Quick Check cell, as the student reads it."""
+    with open(lesson_path(lesson), encoding="utf-8") as f:
+        cells = [c for c in json.load(f)["cells"] if c["cell_type"] == "markdown"]
+    text = next("".join(c["source"]) for c in cells if "**q1.**" in "".join(c["source"]))
+    return parse_options(text[text.index("**q1.**"):])
+
+
+def parse_options(text):
+    questions = {}
+    for number, body in re.findall(r"\*\*q(\d+)\.\*\*(.*?)(?=\*\*q\d+\.\*\*|\Z)", text, flags=re.DOTALL):
+        options, last = {}, None
+        for line in body.splitlines():
+            start = re.match(r"- ([a-d])\) (.*)", line)
+            if start:
+                last = start.group(1)
+                options[last] = start.group(2).strip()
+            elif last and line.startswith("  ") and line.strip():  # a wrapped option goes on
+                options[last] += " " + line.strip()
+            elif not line.strip():
+                last = None
+        questions[f"q{number}"] = options
+    return questions
+
+
+def key_stands_out(questions, key, longest=True):
+    """The questions where the key is at least as long (or, longest=False, as short) as every other option:
+    those a 'pick the longest' (or 'the shortest') guess wins."""
+    def length(q, letter):
+        return len(questions[q][letter]) if longest else -len(questions[q][letter])
+    return [q for q, right in zip(questions, key)
+            if all(length(q, right) >= length(q, letter) for letter in questions[q] if letter != right)]
+
+
+@pytest.mark.parametrize("lesson", KEY)
+def test_the_length_of_an_option_says_little_about_the_key(lesson):
+    questions = quick_check_options(lesson)
+    assert list(questions) == list(key_dict(lesson)), "one Quick Check question per key letter, in order"
+    assert all(sorted(options) == list("abcd") for options in questions.values()), questions
+    for longest in (True, False):
+        wins = key_stands_out(questions, KEY[lesson], longest)
+        assert len(wins) <= len(questions) // 3, f"the key is the {'longest' if longest else 'shortest'} in {wins}"
+
+
+def test_the_length_check_can_fail():
+    text = ("**q1.** Why?\n- a) no\n- b) because every rank takes part in the collective\n- c) yes\n- d) maybe\n\n"
+            "**q2.** And?\n- a) the long and right answer,\n  wrapped onto a second line\n- b) short\n- c) x\n- d) y\n")
+    questions = parse_options(text)
+    assert questions["q2"]["a"] == "the long and right answer, wrapped onto a second line"
+    assert key_stands_out(questions, "ba") == ["q1", "q2"]
+    assert key_stands_out(questions, "ac", longest=False) == ["q1", "q2"]  # "x" and "y": a tie counts
+    assert key_stands_out(questions, "db") == [] and key_stands_out(questions, "db", longest=False) == []
+
+
 def test_check_prints_a_verdict_and_an_explanation_per_answered_question(capsys):
     lesson = "02_ddp_basics"
-    answers = {"q1": "c", "q2": "b", "q3": "(D)"}  # right, wrong, right in another spelling
+    answers = {"q1": "c", "q2": "b", "q3": "(A)"}  # right, wrong, right in another spelling
     assert quiz.check(lesson, answers) is None
     lines = capsys.readouterr().out.splitlines()
     assert lines[0].startswith("q1  ✓ c: ") and len(lines[0]) > 30
     assert lines[1].startswith("q2  ✗ b: ") and len(lines[1]) > 30
-    assert lines[2].startswith("q3  ✓ d: ")
+    assert lines[2].startswith("q3  ✓ a: ")
     assert lines[3:8] == [f"q{i}  unanswered" for i in range(4, 9)]
     assert lines[-1] == "2/8 right"
     assert str(quiz.score(lesson, answers)) == "2/8 right (5 unanswered)"

@@ -30,73 +30,101 @@ class Question:
 Q = Question
 QUIZZES: dict[str, dict[str, Question]] = {
     "01_data_vs_model_parallelism": {
-        "q1": Q("0bc088b18399", "397abb4c69b80b7a", "The model fits on one GPU: copy it to all 8 and split the batch (data "
-                "parallelism); splitting the model only pays when it does not fit (§1, §5)."),
-        "q2": Q("59d50d72d302", "49fd97e8537a173c", "The mean of four equal-sized shard means is the mean over all 128 "
-                "samples, and the gradient is linear in the loss (§2)."),
-        "q3": Q("fe9c73158e5a", "140b740b1503252d", "Reduce-scatter then all-gather, N-1 steps each, n/N elements per "
-                "step: 2(N-1)/N·n, almost 2n for large N whatever the number of ranks (§5)."),
-        "q4": Q("326b36631fc4", "1682ecbea7e6aa59", "GPipe's bubble is (N-1)/(M+N-1) with N stages and M micro-"
-                "batches: 3/7, about 43% (§3.2)."),
-        "q5": Q("00a70d8dff5a", "0142603dc6043f2d", "reduce_scatter sums element-wise and leaves rank r only the r-th "
-                "slice; all_reduce leaves the whole sum everywhere (§4)."),
-        "q6": Q("9f2fb2a59a7b", "cddb653b61e4a8be", "Tensor parallelism communicates inside every layer, forward and "
-                "backward, on the critical path: it needs the fastest links, such as NVLink (§3.1)."),
+        "q1": Q("c75964c6e2ba", "56bfd24c91b23245",
+                'The model fits on one GPU: copy it to all 8 and split the batch (data parallelism); splitting '
+                'the model only pays when it does not fit (§1, §6).'),
+        "q2": Q("ccc5b34e6af9", "e413c071dd0817ab",
+                'The mean of four equal-sized shard means is the mean over all 128 samples, and the gradient is '
+                'linear in the loss (§2).'),
+        "q3": Q("b67ebf81573a", "57e294847da691cc",
+                'Reduce-scatter then all-gather, N-1 steps each, n/N elements per step: 2(N-1)/N·n, almost 2n for'
+                ' large N whatever the number of ranks (§5).'),
+        "q4": Q("a5a16a486daa", "62b88e0b5eb8ebb5",
+                "GPipe's bubble is (N-1)/(M+N-1) with N stages and M micro-batches: 3/7, about 43% (§3.2)."),
+        "q5": Q("e9a0a789f800", "d8713477b56c80f9",
+                'The element-wise sum is [11, 22, 33, 44]; reduce_scatter leaves rank r only the r-th slice, so '
+                'rank 1 gets [33, 44] (§4).'),
+        "q6": Q("032077b41378", "cc5f5a979c7f457d",
+                'Tensor parallelism communicates inside every layer, forward and backward, on the critical path: '
+                'it needs the fastest links, such as NVLink (§3.1).'),
     },
     "02_ddp_basics": {
-        "q1": Q("5c162a21571d", "1315280c01e26f74", "DDP all-reduces (sums) the gradients inside backward() and divides "
-                "by the world size: every rank holds the same average (§7)."),
-        "q2": Q("312d9c4f92a6", "8a4f819009fa66d0", "One process per GPU: no shared GIL, the model is copied once, and "
-                "only gradients travel, evenly and overlapped with backward (§2)."),
-        "q3": Q("2c3d07e88cf3", "fdef74d71353b4e1", "Ranks are numbered machine by machine: 1·4 + 2 = 6; the local rank "
-                "2 picks that machine's cuda:2; the world size is 2·4 = 8 (§3)."),
-        "q4": Q("e4cd1a0bbf4e", "135216c6a7aa718f", "nccl needs GPU tensors and device_ids is for a CUDA module only: on a "
-                "CPU, gloo and DDP(model) (§4, §6, mistake 7)."),
-        "q5": Q("bb8d4ef19eb1", "dd7a6b81c5a35a49", "The DDP constructor broadcasts rank 0's parameters and buffers, so "
-                "the copies start identical whatever each rank drew (§6)."),
-        "q6": Q("f7380af98c1e", "7958342f1bf01b51", "The permutation is seeded with seed + epoch; without set_epoch the "
-                "epoch stays 0, so every epoch repeats epoch 0's order (§8)."),
-        "q7": Q("c8715a1e9e83", "557c62161c8aa4b4", "One writer with unwrapped keys (.module), a barrier so the file is "
-                "complete, then map_location onto each rank's device (§10)."),
-        "q8": Q("9ae10a5111aa", "3c134dfa6ad7e931", "Every rank must call every collective: rank 0 waits for partners "
-                "that never come, until the group's timeout (§13, mistake 2)."),
+        "q1": Q("bb82bcefddf1", "57047bb7da5a9713",
+                'DDP all-reduces (sums) the gradients inside backward() and divides by the world size: every rank'
+                ' holds the same average (§7).'),
+        "q2": Q("6d4f0576cafe", "35657b1bc0d5ef77",
+                "Ranks are numbered machine by machine: 1·4 + 2 = 6; the local rank 2 picks that machine's "
+                'cuda:2; the world size is 2·4 = 8 (§3).'),
+        "q3": Q("661977361617", "544a9999273a857b",
+                "The DDP constructor broadcasts rank 0's parameters and buffers, so the copies start identical "
+                'whatever each rank drew (§6).'),
+        "q4": Q("93bde0a536bd", "55e9726b8805348b",
+                'The permutation is seeded with seed + epoch; without set_epoch the epoch stays 0, so every epoch'
+                " repeats epoch 0's order (§8)."),
+        "q5": Q("d6b897f9b5a8", "5dc64630092ac7df",
+                'Under no_sync the micro-batch gradients add up in .grad; the last backward all-reduces that sum '
+                'and DDP divides by the world size only: 4 times the mean, so divide each loss by k (§14).'),
+        "q6": Q("fd808329ac9c", "1b6b0e2d4e138239",
+                "Join shadows only the collectives of the objects passed to it (DDP's); the joined rank never "
+                "calls the logging all_reduce, so rank 0's has no partner and hangs or mismatches (§14)."),
+        "q7": Q("f313c833d89b", "7f3e93ae5b3ab623",
+                'One writer with unwrapped keys (.module), a barrier so the file is complete, then map_location '
+                "onto each rank's device (§10)."),
+        "q8": Q("1afccfd6e433", "e3f01aa769b49a52",
+                'Every rank must call every collective: rank 0 waits for a partner that never comes, until the '
+                "group's timeout (§13, mistake 2)."),
     },
     "03_syncbn_and_sharded_state": {
-        "q1": Q("07c1c88d7717", "32b25a8cb385e591", "DDP synchronizes gradients, not activations: each BatchNorm copy "
-                "normalizes with its own GPU's samples in training mode (§1)."),
-        "q2": Q("a5d8cd5d0ae4", "a57dd6e1361fc682", "A handful of large, strongly correlated images per GPU makes "
-                "per-GPU statistics noisy; LayerNorm and eval mode never use batch statistics (§1, §2)."),
-        "q3": Q("3d964fc9f81d", "7ee83a1843431e41", "Backward all-reduces two per-channel sums; the input gradient is "
-                "computed locally from them, γ and β gradients are left to DDP (§3)."),
-        "q4": Q("8151790393c1", "f4bf007e8e6c0aaf", "4 + 4 + 8 bytes per parameter (weight, gradient, Adam's two "
-                "moments), replicated on every GPU by DDP: 16 GB each (§4)."),
-        "q5": Q("ee7b447ef097", "e7fae3ceb32adce8", "Stage 1 shards the optimizer state, stage 2 adds the gradients, "
-                "stage 3 the parameters too (§5)."),
-        "q6": Q("e7d14c1c883d", "ace496479bb0f604", "consolidate_state_dict is a collective: rank 0 waits for shards "
-                "that the other ranks, waiting in the barrier, never send (§8)."),
-        "q7": Q("cce99fed5da1", "308af43113b8ee91", "DCP is a collective in which every rank writes its own shard plus "
-                "metadata, so it can be loaded by another number of ranks (§9)."),
-        "q8": Q("b2b9be98d4de", "55b490bc33580f05", "Parameters freed after forward are gathered again for "
-                "backward, and the gradient is reduce-scattered into the shards: three transfers of the layer's size "
-                "against DDP's two, about 1.5 times the traffic (§6)."),
+        "q1": Q("2bd9e939ed98", "290ab94dcbdd4e21",
+                "DDP synchronizes gradients, not activations: each BatchNorm copy normalizes with its own GPU's "
+                'samples in training mode (§1).'),
+        "q2": Q("206b820c6cdc", "0c8025029fa3b874",
+                'A handful of large, strongly correlated images per GPU makes per-GPU statistics noisy; LayerNorm'
+                ' and eval mode never use batch statistics (§1, §2).'),
+        "q3": Q("2e5a3ba466e0", "ef3fdc5d94f7b8e6",
+                'Backward all-reduces two per-channel sums; the input gradient is computed locally from them, γ '
+                'and β gradients are left to DDP (§3).'),
+        "q4": Q("871a2eda5c51", "cae2c2f3e51a990c",
+                "4 + 4 + 8 bytes per parameter (weight, gradient, Adam's two moments), replicated on every GPU by"
+                ' DDP: 16 GB each (§4).'),
+        "q5": Q("cbdcd0e11415", "47551f560b3ba800",
+                "Stage 2 keeps the 4 GB of weights whole and shards the gradients and Adam's moments: 4 + (4 + "
+                '8)/8 = 5.5 GB; stage 1 would be 9 GB (§5).'),
+        "q6": Q("5ec928258235", "d984f9f4a1cbcfc1",
+                'consolidate_state_dict is a collective: rank 0 waits for shards that the other ranks, waiting in'
+                ' the barrier, never send (§8).'),
+        "q7": Q("d0579fe08b82", "91c5cceb95a52d8f",
+                'DCP is a collective in which every rank writes its own shard plus metadata, so it can be loaded '
+                'by another number of ranks (§9).'),
+        "q8": Q("d35596865f02", "af77e2b695364bb5",
+                'Parameters freed after forward are gathered again for backward, and the gradient is reduce-'
+                "scattered into the shards: three transfers of the layer's size against DDP's two, about 1.5 "
+                'times the traffic (§6).'),
     },
     "04_torchrun": {
-        "q1": Q("c2d7b90292ff", "6f981e6bfadbbc38", "Node 1, local rank 1: RANK = 1·4 + 1 = 5, LOCAL_RANK = 1, WORLD_SIZE "
-                "= 8, LOCAL_WORLD_SIZE = 4 (§1, §4)."),
-        "q2": Q("b6360d6efb2e", "597d7c4fd014ce0f", "torchrun restarts the whole worker group after a new rendezvous; "
-                "the script resumes from its last snapshot (§2)."),
-        "q3": Q("798fda763437", "bb8b7c6af2f84fb4", "os.replace is atomic: a worker killed mid-write leaves the old "
-                "snapshot intact instead of a half-written one (§2)."),
-        "q4": Q("67983b910c08", "d847a453f45d2a4e", "Momentum buffers are optimizer state: without them the run goes on, "
-                "but not as the uninterrupted run would (§2)."),
-        "q5": Q("0c16ebd76f7e", "d6cd2b0b0585d248", "The c10d rendezvous store is hosted at that endpoint; every agent "
-                "must reach it to join (§3)."),
-        "q6": Q("bae7b9747b94", "b7ea9353933064ed", "An elastic job: it starts with 2 nodes, accepts up to 4, and "
-                "restarts all workers with the new WORLD_SIZE when membership changes (§3)."),
-        "q7": Q("b8a8ffe606bf", "b85e6986e5e1cc02", "DETAIL checks that the ranks' collectives match, and a "
-                "monitored_barrier names a rank that does not arrive (§5)."),
-        "q8": Q("f5dbebc43983", "092a7d9860ec4351", "LOCAL_RANK 0 exists once per node: with 2 nodes two writers race "
-                "on the same shared file; guard with RANK 0 (§4)."),
+        "q1": Q("bbee4c7ae6d0", "24e5131b566a2d55",
+                'Node 1, local rank 1: RANK = 1·4 + 1 = 5, LOCAL_RANK = 1, WORLD_SIZE = 8, LOCAL_WORLD_SIZE = 4 '
+                '(§1, §4).'),
+        "q2": Q("c492e01614d7", "bac0305b664047b1",
+                'torchrun restarts the whole worker group after a new rendezvous; the script resumes from its '
+                'last snapshot (§2).'),
+        "q3": Q("dd36a35fe520", "036e8c132d9ec177",
+                'os.replace is atomic: a worker killed mid-write leaves the old snapshot intact instead of a '
+                'half-written one (§2).'),
+        "q4": Q("140cda0917dc", "a1baca7f966e5ea8",
+                'Momentum buffers are optimizer state: without them the run goes on, but not as the uninterrupted'
+                ' run would (§2).'),
+        "q5": Q("8dbe3e92d3b3", "d1a44477875bdc93",
+                'The c10d rendezvous store is hosted at that endpoint; every agent must reach it to join (§3).'),
+        "q6": Q("b553503ceb53", "0b423570891e7c9f",
+                'An elastic job: it starts with 2 nodes, accepts up to 4, and restarts all workers with the new '
+                'WORLD_SIZE when membership changes (§3).'),
+        "q7": Q("baf72a6fb3a5", "a372f59b4bb824bc",
+                "DETAIL checks that the ranks' collectives match, and a monitored_barrier names a rank that does "
+                'not arrive (§5).'),
+        "q8": Q("9335d6e7ede3", "93f9dfdbd207ae14",
+                'LOCAL_RANK 0 exists once per node: with 2 nodes two writers race on the same shared file; guard '
+                'with RANK 0 (§4).'),
     },
 }
 
