@@ -46,6 +46,7 @@ import os
 import re
 import shutil
 import tempfile
+from functools import lru_cache
 
 import torch
 from torch import nn
@@ -170,7 +171,12 @@ def run_phase(g, fn, folder: str, world_size: int, what: str, *args) -> list:
 
 
 def plain_training(steps: int, seed: int = 0) -> dict:
-    """One process, a plain nn.Module and Adam on the whole batch: what resharding must not change."""
+    """One process, a plain nn.Module and Adam on the whole batch: what resharding must not change (a copy)."""
+    return {key: [t.clone() for t in tensors] for key, tensors in _plain_training(steps, seed).items()}
+
+
+@lru_cache(maxsize=None)  # the grader's own computation from constants: the same for every check and submission
+def _plain_training(steps: int, seed: int) -> dict:
     model = ref.mlp(seed)
     opt = torch.optim.Adam(model.parameters(), lr=LR)
     ref.train_steps(model, opt, *ref.regression_batch(), steps)
