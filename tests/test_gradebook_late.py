@@ -76,3 +76,27 @@ def test_make_grade_keeps_nbgraders_late_penalty(course):
         rows = [r.split(",") for r in f.read().splitlines()]
     header, lara = rows[0], next(r for r in rows if "lara" in r)
     assert float(lara[header.index("late_submission_penalty")]) == 3
+
+
+def test_the_plugins_penalty_is_held_between_zero_and_the_score():
+    """Our clamp of the plugin's public result, as nbgrader's autograde clamps it: never more than the score,
+    never a bonus; on time (or a plugin that says None) means no penalty."""
+    from nbgrader.plugins import BasePlugin, LateSubmissionPlugin
+
+    from grader.gradebook.inject import late_penalty
+
+    class Fixed(BasePlugin):
+        def __init__(self, penalty):
+            super().__init__()
+            self.penalty = penalty
+
+        def late_submission_penalty(self, student_id, score, total_seconds_late):
+            return self.penalty
+
+    assert late_penalty(Fixed(3), "lara", 10, 3600) == 3
+    assert late_penalty(Fixed(25), "lara", 10, 3600) == 10
+    assert late_penalty(Fixed(-2), "lara", 10, 3600) == 0
+    assert late_penalty(Fixed(None), "lara", 10, 3600) is None
+    assert late_penalty(Fixed(3), "otto", 10, 0) is None
+    assert late_penalty(LateSubmissionPlugin(penalty_method="zero"), "lara", 7.5, 60) == 7.5
+    assert late_penalty(LateSubmissionPlugin(), "lara", 7.5, 60) is None

@@ -12,7 +12,9 @@ autograded/ as usual. Last, every task's score is written into the gradebook
 directly from our results (so a student who deleted or retyped a check cell,
 or sent a notebook nbgrader cannot read, is still scored, and only by the
 authoritative run), the late penalty is recomputed from that score with
-nbgrader's own plugin, and flagged submissions get the formgrader's flag.
+the course's configured nbgrader plugin (c.AssignLatePenalties.plugin_class,
+through its public late_submission_penalty), and flagged submissions get the
+formgrader's flag.
 """
 from __future__ import annotations
 
@@ -24,6 +26,7 @@ from nbconvert.preprocessors import ClearMetadataPreprocessor
 from nbgrader.api import Gradebook, MissingEntry
 from nbgrader.apps import NbGraderAPI
 from nbgrader.coursedir import CourseDirectory
+from nbgrader.plugins import BasePlugin
 from nbgrader.preprocessors import (AssignLatePenalties, CheckCellMetadata, IgnorePattern, LimitOutput,
                                     NbGraderPreprocessor, SaveAutoGrades)
 from traitlets import Dict
@@ -104,8 +107,8 @@ def _write_results(course: Course, assignment: str, results: dict[str, dict]) ->
                 {"success": False, "log": result.get("error", "")}
         if not outcome["success"]:
             problems[student] = (outcome.get("error") or outcome.get("log") or "").strip().splitlines()[-1:]
-    late = AssignLatePenalties(config=config)
-    late.init_plugin()
+    late = AssignLatePenalties(config=config)  # read for its configured plugin_class only
+    plugin = late.plugin_class(parent=late)
     with Gradebook(course.db_url) as gb, warnings.catch_warnings():
         warnings.simplefilter("ignore")  # SQLAlchemy's autoflush notes inside nbgrader's API
         for student, result in results.items():
@@ -122,25 +125,30 @@ def _write_results(course: Course, assignment: str, results: dict[str, dict]) ->
                 grade.auto_score = points
                 grade.needs_manual_grade = False
             gb.db.commit()
-            _late_penalty_and_flag(gb, late, assignment, student, bool(result.get("flags")))
+            _late_penalty_and_flag(gb, plugin, assignment, student, bool(result.get("flags")))
     return {s: " ".join(p) for s, p in problems.items()}
 
 
-def _late_penalty_and_flag(gb: Gradebook, late: AssignLatePenalties, assignment: str, student: str,
+def late_penalty(plugin: BasePlugin, student: str, score: float, seconds_late: float) -> float | None:
+    """The plugin's penalty for a submission `seconds_late` late (None: on time, or no penalty), held
+    between 0 and the score as nbgrader's autograde holds it: a penalty never adds points, never goes below 0."""
+    if seconds_late <= 0:
+        return None
+    penalty = plugin.late_submission_penalty(student, score, seconds_late)
+    return None if penalty is None else min(max(penalty, 0), score)
+
+
+def _late_penalty_and_flag(gb: Gradebook, plugin: BasePlugin, assignment: str, student: str,
                            flagged: bool) -> None:
-    """nbgrader's late penalty, from the score now in the gradebook, as its AssignLatePenalties computes it;
-    the formgrader's "Flagged?" set when the run flagged the submission (never cleared: a human may have set it)."""
+    """The late penalty, from the score now in the gradebook; the formgrader's "Flagged?" set when the run
+    flagged the submission (never cleared: a human may have set it)."""
     try:
         notebook = gb.find_submission_notebook(assignment, assignment, student)
     except MissingEntry:
         return  # nothing nbgrader could read: no notebook to score or flag
     gb.db.refresh(notebook)
     seconds_late = gb.find_submission(assignment, student).total_seconds_late
-    notebook.late_submission_penalty = None
-    if seconds_late > 0:
-        penalty = late.plugin_inst.late_submission_penalty(student, notebook.score, seconds_late)
-        if penalty is not None:
-            notebook.late_submission_penalty = late._check_late_penalty(notebook, penalty)
+    notebook.late_submission_penalty = late_penalty(plugin, student, notebook.score, seconds_late)
     if flagged:
         notebook.flagged = True
     gb.db.commit()
