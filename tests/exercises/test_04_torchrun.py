@@ -115,7 +115,7 @@ MUTANTS = {
         "                optimizer.zero_grad()\n"
         "                problem.loss_fn(model(x), y).backward()\n"
         "                optimizer.step()",
-        "rank 1 trained on 0 samples", "read_dist_env_names_a_missing_variable"),
+        "rank 0: 192, rank 1: 0", "read_dist_env_names_a_missing_variable"),
     "resume_from_epoch_0": (
         "train_script_resumes_after_a_killed_worker",
         'epochs_run = snapshot["epochs_run"]', "epochs_run = 0",

@@ -125,20 +125,19 @@ def _check_shards(run: runs.ScriptRun, epochs: int, what: str) -> None:
     """Every worker trained on its own shard: SAMPLES / WORKERS samples per epoch in its training forwards.
     A script where rank 0 trains on whole global batches alone reaches the same weights without DDP."""
     expected = problem.SAMPLES // WORKERS * epochs
-    seen = run.seen or {}
-    for rank in map(str, range(WORKERS)):
-        got = seen.get(rank, 0)
-        if got == expected:
-            continue
-        if got == 0:
-            raise CheckFailed(f"{what}: rank {rank} trained on 0 samples, yet the final model is right: every "
-                              "worker must train on its own shard of each epoch (DistributedSampler) and DDP average "
-                              "the gradients; one rank training alone on the whole global batch is not distributed "
-                              "training")
-        raise CheckFailed(f"{what}: rank {rank} trained on {got} samples in {epochs} epochs, expected {expected} "
-                          f"({problem.SAMPLES} samples split over {WORKERS} workers): each worker takes only its "
-                          "shard (DistributedSampler) in batches of GLOBAL_BATCH // world_size, through "
-                          "ddp_model(x) (problem.make_model()'s forward)")
+    seen = {rank: (run.seen or {}).get(str(rank), 0) for rank in range(WORKERS)}
+    if all(n == expected for n in seen.values()):
+        return
+    counts = ", ".join(f"rank {rank}: {n}" for rank, n in seen.items())
+    if 0 in seen.values():
+        raise CheckFailed(f"{what}: the workers' training forwards took {counts} samples, yet the final model is "
+                          "right: every worker must train on its own shard of each epoch (DistributedSampler) and "
+                          "DDP average the gradients; one rank training alone on whole global batches is not "
+                          "distributed training")
+    raise CheckFailed(f"{what}: the workers' training forwards took {counts} samples in {epochs} epochs, expected "
+                      f"{expected} each ({problem.SAMPLES} samples split over {WORKERS} workers): each worker takes "
+                      "only its shard (DistributedSampler) in batches of GLOBAL_BATCH // world_size, through "
+                      "ddp_model(x) (problem.make_model()'s forward)")
 
 
 def require_training(g, run: runs.ScriptRun, epochs: int, what: str) -> None:
