@@ -44,16 +44,17 @@ COLD_FIRST_CELL = ("import grader.notebook as _g\n_kept = _g.start_forkserver, _
 
 def run(client, code: str, timeout: float = 600) -> dict:
     """Execute code; return the user_expressions answer; raise on an error."""
-    errors = []
+    errors, shown = [], []
 
     def on_output(msg):
         if msg["msg_type"] == "error":
             errors.append(msg["content"]["evalue"])
+        shown.append(msg["content"].get("text") or msg["content"].get("data", {}).get("text/plain", ""))
 
     reply = client.execute_interactive(code, timeout=timeout, output_hook=on_output,
                                        user_expressions={"seconds": "_bench_seconds"})
     if errors or reply["content"]["status"] != "ok":
-        raise RuntimeError(f"the kernel failed on {code!r}: {errors or reply['content']}")
+        raise RuntimeError(f"the kernel failed on {code!r}: {errors or reply['content']}\n" + "".join(shown)[-4000:])
     value = reply["content"].get("user_expressions", {}).get("seconds", {})
     return json.loads(value["data"]["text/plain"]) if value.get("status") == "ok" else None
 
