@@ -27,7 +27,8 @@ ALLOWED = {  # (file under grader/, the private names it uses) -> why it needs t
     ("engine/forked_forkserver.py", ("_exit", "_forkserver", "_forkserver_pid", "_forkserver_address",
                                      "_forkserver_alive_fd")):
         "multiprocessing has no public way to adopt a forkserver forked from this process (one torch import "
-        "per grading worker, not two); os._exit is documented. Not torch: the lead's call (issue 24.7)",
+        "per grading worker, not two); start_here() falls back to a fresh forkserver when a Python lacks these "
+        "names (getattr/hasattr), so a change there costs speed, never a grade; os._exit is documented",
     ("exercises/collectives.py", ("_python_dispatch", "_schema")):
         "TorchDispatchMode has no public home, and an op overload's schema is the only record of which "
         "collective the dispatcher ran with what arguments: the c10d ops see every spelling of a collective",
