@@ -21,6 +21,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     from grader.engine import forked_forkserver, processes
+
+    processes.die_with_parent()  # a killed grading run leaves no worker behind, even if its job pipe stays open
     from grader.exercises import find
 
     processes.preload(find(args.assignment).public)  # never a hidden module: the forkserver is forked now
