@@ -67,8 +67,9 @@ def _check_final(g, run: runs.ScriptRun, epochs: int, what: str, likely: str) ->
 
 
 def _backend(g) -> str:
-    """The backend of the torchrun workers' hardware (WORKERS ranks), not of the 1-rank run that read the script."""
-    return g.plan(WORKERS).backend
+    """The backend of the torchrun workers' hardware (runs.WORKERS ranks), not of the 1-rank run that read
+    the script."""
+    return g.plan(runs.WORKERS).backend
 
 
 def _same(g, state: dict, expected: dict) -> bool:
@@ -77,10 +78,7 @@ def _same(g, state: dict, expected: dict) -> bool:
         return False
     for key, want in expected.items():
         got = state[key]
-        if not isinstance(got, torch.Tensor) or got.shape != want.shape:
-            return False
-        rtol, atol = tolerances.tolerance(want.dtype, _backend(g))
-        if not torch.allclose(got.double(), want.double(), rtol=rtol, atol=atol):
+        if not isinstance(got, torch.Tensor) or not tolerances.allclose(got, want, _backend(g)):
             return False
     return True
 
@@ -118,14 +116,11 @@ def _check_state(g, state, epochs: int, seed: int, what: str, likely: str) -> No
         tolerances.assert_close(state[key], expected[key], f"{what}, `{key}`", likely, backend=_backend(g))
 
 
-WORKERS = 2  # --nproc-per-node of the plain run
-
-
 def _check_shards(run: runs.ScriptRun, epochs: int, what: str) -> None:
-    """Every worker trained on its own shard: SAMPLES / WORKERS samples per epoch in its training forwards.
+    """Every worker trained on its own shard: SAMPLES / runs.WORKERS samples per epoch in its training forwards.
     A script where rank 0 trains on whole global batches alone reaches the same weights without DDP."""
-    expected = problem.SAMPLES // WORKERS * epochs
-    seen = {rank: (run.seen or {}).get(str(rank), 0) for rank in range(WORKERS)}
+    expected = problem.SAMPLES // runs.WORKERS * epochs
+    seen = {rank: (run.seen or {}).get(str(rank), 0) for rank in range(runs.WORKERS)}
     if all(n == expected for n in seen.values()):
         return
     counts = ", ".join(f"rank {rank}: {n}" for rank, n in seen.items())
@@ -135,8 +130,8 @@ def _check_shards(run: runs.ScriptRun, epochs: int, what: str) -> None:
                           "DDP average the gradients; one rank training alone on whole global batches is not "
                           "distributed training")
     raise CheckFailed(f"{what}: the workers' training forwards took {counts} samples in {epochs} epochs, expected "
-                      f"{expected} each ({problem.SAMPLES} samples split over {WORKERS} workers): each worker takes "
-                      "only its shard (DistributedSampler) in batches of GLOBAL_BATCH // world_size, through "
+                      f"{expected} each ({problem.SAMPLES} samples split over {runs.WORKERS} workers): each worker "
+                      "takes only its shard (DistributedSampler) in batches of GLOBAL_BATCH // world_size, through "
                       "ddp_model(x) (problem.make_model()'s forward)")
 
 

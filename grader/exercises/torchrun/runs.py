@@ -28,6 +28,7 @@ from grader.exercises.torchrun.reference import standalone_command
 SNAPSHOT, FINAL, LOG, LINK = "snapshot.pt", "final.pt", "epochs.log", "snapshot-link.pt"
 RUN_TIMEOUT_S = 60.0  # one torchrun of a few tiny epochs takes 5-10 s on 2 busy cores
 KILL_RUN_TIMEOUT_S = 90.0  # two attempts
+WORKERS = 2  # --nproc-per-node of the one-node scenarios (killed, linked)
 
 
 def script_args(epochs: int) -> list[str]:
@@ -142,7 +143,7 @@ def killed(source: str, job: Job, epochs: int, kill_after: int) -> ScriptRun:
     run = ScriptRun(epochs, job.seed)
     log = os.path.join(directory, LOG)
     never = os.path.join(directory, "never-released")  # the paused workers are killed, not released
-    cmd = standalone_command("train.py", 2, max_restarts=1)
+    cmd = standalone_command("train.py", WORKERS, max_restarts=1)
     with job.torchrun(cmd, directory, KILL_RUN_TIMEOUT_S, {problem.PAUSE_ENV: f"{log}:{kill_after}:{never}"},
                       script_args(epochs)) as proc:
         if proc.wait_until(lambda: _logged(log) >= kill_after):
@@ -164,7 +165,7 @@ def linked(source: str, job: Job, epochs: int, link_after: int) -> ScriptRun:
     go = os.path.join(directory, "go")
     seen = os.path.join(os.path.dirname(directory), "seen")  # outside the script's directory
     os.mkdir(seen)
-    with job.torchrun(standalone_command("train.py", 2), directory, RUN_TIMEOUT_S,
+    with job.torchrun(standalone_command("train.py", WORKERS), directory, RUN_TIMEOUT_S,
                       {problem.PAUSE_ENV: f"{log}:{link_after}:{go}", problem.SEEN_ENV: seen},
                       script_args(epochs)) as proc:
         if proc.wait_until(lambda: _logged(log) >= link_after):
