@@ -3,6 +3,8 @@
     from grader.notebook import checker
     check = checker("02_ddp_basics")
     check("wrap_model")          # ✓/✗ per check; AssertionError when any fails
+    hint = hinter("02_ddp_basics")
+    hint("wrap_model")           # the task's next hint (grader/hints.py)
 
 The code checked is what is defined in the kernel *now* (serialized by value),
 not the saved file, so the same line works while editing and as an nbgrader
@@ -21,6 +23,7 @@ import threading
 from grader.engine import warm_up
 from grader.engine.processes import preload
 from grader.exercises import find, get_exercise
+from grader.hints import hinter
 from grader.notebook_view import CheckView, captured_stderr, in_kernel, plural
 from grader.runner import SIDE_BY_SIDE, run_checks
 from grader.submission import from_namespace

@@ -8,6 +8,7 @@ from dataclasses import asdict, dataclass, field
 
 from grader.digest import grader_digest
 from grader.exercises import exercise_ids, get_exercise
+from grader.hints import hints_used
 from grader.progress.cache import load_cache, save_cache
 from grader.progress.find import answer_cells, candidates, pick_notebook
 from grader import cells
@@ -21,6 +22,7 @@ class TaskProgress:
     checks: int = 0
     points: float = 0
     max_points: float = 0
+    hints: int = 0  # hints this user revealed for the task (grader/hints.py), read fresh, never cached
 
 
 @dataclass
@@ -70,7 +72,7 @@ def assignment_progress(assignment: str, path: str | None, cache: dict | None = 
     if cache is not None and key in cache:
         progress.tasks = [TaskProgress(**t) for t in cache[key]["tasks"]]
         progress.cached = True
-        return progress
+        return _with_hints(progress)
     results = run_checks(exercise, submission, tasks=started, hidden=False, world_size=world_size,
                          timeout=timeout, side_by_side=SIDE_BY_SIDE).checks if started else []
     for task in exercise.tasks:
@@ -85,6 +87,13 @@ def assignment_progress(assignment: str, path: str | None, cache: dict | None = 
                                                sum(r.points for r in mine), max_points))
     if cache is not None:
         cache[key] = {"at": time.time(), "tasks": [asdict(t) for t in progress.tasks]}
+    return _with_hints(progress)
+
+
+def _with_hints(progress: AssignmentProgress) -> AssignmentProgress:
+    used = hints_used(progress.assignment)
+    for t in progress.tasks:
+        t.hints = used.get(t.task, 0)
     return progress
 
 

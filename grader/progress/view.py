@@ -12,7 +12,7 @@ from grader.lessons.quiz import lesson_scores, quiz_report
 from grader.progress.find import GRADED_COPY, find_root
 from grader.progress.grade import AssignmentProgress, course_progress
 
-LEGEND = "✓ passes   ✗ fails (run its check cell to see why)   · not started"
+LEGEND = "✓ passes   ✗ fails (run its check cell to see why)   · not started   (n hints) hints you revealed"
 
 
 MARKS = {"pass": "✓", "fail": "✗", "todo": "·"}
@@ -25,6 +25,11 @@ def _relative(path: str | None, root: str) -> str:
     return path if rel.startswith("..") else rel
 
 
+def hints_note(used: int) -> str:
+    """How many hints of the task the student revealed (grader/hints.py), after its name."""
+    return f" ({used} hint{'s' if used != 1 else ''})" if used else ""
+
+
 def text_rows(row: AssignmentProgress, root: str, width: int = 100) -> list[str]:
     if row.notebook is None or row.problem:
         return [f"{row.assignment:<20} {row.problem or 'no notebook found (fetch it from the Assignments tab)'}"]
@@ -32,7 +37,7 @@ def text_rows(row: AssignmentProgress, root: str, width: int = 100) -> list[str]
             f"points  {_relative(row.notebook, root)}")
     lines, line = [head], "  "
     for t in row.tasks:
-        item = f"  {MARKS[t.status]} {t.task}"
+        item = f"  {MARKS[t.status]} {t.task}{hints_note(t.hints)}"
         if len(line) + len(item) > width:
             lines.append(line)
             line = "  "
@@ -69,7 +74,8 @@ class _ProgressView:
             chips = " ".join(
                 f"<span title='{t.passed_checks}/{t.checks} checks, {t.points:g}/{t.max_points:g} points' "
                 f"style='color:{colors[t.status]};white-space:nowrap;margin-right:0.8em'>"
-                f"{MARKS[t.status]} {html.escape(t.task)}</span>" for t in row.tasks)
+                f"{MARKS[t.status]} {html.escape(t.task)}<span style='color:#888;font-size:smaller'>"
+                f"{hints_note(t.hints)}</span></span>" for t in row.tasks)
             body.append(f"<tr><td style='white-space:nowrap;vertical-align:top;padding:2px 1.5em 2px 0'><b>{row.assignment}</b><br>"
                         f"<span style='color:#888'>{row.passed}/{len(row.tasks)} tasks, {row.points:g}/"
                         f"{row.max_points:g} pts</span></td><td style='text-align:left'>{chips}</td></tr>")

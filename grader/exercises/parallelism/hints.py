@@ -1,0 +1,63 @@
+"""Hints of exercise 01_parallelism: hint("task") reveals them one by one (grader/hints.py).
+
+Each ladder goes from a nudge to the key API, never to the answer's code
+(tests/test_hints.py compares every hint with the solution cells).
+"""
+
+HINTS = {
+    "shard_indices": [
+        "Work one small case by hand first: 5 samples over 2 ranks, then 1 sample over 3 ranks. Every rank gets "
+        "the same base count, and the samples left over (fewer than `world_size`) go one each to some ranks.",
+        "`divmod(n_samples, world_size)` gives the base count and the leftover in one call. With contiguous blocks, "
+        "let the first `leftover` ranks take one sample more; rank r's block then starts after r base-sized blocks "
+        "plus one extra sample for each earlier rank that took one.",
+        "A strided share needs no arithmetic at all: Python's `range` with a step of `world_size`, starting at the "
+        "rank. Either way return a `list` of Python ints (`list(...)` of a range), also when it is empty.",
+    ],
+    "average_gradients": [
+        "Every rank must end with the same value in each `param.grad`: the mean over ranks. Which collective "
+        "combines one tensor from every rank and leaves the result on all of them?",
+        "`dist.all_reduce(t)` sums `t` in place on every rank (gloo has no average op); divide by "
+        "`dist.get_world_size()` afterwards. Loop over `model.parameters()`, one collective per gradient.",
+        "Skip a parameter whose `.grad` is `None` (`continue`): do not create a gradient for it. Reduce and divide "
+        "`param.grad` itself, in place (`/=`), never `param` or `param.data`: the optimizer reads that very tensor.",
+    ],
+    "ring_all_reduce": [
+        "Build the exchange first and test it alone: one helper that, on every rank at once, sends a chunk to "
+        "the next rank and receives one from the previous rank. `dist.isend` returns a request at once; "
+        "`dist.recv` then blocks until the previous rank's message arrives; then `wait()` on the request.",
+        "Keep the chunks as views, `torch.tensor_split(tensor, N)`: adding into a chunk in place (`+=`, "
+        "reduce-scatter) or copying into it (`.copy_`, all-gather) writes into `tensor` itself. Receive into a "
+        "new buffer of the incoming chunk's shape (`torch.empty_like`), never into the chunk you are sending.",
+        "The indices, for step s = 0 .. N-2 on rank r (all mod N): reduce-scatter sends chunk r - s and adds the "
+        "received one into chunk r - s - 1; all-gather sends chunk r - s + 1 and overwrites chunk r - s with the "
+        "received one. Python's `%` is never negative. With one rank there is nothing to do.",
+    ],
+    "ColumnParallelLinear": [
+        "Get the forward right before the gradients. In `__init__`, compute every rank's row count once (the "
+        "lengths of the blocks `torch.tensor_split(torch.arange(out_features), world_size)` returns) and create "
+        "`weight` and `bias` as `nn.Parameter`s with this rank's count only. Forward: a local "
+        "`nn.functional.linear` with the shard, then gather the columns of every rank.",
+        "`dist.all_gather(outputs, t)` needs the same shape on every rank: pad the local output's last dimension "
+        "with zeros to the widest shard, gather, trim each rank's part to its true width, then `torch.cat` along "
+        "`dim=-1` in rank order. In `_GatherColumns.backward` return this rank's slice of the gradient's last "
+        "dimension (store its bounds on `ctx` in forward) and `None` for `sizes`.",
+        "Why `_CopyToShards`: a linear layer's input gradient is `grad_out @ W`; with W split by rows each rank's "
+        "product covers only its own output columns, so the full `x.grad` is the sum over ranks. Its backward "
+        "all-reduces a copy of the incoming gradient (`.clone()`: autograd may share it); its forward returns `x` "
+        "unchanged (as a view, `view_as`). The layer's forward chains the three: copy to shards, local linear, "
+        "gather columns.",
+    ],
+    "pipeline_step": [
+        "Write the ranks as two branches on `dist.get_rank()` and list the messages in order on paper: rank 0 "
+        "sends ndim, shape, activation, then receives the gradient; rank 1 receives those three, runs its stage "
+        "and the loss, then sends the gradient. Every send must meet its receive in the same order on the peer.",
+        "On rank 1 the received activation is a leaf without history: call `requires_grad_()` on it after the "
+        "receive and before the stage. After the backward of the loss its `.grad` is exactly the gradient rank 0 needs; "
+        "send that back to rank 0.",
+        "On rank 0 send a detached, contiguous copy (`.detach().contiguous()`) but keep the original activation: "
+        "it holds the graph. Receive the gradient into `torch.empty(shape, dtype=..., device=...)` with the "
+        "activation's shape, then call `backward` on the original activation with that gradient. Rank 1 builds "
+        "its buffers from the header with `torch.empty(size_tensor.tolist(), device=targets.device)`.",
+    ],
+}

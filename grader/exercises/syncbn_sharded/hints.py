@@ -1,0 +1,89 @@
+"""Hints of exercise 03_syncbn_sharded: hint("task") reveals them one by one (grader/hints.py).
+
+Each ladder goes from a nudge to the key API, never to the answer's code
+(tests/test_hints.py compares every hint with the solution cells).
+"""
+
+HINTS = {
+    "convert_to_sync_bn": [
+        "No loop over modules is needed: PyTorch converts a whole module tree, nested blocks included, and copies "
+        "the weights and running statistics.",
+        "`nn.SyncBatchNorm.convert_sync_batchnorm` is a class method taking the model. Return what it returns: "
+        "when the model is itself a BatchNorm layer, that is a new module, not the one you passed.",
+    ],
+    "global_batch_stats": [
+        "Means of uneven shards do not average, but sums add up: per channel, this rank's sum of values, sum of "
+        "squares and number of values, added over the ranks, give everything. The variance is the mean of the "
+        "squares minus the square of the mean (biased: divided by N).",
+        "`AllReduceSum`: in forward, `clone()` the input and `dist.all_reduce` the clone (SUM) and return it; in "
+        "backward, do the same to the incoming gradient (made contiguous). Autograd then sees one function whose "
+        "gradient is a sum over ranks too.",
+        "Reduce over every dimension but 1 (`x.sum(dim=[...])`, a list of dimensions); the count is "
+        "`x.numel() // x.shape[1]` as a 1-element tensor like `x` (`x.new_full`). `torch.cat` the three into "
+        "one tensor, one `AllReduceSum.apply`, then slice it apart.",
+    ],
+    "DistributedBatchNorm": [
+        "Build it like `nn.BatchNorm`: `weight` and `bias` as `nn.Parameter`s, `running_mean` and `running_var` "
+        "with `self.register_buffer`. In training, normalize with `global_batch_stats(x)` (it already crosses "
+        "ranks in backward); in eval, with the running buffers and no communication.",
+        "Per-channel values of shape (C,) must broadcast over (N, C, *): reshape them to `[1, -1]` followed by "
+        "`x.dim() - 2` ones before subtracting, dividing and scaling.",
+        "Update the running statistics under `torch.no_grad()` with the global count N per channel (all-reduce "
+        "this rank's count): the unbiased variance is `var * N / (N - 1)`, and each buffer moves in place "
+        "(`mul_`, `add_`) by `momentum` towards the new value.",
+    ],
+    "partition_parameters": [
+        "Balance elements, not tensors: think of filling bins. Which parameter should be placed first so that a "
+        "large one does not land on an already full rank?",
+        "Greedy: visit the indices sorted by `numel()`, largest first (Python's `sorted` is stable: ties keep "
+        "index order), and give each to the rank with the fewest elements so far (`min` over ranks with a "
+        "`key`, ties to the lowest rank). Keep a running total per rank.",
+    ],
+    "ShardedOptimizer": [
+        "Each rank needs to know the owner of every parameter (from `partition_parameters`), and steps only its "
+        "own: the inner optimizer is built over the owned parameters alone, so its state exists only for them.",
+        "Read `params` once with `list(...)`; build `self.optim` with `optimizer_cls(mine, **defaults)` or keep "
+        "`None` when this rank owns nothing. `zero_grad` clears the gradients of all parameters, not only the "
+        "owned ones.",
+        "`step()`: step the inner optimizer if there is one, then, under `torch.no_grad()`, `dist.broadcast` every "
+        "parameter from its owner (`src=` that rank), in the same order on every rank: each rank must enter "
+        "every broadcast.",
+    ],
+    "MiniFSDP": [
+        "In `__init__`, for every leaf module and each of its own parameters, keep a flat fp32 shard: flatten, pad "
+        "with zeros to a multiple of the world size, take chunk `rank`, wrap it in `nn.Parameter` (an "
+        "`nn.ParameterList` registers them). Remove the full parameter from the module (its `_parameters` "
+        "entry) and remember its name, shape and module.",
+        "Module hooks bring the full parameter only while needed: `register_forward_pre_hook` sets an attribute "
+        "of the module to the gathered tensor viewed in its shape; `register_forward_hook` sets it back to an "
+        "empty tensor. Autograd keeps its own saved copy for backward.",
+        "Gather through a small `torch.autograd.Function`: forward casts the shard to the compute dtype and "
+        "`dist.all_gather_single`s it into a buffer of world-size chunks; backward turns the full gradient into "
+        "fp32 and `dist.reduce_scatter_single`s it into this rank's chunk (a sum over ranks), so "
+        "`finish_gradient_synchronization` only divides each shard's `.grad` by the world size. "
+        "`gather_full_params` all-gathers each shard, trims the padding and views it in the saved shape.",
+    ],
+    "save_sharded_checkpoint": [
+        "Two different kinds of call here: collectives that every rank must make, and the file write that only "
+        "rank 0 makes. Which is which? A collective called on rank 0 alone waits forever.",
+        "Every rank first calls the optimizer's `consolidate_state_dict`, with rank 0 as the destination; then rank 0 alone reads "
+        "`optimizer.state_dict()` and `torch.save`s the dictionary with both states; then every rank reaches "
+        "`dist.barrier`, so none returns before the file exists.",
+    ],
+    "save_and_reshard": [
+        "Do not gather the model onto one rank: with `torch.distributed.checkpoint` each rank writes its own "
+        "shards, and the metadata lets a job with another world size find its pieces. Every rank calls the save.",
+        "`get_state_dict` (in `torch.distributed.checkpoint.state_dict`) takes the model and the optimizer and "
+        "returns both state dicts (shards, optimizer keyed by names); `dcp.save` takes one dictionary holding both "
+        "under the keys \"model\" and \"optim\", and the folder as `checkpoint_id`.",
+    ],
+    "load_resharded": [
+        "DCP loads in place: it needs state dicts of the right layout for this job's shards to fill. Where do you "
+        "get such dictionaries from a fresh model and optimizer?",
+        "Take them from `get_state_dict(model, optimizer)`, put them under the same keys as the save, and let "
+        "`dcp.load` fill that dictionary (every rank calls it, with the folder as `checkpoint_id`).",
+        "Filling the dictionaries does not change the model yet: hand both back with `set_state_dict`, using its "
+        "keyword arguments `model_state_dict=` and `optim_state_dict=`, so that Adam's moments and step count are "
+        "restored too.",
+    ],
+}

@@ -1,0 +1,37 @@
+"""Hints of exercise 04_torchrun: hint("task") reveals them one by one (grader/hints.py).
+
+Each ladder goes from a nudge to the key API, never to the answer's code
+(tests/test_hints.py compares every hint with the solution cells).
+"""
+
+HINTS = {
+    "read_dist_env": [
+        "Every value is a string in `environ`; the dataclass wants ints for all fields but `master_addr`. Write "
+        "one small helper that reads a required variable, so the error message is written once.",
+        "The helper checks `name in environ` and raises `RuntimeError` with a message naming the variable and "
+        "saying to launch with torchrun; otherwise it returns `environ[name]`. Wrap the integer fields in `int()`.",
+        "`TORCHELASTIC_RESTART_COUNT` is optional: `environ.get(name, \"0\")` gives a default for it only. Do not "
+        "mix up `RANK` (the whole job) and `LOCAL_RANK` (this node).",
+    ],
+    "torchrun_command": [
+        "Build a list of strings in three parts: the launcher (this Python with `-m torch.distributed.run`), "
+        "torchrun's options, and the script last.",
+        "`sys.executable` is this Python. Options as single strings with an `=`, e.g. an f-string "
+        "`--nnodes=...`; numbers converted to text by the f-string.",
+        "Without an endpoint: `--standalone`, and `ValueError` when there is more than one node. With one: the "
+        "c10d rendezvous backend, the endpoint and the node rank (`--rdzv-backend`, `--rdzv-endpoint`, "
+        "`--node-rank`), and no `--standalone`.",
+    ],
+    "train_script": [
+        "Write and run the script outside the notebook first (the optional cell in the task shows how); add the "
+        "snapshot only once plain training works. Parse the four options with `argparse` "
+        "(`--epoch-log` becomes `args.epoch_log`).",
+        "Resume before wrapping: load the snapshot (`torch.load(..., map_location=\"cpu\")`) into the plain model and "
+        "the optimizer on every rank when the file exists, take `epochs_run` from it, then wrap in DDP. Loop "
+        "over the epochs from `epochs_run` up to `args.epochs`, and give the sampler the true epoch number first."
+        "Only `dist.get_rank() == 0` writes: `torch.save` to a temporary file next to the snapshot, then "
+        "`os.replace` it over the snapshot, then append the epoch line to the log. At the end rank 0 saves the "
+        "plain model's state_dict to `--out`; every rank then calls `dist.barrier` and "
+        "`dist.destroy_process_group`.",
+    ],
+}

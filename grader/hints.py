@@ -1,0 +1,122 @@
+"""hint("task") in an exercise notebook: a ladder of two or three hints per task, one more per call.
+
+    from grader.notebook import checker, hinter
+    hint = hinter("02_ddp_basics")
+    hint("MiniDDP")    # Hint 1 of 3: a nudge; the next call shows hint 2, ... up to the key API
+
+The hints are data of each exercise, `grader/exercises/<name>/hints.py`:
+`HINTS = {task: [nudge, ..., key API]}` (markdown). They live in the grader package,
+not in the notebook, so a student sees one only by asking for it; none gives an
+answer cell's code (tests/test_hints.py compares them with the solutions).
+
+How many hints a student has revealed, per exercise and task, persists in one small
+JSON file per user (like the progress cache, but state: $XDG_STATE_HOME/ddp-course/
+hints.json); the progress view shows it. It is the student's own count: it never
+reaches the gradebook, and a notebook run by nbgrader (autograde, validate) shows
+and counts nothing.
+"""
+from __future__ import annotations
+
+import difflib
+import importlib
+import json
+import os
+
+from grader.exercises import find
+
+
+def state_path() -> str:
+    base = os.environ.get("XDG_STATE_HOME") or os.path.join(os.path.expanduser("~"), ".local", "state")
+    return os.path.join(base, "ddp-course", "hints.json")
+
+
+def tasks_of(exercise_id: str) -> list[str]:
+    """The exercise's tasks, from its declaration (no check module imported: no torch)."""
+    return list(importlib.import_module(find(exercise_id).package).EXERCISE.tasks)
+
+
+def ladders(exercise_id: str) -> dict[str, list[str]]:
+    """task -> its hints, first nudge to key API; {} for an exercise without a hints.py."""
+    try:
+        module = importlib.import_module(f"{find(exercise_id).package}.hints")
+    except ModuleNotFoundError as exc:
+        if exc.name != f"{find(exercise_id).package}.hints":
+            raise
+        return {}
+    return {task: list(hints) for task, hints in module.HINTS.items()}
+
+
+def _load() -> dict:
+    try:
+        with open(state_path(), encoding="utf-8") as f:
+            state = json.load(f)
+        return state if isinstance(state, dict) else {}
+    except (OSError, ValueError):
+        return {}
+
+
+def hints_used(exercise_id: str) -> dict[str, int]:
+    """task -> how many of its hints this user has revealed (tasks never asked about left out)."""
+    counts = _load().get(exercise_id, {})
+    if not isinstance(counts, dict):
+        return {}
+    return {t: n for t, n in counts.items() if isinstance(t, str) and isinstance(n, int) and n > 0}
+
+
+def _record(exercise_id: str, task: str, count: int) -> None:
+    path = state_path()
+    state = _load()
+    mine = state.get(exercise_id) if isinstance(state.get(exercise_id), dict) else {}
+    state[exercise_id] = {**mine, task: count}
+    try:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        tmp = f"{path}.{os.getpid()}.tmp"
+        with open(tmp, "w", encoding="utf-8") as f:
+            json.dump(state, f)
+        os.replace(tmp, path)  # atomic: two kernels may write at once
+    except OSError:
+        pass  # a read-only home: the kernel still counts, the count is only not kept
+
+
+class UnknownTask(ValueError):
+    pass
+
+
+def hinter(exercise_id: str):
+    """The notebook's hint(task): reveals the task's next hint and displays it."""
+    tasks = tasks_of(exercise_id)  # an unknown exercise id fails here, with the list of exercises
+    seen: dict[str, int] = {}  # this kernel's count, in case the state file cannot be written
+
+    def hint(task: str) -> None:
+        if task not in tasks:
+            close = difflib.get_close_matches(str(task), tasks, n=1)
+            raise UnknownTask(f"{exercise_id} has no task {task!r}" + (f" (did you mean {close[0]!r}?)" if close else "")
+                              + f"; its tasks are: {', '.join(tasks)}") from None
+        if os.environ.get("NBGRADER_EXECUTION"):
+            return  # nbgrader runs the notebook: no hint shown, none counted
+        ladder = ladders(exercise_id).get(task, [])
+        if not ladder:
+            _show(f"No hints are written for `{task}` yet: ask your instructor.")
+            return
+        used = max(hints_used(exercise_id).get(task, 0), seen.get(task, 0))
+        if used >= len(ladder):
+            _show(f"No hint left for `{task}`: you have seen all {len(ladder)}. Here they are again:\n\n"
+                  + "\n\n".join(f"{i}. {text}" for i, text in enumerate(ladder, 1)))
+            return
+        seen[task] = used + 1
+        _record(exercise_id, task, used + 1)
+        after = "That was the last one." if used + 1 == len(ladder) else f"`hint(\"{task}\")` again shows the next."
+        _show(f"**Hint {used + 1} of {len(ladder)}** for `{task}`:\n\n{ladder[used]}\n\n*{after}*")
+
+    return hint
+
+
+def _show(text: str) -> None:
+    from grader.notebook_view import in_kernel
+
+    if in_kernel():
+        from IPython.display import Markdown, display
+
+        display(Markdown(text))
+    else:
+        print(text)
