@@ -4,6 +4,7 @@ single-process reference (reference.py).
 
     checks.py              shard_indices, average_gradients, ring_all_reduce (here)
     checks_tensor.py       ColumnParallelLinear
+    checks_dtensor.py      parallelize_mlp (DeviceMesh and DTensor: column-then-row, collectives counted)
     checks_pipeline.py     pipeline_step; pipeline_diagnosis.py names a failed pipeline's likely mistake
 
 This file declares the exercise; its checks_*.py and hidden_*.py modules are found by
@@ -13,6 +14,7 @@ from grader.checks import Exercise
 
 EXERCISE = Exercise(
     "01_parallelism",
-    tasks=["shard_indices", "average_gradients", "ring_all_reduce", "ColumnParallelLinear", "pipeline_step"],
+    tasks=["shard_indices", "average_gradients", "ring_all_reduce", "ColumnParallelLinear", "parallelize_mlp",
+           "pipeline_step"],
 )
 check = EXERCISE.check
