@@ -32,8 +32,12 @@ MUTANTS = [
      "        dist.all_reduce(grad)\n        mine = grad.chunk(ctx.world)[dist.get_rank()].clone()\n",
      "fsdp_traffic_is_gathers_and_reduce_scatters", "does not all-reduce them"),
     # keeps the full parameters after forward
-    ("                setattr(mod, name, torch.empty(0))  # free: only autograd's saved copy survives until backward\n",
+    ("                setattr(mod, name, torch.empty(0))  # the last reference: autograd saved only tokens\n",
      "                pass\n", "fsdp_parameters_are_sharded", "free the full parameters after each forward"),
+    # the old task text's answer: an empty tensor in the module, but F.linear's saved weight keeps each layer's
+    # full parameters alive until backward
+    ("            return t if i is None else (i, t.size(), t.stride(), t.storage_offset())\n",
+     "            return t\n", "fsdp_frees_full_parameters", "Putting an empty tensor in their place is not enough"),
     # compute_dtype ignored
     ("        self.module, self.compute_dtype = module, compute_dtype\n",
      "        self.module, self.compute_dtype = module, None\n",
@@ -91,26 +95,26 @@ def test_laziest_answers_earn_nothing(code, phrase):
 
 
 # --- collectives in any spelling (issue 22 §1): the dispatcher sees them all --------------------------------------
-GATHER = "        dist.all_gather_single(out, local.contiguous())\n"
+GATHER = "    dist.all_gather_single(out, local.contiguous())\n"
 SCATTER = "        dist.reduce_scatter_single(mine, grad)  # sum over ranks, this rank's chunk only\n"
 FULL = "            dist.all_gather_single(out, shard.detach())\n"
 HOOK = "                full = _Gather.apply(self.shards[i], self.compute_dtype, self.world)\n"
 SPELLINGS = {
-    "deprecated names": {GATHER: "        dist.all_gather_into_tensor(out, local.contiguous())\n",
+    "deprecated names": {GATHER: "    dist.all_gather_into_tensor(out, local.contiguous())\n",
                          SCATTER: "        dist.reduce_scatter_tensor(mine, grad)\n",
                          FULL: "            dist.all_gather_into_tensor(out, shard.detach())\n"},
     "imported before the grader runs": {
-        GATHER: "        all_gather_into_tensor(out, local.contiguous())\n",
+        GATHER: "    all_gather_into_tensor(out, local.contiguous())\n",
         SCATTER: "        reduce_scatter_tensor(mine, grad)\n",
         "import torch\n": "import torch\nfrom torch.distributed import all_gather_into_tensor, reduce_scatter_tensor\n"},
     "distributed_c10d": {
-        GATHER: "        torch.distributed.distributed_c10d.all_gather_single(out, local.contiguous())\n",
+        GATHER: "    torch.distributed.distributed_c10d.all_gather_single(out, local.contiguous())\n",
         SCATTER: "        torch.distributed.distributed_c10d.reduce_scatter_single(mine, grad)\n"},
     "async_op": {
-        GATHER: "        dist.all_gather_single(out, local.contiguous(), async_op=True).wait()\n",
+        GATHER: "    dist.all_gather_single(out, local.contiguous(), async_op=True).wait()\n",
         SCATTER: "        dist.reduce_scatter_single(mine, grad, async_op=True).wait()\n"},
     "list forms": {
-        GATHER: "        dist.all_gather(list(out.chunk(world)), local.contiguous())\n",
+        GATHER: "    dist.all_gather(list(out.chunk(world)), local.contiguous())\n",
         SCATTER: "        dist.reduce_scatter(mine, list(grad.chunk(ctx.world)))\n"},
     "autograd-aware nn.functional.all_gather": {
         HOOK: ("                local = self.shards[i] if self.compute_dtype is None else "
@@ -181,10 +185,10 @@ def test_padding_by_the_remainder_names_the_padding_rule():
 
 @pytest.mark.timeout(180)
 def test_bf16_gathered_in_fp32_then_cast_names_the_rule():
-    source = mutate(solution_source(EXERCISE), "        local = shard.to(dtype) if dtype is not None else shard\n",
-                    "        local = shard\n")
-    source = mutate(source, "        return out\n        ### END SOLUTION\n\n    @staticmethod",
-                    "        return out.to(dtype) if dtype is not None else out\n        ### END SOLUTION\n\n"
-                    "    @staticmethod")
+    source = mutate(solution_source(EXERCISE),
+                    "    local = shard.detach().to(dtype) if dtype is not None else shard.detach()\n",
+                    "    local = shard.detach()\n")
+    source = mutate(source, "    return out\n    ### END SOLUTION\n\n\nclass _Gather",
+                    "    return out.to(dtype) if dtype is not None else out\n    ### END SOLUTION\n\n\nclass _Gather")
     report = grade_source(EXERCISE, source, task="MiniFSDP", checks=["fsdp_bf16_compute_fp32_masters"], timeout=60)
     assert "cast the shards to compute_dtype before the all-gather" in failed(report)["fsdp_bf16_compute_fp32_masters"]

@@ -19,8 +19,11 @@ verify_equal_shards first, so correct numbers from unsharded training earn nothi
 | chunk number `rank`                                                     | fsdp_matches_unsharded_training      |
 | before each leaf's forward, all-gather its full parameters              | fsdp_traffic_...: all-gathers carry  |
 |                                                                         | every parameter element each step    |
-| then free them (an empty tensor in their place)                         | verify_memory (nothing left in the   |
-|                                                                         | inner module after a step)           |
+| after a leaf's forward its full parameters are released (not saved by  | fsdp_frees_full_parameters: peak     |
+| autograd); backward all-gathers them again before that leaf's gradients | full-parameter bytes in forward and  |
+|                                                                         | backward (fsdp_memory.py), backward  |
+|                                                                         | all-gathers; verify_memory (nothing  |
+|                                                                         | left in the inner module after a step)|
 | backward reduce-scatters each full gradient                             | fsdp_traffic_...: reduce-scatters    |
 |                                                                         | carry every gradient element; no     |
 |                                                                         | all-reduce, nothing else moves       |
@@ -50,6 +53,7 @@ from grader.checks import CheckFailed
 from grader.exercises.collectives import record_collectives
 from grader.exercises.syncbn_sharded import reference as ref
 from grader.exercises.syncbn_sharded.exercise import check
+from grader.exercises.syncbn_sharded.fsdp_memory import deep_net, measure_step, verify_freed
 from grader.exercises.syncbn_sharded.fsdp_traffic import verify_equal_shards, verify_gathers_in, verify_traffic
 
 FSDP_STEPS = 3
@@ -257,3 +261,26 @@ def fsdp_gather_full_params_keys_and_shapes(g):
                               "keyed like module.named_parameters(), padding dropped")
         if any(d != "torch.float32" for d in got["full_dtypes"].values()):
             raise CheckFailed(f"rank {rank}: gather_full_params() returned {got['full_dtypes']}: return fp32")
+
+
+def _in_rank_memory(ctx, student, seed: int):
+    """One step of the student's MiniFSDP on deep_net: peak full-parameter bytes and each phase's collectives."""
+    cls = student.task("MiniFSDP")
+    with record_collectives():
+        fsdp = cls(deep_net(seed))
+    return measure_step(ctx, fsdp)
+
+
+def run_memory(g, seed: int) -> list:
+    results = g.run(_in_rank_memory, seed)
+    if any(not isinstance(got, dict) or set(got) != {"peak", "forward_calls", "backward_calls"} for got in results):
+        raise CheckFailed("the ranks did not send back their measurements: the grader's code in the ranks was "
+                          "changed or cut short")
+    return results
+
+
+@check("MiniFSDP", points=2)
+def fsdp_frees_full_parameters(g):
+    """On an 8-layer model, at most about one layer's full parameters are alive in forward (~3 in backward), and
+    backward all-gathers every layer's weight again."""
+    verify_freed(run_memory(g, 4), g.world_size)
