@@ -48,6 +48,18 @@ HINTS = {
         "unchanged (as a view, `view_as`). The layer's forward chains the three: copy to shards, local linear, "
         "gather columns.",
     ],
+    "parallelize_mlp": [
+        "No autograd functions this time: the library does what task 4 did by hand. Decide first how each layer "
+        "is split so that the hidden activation never has to be gathered: one layer by output features, the next "
+        "by input features, and only the second one's partial outputs summed.",
+        "`parallelize_module(module, mesh, plan)` from `torch.distributed.tensor.parallel` takes a plan: a dict "
+        "from a submodule's name to a parallel style. `ColwiseParallel()` places a linear layer's weight "
+        "`Shard(0)`; `RowwiseParallel()` places it `Shard(1)`, replicates its bias and all-reduces its output.",
+        "The styles also convert what flows in and out: a column-wise layer turns the plain input into a "
+        "replicated DTensor (whose backward sums the input gradient: the one backward all-reduce), and a row-wise "
+        "layer returns a plain, replicated tensor by default. So no `DTensor` code of your own is needed: return "
+        "the module `parallelize_module` gives back.",
+    ],
     "pipeline_step": [
         "Write the ranks as two branches on `dist.get_rank()` and list the messages in order on paper: rank 0 "
         "sends ndim, shape, activation, then receives the gradient; rank 1 receives those three, runs its stage "
