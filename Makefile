@@ -21,7 +21,7 @@ ASSIGNMENT ?= 02_ddp_basics
 COURSE ?= $(CURDIR)
 JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 
-.PHONY: install demo test lab bench grade report exercises selfcheck clean hub student collect
+.PHONY: install demo test lab bench grade report exercises translations selfcheck clean hub student collect
 
 install: $(VENV)/.installed
 
@@ -79,6 +79,10 @@ exercises: install
 	for a in $(ASSIGNMENTS); do \
 	  $(BIN)/nbgrader generate_assignment $$a --force --log-level=WARN || exit 1; \
 	done
+
+# The translation catalogs (locale/<lang>/LC_MESSAGES/*.po) follow the English lessons; lessons/<lang>/ is built.
+translations: install
+	$(BIN)/python -m grader translate
 
 selfcheck: install
 	$(BIN)/python -m grader selfcheck

@@ -6,6 +6,7 @@
     python -m grader student-build OUT_DIR  an installable grader without hidden checks or answers
     python -m grader points [ID ...] [--check]  stamp (or verify) the check cells' points from the checks
     python -m grader new-exercise ID --task NAME  scaffold an exercise: package, solution notebook, tests
+    python -m grader translate [--status]   update locale/ from the English lessons, build lessons/<lang>/
 
 Exit codes: 0 every check passed, 1 some check failed, 2 the submission (or
 the command line) cannot be read.
@@ -30,6 +31,7 @@ OTHER_COMMANDS = [
     "grader.student_build",  # python -m grader student-build OUT_DIR: the grader for students' servers
     "grader.points",  # python -m grader points: the check cells' points, stamped from the checks
     "grader.scaffold",  # python -m grader new-exercise ID: a new exercise's package, notebook and tests
+    "grader.translate.command",  # python -m grader translate [--status]: the course in es, nl, ja (locale/)
 ]
 
 

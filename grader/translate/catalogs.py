@@ -1,0 +1,106 @@
+"""One gettext catalog per notebook and language, kept in step with the English notebook (Babel).
+
+`update` re-extracts the English entries and merges them into each language's catalog the way
+gettext's msgmerge does: unchanged entries keep their translation, an entry whose English changed a
+little keeps its old translation marked fuzzy (with the old English beside it, `#| msgid`), an entry
+no longer in the notebook becomes obsolete (`#~`). A catalog is rewritten only when its messages change.
+"""
+from __future__ import annotations
+
+import io
+import json
+import os
+from dataclasses import dataclass
+
+from babel.messages.catalog import Catalog
+from babel.messages.pofile import read_po, write_po
+
+from grader.translate.segments import entries
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+LOCALE = os.path.join(ROOT, "locale")
+PROJECT = "ddp-course"
+
+
+def notebook_name(path: str) -> str:
+    return os.path.splitext(os.path.basename(path))[0]
+
+
+def po_path(lang: str, notebook: str, locale_dir: str = LOCALE) -> str:
+    return os.path.join(locale_dir, lang, "LC_MESSAGES", notebook_name(notebook) + ".po")
+
+
+def template(notebook: str) -> Catalog:
+    """The English entries of a notebook's markdown cells, each located by its cell's index."""
+    with open(notebook, encoding="utf-8") as f:
+        cells = json.load(f)["cells"]
+    catalog = Catalog(project=PROJECT, fuzzy=False)
+    for index, cell in enumerate(cells):
+        if cell["cell_type"] == "markdown":
+            for entry in entries("".join(cell["source"])):
+                catalog.add(entry, locations=[(os.path.basename(notebook), index)])
+    return catalog
+
+
+HEADER = """The course's {notebook} in {language}, translated from the English notebook.
+Update: `python -m grader translate` (README: "The course in other languages")."""
+
+
+def read(path: str, lang: str) -> Catalog:
+    if not os.path.exists(path):
+        catalog = Catalog(locale=lang, project=PROJECT, version="1", fuzzy=False, copyright_holder="the course's authors",
+                          msgid_bugs_address="the course's issue tracker", language_team=f"ddp-course {lang}",
+                          last_translator="the course's translators")
+        catalog.header_comment = "# " + HEADER.format(notebook=os.path.basename(path)[:-3],
+                                                      language=catalog.locale.english_name).replace("\n", "\n# ")
+        return catalog
+    with open(path, "rb") as f:
+        return read_po(f, locale=lang)
+
+
+def render(catalog: Catalog) -> bytes:
+    out = io.BytesIO()
+    write_po(out, catalog, width=100, include_previous=True, sort_output=False)
+    return out.getvalue()
+
+
+def update(notebook: str, lang: str, locale_dir: str = LOCALE) -> bool:
+    """Merge the notebook's English entries into `lang`'s catalog; True when the file changed."""
+    path = po_path(lang, notebook, locale_dir)
+    catalog = read(path, lang)
+    catalog.update(template(notebook), update_creation_date=False)
+    text = render(catalog)
+    if os.path.exists(path):
+        with open(path, "rb") as f:
+            if f.read() == text:
+                return False
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "wb") as f:
+        f.write(text)
+    return True
+
+
+@dataclass
+class Status:
+    translated: int
+    fuzzy: int
+    missing: int
+
+    @property
+    def total(self) -> int:
+        return self.translated + self.fuzzy + self.missing
+
+
+def status(catalog: Catalog) -> Status:
+    messages = [m for m in catalog if m.id]
+    fuzzy = sum(1 for m in messages if m.fuzzy and m.string)
+    translated = sum(1 for m in messages if m.string and not m.fuzzy)
+    return Status(translated, fuzzy, len(messages) - translated - fuzzy)
+
+
+def lookup(catalog: Catalog):
+    """entry -> its translation, or None when it is missing or fuzzy (then the English is shown)."""
+    def find(entry: str):
+        message = catalog.get(entry)
+        return message.string if message is not None and message.string and not message.fuzzy else None
+    return find

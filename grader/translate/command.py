@@ -1,0 +1,48 @@
+"""python -m grader translate [--status] [--lang L ...]
+
+Without --status: update every catalog from the English lessons, then build the translated lessons.
+With --status: per language and notebook, the share of entries translated, fuzzy and missing.
+"""
+from __future__ import annotations
+
+import sys
+
+from grader.translate import LANGUAGES
+from grader.translate.build import build, english_notebooks
+from grader.translate.catalogs import notebook_name, po_path, read, status, update
+
+
+def _status(languages) -> int:
+    print(f"{'lang':5s} {'notebook':34s} {'translated':>10s} {'fuzzy':>6s} {'missing':>8s}")
+    for lang in languages:
+        for notebook in english_notebooks():
+            s = status(read(po_path(lang, notebook), lang))
+            share = lambda n: f"{100 * n / s.total:.0f}%" if s.total else "-"  # noqa: E731
+            print(f"{lang:5s} {notebook_name(notebook):34s} {share(s.translated):>10s} {share(s.fuzzy):>6s} "
+                  f"{share(s.missing):>8s}")
+    return 0
+
+
+def _run(args) -> int:
+    languages = args.lang or list(LANGUAGES)
+    if args.status:
+        return _status(languages)
+    for lang in languages:
+        for notebook in english_notebooks():
+            if update(notebook, lang):
+                print(f"updated {po_path(lang, notebook)}")
+        for path in build(lang):
+            print(f"built {path}")
+    return 0
+
+
+def register(sub) -> None:
+    parser = sub.add_parser("translate", help="update the translation catalogs (locale/) from the English "
+                                              "lessons and build lessons/<lang>/; --status: how much is done")
+    parser.add_argument("--status", action="store_true", help="print the share translated, fuzzy and missing")
+    parser.add_argument("--lang", action="append", choices=LANGUAGES, help="only this language (repeatable)")
+    parser.set_defaults(func=_run)
+
+
+if __name__ == "__main__":
+    sys.exit(_run(type("Args", (), {"status": "--status" in sys.argv, "lang": None})()))

@@ -1,0 +1,129 @@
+"""The course in other languages (issue 28): catalogs in step with the English lessons, builds that
+change only prose, and an English change that shows up as fuzzy instead of silently wrong."""
+import glob
+import json
+import os
+import re
+import shutil
+
+import pytest
+from babel.messages.mofile import write_mo
+
+from grader.translate import LANGUAGES
+from grader.translate.build import NOTE_CELL_ID, build, dumps, translated_notebook
+from grader.translate.catalogs import LOCALE, po_path, read, render, status, update
+from grader.translate.segments import entries, split
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+LESSONS = sorted(glob.glob(os.path.join(ROOT, "lessons", "*.ipynb")))
+NOTEBOOKS = LESSONS + sorted(glob.glob(os.path.join(ROOT, "solutions", "*", "*.ipynb")))
+CODE_SPAN = re.compile(r"`[^`\n]+`")
+LINK_TARGET = re.compile(r"\]\(([^)\s]+)")
+PLACEHOLDER = re.compile(r"\{[A-Za-z_][A-Za-z0-9_]*\}")
+
+
+def _markdown(path):
+    with open(path, encoding="utf-8") as f:
+        return ["".join(c["source"]) for c in json.load(f)["cells"] if c["cell_type"] == "markdown"]
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=os.path.basename)
+def test_every_markdown_cell_splits_into_entries_and_joins_back_byte_for_byte(path):
+    for text in _markdown(path):
+        assert "".join(piece for piece, _ in split(text)) == text
+        for entry in entries(text):
+            assert not entry.startswith("```") and entry.strip(), entry
+
+
+def test_code_fences_stay_english_and_list_items_are_entries_of_their_own():
+    text = "Intro line\nsame paragraph.\n\n```python\nx = 1\n```\n\n- first `a`\n- second\n\n## Heading\nAfter."
+    assert entries(text) == ["Intro line\nsame paragraph.", "- first `a`", "- second", "## Heading", "After."]
+
+
+@pytest.mark.parametrize("lang", LANGUAGES)
+@pytest.mark.parametrize("lesson", LESSONS, ids=os.path.basename)
+def test_the_catalogs_are_in_step_with_the_english_lesson(lesson, lang, tmp_path):
+    committed = po_path(lang, lesson)
+    assert os.path.exists(committed), f"{committed} is missing: run `make translations`"
+    copy = tmp_path / "locale"
+    shutil.copytree(LOCALE, copy)
+    assert not update(lesson, lang, str(copy)), \
+        f"{os.path.relpath(committed, ROOT)} is behind lessons/{os.path.basename(lesson)}: run `make translations`"
+
+
+@pytest.mark.parametrize("lang", LANGUAGES)
+def test_every_catalog_compiles_and_keeps_code_links_and_placeholders(lang, tmp_path):
+    for lesson in LESSONS:
+        catalog = read(po_path(lang, lesson), lang)
+        with open(tmp_path / "out.mo", "wb") as f:
+            write_mo(f, catalog)  # raises on a malformed catalog
+        for message in catalog:
+            if not message.id or not message.string:
+                continue
+            for pattern in (CODE_SPAN, LINK_TARGET, PLACEHOLDER):
+                assert sorted(pattern.findall(message.string)) == sorted(pattern.findall(message.id)), \
+                    f"{lang} {os.path.basename(lesson)}: {pattern.pattern} differ in the translation of {message.id!r}"
+
+
+@pytest.mark.parametrize("lang", LANGUAGES)
+def test_built_lessons_are_up_to_date_and_differ_from_english_only_in_prose(lang, tmp_path):
+    for lesson in LESSONS:
+        built = os.path.join(ROOT, "lessons", lang, os.path.basename(lesson))
+        if status(read(po_path(lang, lesson), lang)).translated == 0:
+            assert not os.path.exists(built), f"{built} has no translated entry and should not exist"
+            continue
+        notebook, _ = translated_notebook(lesson, lang)
+        with open(built, encoding="utf-8") as f:
+            assert f.read() == dumps(notebook), f"{built} is out of date: run `make translations`"
+        with open(lesson, encoding="utf-8") as f:
+            english = json.load(f)
+        cells = [c for c in notebook["cells"] if c.get("id") != NOTE_CELL_ID]
+        assert notebook["metadata"] == english["metadata"]
+        assert len(cells) == len(english["cells"])
+        for ours, theirs in zip(cells, english["cells"]):
+            if ours["cell_type"] == "markdown":
+                assert {k: v for k, v in ours.items() if k != "source"} == \
+                    {k: v for k, v in theirs.items() if k != "source"}
+            else:
+                assert ours == theirs, "a code cell, its outputs or its metadata differ from the English"
+
+
+LESSON = """{"cells": [
+ {"cell_type": "markdown", "id": "a", "metadata": {}, "source": ["# Title\\n", "\\n", "Rank 0 saves the `model`.\\n"]},
+ {"cell_type": "code", "id": "b", "metadata": {"nbgrader": {"grade_id": "x"}}, "execution_count": null,
+  "outputs": [], "source": ["print(1)"]},
+ {"cell_type": "markdown", "id": "c", "metadata": {}, "source": ["Every rank loads it."]}],
+ "metadata": {}, "nbformat": 4, "nbformat_minor": 5}"""
+
+
+def test_a_changed_english_paragraph_turns_fuzzy_and_is_shown_in_english_with_the_note(tmp_path):
+    lessons, locale = tmp_path / "lessons", tmp_path / "locale"
+    lessons.mkdir()
+    lesson = lessons / "09_demo.ipynb"
+    lesson.write_text(LESSON)
+    assert update(str(lesson), "es", str(locale))
+    catalog = read(po_path("es", str(lesson), str(locale)), "es")
+    catalog.get("# Title").string = "# Título"
+    catalog.get("Rank 0 saves the `model`.").string = "El rank 0 guarda el `model`."
+    catalog.get("Every rank loads it.").string = "Cada rank lo carga."
+    po = po_path("es", str(lesson), str(locale))
+    with open(po, "wb") as f:
+        f.write(render(catalog))
+    build("es", str(lessons), str(locale))
+    built = json.loads((lessons / "es" / "09_demo.ipynb").read_text())
+    assert [c["id"] for c in built["cells"]] == ["a", "b", "c"], "fully translated: no note"
+    assert "".join(built["cells"][0]["source"]) == "# Título\n\nEl rank 0 guarda el `model`.\n"
+
+    lesson.write_text(LESSON.replace("Rank 0 saves the `model`.", "Rank 0 alone saves the `model`."))
+    assert update(str(lesson), "es", str(locale))
+    changed = read(po, "es").get("Rank 0 alone saves the `model`.")
+    assert changed.fuzzy and changed.string == "El rank 0 guarda el `model`."
+    with open(po, encoding="utf-8") as f:
+        assert '#| msgid "Rank 0 saves the `model`."' in f.read(), "the translator sees the English it translated"
+    assert status(read(po, "es")).fuzzy == 1
+    build("es", str(lessons), str(locale))
+    built = json.loads((lessons / "es" / "09_demo.ipynb").read_text())
+    assert built["cells"][0]["id"] == NOTE_CELL_ID, "an English entry in a translated notebook: the note comes first"
+    assert "".join(built["cells"][1]["source"]) == "# Título\n\nRank 0 alone saves the `model`.\n"
+    assert "".join(built["cells"][3]["source"]) == "Cada rank lo carga."
+    assert built["cells"][2] == json.loads(LESSON)["cells"][1], "code cells are the English ones"
