@@ -6,6 +6,7 @@
     checks_fsdp.py        MiniFSDP (FSDP by hand)
     checks_checkpoint.py  save_sharded_checkpoint
     checks_reshard.py     save_and_reshard, load_resharded (DCP with FSDP2)
+    checks_checkpointing.py checkpoint_activations (activation checkpointing)
 
 This file declares the exercise; its checks_*.py and hidden_*.py modules are found by
 grader.exercises.discover() (the contract is in grader/exercises/__init__.py).
@@ -15,6 +16,7 @@ from grader.checks import Exercise
 EXERCISE = Exercise(
     "03_syncbn_sharded",
     tasks=["convert_to_sync_bn", "global_batch_stats", "DistributedBatchNorm", "partition_parameters",
-           "ShardedOptimizer", "MiniFSDP", "save_sharded_checkpoint", "save_and_reshard", "load_resharded"],
+           "ShardedOptimizer", "MiniFSDP", "save_sharded_checkpoint", "save_and_reshard", "load_resharded",
+           "checkpoint_activations"],
 )
 check = EXERCISE.check

@@ -1,0 +1,198 @@
+"""03_syncbn_sharded: activation checkpointing (not checks_checkpoint.py, which saves training state).
+
+The ranks hand the grader's block model to the student's function, wrap what it returns in DDP, and run one
+forward and backward on their own micro-batches. What each rank measures:
+
+| rule of the task text                                              | verified by                              |
+|--------------------------------------------------------------------|------------------------------------------|
+| the gradients are those of the model without checkpointing          | gradients on the grader's own parameter  |
+| (and DDP still averages them)                                       | objects == one process on the whole batch|
+| each block's forward runs again in backward, once                   | a counter in each block's forward        |
+| (checkpointing per block, not none, not nested)                     | (not a timer): 1 in forward, 1 in back.  |
+| only a few blocks' activations are alive at once                    | peak bytes of live hidden-sized tensors  |
+| (per block: the whole model as one unit recomputes all at once)     | (live_bytes.py), in forward and backward |
+| use_reentrant=False (reentrant: the data needs no gradient, so no   | gradients: no block's parameters got one |
+| block's output requires grad, and no block gets a gradient)         |                                          |
+
+Outer saved_tensors_hooks cannot measure this: checkpoint's own hooks hide the region from them.
+"""
+from __future__ import annotations
+
+from functools import lru_cache
+
+import torch
+from torch import nn
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+from grader.checks import CheckFailed
+from grader.exercises.syncbn_sharded import reference as ref
+from grader.exercises.syncbn_sharded.exercise import check
+from grader.exercises.syncbn_sharded.live_bytes import LiveBytes
+
+TASK = "checkpoint_activations"
+ROWS = 64  # per rank: the activations, not the parameters, fill memory
+SHAPES = {2: (8, 16, 64), 3: (6, 12, 48)}  # world size -> (blocks, width, hidden)
+
+
+class MLPBlock(nn.Module):
+    """x + fc2(gelu(fc1(x))): GELU saves fc1's output and fc2 saves GELU's, two hidden-sized activations."""
+
+    def __init__(self, width: int, hidden: int):
+        super().__init__()
+        self.fc1, self.fc2 = nn.Linear(width, hidden), nn.Linear(hidden, width)
+        self.forwards = 0  # how many times this block's forward ran (the recompute count)
+
+    def forward(self, x):
+        self.forwards += 1
+        return x + self.fc2(nn.functional.gelu(self.fc1(x)))
+
+
+class BlockModel(nn.Module):
+    """model.blocks: an nn.ModuleList of MLPBlocks, each mapping (rows, width) to the same shape; then a head."""
+
+    def __init__(self, blocks: int, width: int, hidden: int):
+        super().__init__()
+        self.blocks = nn.ModuleList(MLPBlock(width, hidden) for _ in range(blocks))
+        self.head = nn.Linear(width, 1)
+
+    def forward(self, x):
+        for block in self.blocks:
+            x = block(x)
+        return self.head(x)
+
+
+def block_model(seed: int, world: int) -> BlockModel:
+    ref.seed_cpu(seed)
+    return BlockModel(*SHAPES[world])
+
+
+def batch(rank: int, width: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+    g = torch.Generator().manual_seed(seed * 100 + rank)
+    return torch.randn(ROWS, width, generator=g), torch.randn(ROWS, 1, generator=g)
+
+
+def block_bytes(world: int) -> int:
+    """The hidden-sized activations one block keeps for backward without checkpointing."""
+    _, _, hidden = SHAPES[world]
+    return 2 * ROWS * hidden * 4
+
+
+@lru_cache(maxsize=None)  # the grader's own computation from constants
+def _reference_grads(seed: int, world: int) -> tuple:
+    """One process, no checkpointing, the whole batch: what DDP's averaged gradients must equal."""
+    model = block_model(seed, world)
+    xs, ys = zip(*(batch(r, SHAPES[world][1], seed) for r in range(world)))
+    nn.functional.mse_loss(model(torch.cat(xs)), torch.cat(ys)).backward()
+    return tuple(p.grad.clone() for p in model.parameters())
+
+
+def _in_rank_checkpointing(ctx, student, seed: int):
+    model = block_model(seed, ctx.world_size).to(ctx.device)
+    params = list(model.parameters())  # the grader's parameter objects: their gradients, whatever the wrapping
+    blocks = list(model.blocks)
+    wrapped = student.task(TASK)(model)
+    if not isinstance(wrapped, nn.Module):
+        return {"returned": type(wrapped).__name__}
+    ddp = DDP(wrapped, device_ids=[ctx.device.index] if ctx.device.type == "cuda" else None)
+    x, y = (t.to(ctx.device) for t in batch(ctx.rank, SHAPES[ctx.world_size][1], seed))
+    for block in blocks:
+        block.forwards = 0
+    largest_input = ROWS * SHAPES[ctx.world_size][1] * 4
+    tracker = LiveBytes(above=max(largest_input, max(p.numel() * 4 for p in params)))
+    with tracker:
+        loss = nn.functional.mse_loss(ddp(x), y)
+        tracker.sample()
+    forwards = [b.forwards for b in blocks]
+    tracker.phase = "backward"
+    with tracker:
+        loss.backward()
+    return {"returned": "module", "peak": dict(tracker.peak), "forwards": forwards,
+            "recomputes": [b.forwards - f for b, f in zip(blocks, forwards)],
+            "grads": [None if p.grad is None else p.grad.detach().cpu().clone() for p in params]}
+
+
+def run_checkpointing(g, seed: int) -> list:
+    results = g.run(_in_rank_checkpointing, seed)
+    for rank, got in enumerate(results):
+        if not isinstance(got, dict) or got.get("returned") != "module":
+            kind = got.get("returned") if isinstance(got, dict) else "?"
+            raise CheckFailed(f"rank {rank}: {TASK}(model) returned {kind}: return the model, its blocks wrapped")
+    return results
+
+
+def verify_recomputes(results) -> None:
+    for rank, got in enumerate(results):
+        once = [i for i, n in enumerate(got["forwards"]) if n != 1]
+        if once:
+            raise CheckFailed(f"rank {rank}: in forward the blocks ran {got['forwards']} times: each block's forward "
+                              "must run once (call the block, or checkpoint(block, x, ...), once per block)")
+        recomputes = got["recomputes"]
+        if not any(recomputes):
+            raise CheckFailed(f"rank {rank}: no block ran again in backward: the blocks are not checkpointed (each "
+                              "block's forward must run inside torch.utils.checkpoint.checkpoint(block, x, "
+                              "use_reentrant=False), which recomputes it in backward)")
+        if any(n != 1 for n in recomputes):
+            raise CheckFailed(f"rank {rank}: in backward the blocks ran again {recomputes} times: checkpointing "
+                              "recomputes each block once (one extra forward per block); checkpoint each block, "
+                              "once, and nothing nested")
+
+
+def verify_gradients(g, results, seed: int) -> None:
+    world = len(results)
+    expected = _reference_grads(seed, world)
+    blocks = SHAPES[world][0]
+    per_block = 4  # fc1.weight, fc1.bias, fc2.weight, fc2.bias
+    for rank, got in enumerate(results):
+        missing = sorted({i // per_block for i, grad in enumerate(got["grads"]) if grad is None and i < blocks * 4})
+        if missing == list(range(blocks)):
+            raise CheckFailed(f"rank {rank}: no block's parameters got a gradient: the blocks' outputs do not require "
+                              "grad. With use_reentrant=True, checkpoint passes gradients only through inputs that "
+                              "require grad, and the first block's input (the data) does not; use "
+                              "checkpoint(block, x, use_reentrant=False), and do not run the blocks under no_grad")
+        if missing:
+            raise CheckFailed(f"rank {rank}: the parameters of blocks {missing} got no gradient: the gradient must "
+                              "flow through each block's input (do not detach it)")
+        if any(grad is None for grad in got["grads"]):
+            raise CheckFailed(f"rank {rank}: the head's parameters got no gradient: keep model.head as it is")
+        for i, (actual, exp) in enumerate(zip(got["grads"], expected)):
+            where = f"block {i // per_block}" if i < blocks * per_block else "the head"
+            g.assert_close(actual, exp, f"rank {rank}: the gradient of parameter {i} ({where})",
+                           "checkpointing must not change the gradients: recompute the same forward (the block "
+                           "itself, its input not detached), and leave the model's parameters in place")
+
+
+def allowed_blocks(world: int) -> int:
+    """Measured on torch 2.13 CPU, 8 blocks: per-block checkpointing peaks at 3.6 blocks' worth in backward (one
+    block recomputed, its hidden gradients, GELU's backward temporaries), the whole model as one unit at 10.6."""
+    return SHAPES[world][0] // 2 + 2
+
+
+def verify_memory_drop(results) -> None:
+    world = len(results)
+    one, blocks, allowed = block_bytes(world), SHAPES[world][0], allowed_blocks(world)
+    for rank, got in enumerate(results):
+        worst = max(got["peak"].values())
+        if worst > allowed * one:
+            raise CheckFailed(
+                f"rank {rank}: {worst} bytes of hidden-sized activations were alive at once, {worst / one:.1f} "
+                f"blocks' worth (one block keeps {one} bytes for backward; at most {allowed} of {blocks} expected): "
+                "checkpoint each block on its own. Checkpointing the whole model as one unit saves nothing at the "
+                "peak: backward recomputes every block's activations at once")
+
+
+@check(TASK, points=2)
+def checkpointing_keeps_gradients(g):
+    """Under DDP with 2 ranks, the gradients equal those of the model without checkpointing, and each block's
+    forward ran once more in backward."""
+    results = run_checkpointing(g, 1)
+    verify_gradients(g, results, 1)
+    verify_recomputes(results)
+
+
+@check(TASK, points=2)
+def checkpointing_frees_activations(g):
+    """8 blocks: at most 6 blocks' worth of hidden-sized activations are alive at once (a correct answer: 3.6 in
+    backward; without checkpointing, or with the whole model as one unit, 8 and more)."""
+    results = run_checkpointing(g, 2)
+    verify_recomputes(results)
+    verify_memory_drop(results)

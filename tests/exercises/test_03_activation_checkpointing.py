@@ -1,0 +1,112 @@
+"""03_syncbn_sharded, checkpoint_activations (activation checkpointing, not checks_checkpoint.py's saved state):
+the solution gets full marks (2 ranks and the hidden 3); each typical mistake fails its check with a message that
+names it; the laziest answers earn nothing."""
+import pytest
+
+from tests.helpers import (
+    assert_lazy_answer_earns_nothing,
+    failed,
+    grade_source,
+    mutate,
+    replace_definition,
+    solution_source,
+)
+
+EXERCISE, TASK = "03_syncbn_sharded", "checkpoint_activations"
+CALL = "        return checkpoint(self.block, x, use_reentrant=False)\n"
+
+
+@pytest.mark.timeout(240)
+def test_solution_gets_full_marks():
+    report = grade_source(EXERCISE, solution_source(EXERCISE), task=TASK, timeout=60)
+    assert report.checks and all(c.passed for c in report.checks), "\n".join(report.lines())
+    assert report.score == report.max_score
+    assert any(c.hidden for c in report.checks), "the hidden 3-rank check did not run"
+
+
+WHOLE_MODEL = '''
+class WholeModel(torch.nn.Module):
+    def __init__(self, model):
+        super().__init__()
+        self.model = model
+
+    def forward(self, x):
+        return checkpoint(self.model, x, use_reentrant=False)
+
+
+def checkpoint_activations(model):
+    return WholeModel(model)
+'''
+
+# (new answer: a replacement of the solution's call, or a whole definition; the check that must fail; a phrase)
+MUTANTS = {
+    "reentrant": ({CALL: "        return checkpoint(self.block, x, use_reentrant=True)\n"},
+                  "checkpointing_keeps_gradients", "With use_reentrant=True"),
+    "detached_input": ({CALL: "        return checkpoint(self.block, x.detach(), use_reentrant=False)\n"},
+                       "checkpointing_keeps_gradients", "do not detach it"),
+    "whole_model_as_one_block": (WHOLE_MODEL, "checkpointing_frees_activations",
+                                 "Checkpointing the whole model as one unit saves nothing at the peak"),
+}
+
+
+def _source(change) -> str:
+    source = solution_source(EXERCISE)
+    if isinstance(change, str):
+        return replace_definition(source, TASK, change)
+    for old, new in change.items():
+        source = mutate(source, old, new)
+    return source
+
+
+@pytest.fixture(scope="module")
+def graded():
+    """Each mutant graded once on the public checks (one grading per mutant, several assertions on it)."""
+    return {name: grade_source(EXERCISE, _source(change), task=TASK, timeout=60,
+                               checks=["checkpointing_keeps_gradients", "checkpointing_frees_activations"])
+            for name, (change, _, _) in MUTANTS.items()}
+
+
+@pytest.mark.timeout(400)
+@pytest.mark.parametrize("name", list(MUTANTS))
+def test_typical_mistake_fails_its_check(graded, name):
+    _, check, phrase = MUTANTS[name]
+    messages = failed(graded[name])
+    assert check in messages, "\n".join(graded[name].lines())
+    assert phrase in messages[check], messages[check]
+
+
+def test_whole_model_keeps_the_gradient_points(graded):
+    # the gradients are right: only the memory check fails (its message says why)
+    assert set(failed(graded["whole_model_as_one_block"])) == {"checkpointing_frees_activations"}
+
+
+NO_CHECKPOINTING = '''
+def checkpoint_activations(model):
+    return model
+'''
+
+# The blocks' forwards, once, under no_grad: no gradients at all.
+NO_GRAD = '''
+class NoGrad(torch.nn.Module):
+    def __init__(self, block):
+        super().__init__()
+        self.block = block
+
+    def forward(self, x):
+        with torch.no_grad():
+            return self.block(x)
+
+
+def checkpoint_activations(model):
+    for i, block in enumerate(model.blocks):
+        model.blocks[i] = NoGrad(block)
+    return model
+'''
+
+
+@pytest.mark.timeout(240)
+@pytest.mark.parametrize("code, phrase", [(NO_CHECKPOINTING, "no block ran again in backward"),
+                                          (NO_GRAD, "do not run the blocks under no_grad")],
+                         ids=["model_unchanged", "blocks_under_no_grad"])
+def test_laziest_answers_earn_nothing(code, phrase):
+    assert_lazy_answer_earns_nothing(EXERCISE, TASK, code, phrase)
