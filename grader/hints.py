@@ -79,7 +79,10 @@ def _record(exercise_id: str, task: str, count: int) -> None:
 
 
 class UnknownTask(ValueError):
-    pass
+    """hint() of a task the exercise does not have: the message lists its tasks."""
+
+    def _render_traceback_(self) -> list[str]:
+        return [f"\x1b[31mUnknownTask\x1b[0m: {self}"]  # the message, not the grader's frames
 
 
 def hinter(exercise_id: str):
@@ -100,7 +103,7 @@ def hinter(exercise_id: str):
             return
         used = max(hints_used(exercise_id).get(task, 0), seen.get(task, 0))
         if used >= len(ladder):
-            _show(f"No hint left for `{task}`: you have seen all {len(ladder)}. Here they are again:\n\n"
+            _show(f"No hint left for `{task}` ({len(ladder)} of {len(ladder)} shown). Here they are again:\n\n"
                   + "\n\n".join(f"{i}. {text}" for i, text in enumerate(ladder, 1)))
             return
         seen[task] = used + 1
