@@ -12,8 +12,8 @@ From the bottom:
   2 runner     grader.runner: run_checks, the one check runner.
   3 exercises  grader.exercises.*: the exercises, their checks and references, the shared check helpers.
   4 tools      what people run: grader.gradebook.*, grader.progress.*, grader.cli and __main__, grader.lessons.*,
-               grader.notebook and notebook_view (the notebook's check()), grader.digest, grader.points,
-               grader.scaffold*, grader.student_build, grader.selfcheck, grader.demo.
+               grader.notebook and notebook_view (the notebook's check()), grader.hints (its hint()), grader.digest,
+               grader.points, grader.scaffold*, grader.student_build, grader.selfcheck, grader.demo.
 
 Within a layer any import is allowed, but no circle (anywhere). A new top-level grader module must be
 placed in LAYERS; one under a listed package (grader.engine., grader.exercises., ...) is placed already.
@@ -35,6 +35,7 @@ LAYERS = {  # a module, or a package (all its modules): the longest match decide
     "grader.exercises": EXERCISES,
     "grader.gradebook": TOOLS, "grader.progress": TOOLS, "grader.cli": TOOLS, "grader.__main__": TOOLS,
     "grader.lessons": TOOLS, "grader.notebook": TOOLS, "grader.notebook_view": TOOLS, "grader.digest": TOOLS,
+    "grader.hints": TOOLS,
     "grader.points": TOOLS, "grader.scaffold": TOOLS, "grader.scaffold_templates": TOOLS,
     "grader.student_build": TOOLS, "grader.selfcheck": TOOLS, "grader.demo": TOOLS,
 }
