@@ -54,14 +54,18 @@ HINTS = {
         "with zeros to a multiple of the world size, take chunk `rank`, wrap it in `nn.Parameter` (an "
         "`nn.ParameterList` registers them). Remove the full parameter from the module (its `_parameters` "
         "entry) and remember its name, shape and module.",
-        "Module hooks bring the full parameter only while needed: `register_forward_pre_hook` sets an attribute "
-        "of the module to the gathered tensor viewed in its shape; `register_forward_hook` sets it back to an "
-        "empty tensor. Autograd keeps its own saved copy for backward.",
-        "Gather through a small `torch.autograd.Function`: forward casts the shard to the compute dtype and "
-        "`dist.all_gather_single`s it into a buffer of world-size chunks; backward turns the full gradient into "
-        "fp32 and `dist.reduce_scatter_single`s it into this rank's chunk (a sum over ranks), so "
-        "`finish_gradient_synchronization` only divides each shard's `.grad` by the world size. "
-        "`gather_full_params` all-gathers each shard, trims the padding and views it in the saved shape.",
+        "Module hooks bring the full parameter only while needed: `register_forward_pre_hook` sets the module's "
+        "attribute to the gathered tensor viewed in its shape; `register_forward_hook` puts an empty tensor back. "
+        "That alone frees nothing: the layer's operation saved the full weight for backward. Enter "
+        "`torch.autograd.graph.saved_tensors_hooks(pack, unpack)` in the pre-hook and leave it in the post-hook: "
+        "`pack` sees every tensor autograd saves and may return a small token instead; `unpack` gets the token "
+        "back in backward and must return the tensor.",
+        "Recognize a gathered parameter in `pack` by its storage (`untyped_storage().data_ptr()`) and keep its "
+        "shard's index with the view's `size()`, `stride()` and `storage_offset()`; `unpack` all-gathers that "
+        "shard again (under `torch.no_grad()`) and rebuilds the view with `as_strided`. Gather through a small "
+        "`torch.autograd.Function` whose forward all-gathers (`dist.all_gather_single`, in the compute dtype) and "
+        "whose backward reduce-scatters the fp32 gradient (`dist.reduce_scatter_single`: a sum over ranks), so "
+        "`finish_gradient_synchronization` only divides each shard's `.grad` by the world size.",
     ],
     "save_sharded_checkpoint": [
         "Two different kinds of call here: collectives that every rank must make, and the file write that only "
@@ -85,5 +89,12 @@ HINTS = {
         "Filling the dictionaries does not change the model yet: hand both back with `set_state_dict`, using its "
         "keyword arguments `model_state_dict=` and `optim_state_dict=`, so that Adam's moments and step count are "
         "restored too.",
+    ],
+    "checkpoint_activations": [
+        "Replace, do not copy: assign a wrapper module into `model.blocks[i]` for each index. The wrapper keeps "
+        "the original block as an attribute, so the parameters stay the very same objects.",
+        "`torch.utils.checkpoint.checkpoint(fn, *inputs, use_reentrant=False)` runs `fn` keeping only its inputs "
+        "and runs it again in backward. Call it on the wrapped block and `x` in the wrapper's `forward`; return "
+        "`model` at the end.",
     ],
 }
