@@ -6,7 +6,8 @@
     checks_fsdp.py        MiniFSDP (FSDP by hand)
     checks_checkpoint.py  save_sharded_checkpoint
     checks_reshard.py     save_and_reshard, load_resharded (DCP with FSDP2)
-    checks_checkpointing.py checkpoint_activations (activation checkpointing)
+    checks_fsdp2.py       build_fsdp2_model, train_step_fsdp2 (FSDP2 in practice)
+    checks_fsdp2_state.py export_full_state (FSDP2's full state on rank 0)
 
 This file declares the exercise; its checks_*.py and hidden_*.py modules are found by
 grader.exercises.discover() (the contract is in grader/exercises/__init__.py).
@@ -17,6 +18,6 @@ EXERCISE = Exercise(
     "03_syncbn_sharded",
     tasks=["convert_to_sync_bn", "global_batch_stats", "DistributedBatchNorm", "partition_parameters",
            "ShardedOptimizer", "MiniFSDP", "save_sharded_checkpoint", "save_and_reshard", "load_resharded",
-           "checkpoint_activations"],
+           "build_fsdp2_model", "train_step_fsdp2", "export_full_state"],
 )
 check = EXERCISE.check

@@ -1,0 +1,110 @@
+"""03_syncbn_sharded, FSDP2 in practice (build_fsdp2_model, train_step_fsdp2, export_full_state): the solution gets
+full marks (hidden checks on 3 ranks included); each typical mistake fails its own check with a message that names
+it; the laziest answers earn nothing.
+
+To launch few runs, one grading carries one mistake per task (the three tasks' checks are independent: each builds
+its own model), and only the check that targets each mistake runs."""
+import pytest
+
+from tests.helpers import failed, grade_source, mutate, replace_definition, solution_source
+
+EXERCISE = "03_syncbn_sharded"
+TASKS = ("build_fsdp2_model", "train_step_fsdp2", "export_full_state")
+
+ROOT = "    fully_shard(model, mesh=mesh, mp_policy=policy)  # the root: the head's parameters, and the step's hooks\n"
+META = '    with torch.device("meta"):\n        model = make_model()  # shapes only: no memory, nothing initialized\n'
+BLOCKS = ("    for block in model.blocks:\n        fully_shard(block, mesh=mesh, mp_policy=policy)  # one unit each: "
+          "gathered before it runs, freed after\n")
+POLICY = "MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)"
+INIT = "    model.init_weights()\n    return model\n"
+SYNC = "        model.set_requires_gradient_sync(i == len(micro_batches) - 1)  # reduce-scatter only in the last backward\n"
+SCALE = "loss = nn.functional.mse_loss(model(x), y) / len(micro_batches)"
+CLIP = ("    norm = torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)  # a DTensor: the norm over every shard\n"
+        "    optimizer.step()\n    optimizer.zero_grad()\n    return norm.full_tensor().item()\n")
+LOCAL_CLIP = ("    local = sum(p.grad.to_local().pow(2).sum() for p in model.parameters()).sqrt()  # this rank's shards\n"
+              "    for p in model.parameters():\n"
+              "        p.grad.mul_(min(1.0, max_norm / (local.item() + 1e-6)))\n"
+              "    optimizer.step()\n    optimizer.zero_grad()\n    return local.item()\n")
+EXPORT = "    return get_model_state_dict(model, options=options), get_optimizer_state_dict(model, optimizer, options=options)\n"
+OFFLOAD = "options = StateDictOptions(full_state_dict=True, cpu_offload=True)"
+
+# Each grading: [(old, new), ...] applied to the solution, then {check that must fail: phrase of its message}.
+GRADINGS = {
+    "root not wrapped, sync every micro-batch, shards exported": (
+        [(ROOT, ""), (SYNC, ""), (EXPORT, "    return model.state_dict(), optimizer.state_dict()\n")],
+        {"fsdp2_build_sharded_from_meta": "the root is not wrapped",
+         "fsdp2_accumulation_syncs_once": "accumulation syncs every micro-batch",
+         "fsdp2_export_full_state_on_rank0": "not a full tensor"}),
+    "materialized before sharding, local-norm clip, full state on every rank": (
+        [(META, "    model = make_model()  # on the CPU, whole\n"), (CLIP, LOCAL_CLIP),
+         (OFFLOAD, "options = StateDictOptions(full_state_dict=True)")],
+        {"fsdp2_build_sharded_from_meta": "the full model was materialized before sharding",
+         "fsdp2_step_clips_global_norm": "that is a local norm",
+         "fsdp2_export_full_state_on_rank0": "only rank 0 keeps the full state"}),
+    "one unit for the whole model, loss not scaled, optimizer keyed by number": (
+        [(BLOCKS, ""), (SCALE, "loss = nn.functional.mse_loss(model(x), y)"),
+         (EXPORT, "    return get_model_state_dict(model, options=options), "
+                  "{'state': dict(enumerate(get_optimizer_state_dict(model, optimizer, options=options)"
+                  ".get('state', {}).values())), 'param_groups': []}\n")],
+        {"fsdp2_units_and_mixed_precision": "one per FSDP unit",
+         "fsdp2_step_clips_global_norm": "scale each micro-batch's loss",
+         "fsdp2_export_full_state_on_rank0": "keyed by parameter number"}),
+    "gradients reduced in bf16": (
+        [(POLICY, "MixedPrecisionPolicy(param_dtype=torch.bfloat16)")],
+        {"fsdp2_units_and_mixed_precision": "reduced in bf16"}),
+    "init_weights not called": (
+        [(INIT, "    return model\n")],
+        {"fsdp2_build_sharded_from_meta": "call model.init_weights()"}),
+}
+
+
+@pytest.fixture(scope="module")
+def solution_report():
+    return {task: grade_source(EXERCISE, solution_source(EXERCISE), task=task) for task in TASKS}
+
+
+@pytest.mark.timeout(300)
+def test_solution_gets_full_marks_with_hidden_checks_on_three_ranks(solution_report):
+    for task, report in solution_report.items():
+        assert report.checks and all(c.passed for c in report.checks), "\n".join(report.lines())
+        assert report.score == report.max_score > 0, task
+        assert any(c.hidden for c in report.checks), f"{task}: the hidden 3-rank checks did not run"
+
+
+@pytest.mark.timeout(240)
+@pytest.mark.parametrize("name", list(GRADINGS))
+def test_typical_mistakes_fail_with_a_message_naming_them(name):
+    edits, expected = GRADINGS[name]
+    source = solution_source(EXERCISE)
+    for old, new in edits:
+        source = mutate(source, old, new)
+    report = grade_source(EXERCISE, source, checks=list(expected))
+    messages = failed(report)
+    for check_name, phrase in expected.items():
+        assert check_name in messages, f"{check_name} passed with: {name}\n" + "\n".join(report.lines())
+        assert phrase in messages[check_name], (check_name, messages[check_name])
+
+
+LAZY = {
+    "build_fsdp2_model": ("def build_fsdp2_model(make_model, mesh):\n"
+                          "    from torch.distributed.fsdp import fully_shard\n"
+                          "    return fully_shard(make_model(), mesh=mesh)", "the full model was materialized"),
+    "train_step_fsdp2": ("def train_step_fsdp2(model, optimizer, micro_batches, max_norm):\n    return 0.0",
+                         "forward(s) for 3 micro-batches"),
+    "export_full_state": ("def export_full_state(model, optimizer):\n    return {}, {}", "model_state has keys"),
+}
+
+
+@pytest.mark.timeout(240)
+def test_laziest_answers_earn_nothing():
+    source = solution_source(EXERCISE)
+    for task, (code, _) in LAZY.items():
+        source = replace_definition(source, task, code)
+    checks = ["fsdp2_build_sharded_from_meta", "fsdp2_units_and_mixed_precision", "fsdp2_accumulation_syncs_once",
+              "fsdp2_step_clips_global_norm", "fsdp2_export_full_state_on_rank0"]
+    report = grade_source(EXERCISE, source, checks=checks)
+    assert report.checks and not any(c.passed for c in report.checks), "\n".join(report.lines())
+    assert report.score == 0
+    messages = failed(report)
+    for task, (_, phrase) in LAZY.items():
+        assert any(phrase in messages[c.name] for c in report.checks if c.task == task), (task, messages)
