@@ -5,6 +5,7 @@ Tasks:
 - torchrun_command(script, ...) -> list   checked by running the command it builds, on loopback
 - train_script (source text)              launched with real torchrun: 2 workers, a killed worker
                                           with --max-restarts=1, two "nodes", and a snapshot probe
+- diagnose_hang(dumps) -> tuple           checked on staged dumps of hung jobs (hangs.py), in one rank
 
 Student code (the functions, and `train_script` as a value) runs only in ranks
 or in torchrun workers; the checks here run torchrun as subprocesses from the
@@ -17,6 +18,6 @@ from grader.checks import Exercise
 
 # Its checks start real torchrun agents (seconds of CPU each): one at a time, and not held
 # to the notebook benchmark's one-second target.
-EXERCISE = Exercise("04_torchrun", tasks=["read_dist_env", "torchrun_command", "train_script"],
+EXERCISE = Exercise("04_torchrun", tasks=["read_dist_env", "torchrun_command", "train_script", "diagnose_hang"],
                     side_by_side=False, judged_by_bench=False)
 check = EXERCISE.check

@@ -1,0 +1,98 @@
+"""Checks of 04_torchrun, diagnose_hang: read the staged dumps of a hung job, name the rank behind and the
+collective it never called. Pure Python in one rank: the dumps are staged by grader.exercises.torchrun.hangs, the
+answers follow from how each hang was built, and one run answers every staged hang of a check."""
+from __future__ import annotations
+
+import copy
+import numbers
+
+from grader.checks import CheckFailed
+from grader.exercises.torchrun.exercise import EXERCISE
+from grader.exercises.torchrun.hangs import EXAMPLES, Hang, stage
+
+CONTRACT = ("return a tuple (rank, collective_seq_id, profiling_name): the rank that is behind, and the sequence "
+            "number and name of the collective it never called, as the other ranks recorded it")
+AHEAD = ("with NCCL a rank's CPU only enqueues work for its GPU, so the ranks that are waiting may have enqueued "
+         "several collectives past the one that hangs: a high sequence number marks a rank that waits, not the "
+         "one that is behind. The rank behind is the one whose newest entry has the lowest collective_seq_id")
+
+
+def _plain(value) -> dict:
+    """In a rank: the student's answer as plain Python values, or what it was instead."""
+    if isinstance(value, (tuple, list)) and len(value) == 3:
+        rank, seq, name = value
+        if all(isinstance(x, numbers.Integral) and not isinstance(x, bool) for x in (rank, seq)) \
+                and isinstance(name, str):
+            return {"answer": [int(rank), int(seq), str(name)[:200]]}
+    return {"returned": f"{type(value).__name__} {str(value)[:120]}"}
+
+
+def _diagnose_each(ctx, student, scenarios: list[dict]) -> list[dict]:
+    """In a rank: diagnose_hang on each staged hang (a fresh copy each: the function may modify it)."""
+    fn = student.task("diagnose_hang")
+    results = []
+    for dumps in scenarios:
+        try:
+            results.append(_plain(fn(copy.deepcopy(dumps))))
+        except NotImplementedError:
+            results.append({"error": "NotImplementedError"})
+        except Exception as exc:  # noqa: BLE001 - the student's bug, reported as such
+            results.append({"error": f"{type(exc).__name__}: {str(exc)[:200]}"})
+    return results
+
+
+def verdict(hang: Hang, result: dict, where: str) -> str | None:
+    """None when the answer is right, else what is likely wrong."""
+    if result.get("error") == "NotImplementedError":
+        return "diagnose_hang raises NotImplementedError: replace the stub with your code"
+    if "error" in result:
+        empty = [r for r in range(hang.world_size) if hang.missing_seq == 1 and r == hang.behind]
+        note = " (a rank that never called a collective has an empty `entries` list)" if empty else ""
+        return f"diagnose_hang raised {result['error']} {where}{note}"
+    if "answer" not in result:
+        return f"diagnose_hang returned {result['returned']} {where}; {CONTRACT}"
+    rank, seq, name = result["answer"]
+    behind, missing, missing_name = hang.answer()
+    newest = {r: hang.newest(r) for r in range(hang.world_size)}
+    if rank != behind:
+        if rank not in newest:
+            return f"rank {rank} is not a rank of the job {where} (ranks 0 to {hang.world_size - 1})"
+        if newest[rank] == max(newest.values()):
+            return (f"you named rank {rank} {where}, the rank that enqueued the most collectives (up to seq "
+                    f"{newest[rank]}); {AHEAD}")
+        if rank == 0:
+            return (f"you named rank 0 {where}, but rank 0 is one of the ranks that wait: its newest collective is "
+                    f"seq {newest[0]}. Any rank can be behind, read the dumps: the rank behind is the one whose "
+                    "newest entry has the lowest collective_seq_id")
+        return (f"rank {rank} is not behind {where}: its newest collective is seq {newest[rank]}, and another "
+                f"rank's is lower. {AHEAD}")
+    if (seq, name) == (missing, missing_name):
+        return None
+    if seq == missing - 1 and hang.last_completed() is not None:
+        return (f"the right rank {where}, but seq {seq} is the last collective every rank completed; the hang is in "
+                f"the next one, seq {missing}, which rank {behind} never called: it is in the other ranks' entries "
+                "only (state \"started\")")
+    if seq == missing:
+        previous = hang.last_completed()
+        note = " (it is the name of the last collective every rank completed)" if previous and name == previous[1] else ""
+        return (f"the right rank and seq {where}, but the name {name!r} is not what the other ranks recorded for "
+                f"seq {missing}{note}: return that entry's profiling_name as it is")
+    if seq > missing:
+        return (f"the right rank {where}, but seq {seq} is not the collective it missed: it missed the first one it "
+                "never called (its newest seq + 1), not one the other ranks enqueued later")
+    return f"the right rank {where}, but seq {seq} is not the collective it never called"
+
+
+def check_hangs(g, hangs: list[Hang], what: str) -> None:
+    results = g.run(_diagnose_each, [stage(h) for h in hangs], world_size=1, init_group=False)[0]
+    for i, (hang, result) in enumerate(zip(hangs, results)):
+        problem = verdict(hang, result, f"in {what} {i + 1} ({hang.world_size} ranks)")
+        if problem:
+            raise CheckFailed(problem)
+
+
+@EXERCISE.check("diagnose_hang", points=1)
+def diagnose_hang_names_the_rank_behind(g):
+    """The three hung jobs of the notebook (4, 2 and 8 ranks): the rank behind, the seq and name of the
+    collective it never called."""
+    check_hangs(g, list(EXAMPLES), "the notebook's example")

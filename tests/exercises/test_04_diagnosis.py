@@ -1,0 +1,122 @@
+"""04_torchrun, diagnose_hang: the solution gets full marks on the notebook's hung jobs and the hidden ones; each
+typical mistake fails with a message that names it; the laziest answers earn nothing. The checks run the student's
+function in one rank on staged dumps (grader/exercises/torchrun/hangs.py): one cheap run per check."""
+import os
+
+import pytest
+
+from grader.exercises.torchrun.hangs import EXAMPLES, stage
+from grader.exercises.torchrun.hidden_diagnosis import UNSEEN
+from grader.submission import read_notebook
+from tests.helpers import (
+    assert_lazy_answer_earns_nothing,
+    failed,
+    grade_source,
+    ROOT,
+    mutate,
+    replace_definition,
+    solution_source,
+)
+
+EXERCISE = "04_torchrun"
+TASK = "diagnose_hang"
+PUBLIC, HIDDEN = "diagnose_hang_names_the_rank_behind", "diagnose_hang_on_unseen_hangs"
+BEHIND = "    behind = min(newest, key=newest.get)  # the others wait for it\n"
+NEWEST = ('    newest = {rank: max((e["collective_seq_id"] for e in dump["entries"]), default=0)\n'
+          '              for rank, dump in dumps.items()}\n')
+
+
+def grade(source: str):
+    return grade_source(EXERCISE, source, task=TASK)
+
+
+def test_solution_gets_full_marks_hidden_hangs_included():
+    report = grade(solution_source(EXERCISE))
+    assert {c.name for c in report.checks} == {PUBLIC, HIDDEN}
+    assert failed(report) == {} and report.score == report.max_score == 2, "\n".join(report.lines())
+
+
+def test_the_untouched_release_earns_nothing():
+    release = read_notebook(os.path.join(ROOT, "exercises", EXERCISE, f"{EXERCISE}.ipynb"))
+    report = grade("\n\n".join(cell.source for cell in release.cells))
+    assert report.checks and report.score == 0, "\n".join(report.lines())
+    assert all("replace the stub with your code" in m for m in failed(report).values()), "\n".join(report.lines())
+
+
+def test_the_staged_hangs_hold_the_traps_the_mistakes_fall_into():
+    """Each staged set can tell the mistakes apart: not all answers rank 0 or the rank that queued the most, the
+    missing collective's name differs from the last completed one, and a full buffer makes entry counts tie."""
+    for hangs in (EXAMPLES, UNSEEN):
+        assert any(h.behind != 0 for h in hangs)
+        assert any(h.behind != max(range(h.world_size), key=h.newest) for h in hangs)
+        assert all(h.last_completed() is None or h.last_completed()[1] != h.answer()[2] for h in hangs)
+    counts = [{len(d["entries"]) for d in stage(h).values()} for h in UNSEEN]
+    assert any(len(c) == 1 for c in counts), "no hidden hang where every rank's buffer is full"
+    assert any(h.missing_seq == 1 for h in UNSEEN), "no hidden hang with a rank that never called a collective"
+
+
+HIGHEST = """
+def diagnose_hang(dumps):
+    newest = {rank: dump["entries"][-1]["collective_seq_id"] for rank, dump in dumps.items()}
+    rank = max(newest, key=newest.get)
+    return rank, newest[rank], dumps[rank]["entries"][-1]["profiling_name"]
+"""
+LAST_COMPLETED = """
+def diagnose_hang(dumps):
+    newest = {rank: dump["entries"][-1]["collective_seq_id"] for rank, dump in dumps.items()}
+    rank = min(newest, key=newest.get)
+    return rank, newest[rank], dumps[rank]["entries"][-1]["profiling_name"]
+"""
+RANK_0 = """
+def diagnose_hang(dumps):
+    newest = {rank: dump["entries"][-1]["collective_seq_id"] for rank, dump in dumps.items()}
+    missing = min(newest.values()) + 1
+    entry = next(e for d in dumps.values() for e in d["entries"] if e["collective_seq_id"] == missing)
+    return 0, missing, entry["profiling_name"]
+"""
+
+# (what the student did, the solution with it, the check that fails, a phrase of its message)
+MUTANTS = [
+    ("the rank with the highest seq", lambda s: replace_definition(s, TASK, HIGHEST), PUBLIC,
+     "enqueued the most collectives"),
+    ("the last completed collective", lambda s: replace_definition(s, TASK, LAST_COMPLETED), PUBLIC,
+     "the last collective every rank completed"),
+    ("rank 0 assumed", lambda s: replace_definition(s, TASK, RANK_0), PUBLIC, "you named rank 0"),
+    ("entries counted", lambda s: mutate(s, BEHIND, '    behind = min(dumps, key=lambda r: len(dumps[r]["entries"]))\n'),
+     HIDDEN, "rank 0 is one of the ranks that wait"),  # every buffer full: the counts tie
+    ("an empty buffer not handled", lambda s: mutate(s, NEWEST, NEWEST.replace(", default=0", "")), HIDDEN,
+     "a rank that never called a collective has an empty `entries` list"),
+]
+
+
+@pytest.mark.parametrize("make, check, phrase", [m[1:] for m in MUTANTS], ids=[m[0] for m in MUTANTS])
+def test_typical_mistake_fails_with_a_message_that_names_it(make, check, phrase):
+    report = grade(make(solution_source(EXERCISE)))
+    messages = failed(report)
+    assert check in messages, "\n".join(report.lines())
+    assert phrase in messages[check], messages[check]
+    assert report.score == 0 or check == HIDDEN, "\n".join(report.lines())
+
+
+def test_a_hidden_failure_says_what_the_hidden_hangs_hold():
+    report = grade(mutate(solution_source(EXERCISE), NEWEST, NEWEST.replace(", default=0", "")))
+    message = failed(report)[HIDDEN]
+    assert "a rank that never called a collective (empty entries)" in message, message
+
+
+STUB = '''
+def diagnose_hang(dumps: dict) -> tuple:
+    # YOUR CODE HERE
+    raise NotImplementedError()
+'''
+LAZY = [
+    (STUB, "replace the stub with your code"),
+    ("def diagnose_hang(dumps):\n    pass", "diagnose_hang returned NoneType"),
+    ("def diagnose_hang(dumps):\n    return 0, 0, ''", "you named rank 0"),
+    ("def diagnose_hang(dumps):\n    return 0, 1, 'nccl:all_reduce'", "you named rank 0"),
+]
+
+
+@pytest.mark.parametrize("code, phrase", LAZY, ids=[p for _, p in LAZY])
+def test_laziest_answers_earn_nothing(code, phrase):
+    assert_lazy_answer_earns_nothing(EXERCISE, TASK, code, phrase)
