@@ -45,7 +45,7 @@ def _schedule(ax, blocks, title):
 def gpipe_schedules(schedule, stages=4, micro=(1, 8)):
     """Two GPipe schedules (blocks from `schedule(stages, m)`) and the bubble formula for 2, 4, 8 stages.
 
-    Lesson 1, §3.2 "Pipeline (inter-layer) parallelism".
+    Lesson 1, §4.3 "Pipeline (inter-layer) parallelism".
     """
     _, axes = plt.subplots(1, 3, figsize=(15, 3.5))
     for ax, m in zip(axes[:2], micro):
@@ -68,7 +68,7 @@ def gpipe_schedules(schedule, stages=4, micro=(1, 8)):
 def pipeline_timelines(runs):
     """Measured busy times of a real two-stage pipeline. runs[n_micro] = per-rank {"busy": [(start, s)], "end": t}.
 
-    Lesson 1, §3.2, the two-stage pipeline run.
+    Lesson 1, §4.3, the two-stage pipeline run.
     """
     _, axes = plt.subplots(1, len(runs), figsize=(13, 2.8), sharex=True)
     for ax, (n_micro, ranks) in zip(axes, runs.items()):
@@ -104,7 +104,7 @@ def _buffers(ax, rows, title):
 def collectives(demo):
     """Each rank's buffer before and after each collective. demo[rank][name] = (before, after).
 
-    Lesson 1, §4 "The collectives".
+    Lesson 1, §2 "The collectives".
     """
     names, n = list(demo[0]), len(demo)
     _, axes = plt.subplots(2, len(names), figsize=(17, 5))
