@@ -47,12 +47,14 @@ test: install $(VENV)/.installed-test
 # (.nbgrader/exchange, or $NBGRADER_EXCHANGE) when it changed, so that Nbgrader > Assignment List
 # fetches it (into ddp-course/<id>/) and submits it; Validate sits in each notebook's toolbar;
 # Nbgrader > Formgrader is the instructor's side (collect, autograde, feedback).
+# COURSE_LANG=es (nl, ja): an exercise translated into that language is released from translated/<lang>/ instead.
 EXCHANGE = $(or $(NBGRADER_EXCHANGE),$(CURDIR)/.nbgrader/exchange)
 lab: install
 	@for a in $(ASSIGNMENTS); do \
 	  test -d exercises/$$a || continue; \
-	  cmp -s exercises/$$a/$$a.ipynb $(EXCHANGE)/ddp-course/outbound/$$a/$$a.ipynb || \
-	    $(BIN)/nbgrader release_assignment $$a --force --log-level=ERROR || exit 1; \
+	  from=exercises; test -n "$(COURSE_LANG)" && test -f translated/$(COURSE_LANG)/$$a/$$a.ipynb && from=translated/$(COURSE_LANG); \
+	  cmp -s $$from/$$a/$$a.ipynb $(EXCHANGE)/ddp-course/outbound/$$a/$$a.ipynb || \
+	    $(BIN)/nbgrader release_assignment $$a --force --log-level=ERROR --CourseDirectory.release_directory=$$from || exit 1; \
 	done
 	$(BIN)/jupyter lab --ServerApp.root_dir=$(CURDIR) $(if $(filter 0,$(shell id -u)),--allow-root)
 

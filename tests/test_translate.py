@@ -10,13 +10,15 @@ import pytest
 from babel.messages.mofile import write_mo
 
 from grader.translate import LANGUAGES
-from grader.translate.build import NOTE_CELL_ID, build, dumps, translated_notebook
+from grader.cells import answer_cells
+from grader.translate.build import NOTE_CELL_ID, build, dumps, english_notebooks, target, translated_notebook
 from grader.translate.catalogs import LOCALE, po_path, read, render, status, update
 from grader.translate.segments import entries, split
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 LESSONS = sorted(glob.glob(os.path.join(ROOT, "lessons", "*.ipynb")))
-NOTEBOOKS = LESSONS + sorted(glob.glob(os.path.join(ROOT, "solutions", "*", "*.ipynb")))
+SOURCES = english_notebooks()  # the lessons and the exercises' student releases
+NOTEBOOKS = SOURCES + sorted(glob.glob(os.path.join(ROOT, "solutions", "*", "*.ipynb")))
 CODE_SPAN = re.compile(r"`[^`\n]+`")
 LINK_TARGET = re.compile(r"\]\(([^)\s]+)")
 PLACEHOLDER = re.compile(r"\{[A-Za-z_][A-Za-z0-9_]*\}")
@@ -41,19 +43,19 @@ def test_code_fences_stay_english_and_list_items_are_entries_of_their_own():
 
 
 @pytest.mark.parametrize("lang", LANGUAGES)
-@pytest.mark.parametrize("lesson", LESSONS, ids=os.path.basename)
-def test_the_catalogs_are_in_step_with_the_english_lesson(lesson, lang, tmp_path):
+@pytest.mark.parametrize("lesson", SOURCES, ids=os.path.basename)
+def test_the_catalogs_are_in_step_with_the_english_notebooks(lesson, lang, tmp_path):
     committed = po_path(lang, lesson)
     assert os.path.exists(committed), f"{committed} is missing: run `make translations`"
     copy = tmp_path / "locale"
     shutil.copytree(LOCALE, copy)
     assert not update(lesson, lang, str(copy)), \
-        f"{os.path.relpath(committed, ROOT)} is behind lessons/{os.path.basename(lesson)}: run `make translations`"
+        f"{os.path.relpath(committed, ROOT)} is behind {os.path.relpath(lesson, ROOT)}: run `make translations`"
 
 
 @pytest.mark.parametrize("lang", LANGUAGES)
 def test_every_catalog_compiles_and_keeps_code_links_and_placeholders(lang, tmp_path):
-    for lesson in LESSONS:
+    for lesson in SOURCES:
         catalog = read(po_path(lang, lesson), lang)
         with open(tmp_path / "out.mo", "wb") as f:
             write_mo(f, catalog)  # raises on a malformed catalog
@@ -66,9 +68,9 @@ def test_every_catalog_compiles_and_keeps_code_links_and_placeholders(lang, tmp_
 
 
 @pytest.mark.parametrize("lang", LANGUAGES)
-def test_built_lessons_are_up_to_date_and_differ_from_english_only_in_prose(lang, tmp_path):
-    for lesson in LESSONS:
-        built = os.path.join(ROOT, "lessons", lang, os.path.basename(lesson))
+def test_built_notebooks_are_up_to_date_and_differ_from_english_only_in_prose(lang, tmp_path):
+    for lesson in SOURCES:
+        built = target(lesson, lang)
         if status(read(po_path(lang, lesson), lang)).translated == 0:
             assert not os.path.exists(built), f"{built} has no translated entry and should not exist"
             continue
@@ -127,3 +129,39 @@ def test_a_changed_english_paragraph_turns_fuzzy_and_is_shown_in_english_with_th
     assert "".join(built["cells"][1]["source"]) == "# Título\n\nRank 0 alone saves the `model`.\n"
     assert "".join(built["cells"][3]["source"]) == "Cada rank lo carga."
     assert built["cells"][2] == json.loads(LESSON)["cells"][1], "code cells are the English ones"
+
+
+def test_a_translated_exercise_grades_exactly_like_the_english_one(tmp_path):
+    """Exercise 2 with a few entries in Spanish: the solution's answers get full marks, the untouched
+    release 0, as in English (grade ids, points and checksums are the English notebook's)."""
+    import subprocess
+    import sys
+    release = os.path.join(ROOT, "exercises", "02_ddp_basics", "02_ddp_basics.ipynb")
+    locale = tmp_path / "locale"
+    update(release, "es", str(locale))
+    po = po_path("es", release, str(locale))
+    catalog = read(po, "es")
+    for message in list(catalog)[1:6]:
+        message.string = "ES: " + message.id
+    with open(po, "wb") as f:
+        f.write(render(catalog))
+    translated, english_left = translated_notebook(release, "es", str(locale))
+    assert english_left and translated["cells"][0]["id"] == NOTE_CELL_ID
+    assert sum("ES: " in "".join(c["source"]) for c in translated["cells"]) >= 1
+    with open(os.path.join(ROOT, "solutions", "02_ddp_basics", "02_ddp_basics.ipynb"), encoding="utf-8") as f:
+        solution = answer_cells(json.load(f)["cells"])
+    solved = json.loads(json.dumps(translated))
+    for cell in solved["cells"]:
+        task = next((t for t, c in solution.items() if c.get("id") == cell.get("id")), None)
+        if task:
+            cell["source"] = solution[task]["source"]
+    scores = {}
+    for name, notebook in (("untouched", translated), ("solved", solved)):
+        path = tmp_path / f"{name}.ipynb"
+        path.write_text(dumps(notebook), encoding="utf-8")
+        done = subprocess.run([sys.executable, "-m", "grader", "check", "02_ddp_basics", str(path), "--json"],
+                              capture_output=True, text=True, timeout=900, cwd=ROOT)
+        report = json.loads(done.stdout)
+        scores[name] = (report["score"], report["max_score"])
+    assert scores["untouched"][0] == 0
+    assert scores["solved"][0] == scores["solved"][1] > 0, scores

@@ -1,13 +1,14 @@
 """The course in other languages, from gettext catalogs (issue 28).
 
-    python -m grader translate            extract the catalogs from the English notebooks, then build
+    python -m grader translate            update the catalogs from the English notebooks, then build
     python -m grader translate --status   per language and notebook: translated, fuzzy, missing
 
-The English notebooks are the source. Each markdown cell is cut into entries (`segments.py`); the
-entries of one notebook are the messages of its catalog, `locale/<lang>/LC_MESSAGES/<notebook>.po`
-(`catalogs.py`, with Babel: a changed English entry turns fuzzy, as with gettext's msgmerge). The build
-(`build.py`) writes `lessons/<lang>/<notebook>.ipynb`: code cells, outputs and metadata are the English
-notebook's, byte for byte; an entry that is fuzzy or missing is shown in English, and the notebook then
-opens with a one-line note saying so.
+The English notebooks (the lessons, the exercises' student releases) are the source. Each markdown
+cell is cut into entries (`segments.py`); the entries of one notebook are the messages of its catalog,
+`locale/<lang>/LC_MESSAGES/<notebook>.po` (`catalogs.py`, with Babel: a changed English entry turns
+fuzzy, as with gettext's msgmerge). The build (`build.py`) writes `lessons/<lang>/<lesson>.ipynb` and
+`translated/<lang>/<id>/<id>.ipynb` (an exercise's release, an nbgrader release directory): code cells,
+outputs and metadata are the English notebook's, byte for byte; an entry that is fuzzy or missing is
+shown in English, and the notebook then opens with a one-line note saying so.
 """
 LANGUAGES = ("es", "nl", "ja")

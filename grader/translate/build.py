@@ -1,8 +1,12 @@
-"""Build `lessons/<lang>/<notebook>.ipynb` from the English notebook and its catalog.
+"""Build the translated notebooks from the English ones and their catalogs.
 
-Only markdown sources change: every code cell, output and metadata is the English notebook's, so a
-translated notebook runs (and would grade) exactly like the English one. A notebook is built for a
-language once its catalog has at least one translated entry.
+- a lesson: `lessons/<lang>/<lesson>.ipynb`;
+- an exercise's student release: `translated/<lang>/<id>/<id>.ipynb`, an nbgrader release directory
+  (`make lab COURSE_LANG=es` releases from it).
+
+Only markdown sources change: every code cell, output and metadata (grade ids, points, checksums) is the
+English notebook's, so a translated notebook runs, and grades, exactly like the English one. A notebook
+is built for a language once its catalog has at least one translated entry.
 """
 from __future__ import annotations
 
@@ -14,6 +18,8 @@ from grader.translate.catalogs import ROOT, LOCALE, lookup, notebook_name, po_pa
 from grader.translate.segments import translate
 
 LESSONS = os.path.join(ROOT, "lessons")
+EXERCISES = os.path.join(ROOT, "exercises")
+TRANSLATED = os.path.join(ROOT, "translated")
 
 # Shown first when some entry is still English (missing, or fuzzy after the English changed).
 NOTE = {
@@ -52,29 +58,39 @@ def translated_notebook(english_path: str, lang: str, locale_dir: str = LOCALE) 
     return notebook, english
 
 
-def build(lang: str, lessons_dir: str = LESSONS, locale_dir: str = LOCALE) -> list[str]:
-    """Write `lessons_dir/<lang>/` for every lesson with a translated entry; remove the others. Returns
-    the paths written or removed."""
+def english_notebooks(lessons_dir: str = LESSONS, exercises_dir: str = EXERCISES) -> list[str]:
+    """Every notebook that has catalogs: the lessons, then each exercise's student release."""
+    return sorted(glob.glob(os.path.join(lessons_dir, "*.ipynb"))) + \
+        sorted(glob.glob(os.path.join(exercises_dir, "*", "*.ipynb")))
+
+
+def target(english: str, lang: str, lessons_dir: str = LESSONS, translated_dir: str = TRANSLATED) -> str:
+    """Where the notebook in `lang` is built."""
+    if os.path.dirname(os.path.abspath(english)) == os.path.abspath(lessons_dir):
+        return os.path.join(lessons_dir, lang, os.path.basename(english))
+    exercise = os.path.basename(os.path.dirname(english))
+    return os.path.join(translated_dir, lang, exercise, os.path.basename(english))
+
+
+def build(lang: str, lessons_dir: str = LESSONS, locale_dir: str = LOCALE, exercises_dir: str = EXERCISES,
+          translated_dir: str = TRANSLATED) -> list[str]:
+    """Write the notebook in `lang` of every English notebook with a translated entry; remove the others.
+    Returns the paths written or removed."""
     changed = []
-    out_dir = os.path.join(lessons_dir, lang)
-    for english in sorted(glob.glob(os.path.join(lessons_dir, "*.ipynb"))):
-        target = os.path.join(out_dir, os.path.basename(english))
+    for english in english_notebooks(lessons_dir, exercises_dir):
+        out = target(english, lang, lessons_dir, translated_dir)
         if status(read(po_path(lang, english, locale_dir), lang)).translated == 0:
-            if os.path.exists(target):
-                os.remove(target)
-                changed.append(target)
+            if os.path.exists(out):
+                os.remove(out)
+                changed.append(out)
             continue
         text = dumps(translated_notebook(english, lang, locale_dir)[0])
-        if not os.path.exists(target) or open(target, encoding="utf-8").read() != text:
-            os.makedirs(out_dir, exist_ok=True)
-            with open(target, "w", encoding="utf-8") as f:
+        if not os.path.exists(out) or open(out, encoding="utf-8").read() != text:
+            os.makedirs(os.path.dirname(out), exist_ok=True)
+            with open(out, "w", encoding="utf-8") as f:
                 f.write(text)
-            changed.append(target)
+            changed.append(out)
     return changed
 
 
-def english_notebooks(lessons_dir: str = LESSONS) -> list[str]:
-    return sorted(glob.glob(os.path.join(lessons_dir, "*.ipynb")))
-
-
-__all__ = ["build", "translated_notebook", "english_notebooks", "notebook_name", "NOTE"]
+__all__ = ["build", "target", "translated_notebook", "english_notebooks", "notebook_name", "NOTE"]

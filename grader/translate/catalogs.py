@@ -26,8 +26,15 @@ def notebook_name(path: str) -> str:
     return os.path.splitext(os.path.basename(path))[0]
 
 
+def catalog_name(notebook: str) -> str:
+    """A lesson's catalog is named after it; an exercise release's (`<id>/<id>.ipynb`) is `exercise-<id>`,
+    since lesson 4 and exercise 4 share a name."""
+    name = notebook_name(notebook)
+    return f"exercise-{name}" if os.path.basename(os.path.dirname(os.path.abspath(notebook))) == name else name
+
+
 def po_path(lang: str, notebook: str, locale_dir: str = LOCALE) -> str:
-    return os.path.join(locale_dir, lang, "LC_MESSAGES", notebook_name(notebook) + ".po")
+    return os.path.join(locale_dir, lang, "LC_MESSAGES", catalog_name(notebook) + ".po")
 
 
 def template(notebook: str) -> Catalog:

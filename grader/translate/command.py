@@ -1,6 +1,7 @@
 """python -m grader translate [--status] [--lang L ...]
 
-Without --status: update every catalog from the English lessons, then build the translated lessons.
+Without --status: update every catalog from the English notebooks (lessons and exercise releases), then
+build lessons/<lang>/ and translated/<lang>/.
 With --status: per language and notebook, the share of entries translated, fuzzy and missing.
 """
 from __future__ import annotations
@@ -9,7 +10,7 @@ import sys
 
 from grader.translate import LANGUAGES
 from grader.translate.build import build, english_notebooks
-from grader.translate.catalogs import notebook_name, po_path, read, status, update
+from grader.translate.catalogs import catalog_name, po_path, read, status, update
 
 
 def _status(languages) -> int:
@@ -18,8 +19,8 @@ def _status(languages) -> int:
         for notebook in english_notebooks():
             s = status(read(po_path(lang, notebook), lang))
             share = lambda n: f"{100 * n / s.total:.0f}%" if s.total else "-"  # noqa: E731
-            print(f"{lang:5s} {notebook_name(notebook):34s} {share(s.translated):>10s} {share(s.fuzzy):>6s} "
-                  f"{share(s.missing):>8s}")
+            print(f"{lang:5s} {catalog_name(notebook):34s} {share(s.translated):>10s} {share(s.fuzzy):>6s} "
+                  f"{share(s.missing):>8s}  of {s.total} entries")
     return 0
 
 
@@ -38,7 +39,7 @@ def _run(args) -> int:
 
 def register(sub) -> None:
     parser = sub.add_parser("translate", help="update the translation catalogs (locale/) from the English "
-                                              "lessons and build lessons/<lang>/; --status: how much is done")
+                                              "lessons and exercises, build lessons/<lang>/ and translated/<lang>/; --status: how much is done")
     parser.add_argument("--status", action="store_true", help="print the share translated, fuzzy and missing")
     parser.add_argument("--lang", action="append", choices=LANGUAGES, help="only this language (repeatable)")
     parser.set_defaults(func=_run)
