@@ -41,17 +41,20 @@ def _diagnose_each(ctx, student, scenarios: list[dict]) -> list[dict]:
     return results
 
 
-def verdict(hang: Hang, result: dict, where: str) -> str | None:
+def verdict(hang: Hang, result, where: str) -> str | None:
     """None when the answer is right, else what is likely wrong."""
+    if not isinstance(result, dict):
+        result = {}
     if result.get("error") == "NotImplementedError":
         return "diagnose_hang raises NotImplementedError: replace the stub with your code"
-    if "error" in result:
-        empty = [r for r in range(hang.world_size) if hang.missing_seq == 1 and r == hang.behind]
-        note = " (a rank that never called a collective has an empty `entries` list)" if empty else ""
+    if isinstance(result.get("error"), str):
+        note = " (a rank that never called a collective has an empty `entries` list)" if hang.missing_seq == 1 else ""
         return f"diagnose_hang raised {result['error']} {where}{note}"
-    if "answer" not in result:
-        return f"diagnose_hang returned {result['returned']} {where}; {CONTRACT}"
-    rank, seq, name = result["answer"]
+    answer = result.get("answer")  # checked again here: a rank's value is the student's to forge
+    if not (type(answer) is list and len(answer) == 3 and type(answer[0]) is int and type(answer[1]) is int
+            and type(answer[2]) is str):
+        return f"diagnose_hang returned {str(result.get('returned', 'something else'))[:150]} {where}; {CONTRACT}"
+    rank, seq, name = answer
     behind, missing, missing_name = hang.answer()
     newest = {r: hang.newest(r) for r in range(hang.world_size)}
     if rank != behind:
@@ -85,6 +88,8 @@ def verdict(hang: Hang, result: dict, where: str) -> str | None:
 
 def check_hangs(g, hangs: list[Hang], what: str) -> None:
     results = g.run(_diagnose_each, [stage(h) for h in hangs], world_size=1, init_group=False)[0]
+    if not isinstance(results, list) or len(results) != len(hangs):
+        raise CheckFailed(f"diagnose_hang was not run on every staged hang ({CONTRACT})")
     for i, (hang, result) in enumerate(zip(hangs, results)):
         problem = verdict(hang, result, f"in {what} {i + 1} ({hang.world_size} ranks)")
         if problem:

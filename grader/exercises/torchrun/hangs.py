@@ -100,13 +100,14 @@ def training_ops(n: int, rng: random.Random) -> tuple[str, ...]:
 
 
 def random_hang(seed: int, world_size: int, behind: int | None = None, buffer: int = 2000) -> Hang:
-    """A scenario drawn from `seed`: the missing collective differs from the last completed one, and the ranks
-    ahead enqueued different numbers of collectives after it (the newest of all is not the missing one)."""
+    """A scenario drawn from `seed`: the missing collective differs from the last completed one, the ranks ahead
+    enqueued different numbers of collectives after it (the newest of all is not the missing one), and a buffer
+    smaller than the job's collectives is full on every rank (all hold the same number of entries)."""
     rng = random.Random(seed)
     while True:
         total = rng.randint(12, 60)
         ops = training_ops(total + 4, rng)
-        missing = rng.randint(3, total)
+        missing = rng.randint(max(3, buffer + 1) if buffer < total else 3, total)  # a small buffer: all full
         if ops[missing - 1] != ops[missing - 2]:
             break
     behind = rng.randrange(world_size) if behind is None else behind
@@ -114,6 +115,14 @@ def random_hang(seed: int, world_size: int, behind: int | None = None, buffer: i
     if max(ahead) == 0:  # at least one rank ran ahead past the missing collective
         ahead = tuple(0 if r == behind else 2 for r in range(world_size))
     return Hang(world_size, behind, missing, ops, ahead, buffer, rng.randrange(len(BEHIND_STACKS)))
+
+
+def stuck_at_start(seed: int, world_size: int) -> Hang:
+    """A rank that never called a collective (stuck loading data before the first broadcast): empty entries."""
+    rng = random.Random(seed)
+    behind = rng.randrange(world_size)
+    ahead = tuple(0 if r == behind else rng.randint(1, 3) for r in range(world_size))
+    return Hang(world_size, behind, 1, training_ops(8, rng), ahead, stack=0)
 
 
 # The examples the exercise notebook shows and the public check grades (the hidden check draws others).
