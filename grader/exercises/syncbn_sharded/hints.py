@@ -90,6 +90,33 @@ HINTS = {
         "keyword arguments `model_state_dict=` and `optim_state_dict=`, so that Adam's moments and step count are "
         "restored too.",
     ],
+    "build_fsdp2_model": [
+        "The order is the task: create the model where nothing is allocated, shard it, give the shards memory, "
+        "then initialize. A full-size real tensor at any point fails the allocation check.",
+        "Build under the meta device (`torch.device(\"meta\")` used as a context manager). `fully_shard` every "
+        "block of `model.blocks`, then the root, each with `mesh=` and the same `mp_policy=`: a "
+        "`MixedPrecisionPolicy` with bf16 `param_dtype` and fp32 `reduce_dtype`.",
+        "Only after sharding, `to_empty(device=mesh.device_type)` gives this rank's shards real (uninitialized) "
+        "memory; the model's own `init_weights()` then fills them with the numbers a plain model would get. "
+        "Return the model.",
+    ],
+    "train_step_fsdp2": [
+        "Accumulate as in exercise 2, but FSDP2's switch is a method of the model, not a context manager: "
+        "`set_requires_gradient_sync`, off for every micro-batch but the last, on for the last. Divide each "
+        "micro-batch's loss by their number before its backward.",
+        "Clip after the loop and before stepping: `torch.nn.utils.clip_grad_norm_` over `model.parameters()` "
+        "understands DTensor gradients and returns the norm of the whole gradient (itself a DTensor). Never clip "
+        "`.to_local()` shards: each rank would get its own, smaller norm.",
+        "Then step the optimizer and zero its gradients, and return the norm before clipping as a Python float: "
+        "`full_tensor()` turns the DTensor into a plain tensor, `.item()` into a float.",
+    ],
+    "export_full_state": [
+        "Task 8's module `torch.distributed.checkpoint.state_dict` can gather too: its getters take options that "
+        "ask for full tensors instead of this rank's shards. Every rank must call them (they are collectives).",
+        "Build `StateDictOptions(full_state_dict=True, cpu_offload=True)` once (full tensors, on the CPU, on rank "
+        "0 only) and pass it as `options=` to `get_model_state_dict(model, ...)` and to "
+        "`get_optimizer_state_dict(model, optimizer, ...)`; return both dicts as a tuple.",
+    ],
     "checkpoint_activations": [
         "Replace, do not copy: assign a wrapper module into `model.blocks[i]` for each index. The wrapper keeps "
         "the original block as an attribute, so the parameters stay the very same objects.",

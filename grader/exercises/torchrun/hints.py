@@ -34,4 +34,13 @@ HINTS = {
         "plain model's state_dict to `--out`; every rank then calls `dist.barrier` and "
         "`dist.destroy_process_group`.",
     ],
+    "diagnose_hang": [
+        "Compare how far each rank got, not the states of its entries: the newest collective a rank called is "
+        "the largest `collective_seq_id` among its entries, 0 when it has none. Entry counts say nothing (the "
+        "buffer keeps only the newest).",
+        "The rank behind is the one whose newest number is the smallest: every other rank called one more "
+        "collective and waits in it. The collective it never called has the next number.",
+        "Find that number in the other ranks' entries and return its `profiling_name` as they recorded it. "
+        "`max(..., default=0)` copes with an empty list; `min` over the ranks with a `key` picks the rank behind.",
+    ],
 }
