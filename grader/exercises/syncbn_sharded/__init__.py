@@ -8,6 +8,7 @@
     checks_reshard.py     save_and_reshard, load_resharded (DCP with FSDP2)
     checks_fsdp2.py       build_fsdp2_model, train_step_fsdp2 (FSDP2 in practice)
     checks_fsdp2_state.py export_full_state (FSDP2's full state on rank 0)
+    checks_checkpointing.py checkpoint_activations (activation checkpointing)
 
 This file declares the exercise; its checks_*.py and hidden_*.py modules are found by
 grader.exercises.discover() (the contract is in grader/exercises/__init__.py).
@@ -18,6 +19,7 @@ EXERCISE = Exercise(
     "03_syncbn_sharded",
     tasks=["convert_to_sync_bn", "global_batch_stats", "DistributedBatchNorm", "partition_parameters",
            "ShardedOptimizer", "MiniFSDP", "save_sharded_checkpoint", "save_and_reshard", "load_resharded",
-           "build_fsdp2_model", "train_step_fsdp2", "export_full_state"],
+           "build_fsdp2_model", "train_step_fsdp2", "export_full_state",
+           "checkpoint_activations"],
 )
 check = EXERCISE.check
