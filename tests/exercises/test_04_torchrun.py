@@ -102,13 +102,14 @@ MUTANTS = {
         "not problem.SEED", "read_dist_env_names_a_missing_variable"),
     "rank_0_trains_alone": (  # the same global batches, on rank 0 only, without DDP: the final model matches
         "train_script_matches_single_process",
-        "        for x, y in loader:\n            optimizer.zero_grad()\n"
+        "        for batch, (x, y) in enumerate(itertools.islice(loader, skip, None), start=skip):\n"
+        "            optimizer.zero_grad()\n"
         "            problem.loss_fn(ddp_model(x), y).backward()\n            optimizer.step()",
         "        shards = [DataLoader(dataset, batch_size=problem.GLOBAL_BATCH // world_size, sampler="
         "DistributedSampler(dataset, num_replicas=world_size, rank=r, shuffle=True, seed=problem.SEED))"
         " for r in range(world_size)]\n"
         "        for shard in shards:\n            shard.sampler.set_epoch(epoch)\n"
-        "        for batches in zip(*shards):\n"
+        "        for batch, batches in enumerate(zip(*shards)):\n"
         "            if rank == 0:\n"
         "                x = torch.cat([b[0] for b in batches])\n"
         "                y = torch.cat([b[1] for b in batches])\n"
@@ -118,7 +119,7 @@ MUTANTS = {
         "rank 0: 192, rank 1: 0", "read_dist_env_names_a_missing_variable"),
     "resume_from_epoch_0": (
         "train_script_resumes_after_a_killed_worker",
-        'epochs_run = snapshot["epochs_run"]', "epochs_run = 0",
+        'epochs_run, batches_run = snapshot["epochs_run"], snapshot["batches_run"]', "epochs_run, batches_run = 0, 0",
         "started again from epoch 0", "read_dist_env_names_a_missing_variable"),
     "optimizer_not_restored": (
         "train_script_resumes_after_a_killed_worker",

@@ -12,7 +12,8 @@ from __future__ import annotations
 import torch
 
 from grader.checks import CheckFailed
-from grader.exercises.torchrun import problem, reference, runs
+from grader.exercises.torchrun import problem, reference, resumes, runs
+from grader.exercises.torchrun.resumes import where
 from grader.exercises.torchrun.messages import evidence, read_half_written
 from grader import tolerances
 
@@ -22,7 +23,7 @@ from grader.exercises.torchrun.exercise import EXERCISE
 # ---------------------------------------------------------------- train_script
 
 EPOCHS = 3  # the plain, two-node and snapshot-probe runs
-KILL_EPOCHS, KILL_AFTER = 4, 2  # the crash run: a worker is killed after the 2nd snapshot
+KILL_EPOCHS = 3  # the crash run: a worker is killed at a step of epoch 1 or 2 (runs.kill_steps)
 
 
 def _get_script(ctx, student):
@@ -192,26 +193,24 @@ def train_script_matches_single_process(g):
                  "the snapshot should hold the model as trained so far")
 
 
-@EXERCISE.check("train_script", points=3)
-def train_script_resumes_after_a_killed_worker(g):
-    """4 epochs, --max-restarts=1; the grader SIGKILLs worker LOCAL_RANK 1 after the 2nd snapshot.
-    torchrun restarts both workers; they must resume at epoch 2 (the log then lists 0, 1, 2, 3)
-    and end with the final model of an uninterrupted run."""
-    run = _scenario(g, runs.killed, KILL_EPOCHS, KILL_AFTER)
+def resumed_run(g) -> runs.ScriptRun:
+    """The crash run, once the restart found the snapshot and trained the remaining epochs; else CheckFailed."""
+    run = _scenario(g, runs.killed, KILL_EPOCHS, runs.SNAPSHOT_EVERY)
     what = "after a worker was killed"
+    kill, epoch = run.kill_step, run.kill_step // problem.STEPS_PER_EPOCH
     if not run.acted:
         if run.log_when_acted is None:
-            raise CheckFailed(f"the grader waits for the epoch log to list {KILL_AFTER} epochs before it kills a "
-                              f"worker; {_log_state(run.log)}\n" + evidence(run.output, run.timed_out))
-        if run.final is not None:  # the run ended before the kill: it never paused in the model's forward
-            _check_final(g, run, KILL_EPOCHS, "a run that was never killed", "train problem.make_model()")
+            if run.final is not None:  # the run ended without reaching that step: a training mistake shows first
+                _check_final(g, run, KILL_EPOCHS, f"a run that never reached step {kill}", "see "
+                             "train_script_matches_single_process")
+            raise CheckFailed(f"the grader waits for the workers to reach step {kill} ({where(kill)}) to kill one; "
+                              f"they did not ({_log_state(run.log)})\n" + evidence(run.output, run.timed_out))
         raise CheckFailed("the grader found no worker with LOCAL_RANK 1 to kill (please tell the instructor)")
-    before = run.log_when_acted
-    if before != list(range(KILL_AFTER)):
-        _check_log(run, list(range(KILL_EPOCHS)), "before the kill")
+    if run.log_when_acted != list(range(epoch)):
+        _check_log(run, list(range(KILL_EPOCHS)), f"before the kill at step {kill} ({where(kill)})")
     if not run.snapshot_when_acted:
-        raise CheckFailed(f"after {KILL_AFTER} logged epochs there was no snapshot at --snapshot snapshot.pt: "
-                          "rank 0 saves one after every epoch, before it appends to the log")
+        raise CheckFailed(f"the workers reached step {kill} ({where(kill)}) with no snapshot at --snapshot "
+                          "snapshot.pt: rank 0 saves one after every epoch, before it appends to the log")
     if run.final is None or isinstance(run.final, str) or run.log is None:
         if read_half_written(run.output):
             raise CheckFailed(f"{what}, the restarted workers could not read the snapshot (read half-written?): "
@@ -219,14 +218,28 @@ def train_script_resumes_after_a_killed_worker(g):
                               "crash never leaves a partial file\n" + evidence(run.output, run.timed_out))
         raise CheckFailed(f"{what}, torchrun restarted the workers but the run did not finish (final model: "
                           f"{'missing' if run.final is None else run.final})\n" + evidence(run.output, run.timed_out))
-    after = run.log[len(before):]
-    resumed = list(range(KILL_AFTER, KILL_EPOCHS))
-    if after[:1] == [0]:
-        raise CheckFailed(f"{what}, the restarted run trained epochs {after}: it started again from epoch 0. "
-                          f"Load the snapshot when it exists and continue from its epochs_run ({KILL_AFTER})")
+    after = run.log[len(run.log_when_acted):]
+    resumed = list(range(epoch, KILL_EPOCHS))
+    if after[:1] == [0] and epoch > 0:
+        raise CheckFailed(f"{what} in epoch {epoch}, the restarted run trained epochs {after}: it started again "
+                          f"from epoch 0. Load the snapshot when it exists and continue from its epochs_run")
     if after != resumed:
-        raise CheckFailed(f"{what}, the restarted run trained epochs {after}, expected {resumed}: it should "
-                          f"continue from the snapshot's epochs_run ({KILL_AFTER}) up to --epochs")
-    _check_state(g, run.final, KILL_EPOCHS, run.seed, f"{what}: the final model",
+        raise CheckFailed(f"{what} in epoch {epoch}, the restarted run trained epochs {after}, expected {resumed}: "
+                          "it should continue from the snapshot's epochs_run up to --epochs")
+    return run
+
+
+@EXERCISE.check("train_script", points=3)
+def train_script_resumes_after_a_killed_worker(g):
+    """3 epochs, --max-restarts=1; the grader SIGKILLs worker LOCAL_RANK 1 at a step it draws in epoch 1 or 2.
+    torchrun restarts both workers; they must resume in the epoch of the kill (the log then lists 0, 1, 2)
+    and end with the model of an uninterrupted run. Where in that epoch they resume is
+    train_script_resumes_mid_epoch's business: a resume at the right epoch passes here."""
+    run = resumed_run(g)
+    accepted = [None, *resumes.faulty(KILL_EPOCHS, run.kill_step).values()]  # None: the uninterrupted run
+    if isinstance(run.final, dict) and any(
+            _same(g, run.final, reference.reference_state(KILL_EPOCHS, run.seed, schedule=s)) for s in accepted):
+        return  # the right epoch, model and optimizer; the batch is judged by train_script_resumes_mid_epoch
+    _check_state(g, run.final, KILL_EPOCHS, run.seed, "after a worker was killed: the final model",
                  "the resumed run must continue exactly where the snapshot left off: restore the optimizer "
                  "state (momentum) as well as the model, and call sampler.set_epoch(epoch) with the true epoch")

@@ -27,8 +27,9 @@ def evidence(output: str, timed_out: bool = False) -> str:
     if not text:
         lines = [line for line in output.strip().splitlines() if line.strip()]
         text = "\n".join(lines[-12:])
-    prefix = "the run did not finish in time and was killed (a hang? workers waiting in different collectives?)\n" \
-        if timed_out else ""
+    prefix = ("the run did not finish within its time limit and was killed, so this check pays nothing (a hang? "
+              "workers waiting in different collectives? On a very busy machine, run the check again)\n"
+              if timed_out else "")
     if not text:
         return prefix.strip()
     return prefix + "torchrun's output:\n" + "\n".join("    " + line for line in text.splitlines())

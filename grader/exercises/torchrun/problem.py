@@ -13,11 +13,14 @@ model on the same global batches (reference.py). SEED, the initial weights and
 the data come from SEED_ENV, which the grader draws for each run: only a script
 that really trains on them reproduces the reference.
 
-Two grader-only hooks, active only when the grader sets their environment
+Grader-only hooks, active only when the grader sets their environment
 variable in its own runs (without them, forward does nothing extra):
 - PAUSE_ENV: the model's forward waits at a known point of the first attempt so
-  that the grader can act between two snapshots (kill a worker, or inspect the
-  snapshot file).
+  that the grader can act between two snapshots (inspect the snapshot file).
+- PAUSE_STEP_ENV: the same at the training forward of a step the grader chose
+  (the first attempt only); each worker says it got there with a file in the
+  grader's folder, and the grader kills one while all wait: the kill lands at
+  that step every time, whatever the load.
 - SEEN_ENV: each worker's model counts the samples its training forwards (grad
   enabled) took, so that the grader sees every worker train on its own shard: a
   script where rank 0 trains on every global batch alone, without DDP, reaches
@@ -36,11 +39,13 @@ SEED = int(os.environ.get(SEED_ENV, "0"))  # DistributedSampler(seed=SEED), the 
 SAMPLES = 64
 FEATURES = 8
 GLOBAL_BATCH = 16  # samples per optimizer step, summed over all ranks
+STEPS_PER_EPOCH = SAMPLES // GLOBAL_BATCH  # 4 optimizer steps per epoch
 LR = 0.05
 MOMENTUM = 0.9  # momentum makes the optimizer state part of what a snapshot must keep
 
 PAUSE_ENV = "TORCHRUN_EXERCISE_PAUSE"  # "<log path>:<epochs>:<go file>", set by the grader
 PAUSE_LIMIT_S = 120.0  # a paused worker never waits longer than this
+PAUSE_STEP_ENV = "TORCHRUN_EXERCISE_PAUSE_STEP"  # "<step>:<folder>", set by the grader
 SEEN_ENV = "TORCHRUN_EXERCISE_SEEN"  # a folder, set by the grader: rank<RANK>.seen gets one line per forward
 
 
@@ -49,11 +54,14 @@ class Net(nn.Module):
         super().__init__()
         self.body = nn.Sequential(nn.Linear(FEATURES, 16), nn.Tanh(), nn.Linear(16, 1))
         self._pause = _Pause.from_env()
+        self._step_pause = _StepPause.from_env()
         self._seen = os.environ.get(SEEN_ENV)
 
     def forward(self, x):
         if self._pause is not None:
             self._pause.maybe_wait()
+        if self._step_pause is not None and torch.is_grad_enabled():
+            self._step_pause.count_and_maybe_wait()
         if self._seen and torch.is_grad_enabled():  # training forwards only: an evaluation runs under no_grad
             with open(os.path.join(self._seen, f"rank{os.environ.get('RANK', 'unknown')}.seen"), "a") as f:
                 f.write(f"{x.shape[0]}\n")
@@ -114,3 +122,29 @@ class _Pause:
         deadline = time.monotonic() + PAUSE_LIMIT_S
         while not os.path.exists(self.go) and time.monotonic() < deadline:
             time.sleep(0.02)
+
+
+class _StepPause:
+    """At this process's training forward number `step` (0-based: `step` steps done), on the first
+    attempt only: create <folder>/rank<RANK>.paused, then wait (bounded) to be killed. The forward
+    that waits is not counted in SEEN_ENV's file: it never trains."""
+
+    def __init__(self, step: int, folder: str):
+        self.step, self.folder, self.forwards = step, folder, 0
+
+    @classmethod
+    def from_env(cls):
+        spec = os.environ.get(PAUSE_STEP_ENV)
+        if not spec or os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") != "0":
+            return None
+        step, folder = spec.split(":", 1)
+        return cls(int(step), folder)
+
+    def count_and_maybe_wait(self) -> None:
+        self.forwards += 1
+        if self.forwards != self.step + 1:
+            return
+        open(os.path.join(self.folder, f"rank{os.environ.get('RANK', 'unknown')}.paused"), "w").close()
+        deadline = time.monotonic() + PAUSE_LIMIT_S
+        while time.monotonic() < deadline:
+            time.sleep(0.05)

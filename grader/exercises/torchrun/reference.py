@@ -33,9 +33,12 @@ def standalone_command(script: str, nproc_per_node: int, max_restarts: int = 0) 
                          "--standalone"] + worker_command(script)
 
 
-def reference_training(epochs: int, seed: int, sampler_seed: int | None = None) -> dict[str, torch.Tensor]:
+def reference_training(epochs: int, seed: int, sampler_seed: int | None = None,
+                       schedule: tuple[tuple[int, int], ...] | None = None) -> dict[str, torch.Tensor]:
     """The final model of the training script, trained in one process, for the run's `seed`
     (problem.SEED in the workers); `sampler_seed` replaces it in the sampler only (a diagnosis).
+    `schedule` lists the (epoch, batch) steps to take in order, batches repeated or left out as a
+    faulty resume would (a diagnosis); by default every batch of `epochs` epochs once.
 
     With a per-rank batch of GLOBAL_BATCH // world_size, DistributedSampler's
     strided split makes global step k see positions [k*G, (k+1)*G) of the
@@ -48,13 +51,21 @@ def reference_training(epochs: int, seed: int, sampler_seed: int | None = None) 
     sampler = DistributedSampler(dataset, num_replicas=1, rank=0, shuffle=True,
                                  seed=seed if sampler_seed is None else sampler_seed)
     loader = DataLoader(dataset, batch_size=problem.GLOBAL_BATCH, sampler=sampler)
-    for epoch in range(epochs):
-        sampler.set_epoch(epoch)
-        for x, y in loader:
-            optimizer.zero_grad()
-            problem.loss_fn(model(x), y).backward()
-            optimizer.step()
+    batches: dict[int, list] = {}
+    for epoch, batch in uninterrupted(epochs) if schedule is None else schedule:
+        if epoch not in batches:
+            sampler.set_epoch(epoch)
+            batches[epoch] = list(loader)
+        x, y = batches[epoch][batch]
+        optimizer.zero_grad()
+        problem.loss_fn(model(x), y).backward()
+        optimizer.step()
     return {k: v.detach().clone() for k, v in model.state_dict().items()}
+
+
+def uninterrupted(epochs: int) -> tuple[tuple[int, int], ...]:
+    """The (epoch, batch) steps of an uninterrupted run."""
+    return tuple((epoch, batch) for epoch in range(epochs) for batch in range(problem.STEPS_PER_EPOCH))
 
 
 def initial_state(seed: int) -> dict[str, torch.Tensor]:
@@ -65,15 +76,15 @@ def initial_state(seed: int) -> dict[str, torch.Tensor]:
 _cache: dict[tuple, dict[str, torch.Tensor]] = {}
 
 
-def reference_state(epochs: int, seed: int, sampler_seed: int | None = None) -> dict[str, torch.Tensor]:
-    key = (epochs, seed, sampler_seed)
+def reference_state(epochs: int, seed: int, sampler_seed: int | None = None,
+                    schedule: tuple[tuple[int, int], ...] | None = None) -> dict[str, torch.Tensor]:
+    key = (epochs, seed, sampler_seed, schedule)
     if key not in _cache:
         if len(_cache) > 64:  # a new seed per run: keep a long-lived grading worker small
             _cache.clear()
-        saved = os.environ.pop(problem.PAUSE_ENV, None)  # never pause the reference
-        try:
-            _cache[key] = reference_training(epochs, seed, sampler_seed)
+        saved = {k: os.environ.pop(k) for k in (problem.PAUSE_ENV, problem.PAUSE_STEP_ENV) if k in os.environ}
+        try:  # never pause the reference
+            _cache[key] = reference_training(epochs, seed, sampler_seed, schedule)
         finally:
-            if saved is not None:
-                os.environ[problem.PAUSE_ENV] = saved
+            os.environ.update(saved)
     return _cache[key]

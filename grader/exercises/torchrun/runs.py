@@ -7,7 +7,7 @@ and reads back what it wrote: the final model, the snapshot and the epoch log.
 Verdicts are made from those files and the run's seed, never from torchrun's
 exit code (a DDP worker can abort at teardown on CPU).
 
-    python train.py --epochs E --snapshot snapshot.pt --out final.pt --epoch-log epochs.log
+    python train.py --epochs E --snapshot-every N --snapshot snapshot.pt --out final.pt --epoch-log epochs.log
 """
 from __future__ import annotations
 
@@ -26,13 +26,17 @@ from grader.exercises.torchrun.launch import Torchrun
 from grader.exercises.torchrun.reference import standalone_command
 
 SNAPSHOT, FINAL, LOG, LINK = "snapshot.pt", "final.pt", "epochs.log", "snapshot-link.pt"
-RUN_TIMEOUT_S = 60.0  # one torchrun of a few tiny epochs takes 5-10 s on 2 busy cores
-KILL_RUN_TIMEOUT_S = 90.0  # two attempts
+# Bounds, not expectations: one torchrun of a few tiny epochs takes 5-10 s on 2 idle cores and went
+# past 60 s under a load of 20. A run that reaches its bound pays nothing and says so.
+RUN_TIMEOUT_S = 180.0
+KILL_RUN_TIMEOUT_S = 240.0  # two attempts
 WORKERS = 2  # --nproc-per-node of the one-node scenarios (killed, linked)
+SNAPSHOT_EVERY = 2  # --snapshot-every of every run: a snapshot at least every 2 of an epoch's 4 steps
 
 
 def script_args(epochs: int) -> list[str]:
-    return ["--epochs", str(epochs), "--snapshot", SNAPSHOT, "--out", FINAL, "--epoch-log", LOG]
+    return ["--epochs", str(epochs), "--snapshot-every", str(SNAPSHOT_EVERY), "--snapshot", SNAPSHOT, "--out", FINAL,
+            "--epoch-log", LOG]
 
 
 @dataclass
@@ -64,13 +68,15 @@ class ScriptRun:
     acted: bool = False  # the grader did its mid-run action (kill, link)
     log_when_acted: list[int] | None = None
     snapshot_when_acted: bool = False
+    kill_step: int | None = None  # killed scenario: the step (0-based) at which the workers were paused and killed
+    snapshot_at_kill: object = None  # killed scenario: the snapshot's content at that moment
     log: list[int] | None = None
     final: object = None  # a state dict, None (missing) or an error text
     snapshot: object = None
     link: object = None  # the hard link's content (linked scenario)
     other_files: list[str] = field(default_factory=list)  # what node 1 wrote (two_nodes)
     retried: bool = False  # a first run was lost to a teardown abort and repeated
-    seen: dict[str, int] | None = None  # RANK -> samples its training forwards took (linked scenario)
+    seen: dict[str, int] | None = None  # RANK -> samples its training forwards took (linked, killed)
 
     def complete(self) -> bool:
         """The run got as far as a loadable final model and a full log."""
@@ -132,25 +138,39 @@ def _logged(path: str) -> int:
     return len(read_log(path) or [])
 
 
-def killed(source: str, job: Job, epochs: int, kill_after: int) -> ScriptRun:
-    """Two workers, --max-restarts=1; SIGKILL local rank 1 once the log lists `kill_after` epochs.
+def kill_steps(epochs: int, every: int) -> list[int]:
+    """The steps the killed scenario may stop at: after epoch 0, where a snapshot taken only at epoch
+    ends is at least `every` steps old, so a script that ignores --snapshot-every shows."""
+    return [k for k in range(problem.STEPS_PER_EPOCH, epochs * problem.STEPS_PER_EPOCH)
+            if k % problem.STEPS_PER_EPOCH >= every]
 
-    The given model pauses the first attempt at its next forward (problem.PAUSE_ENV),
-    so the kill lands between snapshot `kill_after` and the next one, every time.
+
+def killed(source: str, job: Job, epochs: int, every: int) -> ScriptRun:
+    """Two workers, --max-restarts=1; SIGKILL local rank 1 at a step drawn here (kill_steps).
+
+    The given model pauses every worker of the first attempt at the training forward of that
+    step (problem.PAUSE_STEP_ENV); once rank 0 says it is there, its snapshot is read (rank 0 writes
+    nothing while it waits) and the kill lands. No timing is involved: the same step every time.
     """
     directory = job.directory
     isolation.write_job(directory, source)
     run = ScriptRun(epochs, job.seed)
+    run.kill_step = random.SystemRandom().choice(kill_steps(epochs, every))
     log = os.path.join(directory, LOG)
-    never = os.path.join(directory, "never-released")  # the paused workers are killed, not released
+    grader_dir = os.path.dirname(directory)  # outside the script's directory
+    paused, seen = os.path.join(grader_dir, "paused"), os.path.join(grader_dir, "seen")
+    os.mkdir(paused)
+    os.mkdir(seen)
     cmd = standalone_command("train.py", WORKERS, max_restarts=1)
-    with job.torchrun(cmd, directory, KILL_RUN_TIMEOUT_S, {problem.PAUSE_ENV: f"{log}:{kill_after}:{never}"},
-                      script_args(epochs)) as proc:
-        if proc.wait_until(lambda: _logged(log) >= kill_after):
-            run.log_when_acted = read_log(log)
-            run.snapshot_when_acted = os.path.exists(os.path.join(directory, SNAPSHOT))
+    extra = {problem.PAUSE_STEP_ENV: f"{run.kill_step}:{paused}", problem.SEEN_ENV: seen}
+    with job.torchrun(cmd, directory, KILL_RUN_TIMEOUT_S, extra, script_args(epochs)) as proc:
+        if proc.wait_until(lambda: os.path.exists(os.path.join(paused, "rank0.paused"))):
+            run.log_when_acted = read_log(log) or []
+            run.snapshot_at_kill = load(os.path.join(directory, SNAPSHOT))
+            run.snapshot_when_acted = run.snapshot_at_kill is not None
             run.acted = proc.kill_worker(local_rank=1)
         run.absorb(proc)
+    run.seen = read_seen(seen)
     return run.collect(directory)
 
 
