@@ -29,6 +29,14 @@ ANSWERS = {
     "unchanged": '''
         def parallelize_mlp(mlp, mesh):
             return mlp''',
+    # DTensors that every rank holds whole (Replicate): the right numbers, still nothing split
+    "replicated": '''
+        def parallelize_mlp(mlp, mesh):
+            from torch.distributed.tensor import DTensor, distribute_module
+            return distribute_module(
+                mlp, mesh,
+                input_fn=lambda module, args, mesh: tuple(DTensor.from_local(a, mesh, [Replicate()]) for a in args),
+                output_fn=lambda module, out, mesh: out.to_local())''',
 }
 
 
@@ -66,8 +74,9 @@ def test_both_column_names_the_gathers(reports):
     assert "all_reduce" not in bad[LAYOUT].split(";")[0]  # the one all_reduce column-then-row makes is missing
 
 
-def test_unparallelized_block_earns_nothing(reports):
-    report, bad = reports["unchanged"]
+@pytest.mark.parametrize("lazy", ["unchanged", "replicated"])
+def test_unparallelized_block_earns_nothing(reports, lazy):
+    report, bad = reports[lazy]
     assert report.score == 0 and set(bad) == {VALUES, LAYOUT, HIDDEN}
     assert "not parallelized" in bad[VALUES]
     assert "made no collective" in bad[LAYOUT]

@@ -106,13 +106,13 @@ def run_block(g, world_size, d, h, act, shape, seed=31):
     return per_rank, one_process(seed, d, h, act, shape)
 
 
-NOT_PARALLEL = ("no parameter of the returned module is a DTensor: the block is not parallelized (every rank holds "
-                "and computes all of it). Split it with parallelize_module and a plan for fc1 and fc2")
+NOT_PARALLEL = ("no parameter of the returned module is a sharded DTensor: the block is not parallelized (every rank "
+                "holds and computes all of it). Split it with parallelize_module and a plan for fc1 and fc2")
 
 
 def check_values(g, per_rank, expected):
     for rank, got in enumerate(per_rank):
-        if not any(placement for placement, _ in got["layout"].values()):
+        if not any("Shard" in placement for placement, _ in got["layout"].values()):
             raise CheckFailed(f"rank {rank}: {NOT_PARALLEL}")  # right numbers from an unsplit block earn nothing
         g.assert_close(got["y"], expected["y"], f"rank {rank}: the block's output",
                        "every rank must end with fc2(act(fc1(x))) of the unsplit block: fc1 column-parallel, "
