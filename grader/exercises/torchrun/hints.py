@@ -24,13 +24,15 @@ HINTS = {
     ],
     "train_script": [
         "Write and run the script outside the notebook first (the optional cell in the task shows how); add the "
-        "snapshot only once plain training works. Parse the four options with `argparse` "
+        "snapshot only once plain training works. Parse the five options with `argparse` "
         "(`--epoch-log` becomes `args.epoch_log`).",
         "Resume before wrapping: load the snapshot (`torch.load(..., map_location=\"cpu\")`) into the plain model and "
-        "the optimizer on every rank when the file exists, take `epochs_run` from it, then wrap in DDP. Loop "
-        "over the epochs from `epochs_run` up to `args.epochs`, and give the sampler the true epoch number first."
-        "Only `dist.get_rank() == 0` writes: `torch.save` to a temporary file next to the snapshot, then "
-        "`os.replace` it over the snapshot, then append the epoch line to the log. At the end rank 0 saves the "
+        "the optimizer on every rank when the file exists, take `epochs_run` and `batches_run` from it, then wrap "
+        "in DDP. Loop over the epochs from `epochs_run` up to `args.epochs`, give the sampler the true epoch number "
+        "first, and in the resumed epoch skip its first `batches_run` batches (`itertools.islice(loader, "
+        "batches_run, None)`). Only `dist.get_rank() == 0` writes: `torch.save` to a temporary file next to the "
+        "snapshot, then `os.replace` it over the snapshot, after every `--snapshot-every` steps and at each epoch's "
+        "end, where it then appends the epoch line to the log. At the end rank 0 saves the "
         "plain model's state_dict to `--out`; every rank then calls `dist.barrier` and "
         "`dist.destroy_process_group`.",
     ],
