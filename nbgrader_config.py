@@ -23,6 +23,11 @@ c.ClearSolutions.code_stub = {"python": "# YOUR CODE HERE\nraise NotImplementedE
 # The check cells print their own verdicts; nbgrader only needs their exit status.
 c.ExecutePreprocessor.timeout = 600
 # Feedback shows each check's verdict, never the code of hidden tests.
+# Generating refuses check cells whose points are not the checks' (grader/points_preprocessor.py).
+from nbgrader.converters import GenerateAssignment  # noqa: E402
+
+c.GenerateAssignment.preprocessors = ["grader.points_preprocessor.RefuseStalePoints",
+                                      *GenerateAssignment.class_traits()["preprocessors"].default()]
 c.GenerateFeedback.preprocessors = [
     "nbgrader.preprocessors.GetGrades",
     "nbgrader.preprocessors.ClearHiddenTests",

@@ -91,6 +91,22 @@ def _write_atomically(path: Path, text: str) -> None:
         raise
 
 
+def set_points(exercise: Exercise, notebook_cells: list) -> list[str]:
+    """Give each check cell its task's points, in place; returns what changed ("<task>_check has ...")."""
+    changes = []
+    for task, cell in cells.check_cells(notebook_cells).items():
+        if task not in exercise.tasks:
+            continue
+        want, had = exercise.points_of(task), cells.nbgrader_meta(cell).get("points")
+        number = isinstance(had, (int, float)) and not isinstance(had, bool)
+        if not number or had != want:
+            had = f"{had:g}" if number else "no" if had is None else repr(had)
+            changes.append(f"{task}{cells.CHECK} has {had} points, its checks give {want:g} "
+                           f"({_worth(exercise, task)})")
+            cell["metadata"]["nbgrader"]["points"] = _number(want)
+    return changes
+
+
 def stamp(exercise: Exercise, root: Path = ROOT, write: bool = True) -> Stamp:
     """Set (write=True) or compare (write=False) each check cell's points with its task's check points."""
     from grader.exercises.instructor import hidden_masked, is_student_build
@@ -108,15 +124,7 @@ def stamp(exercise: Exercise, root: Path = ROOT, write: bool = True) -> Stamp:
     problems = _problems(exercise, notebook_cells)
     if problems:
         raise PointsError(f"{path}:\n  " + "\n  ".join(problems))
-    result = Stamp(exercise, path)
-    for task, cell in cells.check_cells(notebook_cells).items():
-        want, had = exercise.points_of(task), cells.nbgrader_meta(cell).get("points")
-        number = isinstance(had, (int, float)) and not isinstance(had, bool)
-        if not number or had != want:
-            had = f"{had:g}" if number else "no" if had is None else repr(had)
-            result.changes.append(f"{task}{cells.CHECK} has {had} points, its checks give {want:g} "
-                                  f"({_worth(exercise, task)})")
-            cell["metadata"]["nbgrader"]["points"] = _number(want)
+    result = Stamp(exercise, path, changes=set_points(exercise, notebook_cells))
     if write and result.changes:
         _write_atomically(path, json.dumps(notebook, indent=1, ensure_ascii=False) + "\n")
     return result

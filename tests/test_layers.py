@@ -13,7 +13,8 @@ From the bottom:
   3 exercises  grader.exercises.*: the exercises, their checks and references, the shared check helpers.
   4 tools      what people run: grader.gradebook.*, grader.progress.*, grader.cli and __main__, grader.lessons.*,
                grader.notebook and notebook_view (the notebook's check()), grader.hints (its hint()), grader.digest,
-               grader.points, grader.scaffold*, grader.student_build, grader.selfcheck, grader.demo.
+               grader.points and points_preprocessor, grader.scaffold*, grader.student_build, grader.selfcheck,
+               grader.demo, grader.translate.*.
 
 Within a layer any import is allowed, but no circle (anywhere). A new top-level grader module must be
 placed in LAYERS; one under a listed package (grader.engine., grader.exercises., ...) is placed already.
@@ -36,10 +37,11 @@ LAYERS = {  # a module, or a package (all its modules): the longest match decide
     "grader.gradebook": TOOLS, "grader.progress": TOOLS, "grader.cli": TOOLS, "grader.__main__": TOOLS,
     "grader.lessons": TOOLS, "grader.notebook": TOOLS, "grader.notebook_view": TOOLS, "grader.digest": TOOLS,
     "grader.hints": TOOLS,
-    "grader.points": TOOLS, "grader.scaffold": TOOLS, "grader.scaffold_templates": TOOLS,
+    "grader.points": TOOLS, "grader.points_preprocessor": TOOLS, "grader.translate": TOOLS, "grader.scaffold": TOOLS, "grader.scaffold_templates": TOOLS,
     "grader.student_build": TOOLS, "grader.selfcheck": TOOLS, "grader.demo": TOOLS,
 }
-PACKAGES = ("grader.engine", "grader.exercises", "grader.gradebook", "grader.progress", "grader.lessons")
+PACKAGES = ("grader.engine", "grader.exercises", "grader.gradebook", "grader.progress", "grader.lessons",
+            "grader.translate")
 
 
 def layer_of(module: str) -> int | None:

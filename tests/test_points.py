@@ -123,3 +123,19 @@ def test_cli_verifies_names_the_cell_then_stamps(course, capsys):
     assert cli.main(["points", "--check", "--root", str(root), EXERCISE]) == 0
     assert cli.main(["points", "--root", str(root), "99_nothing"]) == 2
     assert "unknown exercise" in capsys.readouterr().err
+
+
+def test_nbgrader_refuses_to_generate_stale_points(course):
+    """Plain `nbgrader generate_assignment` (the formgrader's Generate button) refuses stale points,
+    naming the cell, and writes no release."""
+    import subprocess
+    import sys
+    root, path = course
+    shutil.copy(Path(ROOT) / "nbgrader_config.py", root)
+    edit(path, lambda cs: cell(cs, "pick_backend_check")["metadata"]["nbgrader"].update(points=9))
+    env = dict(os.environ, PATH=os.path.dirname(sys.executable) + os.pathsep + os.environ["PATH"])
+    done = subprocess.run([sys.executable, "-m", "nbgrader", "generate_assignment", EXERCISE, "--force"],
+                          cwd=root, env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode != 0
+    assert "pick_backend_check has 9 points" in done.stdout + done.stderr
+    assert not (root / "exercises" / EXERCISE / f"{EXERCISE}.ipynb").exists()
