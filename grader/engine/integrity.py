@@ -62,10 +62,15 @@ def _import_quietly(name: str) -> None:
             pass
 
 
-def _watch_plan() -> tuple[list[str], list[tuple[str, str]]]:
-    """The modules and (module, class) pairs watched besides the grader's own: resolved once per Guard."""
+def import_watched() -> None:
+    """Import every watched module now (the forkserver does, once: preload_watched.py)."""
     for name in _WATCHED_MODULES:
         _import_quietly(name)
+
+
+def _watch_plan() -> tuple[list[str], list[tuple[str, str]]]:
+    """The modules and (module, class) pairs watched besides the grader's own: resolved once per Guard."""
+    import_watched()
     modules = [name for name in _WATCHED_MODULES if name in sys.modules]
     classes, seen = [], set()
 

@@ -48,7 +48,8 @@ class _NoMainPopen(popen_forkserver.Popen):
                 spawn.get_preparation_data = original
 
 
-PRELOAD = ["grader.engine.preload"]  # what the forkserver imports once; preload() adds the checks
+# What the forkserver imports once; preload() adds the checks.
+PRELOAD = ["grader.engine.preload", "grader.engine.preload_watched"]
 
 
 def preload(modules) -> None:
