@@ -29,6 +29,7 @@ from typing import Callable
 from grader import result_text
 from grader.checks import Check, CheckFailed, CheckResult, CheckSkipped, Exercise, Report
 from grader.grading import Grading, RunCheckFailed
+from grader.shared_runs import SharedRuns
 from grader.submission import Submission
 
 
@@ -50,9 +51,10 @@ def run_checks(exercise: Exercise, submission: Submission, task: str | None = No
     parallel = max(1, min(len(checks), side_by_side if exercise.side_by_side else 1))
     lock = threading.Lock() if parallel > 1 else None
     hung_in = dict(hung_in or {})  # task -> the check whose run hung
+    runs = SharedRuns()  # checks asking for the same run share one launch (shared_runs.py)
 
     def one(check: Check) -> CheckResult:
-        grading = Grading(submission, world_size, timeout, parent_lock=lock, keep_output=keep_output)
+        grading = Grading(submission, world_size, timeout, parent_lock=lock, keep_output=keep_output, runs=runs)
         grading.load_report, grading.load_failure, grading.tampered = load_report, load_failure, load_tampered
         grading.rank_texts = list(load_texts)  # what loading the answers printed or raised: never in a hidden check
         with lock or contextlib.nullcontext():

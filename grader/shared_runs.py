@@ -1,0 +1,53 @@
+"""One launch for the checks of a submission that ask for the same run.
+
+Several checks of a task run the same rank function with the same arguments and judge different
+things in its result (save_checkpoint's three checks, train_one_epoch's three, ...). The check
+runner gives every check of one submission the same SharedRuns in place of run_distributed: the
+first check that asks for a run launches it, a later one with the same function, arguments,
+world size, timeout and group gets a deep copy of its result (checks may mutate what they read).
+
+Only a run in which every rank reported a value is shared. A failed run (a crash, a hang, an early
+exit, tampering) is never reused: the next check that asks launches it again, exactly as when every
+check had its own launch, so no failure, and no bad luck, counts for more checks than before.
+"""
+from __future__ import annotations
+
+import copy
+import threading
+
+import cloudpickle
+
+from grader.engine import RunResult, run_distributed
+
+
+class SharedRuns:
+    """run_distributed's signature; launches counts the runs started, reused the ones answered from an earlier."""
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._entries: dict[bytes, _Entry] = {}
+        self.launches = 0
+        self.reused = 0
+
+    def __call__(self, fn, world_size: int = 2, args: tuple = (), kwargs: dict | None = None, **options) -> RunResult:
+        try:  # the key: what the ranks would receive, and how they would run
+            key = cloudpickle.dumps((fn, tuple(args), dict(kwargs or {}), world_size, sorted(options.items())))
+        except Exception:
+            return run_distributed(fn, world_size, args, kwargs, **options)  # raises the usual TypeError
+        with self._lock:
+            entry = self._entries.setdefault(key, _Entry())
+        with entry.lock:  # checks side by side (a notebook): the second waits for the first's run
+            if entry.result is not None:
+                self.reused += 1
+                return copy.deepcopy(entry.result)
+            self.launches += 1
+            result = run_distributed(fn, world_size, args, kwargs, **options)
+            if result.ok:
+                entry.result = copy.deepcopy(result)
+            return result
+
+
+class _Entry:
+    def __init__(self):
+        self.lock = threading.Lock()
+        self.result: RunResult | None = None
