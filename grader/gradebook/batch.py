@@ -220,7 +220,7 @@ def grade_assignment(course: Course, assignment: str, jobs: int = 2, timeout: fl
             queue.append(Job(student, path, submissions[student], "public" if sandbox else "all"))
         workers = Workers([assignment, "--timeout", str(timeout), "--world-size", str(world_size),
                            "--version", version],
-                          (lambda argv, job: sandboxes.Sandbox(argv, job.path, job.phase == "public", jobs))
+                          (lambda argv, job: sandboxes.Sandbox(argv, job.path, job.phase == "public", jobs + 1))
                           if sandbox else None)
         with adopting_orphans():  # what a submission left behind (double fork, setsid) dies with the run
             run_pool(queue, workers, jobs, on_result, guard.flag, guard.tick, progress, len(submissions),

@@ -9,6 +9,10 @@ wrong token, another student or a second result is ignored and reported.
 Unsandboxed, a worker is long-lived and grades job after job, keeping its
 forkserver warm. Sandboxed (sandbox.py), each job gets a fresh worker in its own
 bubblewrap sandbox that sees that one submission only; the worker ends after it.
+While `jobs` workers grade, the next job's sandbox is started already: its cold
+start (bwrap, the torch import, the forkserver) overlaps their work and their
+waits, and it is handed its job line (before which no student code runs in it)
+when a slot frees.
 """
 from __future__ import annotations
 
@@ -84,11 +88,15 @@ def run_pool(queue: list[Job], workers: Workers, jobs: int, on_result: Callable[
                disable=not progress, file=sys.stderr)
     selector = selectors.DefaultSelector()
     running: dict[subprocess.Popen, dict | None] = {}
+    warm: list[tuple[subprocess.Popen, Job]] = []  # sandboxed: the next job's worker, started, not yet fed
     window: set[str] = set()  # students whose code may have run since the last tick
 
     def start_worker():
-        job = queue.pop(0) if workers.sandbox else None
-        proc = workers.start(job)
+        if warm:
+            proc, job = warm.pop(0)
+        else:
+            job = queue.pop(0) if workers.sandbox else None
+            proc = workers.start(job)
         selector.register(proc.stdout, selectors.EVENT_READ, proc)
         running[proc] = None
         feed(proc, job)
@@ -104,10 +112,13 @@ def run_pool(queue: list[Job], workers: Workers, jobs: int, on_result: Callable[
         window.add(job.student)
         fields = [job.student, workers.path_seen(job), job.shown_as, running[proc]["token"], job.phase,
                   json.dumps(job.hung)]
-        proc.stdin.write("\t".join(fields) + "\n")
-        proc.stdin.flush()
-        if workers.sandbox is not None:
-            proc.stdin.close()  # a sandboxed worker grades this one job only
+        try:
+            proc.stdin.write("\t".join(fields) + "\n")
+            proc.stdin.flush()
+            if workers.sandbox is not None:
+                proc.stdin.close()  # a sandboxed worker grades this one job only
+        except OSError:
+            pass  # the worker died before its job (a warm one): its end of stdout reads as lost below
 
     def stop(proc):
         selector.unregister(proc.stdout)
@@ -138,8 +149,13 @@ def run_pool(queue: list[Job], workers: Workers, jobs: int, on_result: Callable[
         if running.get(proc) is not None:
             bar.update(1)
         stop(proc)
-        while queue and len(running) < jobs:
+        while (queue or warm) and len(running) < jobs:
             start_worker()
+
+    def prestart():
+        if workers.sandbox is not None and queue and not warm and len(running) >= jobs:
+            job = queue.pop(0)
+            warm.append((workers.start(job), job))
 
     for _ in range(min(jobs, len(queue))):
         start_worker()
@@ -155,12 +171,16 @@ def run_pool(queue: list[Job], workers: Workers, jobs: int, on_result: Callable[
             for proc, job in list(running.items()):
                 if job and time.monotonic() - job["since"] > SUBMISSION_BOUND_S:
                     lost(proc)
-            while queue and len(running) < jobs:  # a result may have queued a next phase
+            while (queue or warm) and len(running) < jobs:  # a result may have queued a next phase
                 start_worker()
+            prestart()
             on_tick(set(window))
             window.clear()
             window.update(job["job"].student for job in running.values() if job)
     finally:
         for proc in list(running):
             stop(proc)
+        for proc, _ in warm:
+            kill_tree(proc.pid)
+            proc.wait(timeout=10)
         bar.close()

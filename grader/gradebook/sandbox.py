@@ -34,8 +34,9 @@ Nothing else is there: not the course directory, `solutions/`, other submissions
 /root or /home. The environment is empty (the process is started with only PATH, HOME, LANG and the thread
 settings, and the phase marker GRADER_HIDDEN_MASKED=1 in the public phase), so NBGRADER_DB_URL and the like never
 reach it. Limits: RLIMIT_NPROC counts every process and thread of the real uid, all sandboxes together (they all run
-as nobody), so it is a fork-bomb brake sized for `jobs` concurrent sandboxes; memory is bounded per process with
-RLIMIT_DATA (RLIMIT_AS breaks torch, which reserves large virtual ranges) and /tmp's size. bwrap is PID 1 of the
+as nobody), so it is a fork-bomb brake sized for the concurrent sandboxes (`jobs` grading, one starting: pool.py);
+memory is bounded per process with RLIMIT_DATA (RLIMIT_AS breaks torch, which reserves large virtual ranges) and
+/tmp's size. bwrap is PID 1 of the
 sandbox's PID namespace: when the grader kills it, the kernel kills everything inside, double forks included.
 Results come back on the worker's stdout only (pool.py); the parent alone writes `graded/` and the gradebook.
 """
