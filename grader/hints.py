@@ -90,7 +90,12 @@ def hinter(exercise_id: str):
     tasks = tasks_of(exercise_id)  # an unknown exercise id fails here, with the list of exercises
     seen: dict[str, int] = {}  # this kernel's count, in case the state file cannot be written
 
-    def hint(task: str) -> None:
+    def hint(task: str | None = None) -> None:
+        if task is None:  # hint(): which tasks there are, and how far each ladder is read
+            used = hints_used(exercise_id)
+            _show("`hint(\"<task>\")` reveals a task's next hint. Tasks (hints seen / written): " + ", ".join(
+                f"`{t}` ({max(used.get(t, 0), seen.get(t, 0))}/{len(ladders(exercise_id).get(t, []))})" for t in tasks))
+            return
         if task not in tasks:
             close = difflib.get_close_matches(str(task), tasks, n=1)
             raise UnknownTask(f"{exercise_id} has no task {task!r}" + (f" (did you mean {close[0]!r}?)" if close else "")

@@ -111,13 +111,16 @@ def test_hint_reveals_in_order_persists_and_says_when_none_is_left(state, capsys
     assert os.path.dirname(os.path.dirname(state_path())) == str(state / "state")
 
 
-def test_unknown_task_names_the_tasks_and_counts_nothing(state):
+def test_unknown_task_names_the_tasks_and_counts_nothing(state, capsys):
     exercise_id = exercise_ids()[0]
     tasks = tasks_of(exercise_id)
     with pytest.raises(UnknownTask) as raised:
         hinter(exercise_id)(tasks[0][:-1])  # a typo
     assert all(t in str(raised.value) for t in tasks) and "did you mean" in str(raised.value)
     assert not os.path.exists(state_path())
+    hinter(exercise_id)()  # no task: the list of tasks, with the hints seen of each
+    shown = capsys.readouterr().out
+    assert all(f"`{t}` (0/{len(ladders(exercise_id)[t])})" in shown for t in tasks)
     with pytest.raises(KeyError, match="the exercises are"):
         hinter("no_such_exercise")
 
