@@ -60,6 +60,8 @@ def test_every_task_has_a_ladder_of_two_or_three(exercise_id):
         assert 2 <= len(ladder) <= 3, f"{exercise_id}/{task}: {len(ladder)} hints, want 2 or 3"
         assert all(isinstance(h, str) and len(h.strip()) >= 40 for h in ladder), f"{exercise_id}/{task}: an empty hint"
         assert len(set(ladder)) == len(ladder), f"{exercise_id}/{task}: the same hint twice"
+        glued = [h for h in ladder if re.search(r"[a-z)]\.[A-Z]", re.sub(r"`[^`]*`", "", h))]
+        assert not glued, f"{exercise_id}/{task}: two hints glued into one (a missing comma in the list?): {glued}"
 
 
 @pytest.mark.parametrize("exercise_id", exercise_ids())

@@ -30,7 +30,8 @@ HINTS = {
         "the optimizer on every rank when the file exists, take `epochs_run` and `batches_run` from it, then wrap "
         "in DDP. Loop over the epochs from `epochs_run` up to `args.epochs`, give the sampler the true epoch number "
         "first, and in the resumed epoch skip its first `batches_run` batches (`itertools.islice(loader, "
-        "batches_run, None)`). Only `dist.get_rank() == 0` writes: `torch.save` to a temporary file next to the "
+        "batches_run, None)`).",
+        "Only `dist.get_rank() == 0` writes: `torch.save` to a temporary file next to the "
         "snapshot, then `os.replace` it over the snapshot, after every `--snapshot-every` steps and at each epoch's "
         "end, where it then appends the epoch line to the log. At the end rank 0 saves the "
         "plain model's state_dict to `--out`; every rank then calls `dist.barrier` and "
