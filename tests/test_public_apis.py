@@ -29,9 +29,15 @@ ALLOWED = {  # (file under grader/, the private names it uses) -> why it needs t
         "multiprocessing has no public way to adopt a forkserver forked from this process (one torch import "
         "per grading worker, not two); start_here() falls back to a fresh forkserver when a Python lacks these "
         "names (getattr/hasattr), so a change there costs speed, never a grade; os._exit is documented",
-    ("exercises/collectives.py", ("_python_dispatch", "_schema")):
-        "TorchDispatchMode has no public home, and an op overload's schema is the only record of which "
-        "collective the dispatcher ran with what arguments: the c10d ops see every spelling of a collective",
+    ("exercises/dispatch_mode.py", ("_python_dispatch",)):
+        "TorchDispatchMode has no public home; the checks take it from this one module (collectives, live bytes, "
+        "FSDP2's traffic): a dispatch mode is the only place that sees every spelling of an operator",
+    ("exercises/collectives.py", ("_schema",)):
+        "an op overload's schema is the only record of which collective the dispatcher ran with what "
+        "arguments: the c10d ops see every spelling of a collective",
+    ("exercises/syncbn_sharded/live_bytes.py", ("_new_with_weak_ptr",)):
+        "the size of a storage held only weakly (StorageWeakRef.cdata), read without keeping it alive: a "
+        "storage FSDP resized to nothing must count 0, and a strong reference would change what is measured",
     ("exercises/collectives.py", ("_get_sequence_number_for_group", "_world")):
         "each process group's own count of collectives issued (c10d's registry of groups), to tell a "
         "recorder that missed calls",

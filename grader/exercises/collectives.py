@@ -22,7 +22,7 @@ import contextlib
 from dataclasses import dataclass
 
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
+from grader.exercises.dispatch_mode import TorchDispatchMode
 
 from grader.checks import CheckFailed
 
