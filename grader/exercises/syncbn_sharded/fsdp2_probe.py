@@ -11,16 +11,14 @@ from __future__ import annotations
 import contextlib
 
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode, is_traceable_wrapper_subclass
-from torch.utils._pytree import tree_leaves
+
+from grader.exercises.dispatch_mode import TorchDispatchMode, is_traceable_wrapper_subclass, tensors_in
 
 
 def _plain(value) -> list[torch.Tensor]:
     """The real-memory tensors in value, subclasses (DTensor) opened to their inner tensors."""
     out = []
-    for t in tree_leaves(value):
-        if not isinstance(t, torch.Tensor):
-            continue
+    for t in tensors_in(value):
         if is_traceable_wrapper_subclass(t):
             names, _ = t.__tensor_flatten__()
             out += _plain([getattr(t, n) for n in names])
