@@ -9,7 +9,8 @@ From the bottom:
   1 seam       grader.checks (checks and results, declared), grader.grading (`g.run`, the one seam between a
                check and the student's code), grader.submission (reading answers), grader.tolerances,
                grader.cells (nbgrader's cell metadata), grader.result_text (what a result may say).
-  2 runner     grader.runner: run_checks, the one check runner.
+  2 runner     grader.runner: run_checks, the one check runner; grader.shared_runs (one launch for the checks
+               of a submission that ask for the same run).
   3 exercises  grader.exercises.*: the exercises, their checks and references, the shared check helpers.
   4 tools      what people run: grader.gradebook.*, grader.progress.*, grader.cli and __main__, grader.lessons.*,
                grader.notebook and notebook_view (the notebook's check()), grader.hints (its hint()), grader.digest,
@@ -32,7 +33,7 @@ LAYERS = {  # a module, or a package (all its modules): the longest match decide
     "grader.engine": ENGINE,
     "grader.checks": SEAM, "grader.grading": SEAM, "grader.submission": SEAM, "grader.tolerances": SEAM,
     "grader.cells": SEAM, "grader.result_text": SEAM,
-    "grader.runner": RUNNER,
+    "grader.runner": RUNNER, "grader.shared_runs": RUNNER,
     "grader.exercises": EXERCISES,
     "grader.gradebook": TOOLS, "grader.progress": TOOLS, "grader.cli": TOOLS, "grader.__main__": TOOLS,
     "grader.lessons": TOOLS, "grader.notebook": TOOLS, "grader.notebook_view": TOOLS, "grader.digest": TOOLS,
