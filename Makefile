@@ -41,7 +41,7 @@ demo: install
 # One pytest worker per core (TEST_WORKERS=0: one process); tests/conftest.py keeps each file on one worker.
 TEST_WORKERS ?= 2
 test: install $(VENV)/.installed-test
-	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadgroup tests lessons --nbval-lax
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile tests lessons --nbval-lax
 
 # Student and instructor on one laptop: each exercise is (re)released to the local exchange
 # (.nbgrader/exchange, or $NBGRADER_EXCHANGE) when it changed, so that Nbgrader > Assignment List

@@ -1,10 +1,16 @@
-"""How `make test` spreads the suite over the machine's cores (pytest-xdist, `--dist loadgroup`).
+"""How `make test` spreads the suite over the machine's cores (pytest-xdist, `-n 2 --dist loadfile`).
 
 Each test file (and each lesson notebook, whose cells share one kernel) runs whole on one worker, so a
 module's fixture grades once. The files that start system-wide things (Unix accounts, the hub, PostgreSQL
-and Slurm daemons, the browser, sandboxes whose leftovers are looked for by name) run one after the other
-in one group, first, because that group is the longest. Without `-n` only that order changes.
+and Slurm daemons, the browser, sandboxes whose leftovers are looked for by name) form one unit that runs
+on one worker, one file after the other, first, because that unit is the longest.
+
+The unit is a scope of xdist's own file scheduler, chosen through xdist's scheduler hook. (xdist's
+`xdist_group` marks do not group under pytest 9.2: they rewrite a node id attribute pytest no longer reads.)
+Without `-n` only the order changes.
 """
+import os
+
 import pytest
 
 # Files that share daemons, accounts or the process table with each other: never two of them at once.
@@ -12,15 +18,25 @@ SERIAL_SYSTEM = {
     "test_hub.py", "test_exchange.py", "test_browser.py", "test_postgres.py", "test_hostile_class.py",
     "test_sandbox.py", "test_adopted_orphans.py", "test_worker_dies_with_run.py", "test_notebook_warm_start.py",
 }
-SERIAL_GROUP = "serial-system"
+SERIAL_UNIT = "serial-system"
 
 
-def _group(item: pytest.Item) -> str:
-    return SERIAL_GROUP if item.path.name in SERIAL_SYSTEM else str(item.path)
+def unit_of(nodeid: str) -> str:
+    """The scheduling unit of a test: its file, or the one serial unit."""
+    path = nodeid.split("::", 1)[0]
+    return SERIAL_UNIT if os.path.basename(path) in SERIAL_SYSTEM else path
 
 
-@pytest.hookimpl(tryfirst=True)  # before xdist's own hook, which reads the group marks into the node ids
+def pytest_xdist_make_scheduler(config, log):
+    from xdist.scheduler import LoadFileScheduling
+
+    class FilesAndOneSerialUnit(LoadFileScheduling):
+        def _split_scope(self, nodeid: str) -> str:  # xdist's documented way to choose the scope
+            return unit_of(nodeid)
+
+    return FilesAndOneSerialUnit(config, log)
+
+
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config, items):
-    for item in items:
-        item.add_marker(pytest.mark.xdist_group(_group(item)))
-    items.sort(key=lambda item: _group(item) != SERIAL_GROUP)  # stable: the longest group starts first
+    items.sort(key=lambda item: unit_of(item.nodeid) != SERIAL_UNIT)  # stable: the longest unit starts first
