@@ -19,7 +19,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 LESSONS = sorted(glob.glob(os.path.join(ROOT, "lessons", "*.ipynb")))
 SOURCES = english_notebooks()  # the lessons and the exercises' student releases
 NOTEBOOKS = SOURCES + sorted(glob.glob(os.path.join(ROOT, "solutions", "*", "*.ipynb")))
-CODE_SPAN = re.compile(r"`[^`\n]+`")
+CODE_SPAN = re.compile(r"`[^`]+`")  # (a code span may wrap onto the next line)
 LINK_TARGET = re.compile(r"\]\(([^)\s]+)")
 PLACEHOLDER = re.compile(r"\{[A-Za-z_][A-Za-z0-9_]*\}")
 
@@ -99,7 +99,7 @@ LESSON = """{"cells": [
 
 
 def test_a_changed_english_paragraph_turns_fuzzy_and_is_shown_in_english_with_the_note(tmp_path):
-    lessons, locale = tmp_path / "lessons", tmp_path / "locale"
+    lessons, locale = tmp_path / "lessons", tmp_path / "locale"  # a course root of its own: tmp_path
     lessons.mkdir()
     lesson = lessons / "09_demo.ipynb"
     lesson.write_text(LESSON)
@@ -111,7 +111,8 @@ def test_a_changed_english_paragraph_turns_fuzzy_and_is_shown_in_english_with_th
     po = po_path("es", str(lesson), str(locale))
     with open(po, "wb") as f:
         f.write(render(catalog))
-    build("es", str(lessons), str(locale))
+    written = build("es", str(tmp_path))
+    assert written and all(p.startswith(str(tmp_path)) for p in written), "a build touches only its own course root"
     built = json.loads((lessons / "es" / "09_demo.ipynb").read_text())
     assert [c["id"] for c in built["cells"]] == ["a", "b", "c"], "fully translated: no note"
     assert "".join(built["cells"][0]["source"]) == "# Título\n\nEl rank 0 guarda el `model`.\n"
@@ -123,7 +124,7 @@ def test_a_changed_english_paragraph_turns_fuzzy_and_is_shown_in_english_with_th
     with open(po, encoding="utf-8") as f:
         assert '#| msgid "Rank 0 saves the `model`."' in f.read(), "the translator sees the English it translated"
     assert status(read(po, "es")).fuzzy == 1
-    build("es", str(lessons), str(locale))
+    build("es", str(tmp_path))
     built = json.loads((lessons / "es" / "09_demo.ipynb").read_text())
     assert built["cells"][0]["id"] == NOTE_CELL_ID, "an English entry in a translated notebook: the note comes first"
     assert "".join(built["cells"][1]["source"]) == "# Título\n\nRank 0 alone saves the `model`.\n"

@@ -17,9 +17,6 @@ import os
 from grader.translate.catalogs import ROOT, LOCALE, lookup, notebook_name, po_path, read, status
 from grader.translate.segments import translate
 
-LESSONS = os.path.join(ROOT, "lessons")
-EXERCISES = os.path.join(ROOT, "exercises")
-TRANSLATED = os.path.join(ROOT, "translated")
 
 # Shown first when some entry is still English (missing, or fuzzy after the English changed).
 NOTE = {
@@ -58,27 +55,28 @@ def translated_notebook(english_path: str, lang: str, locale_dir: str = LOCALE) 
     return notebook, english
 
 
-def english_notebooks(lessons_dir: str = LESSONS, exercises_dir: str = EXERCISES) -> list[str]:
-    """Every notebook that has catalogs: the lessons, then each exercise's student release."""
-    return sorted(glob.glob(os.path.join(lessons_dir, "*.ipynb"))) + \
-        sorted(glob.glob(os.path.join(exercises_dir, "*", "*.ipynb")))
+def english_notebooks(root: str = ROOT) -> list[str]:
+    """Every notebook under the course root `root` that has catalogs: the lessons, then each exercise's
+    student release."""
+    return sorted(glob.glob(os.path.join(root, "lessons", "*.ipynb"))) + \
+        sorted(glob.glob(os.path.join(root, "exercises", "*", "*.ipynb")))
 
 
-def target(english: str, lang: str, lessons_dir: str = LESSONS, translated_dir: str = TRANSLATED) -> str:
-    """Where the notebook in `lang` is built."""
-    if os.path.dirname(os.path.abspath(english)) == os.path.abspath(lessons_dir):
-        return os.path.join(lessons_dir, lang, os.path.basename(english))
+def target(english: str, lang: str, root: str = ROOT) -> str:
+    """Where the notebook in `lang` is built: lessons/<lang>/, or translated/<lang>/<id>/ for a release."""
+    if os.path.dirname(os.path.abspath(english)) == os.path.abspath(os.path.join(root, "lessons")):
+        return os.path.join(root, "lessons", lang, os.path.basename(english))
     exercise = os.path.basename(os.path.dirname(english))
-    return os.path.join(translated_dir, lang, exercise, os.path.basename(english))
+    return os.path.join(root, "translated", lang, exercise, os.path.basename(english))
 
 
-def build(lang: str, lessons_dir: str = LESSONS, locale_dir: str = LOCALE, exercises_dir: str = EXERCISES,
-          translated_dir: str = TRANSLATED) -> list[str]:
-    """Write the notebook in `lang` of every English notebook with a translated entry; remove the others.
-    Returns the paths written or removed."""
-    changed = []
-    for english in english_notebooks(lessons_dir, exercises_dir):
-        out = target(english, lang, lessons_dir, translated_dir)
+def build(lang: str, root: str = ROOT) -> list[str]:
+    """Under the course root `root` (its lessons/, exercises/ and locale/), write the notebook in `lang` of
+    every English notebook with a translated entry, and remove the others. Returns the paths written or
+    removed."""
+    changed, locale_dir = [], os.path.join(root, "locale")
+    for english in english_notebooks(root):
+        out = target(english, lang, root)
         if status(read(po_path(lang, english, locale_dir), lang)).translated == 0:
             if os.path.exists(out):
                 os.remove(out)
