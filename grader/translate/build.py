@@ -38,11 +38,12 @@ def _lines(text: str) -> list[str]:
     return text.splitlines(keepends=True)
 
 
-def translated_notebook(english_path: str, lang: str, locale_dir: str = LOCALE) -> tuple[dict, int]:
-    """The notebook in `lang`, and how many of its entries are shown in English."""
+def translated_notebook(english_path: str, lang: str, locale_dir: str = LOCALE, catalog=None) -> tuple[dict, int]:
+    """The notebook in `lang` (from `catalog`, else its catalog under `locale_dir`), and how many of its
+    entries are shown in English."""
     with open(english_path, encoding="utf-8") as f:
         notebook = json.load(f)
-    find = lookup(read(po_path(lang, english_path, locale_dir), lang))
+    find = lookup(catalog if catalog is not None else read(po_path(lang, english_path, locale_dir), lang))
     english = 0
     for cell in notebook["cells"]:
         if cell["cell_type"] == "markdown":
@@ -77,12 +78,13 @@ def build(lang: str, root: str = ROOT) -> list[str]:
     changed, locale_dir = [], os.path.join(root, "locale")
     for english in english_notebooks(root):
         out = target(english, lang, root)
-        if status(read(po_path(lang, english, locale_dir), lang)).translated == 0:
+        catalog = read(po_path(lang, english, locale_dir), lang)
+        if status(catalog).translated == 0:
             if os.path.exists(out):
                 os.remove(out)
                 changed.append(out)
             continue
-        text = dumps(translated_notebook(english, lang, locale_dir)[0])
+        text = dumps(translated_notebook(english, lang, catalog=catalog)[0])
         if not os.path.exists(out) or open(out, encoding="utf-8").read() != text:
             os.makedirs(os.path.dirname(out), exist_ok=True)
             with open(out, "w", encoding="utf-8") as f:

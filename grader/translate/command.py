@@ -6,8 +6,6 @@ With --status: per language and notebook, the share of entries translated, fuzzy
 """
 from __future__ import annotations
 
-import sys
-
 from grader.translate import LANGUAGES
 from grader.translate.build import build, english_notebooks
 from grader.translate.catalogs import catalog_name, po_path, read, status, update
@@ -39,11 +37,9 @@ def _run(args) -> int:
 
 def register(sub) -> None:
     parser = sub.add_parser("translate", help="update the translation catalogs (locale/) from the English "
-                                              "lessons and exercises, build lessons/<lang>/ and translated/<lang>/; --status: how much is done")
+                                              "lessons and exercises, build lessons/<lang>/ and "
+                                              "translated/<lang>/; --status: how much is done")
     parser.add_argument("--status", action="store_true", help="print the share translated, fuzzy and missing")
     parser.add_argument("--lang", action="append", choices=LANGUAGES, help="only this language (repeatable)")
     parser.set_defaults(func=_run)
 
-
-if __name__ == "__main__":
-    sys.exit(_run(type("Args", (), {"status": "--status" in sys.argv, "lang": None})()))
