@@ -26,6 +26,7 @@ from grader.engine.processes import adopting_orphans
 from grader.exercises import get_exercise
 from grader.gradebook.course import Course
 from grader.gradebook import sandbox as sandboxes
+from grader.gradebook.nurseries import Nurseries, use_nursery
 from grader.gradebook.pool import Job, Workers, private_channel, run_pool
 from grader.gradebook.preflight import check_ready
 from grader.gradebook.results import ResultStore
@@ -218,13 +219,18 @@ def grade_assignment(course: Course, assignment: str, jobs: int = 2, timeout: fl
             if path is not None:
                 os.chmod(path, 0o644)  # the sandbox's worker (nobody) reads it; its folder stays private
             queue.append(Job(student, path, submissions[student], "public" if sandbox else "all"))
-        workers = Workers([assignment, "--timeout", str(timeout), "--world-size", str(world_size),
-                           "--version", version],
+        worker_args = [assignment, "--timeout", str(timeout), "--world-size", str(world_size), "--version", version]
+        nurseries = Nurseries(worker_args, jobs + 2) if sandbox and use_nursery() else None
+        workers = Workers(worker_args,
                           (lambda argv, job: sandboxes.Sandbox(argv, job.path, job.phase == "public", jobs + 1))
-                          if sandbox else None)
-        with adopting_orphans():  # what a submission left behind (double fork, setsid) dies with the run
-            run_pool(queue, workers, jobs, on_result, guard.flag, guard.tick, progress, len(submissions),
-                     f"grading {assignment}" + ("" if sandbox else " (UNSANDBOXED)"))
+                          if sandbox else None, nurseries)
+        try:
+            with adopting_orphans():  # what a submission left behind (double fork, setsid) dies with the run
+                run_pool(queue, workers, jobs, on_result, guard.flag, guard.tick, progress, len(submissions),
+                         f"grading {assignment}" + ("" if sandbox else " (UNSANDBOXED)"))
+        finally:
+            if nurseries is not None:
+                nurseries.close()
         guard.tick(set())  # put back anything changed after the last tick (no one left to name)
     finally:
         snapshot.close()

@@ -57,11 +57,15 @@ class Workers:
     """How workers start: one long-lived `python -m grader.gradebook.grade_worker ARGS` process each (sandbox None),
     or one sandboxed worker per job; then a job line names the submission as the sandbox shows it."""
 
-    def __init__(self, worker_args: list[str], sandbox: Callable[[list[str], Job], "object"] | None = None):
+    def __init__(self, worker_args: list[str], sandbox: Callable[[list[str], Job], "object"] | None = None,
+                 nurseries=None):
         self.argv = [sys.executable, "-m", "grader.gradebook.grade_worker", *worker_args]
         self.sandbox = sandbox
+        self.nurseries = nurseries  # sandboxed: each job forked from its phase's nursery (nurseries.py)
 
     def start(self, job: Job | None) -> subprocess.Popen:
+        if self.nurseries is not None:
+            return self.nurseries.start(job.path, job.phase == "public")
         argv, env, stderr = self.argv, None, None
         if self.sandbox is not None:
             box = self.sandbox(self.argv, job)
@@ -123,7 +127,8 @@ def run_pool(queue: list[Job], workers: Workers, jobs: int, on_result: Callable[
     def stop(proc):
         selector.unregister(proc.stdout)
         del running[proc]
-        kill_tree(proc.pid)  # the worker, its forkserver and any rank still running (a sandbox: everything in it)
+        if proc.pid is not None:  # None: a nursery job that never started
+            kill_tree(proc.pid)  # the worker, its forkserver and any rank still running (a sandbox: everything in it)
         proc.wait(timeout=10)
 
     def message(proc, line: str) -> None:
@@ -181,6 +186,7 @@ def run_pool(queue: list[Job], workers: Workers, jobs: int, on_result: Callable[
         for proc in list(running):
             stop(proc)
         for proc, _ in warm:
-            kill_tree(proc.pid)
+            if proc.pid is not None:
+                kill_tree(proc.pid)
             proc.wait(timeout=10)
         bar.close()

@@ -64,6 +64,7 @@ DATA_BYTES = 6 << 30  # per process
 TMP_BYTES = 1 << 30  # /tmp and HOME, each (tmpfs: memory)
 _ETC = ["ld.so.cache", "passwd", "group", "nsswitch.conf", "localtime", "os-release"]
 HOSTNAME = "grading"
+NURSERY_DIR = "/run/nursery"  # a nursery's copy of the host's /proc (nursery.py, job.py); every job covers it
 GRADER_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
@@ -147,7 +148,8 @@ _AS_ROOT = ["--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts", 
 class Sandbox:
     """argv and environment of one sandboxed worker."""
 
-    def __init__(self, worker_argv: list[str], submission: str | None, masked: bool, jobs: int):
+    def __init__(self, worker_argv: list[str], submission: str | None, masked: bool, jobs: int,
+                 nursery: bool = False):
         root = os.geteuid() == 0
         args = [BWRAP, *(_AS_ROOT if root else ["--unshare-all", "--cap-drop", "ALL"]), "--hostname", HOSTNAME,
                 "--die-with-parent", "--new-session", "--ro-bind", "/usr", "/usr"]
@@ -171,6 +173,9 @@ class Sandbox:
         if submission is not None:
             args += ["--perms", "0755", "--dir", os.path.dirname(SUBMISSION), "--ro-bind", submission, SUBMISSION]
         args += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/dev/shm"]
+        if nursery:  # each job mounts its own /proc and tmpfs here (job.py says why the host's /proc is needed)
+            args += ["--perms", "0755", "--dir", os.path.dirname(SUBMISSION), "--perms", "0755", "--dir",
+                     NURSERY_DIR, "--ro-bind", "/proc", os.path.join(NURSERY_DIR, "proc")]
         for device in sorted(glob.glob("/dev/nvidia*")):  # GPUs, when the machine has them
             args += ["--dev-bind", device, device]
         args += ["--chdir", "/tmp"]

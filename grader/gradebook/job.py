@@ -1,0 +1,126 @@
+"""One job forked from a nursery (nursery.py): isolate, then grade one submission as grade_worker.py would.
+
+Three processes, each dying with its parent (PR_SET_PDEATHSIG):
+- the job's first process, in the nursery's namespaces: tells the parent its pid (SCM_CREDENTIALS: the
+  kernel translates it into the parent's PID namespace, so the parent can kill the job), reads the
+  submission from the parent's descriptor, unshares a user (its own uid mapped, non-root), mount, PID,
+  network, IPC and UTS namespace, and waits for
+- PID 1 of the new PID namespace, the job's reaper: it mounts the namespace's own /proc, fresh tmpfs on
+  /tmp, HOME and /dev/shm, the submission on a read-only tmpfs at sandbox.SUBMISSION, brings `lo` up,
+  drops every capability (no_new_privs is set already), forks the worker and reaps every orphan until the
+  worker ends; then it exits, and the kernel kills whatever the job left in its PID namespace;
+- the worker: fd 0 is the job-line pipe, fd 1 the result socket; it forks the ranks' forkserver and
+  grades its one job (batch.worker_main), as grade_worker.py does after its cold start.
+
+/proc: a process in a new user namespace may mount proc only if a proc mount it can see is fully visible
+(the kernel's mnt_already_visible). bubblewrap, run as root, covers /proc/sys, /proc/irq, /proc/bus and
+/proc/sysrq-trigger of the sandbox's /proc with read-only binds, which the job's mount namespace inherits
+locked: the mount is refused (EPERM). The nursery's sandbox therefore also binds the host's /proc read-only
+under NURSERY_DIR, which each job covers with an empty tmpfs right after it has mounted its own /proc.
+"""
+from __future__ import annotations
+
+import os
+import socket
+import struct
+import traceback
+
+from grader.gradebook import namespaces as ns
+from grader.gradebook import sandbox
+
+NAMESPACES = (ns.CLONE_NEWUSER | ns.CLONE_NEWNS | ns.CLONE_NEWPID | ns.CLONE_NEWNET | ns.CLONE_NEWIPC
+              | ns.CLONE_NEWUTS)
+INSIDE_ID = 65534  # the job's uid and gid in its own user namespace: not root there either
+_TMPFS = ns.MS_NOSUID | ns.MS_NODEV
+
+
+def run(args, header: dict, fds: list[int]) -> int:
+    result, job_line, *submission_fd = fds
+    ns.die_with_parent()
+    hello = struct.pack("3i", os.getpid(), os.getuid(), os.getgid())
+    with socket.socket(fileno=os.dup(result)) as channel:
+        channel.sendmsg([b"H"], [(socket.SOL_SOCKET, socket.SCM_CREDENTIALS, hello)])
+    data = None
+    if submission_fd:
+        with os.fdopen(submission_fd[0], "rb") as f:
+            data = f.read()
+    _keep_only(result, job_line)
+    last_cap = int(open("/proc/sys/kernel/cap_last_cap").read())
+    uid, gid = os.getuid(), os.getgid()
+    ns.unshare(NAMESPACES)
+    ns.map_ids(INSIDE_ID, uid, INSIDE_ID, gid)
+    ns.mount("none", "/", None, ns.MS_REC | ns.MS_PRIVATE)
+    reaper = os.fork()
+    if reaper == 0:
+        code = 1
+        try:
+            code = _reaper(args, data, result, job_line, last_cap)
+        except BaseException:
+            traceback.print_exc()
+        finally:
+            os._exit(code)
+    os.close(result)
+    os.close(job_line)
+    _, status = os.waitpid(reaper, 0)
+    return os.waitstatus_to_exitcode(status) & 0xFF
+
+
+def _reaper(args, data: bytes | None, result: int, job_line: int, last_cap: int) -> int:
+    ns.die_with_parent()
+    ns.mount("proc", "/proc", "proc", ns.MS_RDONLY | ns.MS_NOSUID | ns.MS_NODEV | ns.MS_NOEXEC)
+    ns.mount("tmpfs", sandbox.NURSERY_DIR, "tmpfs", ns.MS_RDONLY | _TMPFS | ns.MS_NOEXEC, "size=4k,mode=0")
+    for folder in ("/tmp", sandbox.HOME, "/dev/shm"):
+        ns.mount("tmpfs", folder, "tmpfs", _TMPFS, f"mode=1777,size={sandbox.TMP_BYTES}")
+    folder = os.path.dirname(sandbox.SUBMISSION)
+    ns.mount("tmpfs", folder, "tmpfs", _TMPFS | ns.MS_NOEXEC, f"mode=0755,size={sandbox.TMP_BYTES}")
+    if data is not None:
+        with open(sandbox.SUBMISSION, "wb") as f:
+            f.write(data)
+        os.chmod(sandbox.SUBMISSION, 0o444)
+    ns.mount("none", folder, None, ns.MS_REMOUNT | ns.MS_RDONLY | _TMPFS | ns.MS_NOEXEC)
+    ns.loopback_up()
+    os.chdir("/tmp")
+    ns.drop_capabilities(last_cap)
+    worker = os.fork()
+    if worker == 0:
+        code = 1
+        try:
+            code = _worker(args, result, job_line)
+        except BaseException:
+            traceback.print_exc()
+        finally:
+            os._exit(code)
+    os.close(result)
+    os.close(job_line)
+    while True:  # PID 1: every orphan of the job comes here
+        try:
+            pid, status = os.wait()
+        except ChildProcessError:
+            return 1
+        if pid == worker:
+            return os.waitstatus_to_exitcode(status) & 0xFF
+
+
+def _worker(args, result: int, job_line: int) -> int:
+    import sys
+
+    ns.die_with_parent()
+    os.dup2(job_line, 0)
+    os.dup2(result, 1)
+    os.close(job_line)
+    os.close(result)
+    sys.stdin = open(0, "r", encoding="utf-8", closefd=False)
+    sys.stdout = open(1, "w", buffering=1, encoding="utf-8", closefd=False)
+    from grader.engine import forked_forkserver
+    from grader.gradebook.batch import worker_main
+
+    forked_forkserver.start_here()
+    return worker_main(args.assignment, args.timeout, args.world_size, args.version)
+
+
+def _keep_only(*fds: int) -> None:
+    """Close every descriptor but stderr and `fds` (the nursery's control socket on fd 0 among them)."""
+    keep = sorted({2, *fds})
+    os.closerange(0, keep[0])
+    for low, high in zip(keep, keep[1:] + [os.sysconf("SC_OPEN_MAX")]):
+        os.closerange(low + 1, high)
