@@ -27,6 +27,7 @@ def unit_of(nodeid: str) -> str:
     return SERIAL_UNIT if os.path.basename(path) in SERIAL_SYSTEM else path
 
 
+@pytest.hookimpl(optionalhook=True)  # `-p no:xdist` runs without xdist, whose hook spec is then unknown
 def pytest_xdist_make_scheduler(config, log):
     from xdist.scheduler import LoadFileScheduling
 
