@@ -16,6 +16,7 @@ from grader import tolerances
 from grader.checks import CheckFailed
 from grader.engine import RunResult, run_distributed, stacks
 from grader.engine.plan import HardwarePlan, current_plan
+from grader.i18n import N_, _
 from grader.submission import LoadReport, Submission
 
 
@@ -134,10 +135,11 @@ class Grading:
         if result.ok and isinstance(value, dict) and set(value) == {"defined", "problems"}:
             self.load_report = LoadReport(**value)
         elif result.ok:
-            self.load_failure = "loading your answers sent back something that is not the grader's report"
+            self.load_failure = _("loading your answers sent back something that is not the grader's report")
         else:
             self.tampered = result.tampered
-            self.load_failure = "loading your answers failed: " + result.failure().replace("rank 0 ", "it ", 1)
+            self.load_failure = _("loading your answers failed: {failure}",
+                                  failure=result.failure().replace("rank 0 ", "it ", 1))
 
     def run_raw(self, fn: Callable, *args, world_size: int | None = None, timeout: float | None = None,
                 init_group: bool = True) -> RunResult:
@@ -211,7 +213,7 @@ def failure_kind(result: RunResult) -> str:
 def describe_failure(result: RunResult, hint: str = "") -> str:
     errors = [r.error for r in result.ranks if r.status == "error" and r.error]
     if result.hidden:  # a hidden test: the kind of failure, never what a rank raised, printed or claimed
-        text = HIDDEN_FAILURE[failure_kind(result)]
+        text = _(HIDDEN_FAILURE[failure_kind(result)])
         if result.hung:
             text += "\n" + result.failure(kind_only=True)
         return f"{hint}\n{text}" if hint else text
@@ -222,7 +224,7 @@ def describe_failure(result: RunResult, hint: str = "") -> str:
         return errors[0]["message"]
     if errors and errors[0]["type"] == "NotImplementedError":
         where = errors[0]["student_frames"][-1] if errors[0]["student_frames"] else ""
-        return "not implemented yet: your code raises NotImplementedError" + (f" ({where})" if where else "")
+        return _(HIDDEN_FAILURE["not_implemented"]) + (f" ({where})" if where else "")
     text = result.failure()
     if result.hung:
         text = hang_heading(result) + "\n" + text
@@ -233,23 +235,23 @@ def hang_heading(result: RunResult) -> str:
     """Why the run hung: a rank busy in the student's own code, or ranks waiting for each other."""
     busy = [r for r in result.ranks if r.busy_in_student_code()]
     if busy and len(busy) == len(result.ranks):
-        return ("the run did not finish in time: every rank is busy in your code (a loop or a wait that never "
-                "ends?), not in a collective")
+        return _("the run did not finish in time: every rank is busy in your code (a loop or a wait that never "
+                 "ends?), not in a collective")
     if busy:
-        where = "; ".join(f"rank {r.rank} is busy in your code at "
-                          + stacks.student_frame_line(stacks.busy_frame(r.stack)) for r in busy)
-        return f"the run did not finish in time: {where}; the others wait for it"
-    return ("the run did not finish in time (a deadlock: ranks waiting in different collectives, or a "
-            "collective only some ranks call?)")
+        where = "; ".join(_("rank {rank} is busy in your code at {line}", rank=r.rank,
+                            line=stacks.student_frame_line(stacks.busy_frame(r.stack))) for r in busy)
+        return _("the run did not finish in time: {where}; the others wait for it", where=where)
+    return _("the run did not finish in time (a deadlock: ranks waiting in different collectives, or a "
+             "collective only some ranks call?)")
 
 
-HIDDEN_FAILURE = {  # a hidden test's failed run, in words the parent chooses
-    "tampered": "your code changed the grader or torch in a hidden test, so it scores 0",
-    "missing": "your answers do not define what this hidden test calls",
-    "not_implemented": "not implemented yet: your code raises NotImplementedError",
-    "crashed": "your code raised an exception in a hidden test (hidden tests do not show its text; "
-               "the public checks of this task run the same code and show theirs)",
-    "rank_verdict": "your code failed a hidden test (what its ranks report is not shown)",
-    "hung": "your code hung in a hidden test",
-    "exited": "a process of your code exited before returning a result in a hidden test",
+HIDDEN_FAILURE = {  # a hidden test's failed run, in words the parent chooses (English; _() when shown)
+    "tampered": N_("your code changed the grader or torch in a hidden test, so it scores 0"),
+    "missing": N_("your answers do not define what this hidden test calls"),
+    "not_implemented": N_("not implemented yet: your code raises NotImplementedError"),
+    "crashed": N_("your code raised an exception in a hidden test (hidden tests do not show its text; "
+                  "the public checks of this task run the same code and show theirs)"),
+    "rank_verdict": N_("your code failed a hidden test (what its ranks report is not shown)"),
+    "hung": N_("your code hung in a hidden test"),
+    "exited": N_("a process of your code exited before returning a result in a hidden test"),
 }

@@ -23,6 +23,7 @@ import json
 import os
 
 from grader.exercises import find
+from grader.i18n import _
 
 
 def state_path() -> str:
@@ -36,14 +37,15 @@ def tasks_of(exercise_id: str) -> list[str]:
 
 
 def ladders(exercise_id: str) -> dict[str, list[str]]:
-    """task -> its hints, first nudge to key API; {} for an exercise without a hints.py."""
+    """task -> its hints, first nudge to key API, in the student's language where the grader's catalog has them
+    (exercise 2's; grader/i18n.py); {} for an exercise without a hints.py."""
     try:
         module = importlib.import_module(f"{find(exercise_id).package}.hints")
     except ModuleNotFoundError as exc:
         if exc.name != f"{find(exercise_id).package}.hints":
             raise
         return {}
-    return {task: list(hints) for task, hints in module.HINTS.items()}
+    return {task: [_(hint) for hint in hints] for task, hints in module.HINTS.items()}
 
 
 def _load() -> dict:
@@ -93,28 +95,33 @@ def hinter(exercise_id: str):
     def hint(task: str | None = None) -> None:
         if task is None:  # hint(): which tasks there are, and how far each ladder is read
             used = hints_used(exercise_id)
-            _show("`hint(\"<task>\")` reveals a task's next hint. Tasks (hints seen / written): " + ", ".join(
-                f"`{t}` ({max(used.get(t, 0), seen.get(t, 0))}/{len(ladders(exercise_id).get(t, []))})" for t in tasks))
+            counts = ", ".join(f"`{t}` ({max(used.get(t, 0), seen.get(t, 0))}/{len(ladders(exercise_id).get(t, []))})"
+                               for t in tasks)
+            _show(_("`hint(\"<task>\")` reveals a task's next hint. Tasks (hints seen / written): {tasks}",
+                    tasks=counts))
             return
         if task not in tasks:
             close = difflib.get_close_matches(str(task), tasks, n=1)
-            raise UnknownTask(f"{exercise_id} has no task {task!r}" + (f" (did you mean {close[0]!r}?)" if close else "")
-                              + f"; its tasks are: {', '.join(tasks)}") from None
+            raise UnknownTask(_("{exercise} has no task {task!r}", exercise=exercise_id, task=task)
+                              + (" " + _("(did you mean {close!r}?)", close=close[0]) if close else "")
+                              + _("; its tasks are: {tasks}", tasks=", ".join(tasks))) from None
         if os.environ.get("NBGRADER_EXECUTION"):
             return  # nbgrader runs the notebook: no hint shown, none counted
         ladder = ladders(exercise_id).get(task, [])
         if not ladder:
-            _show(f"No hints are written for `{task}` yet: ask your instructor.")
+            _show(_("No hints are written for `{task}` yet: ask your instructor.", task=task))
             return
         used = max(hints_used(exercise_id).get(task, 0), seen.get(task, 0))
         if used >= len(ladder):
-            _show(f"No hint left for `{task}` ({len(ladder)} of {len(ladder)} shown). Here they are again:\n\n"
-                  + "\n\n".join(f"{i}. {text}" for i, text in enumerate(ladder, 1)))
+            _show(_("No hint left for `{task}` ({n} of {n} shown). Here they are again:", task=task, n=len(ladder))
+                  + "\n\n" + "\n\n".join(f"{i}. {text}" for i, text in enumerate(ladder, 1)))
             return
         seen[task] = used + 1
         _record(exercise_id, task, used + 1)
-        after = "That was the last one." if used + 1 == len(ladder) else f"`hint(\"{task}\")` again shows the next."
-        _show(f"**Hint {used + 1} of {len(ladder)}** for `{task}`:\n\n{ladder[used]}\n\n*{after}*")
+        after = _("That was the last one.") if used + 1 == len(ladder) else \
+            _("`hint(\"{task}\")` again shows the next.", task=task)
+        _show(_("**Hint {number} of {total}** for `{task}`:", number=used + 1, total=len(ladder), task=task)
+              + f"\n\n{ladder[used]}\n\n*{after}*")
 
     return hint
 

@@ -24,7 +24,8 @@ from grader.engine import warm_up
 from grader.engine.processes import preload
 from grader.exercises import find, get_exercise
 from grader.hints import hinter
-from grader.notebook_view import CheckView, captured_stderr, in_kernel, plural
+from grader.i18n import ngettext
+from grader.notebook_view import CheckView, captured_stderr, in_kernel
 from grader.runner import SIDE_BY_SIDE, run_checks
 from grader.submission import from_namespace
 
@@ -56,8 +57,10 @@ def checker(exercise_id: str, world_size: int = 2, timeout: float = 30.0):
             # far (the hidden tests' call comes last in the cell, so it returns visible + hidden)
             return _Points(earned.get((task, False), 0) + earned.get((task, True), 0))
         if failed:
-            raise ChecksFailed(f"{task}: {len(failed)} of {plural(len(report.checks), 'check')} failed "
-                               f"({', '.join(failed)}); the reasons are shown above") from None
+            raise ChecksFailed(ngettext("{task}: {failed} of {n} check failed ({names}); the reasons are shown above",
+                                        "{task}: {failed} of {n} checks failed ({names}); the reasons are shown above",
+                                        len(report.checks), task=task, failed=len(failed),
+                                        names=", ".join(failed))) from None
         # nothing returned: the last line of a cell would print it under the ✓ lines
 
     return check

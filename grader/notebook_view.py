@@ -19,6 +19,7 @@ import time
 import warnings
 
 from grader.checks import CheckResult
+from grader.i18n import _, ngettext
 
 SHOWN_OUTPUT_LINES = 8  # a rank's output longer than this is folded
 SHOWN_MESSAGE_LINES = 30  # a longer failure message (a deep stack) shows its head, the rest folded
@@ -88,13 +89,10 @@ def rank_outputs(result: CheckResult) -> list[tuple[str, str]]:
     for i, run in enumerate(runs):
         for rank, text in enumerate(run):
             if text.strip():
-                label = f"rank {rank}" + (f", run {i + 1} of {len(runs)}" if len(runs) > 1 else "")
+                label = (_("rank {rank}, run {run} of {runs}", rank=rank, run=i + 1, runs=len(runs)) if len(runs) > 1
+                         else _("rank {rank}", rank=rank))
                 shown.append((label, text.rstrip("\n")))
     return shown
-
-
-def plural(n: int, word: str) -> str:
-    return f"{n} {word}" + ("" if n == 1 else "s")
 
 
 class CheckView:
@@ -127,7 +125,7 @@ class CheckView:
             self.handle.update(self)
         else:
             if self.plans():
-                print(f"    (ran on: {self.plans()})", flush=True)
+                print("    " + self._ran_on(), flush=True)
             if stray:
                 print("\n".join(self._stray_text()), flush=True)
 
@@ -137,13 +135,16 @@ class CheckView:
         for label, text in rank_outputs(result):
             out = text.splitlines()
             if len(out) > 2 * SHOWN_OUTPUT_LINES:
-                out = out[:SHOWN_OUTPUT_LINES] + [f"... ({len(out) - SHOWN_OUTPUT_LINES - 4} lines left out) ..."] \
-                    + out[-4:]
-            lines += [f"    {label} printed:"] + ["      | " + line for line in out]
+                left_out = _("... ({n} lines left out) ...", n=len(out) - SHOWN_OUTPUT_LINES - 4)
+                out = out[:SHOWN_OUTPUT_LINES] + [left_out] + out[-4:]
+            lines += ["    " + _("{label} printed:", label=label)] + ["      | " + line for line in out]
         return lines
 
     def _stray_text(self) -> list[str]:
-        return ["    (messages from the grader's processes:)"] + ["      " + l for l in self.stray.splitlines()]
+        return ["    " + _("(messages from the grader's processes:)")] + ["      " + l for l in self.stray.splitlines()]
+
+    def _ran_on(self) -> str:
+        return _("(ran on: {plans})", plans=self.plans())
 
     def plans(self) -> str:
         """The hardware plans the checks ran on, e.g. '2 ranks, gloo on CPU (no GPU visible)'."""
@@ -157,10 +158,11 @@ class CheckView:
     def __repr__(self) -> str:  # text/plain: what nbgrader, tests and text-only front ends read
         lines = [line for r in self.results for line in self._text_of(r)]
         if not self.done:
-            lines.append(f"... checking {self.task}: {len(self.results)} of {self.expected} done")
+            lines.append(_("... checking {task}: {done} of {expected} done", task=self.task, done=len(self.results),
+                           expected=self.expected))
         else:
             if self.plans():
-                lines.append(f"    (ran on: {self.plans()})")
+                lines.append("    " + self._ran_on())
             if self.stray:
                 lines += self._stray_text()
         return "\n".join(lines)
@@ -168,19 +170,25 @@ class CheckView:
     def _repr_html_(self) -> str:
         rows = [self._html_of(r) for r in self.results]
         if not self.done:
-            rows.append(f'<div style="color:var(--jp-ui-font-color2,#777)">⋯ checking {html.escape(self.task)}: '
-                        f"{len(self.results)} of {plural(self.expected, 'check')} done</div>")
+            rows.append('<div style="color:var(--jp-ui-font-color2,#777)">⋯ ' + html.escape(ngettext(
+                "checking {task}: {done} of {n} check done", "checking {task}: {done} of {n} checks done",
+                self.expected, task=self.task, done=len(self.results))) + "</div>")
         else:
             passed = sum(r.passed for r in self.results)
             points = sum(r.points for r in self.results)
             total = sum(r.max_points for r in self.results)
             seconds = time.monotonic() - self.started
-            rows.append(f'<div style="color:var(--jp-ui-font-color2,#777);margin-top:2px">{html.escape(self.task)}: '
-                        f"{passed} of {plural(len(self.results), 'check')} pass, {points:g}/{total:g} points, "
-                        f"{seconds:.1f} s" + (f"; ran on {html.escape(self.plans())}" if self.plans() else "")
+            summary = ngettext("{task}: {passed} of {n} check pass, {points:g}/{total:g} points, {seconds:.1f} s",
+                               "{task}: {passed} of {n} checks pass, {points:g}/{total:g} points, {seconds:.1f} s",
+                               len(self.results), task=self.task, passed=passed, points=points, total=total,
+                               seconds=seconds)
+            if self.plans():
+                summary += _("; ran on {plans}", plans=self.plans())
+            rows.append('<div style="color:var(--jp-ui-font-color2,#777);margin-top:2px">' + html.escape(summary)
                         + "</div>")
             if self.stray:
-                rows.append(_folded("messages from the grader's processes (not your code)", self.stray, open_=False))
+                rows.append(_folded(_("messages from the grader's processes (not your code)"), self.stray,
+                                    open_=False))
         return ('<div class="grader-check" style="font-family:var(--jp-code-font-family,monospace);'
                 'font-size:var(--jp-code-font-size,13px);line-height:1.45">' + "".join(rows) + "</div>")
 
@@ -195,10 +203,12 @@ class CheckView:
             parts.append(f'<pre class="grader-message" style="margin:0 0 4px 2em;white-space:pre-wrap;'
                          f'background:none;padding:0">{html.escape(chr(10).join(shown))}</pre>')
             if rest:
-                parts.append(_folded(f"{len(rest)} more lines", "\n".join(rest), open_=False))
+                parts.append(_folded(ngettext("{n} more line", "{n} more lines", len(rest)), "\n".join(rest),
+                                     open_=False))
         for label, text in rank_outputs(result):
             n = len(text.splitlines())
-            parts.append(_folded(f"{label} printed {plural(n, 'line')}", text, open_=n <= SHOWN_OUTPUT_LINES))
+            parts.append(_folded(ngettext("{label} printed {n} line", "{label} printed {n} lines", n, label=label),
+                                 text, open_=n <= SHOWN_OUTPUT_LINES))
         return "".join(parts)
 
 

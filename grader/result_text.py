@@ -15,16 +15,19 @@ import functools
 import re
 from pathlib import Path
 
+from grader import i18n
+from grader.i18n import N_, _
+
 MAX_LINES = 40  # a public message or a rank's output longer than this is cut (and says so)
 MAX_CHARS = 4000
 MIN_RANK_TEXT = 6  # shorter strings of a rank ("cpu", "gloo") are too common to taint a line of the parent's
 MIN_SECRET = 12  # shorter lines of a hidden module ("return out") are not secrets
 
-HIDDEN_TEXT_NOTE = "(what came from your code's run is not shown in hidden tests: [...] above, or left out)"
+HIDDEN_TEXT_NOTE = N_("(what came from your code's run is not shown in hidden tests: [...] above, or left out)")
 NOT_SHOWN = "[...]"
 HEADINGS = {"in your code (most recent call last):", "its last output:", "stack (most recent call last):"}  # of
 # what a rank raised, printed or where it waited (grader.engine): nothing to head once that is left out
-SECRET_NOTE = "[text of the grader's hidden tests, not shown]"
+SECRET_NOTE = N_("[text of the grader's hidden tests, not shown]")
 GRADER = Path(__file__).resolve().parent
 
 
@@ -35,20 +38,20 @@ def hidden_message(message: str, kind: str, task: str, feedback: str, rank_texts
     text the parent's from loading the answers), not_defined, not_run, check_bug, or a failed run's kind (grading.failure_kind; its sentence is already
     in `message`, from grading.describe_failure)."""
     if kind == "not_defined":
-        return f"`{task}` is not defined in your answers"
+        return _("`{task}` is not defined in your answers", task=task)
     if kind == "check_bug":
-        return "the hidden check itself failed; please tell the instructor"
+        return _("the hidden check itself failed; please tell the instructor")
     pieces = sorted(_pieces(rank_texts), key=len, reverse=True)
     lines = [line for line in message.splitlines() if line.strip()]
     kept = [_grader_words_only(_without(line, pieces)) for line in lines if not _has_secret(line)]
-    kept = [line for line in kept if re.search(r"[A-Za-z]", line.replace(NOT_SHOWN, ""))
+    kept = [line for line in kept if re.search(r"[^\W\d_]", line.replace(NOT_SHOWN, ""))  # a letter, any script
             and line.strip() not in HEADINGS]
     cut = len(kept) < len(lines) or any(NOT_SHOWN in line for line in kept)
     if not kept:
-        kept = [f"wrong result in a hidden test of `{task}`" if kind == "wrong" else
-                f"a hidden test of `{task}` did not pass"]
+        kept = [_("wrong result in a hidden test of `{task}`", task=task) if kind == "wrong" else
+                _("a hidden test of `{task}` did not pass", task=task)]
     if cut:
-        kept.append(HIDDEN_TEXT_NOTE)
+        kept.append(_(HIDDEN_TEXT_NOTE))
     if feedback:
         kept.append(feedback)
     return cap("\n".join(kept))
@@ -76,6 +79,7 @@ def _grader_words_only(line: str) -> str:
 @functools.lru_cache(maxsize=1)
 def _vocabulary() -> frozenset[str]:
     text = _public_source() + "".join(path.read_text(errors="replace") for path in _hidden_files())
+    text += "".join(i18n.translated_text(lang) for lang in i18n.languages())  # its messages' translations
     return frozenset(word.lower() for word in _WORD.findall(text))
 
 
@@ -114,8 +118,9 @@ def cap(text: str, max_lines: int = MAX_LINES, max_chars: int = MAX_CHARS, head:
     budget = max_chars - 100
     first = _fit(first, budget // 2 if last else budget)
     last = _fit(last[::-1], budget - len("\n".join(first)))[::-1]
-    note = (f"... (cut: {len(lines) - len(first) - len(last)} of {len(lines)} lines left out, long lines "
-            f"shortened; at most {max_lines} lines and {max_chars} characters are shown)")
+    note = _("... (cut: {cut} of {total} lines left out, long lines shortened; at most {max_lines} lines and "
+             "{max_chars} characters are shown)", cut=len(lines) - len(first) - len(last), total=len(lines),
+             max_lines=max_lines, max_chars=max_chars)
     return "\n".join(first + [note] + last)
 
 
@@ -145,7 +150,7 @@ def redact(text: str) -> str:
         lines = lines[:found[0]] + [_cut_secret(lines[found[0]])] + lines[found[-1] + 1:]
     squeezed = _squeeze("".join(lines))
     if any(secret in squeezed for secret in _secrets()):
-        return SECRET_NOTE
+        return _(SECRET_NOTE)
     return "\n".join(lines)
 
 
@@ -159,7 +164,7 @@ def _cut_secret(line: str) -> str:
     kept = [i for i, ch in enumerate(line) if not ch.isspace()]  # squeezed position -> position in line
     squeezed = _squeeze(line)
     start = min(squeezed.find(secret) for secret in _secrets() if secret in squeezed)
-    return line[:kept[start]] + SECRET_NOTE
+    return line[:kept[start]] + _(SECRET_NOTE)
 
 
 def _squeeze(text: str) -> str:

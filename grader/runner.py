@@ -29,6 +29,7 @@ from typing import Callable
 from grader import result_text
 from grader.checks import Check, CheckFailed, CheckResult, CheckSkipped, Exercise, Report
 from grader.grading import Grading, RunCheckFailed
+from grader.i18n import _
 from grader.shared_runs import SharedRuns
 from grader.submission import Submission
 
@@ -117,10 +118,11 @@ def _credit_skipped(result: CheckResult, others: list[CheckResult]) -> None:
     reason = result.message
     if others and all(o.passed for o in others):
         result.passed, result.points, result.message = True, result.max_points, ""
-        result.notes.append(f"skipped: {reason}; credited because every other check of {result.task} passed")
+        result.notes.append(_("skipped: {reason}; credited because every other check of {task} passed",
+                               reason=reason, task=result.task))
     else:
-        result.message = (f"not run on this machine: {reason}\n(a check that cannot run here is credited only when "
-                          f"every other check of {result.task} passes)")
+        result.message = _("not run on this machine: {reason}\n(a check that cannot run here is credited only when "
+                           "every other check of {task} passes)", reason=reason, task=result.task)
 
 
 def _run_one(check: Check, grading: Grading, hung_in: str | None = None) -> CheckResult:
@@ -130,12 +132,13 @@ def _run_one(check: Check, grading: Grading, hung_in: str | None = None) -> Chec
     if grading.load_failure:
         message, kind = grading.load_failure, "load_failed"
     elif check.task not in grading.load_report.defined:
-        message, kind = f"`{check.task}` is not defined in your answers", "not_defined"
+        message, kind = _("`{task}` is not defined in your answers", task=check.task), "not_defined"
         if grading.load_report.problems:
-            message += "; while loading them: " + "; ".join(grading.load_report.problems)
+            message += _("; while loading them: {problems}", problems="; ".join(grading.load_report.problems))
     elif hung_in:
-        message, kind = (f"not run: `{check.task}` already hung in {hung_in} (above, with the stack); "
-                         "fix that hang first, these checks would wait the same way"), "not_run"
+        message, kind = _("not run: `{task}` already hung in {check} (above, with the stack); "
+                          "fix that hang first, these checks would wait the same way", task=check.task,
+                          check=hung_in), "not_run"
     else:
         grading.world_size = check.world_size or grading.world_size
         try:
@@ -148,15 +151,17 @@ def _run_one(check: Check, grading: Grading, hung_in: str | None = None) -> Chec
         except CheckSkipped as exc:
             message, skipped, kind = str(exc), True, "skipped"
         except Exception as exc:  # a bug in a check must not pass or crash the batch
-            message, kind = f"the check itself failed ({type(exc).__name__}: {exc}); please tell the instructor", \
-                "check_bug"
+            message, kind = _("the check itself failed ({error}); please tell the instructor",
+                              error=type(exc).__name__ + ": " + str(exc)), "check_bug"
     if message and check.hidden:
         message = result_text.hidden_message(message, kind, check.task, check.feedback, grading.rank_texts)
     elif message:
         message = result_text.public_message(message)
-    if grading.tampered and not message.startswith("your code changed the grader"):
-        message = ("your code changed the grader or torch while this check ran, so it scores 0"
-                   + (f"\n{message}" if message and not check.hidden else ""))
+    said = message.startswith(("your code changed the grader", _("your code changed the grader or torch in a "
+                                                                  "hidden test, so it scores 0")))
+    if grading.tampered and not said:
+        message = _("your code changed the grader or torch while this check ran, so it scores 0") \
+            + (f"\n{message}" if message and not check.hidden else "")
     passed = passed and not grading.tampered
     outputs = [] if check.hidden else [[result_text.public_output(o) for o in run] for run in grading.outputs]
     return CheckResult(check.name, check.task, passed, check.points if passed else 0, check.points, message,

@@ -66,7 +66,10 @@ def _pyproject(source: str) -> str:
     text = re.sub(r"(?ms)^\[project\.optional-dependencies\]\n.*?(?=^\[)", "", text)
     text = re.sub(r"(?ms)^\[tool\.pytest\.ini_options\]\n.*?(?=^\[|\Z)", "", text)
     text = re.sub(r'(?m)^readme = ".*"\n', "", text)
-    return text.rstrip() + '\n\n[tool.setuptools.package-data]\ngrader = ["STUDENT_BUILD"]\n'
+    text = re.sub(r"(?ms)^\[tool\.setuptools\.package-data\]\n.*?(?=^\[|\Z)", "", text)
+    # the marker, and the grader's catalogs (grader/i18n.py: its messages in the student's language)
+    return text.rstrip() + ('\n\n[tool.setuptools.package-data]\ngrader = ["STUDENT_BUILD", '
+                            '"locale/*/LC_MESSAGES/*.po"]\n')
 
 
 def _commit() -> str:

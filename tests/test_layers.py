@@ -5,7 +5,8 @@ From the bottom:
 
   0 engine     grader.engine.* and the `grader` package (it only re-exports run_distributed): starts ranks,
                bounds waits, collects results; knows no check and no exercise (whoever starts the
-               forkserver names what it preloads).
+               forkserver names what it preloads). grader.i18n (the grader's text in the student's
+               language) sits here too: every layer, the engine's hardware-plan line included, speaks through it.
   1 seam       grader.checks (checks and results, declared), grader.grading (`g.run`, the one seam between a
                check and the student's code), grader.submission (reading answers), grader.tolerances,
                grader.cells (nbgrader's cell metadata), grader.result_text (what a result may say).
@@ -30,6 +31,7 @@ ENGINE, SEAM, RUNNER, EXERCISES, TOOLS = range(5)
 NAMES = ["engine", "seam", "runner", "exercises", "tools"]
 LAYERS = {  # a module, or a package (all its modules): the longest match decides
     "grader": ENGINE,  # the package itself: `from grader import run_distributed`
+    "grader.i18n": ENGINE,
     "grader.engine": ENGINE,
     "grader.checks": SEAM, "grader.grading": SEAM, "grader.submission": SEAM, "grader.tolerances": SEAM,
     "grader.cells": SEAM, "grader.result_text": SEAM,

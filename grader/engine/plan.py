@@ -15,6 +15,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from grader.i18n import _, ngettext
+
 
 @dataclass(frozen=True)
 class HardwarePlan:
@@ -38,17 +40,18 @@ class HardwarePlan:
         return f"cuda:{rank}" if self.uses_gpus else "cpu"
 
     def describe(self) -> str:
-        ranks = f"{self.world_size} rank" + ("" if self.world_size == 1 else "s")
+        """The hardware-plan line a check shows, in the student's language (grader/i18n.py)."""
+        ranks = ngettext("{n} rank", "{n} ranks", self.world_size)
         if self.uses_gpus:
-            return f"{ranks}, nccl, rank r on cuda:r ({_gpus(self.gpus)} visible)"
+            return _("{ranks}, nccl, rank r on cuda:r ({gpus} visible)", ranks=ranks, gpus=_gpus(self.gpus))
         if self.gpus == 0:
-            return f"{ranks}, gloo on CPU (no GPU visible)"
-        return (f"{ranks}, gloo on CPU ({_gpus(self.gpus)} visible: nccl needs one GPU per rank; "
-                "the GPUs are hidden from the ranks)")
+            return _("{ranks}, gloo on CPU (no GPU visible)", ranks=ranks)
+        return _("{ranks}, gloo on CPU ({gpus} visible: nccl needs one GPU per rank; the GPUs are hidden from the "
+                 "ranks)", ranks=ranks, gpus=_gpus(self.gpus))
 
 
 def _gpus(n: int) -> str:
-    return f"{n} GPU" + ("" if n == 1 else "s")
+    return ngettext("{n} GPU", "{n} GPUs", n)
 
 
 def plan_for(world_size: int, gpus: int) -> HardwarePlan:

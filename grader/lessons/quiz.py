@@ -17,6 +17,8 @@ import json
 import os
 from dataclasses import dataclass
 
+from grader.i18n import N_, _
+
 ANSWERS_TAG = "quiz-answers"  # the metadata tag of the lesson cell that holds `answers = {...}`
 
 
@@ -24,107 +26,107 @@ ANSWERS_TAG = "quiz-answers"  # the metadata tag of the lesson cell that holds `
 class Question:
     salt: str
     digest: str  # sha256(f"{salt}:{letter}")[:16] of the right letter
-    why: str  # one line, shown after any answer
+    why: str  # one line, shown after any answer (English; _() translates it when shown)
 
 
 Q = Question
 QUIZZES: dict[str, dict[str, Question]] = {
     "01_data_vs_model_parallelism": {
         "q1": Q("c75964c6e2ba", "56bfd24c91b23245",
-                'The model fits on one GPU: copy it to all 8 and split the batch (data parallelism); splitting '
-                'the model only pays when it does not fit (§1, §6).'),
+                N_('The model fits on one GPU: copy it to all 8 and split the batch (data parallelism); splitting '
+                   'the model only pays when it does not fit (§1, §6).')),
         "q2": Q("ccc5b34e6af9", "e413c071dd0817ab",
-                'The mean of four equal-sized shard means is the mean over all 128 samples, and the gradient is '
-                'linear in the loss (§2).'),
+                N_('The mean of four equal-sized shard means is the mean over all 128 samples, and the gradient is '
+                   'linear in the loss (§2).')),
         "q3": Q("b67ebf81573a", "57e294847da691cc",
-                'Reduce-scatter then all-gather, N-1 steps each, n/N elements per step: 2(N-1)/N·n, almost 2n for'
-                ' large N whatever the number of ranks (§5).'),
+                N_('Reduce-scatter then all-gather, N-1 steps each, n/N elements per step: 2(N-1)/N·n, almost 2n for'
+                   ' large N whatever the number of ranks (§5).')),
         "q4": Q("a5a16a486daa", "62b88e0b5eb8ebb5",
-                "GPipe's bubble is (N-1)/(M+N-1) with N stages and M micro-batches: 3/7, about 43% (§3.2)."),
+                N_("GPipe's bubble is (N-1)/(M+N-1) with N stages and M micro-batches: 3/7, about 43% (§3.2).")),
         "q5": Q("e9a0a789f800", "d8713477b56c80f9",
-                'The element-wise sum is [11, 22, 33, 44]; reduce_scatter leaves rank r only the r-th slice, so '
-                'rank 1 gets [33, 44] (§4).'),
+                N_('The element-wise sum is [11, 22, 33, 44]; reduce_scatter leaves rank r only the r-th slice, so '
+                   'rank 1 gets [33, 44] (§4).')),
         "q6": Q("032077b41378", "cc5f5a979c7f457d",
-                'Tensor parallelism communicates inside every layer, forward and backward, on the critical path: '
-                'it needs the fastest links, such as NVLink (§3.1).'),
+                N_('Tensor parallelism communicates inside every layer, forward and backward, on the critical path: '
+                   'it needs the fastest links, such as NVLink (§3.1).')),
     },
     "02_ddp_basics": {
         "q1": Q("bb82bcefddf1", "57047bb7da5a9713",
-                'DDP all-reduces (sums) the gradients inside backward() and divides by the world size: every rank'
-                ' holds the same average (§7).'),
+                N_('DDP all-reduces (sums) the gradients inside backward() and divides by the world size: every rank'
+                   ' holds the same average (§7).')),
         "q2": Q("6d4f0576cafe", "35657b1bc0d5ef77",
-                "Ranks are numbered machine by machine: 1·4 + 2 = 6; the local rank 2 picks that machine's "
-                'cuda:2; the world size is 2·4 = 8 (§3).'),
+                N_("Ranks are numbered machine by machine: 1·4 + 2 = 6; the local rank 2 picks that machine's "
+                   'cuda:2; the world size is 2·4 = 8 (§3).')),
         "q3": Q("661977361617", "544a9999273a857b",
-                "The DDP constructor broadcasts rank 0's parameters and buffers, so the copies start identical "
-                'whatever each rank drew (§6).'),
+                N_("The DDP constructor broadcasts rank 0's parameters and buffers, so the copies start identical "
+                   'whatever each rank drew (§6).')),
         "q4": Q("93bde0a536bd", "55e9726b8805348b",
-                'The permutation is seeded with seed + epoch; without set_epoch the epoch stays 0, so every epoch'
-                " repeats epoch 0's order (§8)."),
+                N_('The permutation is seeded with seed + epoch; without set_epoch the epoch stays 0, so every epoch'
+                   " repeats epoch 0's order (§8).")),
         "q5": Q("d6b897f9b5a8", "5dc64630092ac7df",
-                'Under no_sync the micro-batch gradients add up in .grad; the last backward all-reduces that sum '
-                'and DDP divides by the world size only: 4 times the mean, so divide each loss by k (§14).'),
+                N_('Under no_sync the micro-batch gradients add up in .grad; the last backward all-reduces that sum '
+                   'and DDP divides by the world size only: 4 times the mean, so divide each loss by k (§14).')),
         "q6": Q("fd808329ac9c", "1b6b0e2d4e138239",
-                "Join shadows only the collectives of the objects passed to it (DDP's); the joined rank never "
-                "calls the logging all_reduce, so rank 0's has no partner and hangs or mismatches (§14)."),
+                N_("Join shadows only the collectives of the objects passed to it (DDP's); the joined rank never "
+                   "calls the logging all_reduce, so rank 0's has no partner and hangs or mismatches (§14).")),
         "q7": Q("f313c833d89b", "7f3e93ae5b3ab623",
-                'One writer with unwrapped keys (.module), a barrier so the file is complete, then map_location '
-                "onto each rank's device (§10)."),
+                N_('One writer with unwrapped keys (.module), a barrier so the file is complete, then map_location '
+                   "onto each rank's device (§10).")),
         "q8": Q("1afccfd6e433", "e3f01aa769b49a52",
-                'Every rank must call every collective: rank 0 waits for a partner that never comes, until the '
-                "group's timeout (§13, mistake 2)."),
+                N_('Every rank must call every collective: rank 0 waits for a partner that never comes, until the '
+                   "group's timeout (§13, mistake 2).")),
     },
     "03_syncbn_and_sharded_state": {
         "q1": Q("2bd9e939ed98", "290ab94dcbdd4e21",
-                "DDP synchronizes gradients, not activations: each BatchNorm copy normalizes with its own GPU's "
-                'samples in training mode (§1).'),
+                N_("DDP synchronizes gradients, not activations: each BatchNorm copy normalizes with its own GPU's "
+                   'samples in training mode (§1).')),
         "q2": Q("206b820c6cdc", "0c8025029fa3b874",
-                'A handful of large, strongly correlated images per GPU makes per-GPU statistics noisy; LayerNorm'
-                ' and eval mode never use batch statistics (§1, §2).'),
+                N_('A handful of large, strongly correlated images per GPU makes per-GPU statistics noisy; LayerNorm'
+                   ' and eval mode never use batch statistics (§1, §2).')),
         "q3": Q("2e5a3ba466e0", "ef3fdc5d94f7b8e6",
-                'Backward all-reduces two per-channel sums; the input gradient is computed locally from them, γ '
-                'and β gradients are left to DDP (§3).'),
+                N_('Backward all-reduces two per-channel sums; the input gradient is computed locally from them, γ '
+                   'and β gradients are left to DDP (§3).')),
         "q4": Q("871a2eda5c51", "cae2c2f3e51a990c",
-                "4 + 4 + 8 bytes per parameter (weight, gradient, Adam's two moments), replicated on every GPU by"
-                ' DDP: 16 GB each (§4).'),
+                N_("4 + 4 + 8 bytes per parameter (weight, gradient, Adam's two moments), replicated on every GPU by"
+                   ' DDP: 16 GB each (§4).')),
         "q5": Q("cbdcd0e11415", "47551f560b3ba800",
-                "Stage 2 keeps the 4 GB of weights whole and shards the gradients and Adam's moments: 4 + (4 + "
-                '8)/8 = 5.5 GB; stage 1 would be 9 GB (§5).'),
+                N_("Stage 2 keeps the 4 GB of weights whole and shards the gradients and Adam's moments: 4 + (4 + "
+                   '8)/8 = 5.5 GB; stage 1 would be 9 GB (§5).')),
         "q6": Q("5ec928258235", "d984f9f4a1cbcfc1",
-                'consolidate_state_dict is a collective: rank 0 waits for shards that the other ranks, waiting in'
-                ' the barrier, never send (§8).'),
+                N_('consolidate_state_dict is a collective: rank 0 waits for shards that the other ranks, waiting in'
+                   ' the barrier, never send (§8).')),
         "q7": Q("d0579fe08b82", "91c5cceb95a52d8f",
-                'DCP is a collective in which every rank writes its own shard plus metadata, so it can be loaded '
-                'by another number of ranks (§9).'),
+                N_('DCP is a collective in which every rank writes its own shard plus metadata, so it can be loaded '
+                   'by another number of ranks (§9).')),
         "q8": Q("d35596865f02", "af77e2b695364bb5",
-                'Parameters freed after forward are gathered again for backward, and the gradient is reduce-'
-                "scattered into the shards: three transfers of the layer's size against DDP's two, about 1.5 "
-                'times the traffic (§6).'),
+                N_('Parameters freed after forward are gathered again for backward, and the gradient is reduce-'
+                   "scattered into the shards: three transfers of the layer's size against DDP's two, about 1.5 "
+                   'times the traffic (§6).')),
     },
     "04_torchrun": {
         "q1": Q("bbee4c7ae6d0", "24e5131b566a2d55",
-                'Node 1, local rank 1: RANK = 1·4 + 1 = 5, LOCAL_RANK = 1, WORLD_SIZE = 8, LOCAL_WORLD_SIZE = 4 '
-                '(§1, §4).'),
+                N_('Node 1, local rank 1: RANK = 1·4 + 1 = 5, LOCAL_RANK = 1, WORLD_SIZE = 8, LOCAL_WORLD_SIZE = 4 '
+                   '(§1, §4).')),
         "q2": Q("c492e01614d7", "bac0305b664047b1",
-                'torchrun restarts the whole worker group after a new rendezvous; the script resumes from its '
-                'last snapshot (§2).'),
+                N_('torchrun restarts the whole worker group after a new rendezvous; the script resumes from its '
+                   'last snapshot (§2).')),
         "q3": Q("dd36a35fe520", "036e8c132d9ec177",
-                'os.replace is atomic: a worker killed mid-write leaves the old snapshot intact instead of a '
-                'half-written one (§2).'),
+                N_('os.replace is atomic: a worker killed mid-write leaves the old snapshot intact instead of a '
+                   'half-written one (§2).')),
         "q4": Q("140cda0917dc", "a1baca7f966e5ea8",
-                'Momentum buffers are optimizer state: without them the run goes on, but not as the uninterrupted'
-                ' run would (§2).'),
+                N_('Momentum buffers are optimizer state: without them the run goes on, but not as the uninterrupted'
+                   ' run would (§2).')),
         "q5": Q("8dbe3e92d3b3", "d1a44477875bdc93",
-                'The c10d rendezvous store is hosted at that endpoint; every agent must reach it to join (§3).'),
+                N_('The c10d rendezvous store is hosted at that endpoint; every agent must reach it to join (§3).')),
         "q6": Q("b553503ceb53", "0b423570891e7c9f",
-                'An elastic job: it starts with 2 nodes, accepts up to 4, and restarts all workers with the new '
-                'WORLD_SIZE when membership changes (§3).'),
+                N_('An elastic job: it starts with 2 nodes, accepts up to 4, and restarts all workers with the new '
+                   'WORLD_SIZE when membership changes (§3).')),
         "q7": Q("baf72a6fb3a5", "a372f59b4bb824bc",
-                "DETAIL checks that the ranks' collectives match, and a monitored_barrier names a rank that does "
-                'not arrive (§5).'),
+                N_("DETAIL checks that the ranks' collectives match, and a monitored_barrier names a rank that does "
+                   'not arrive (§5).')),
         "q8": Q("9335d6e7ede3", "93f9dfdbd207ae14",
-                'LOCAL_RANK 0 exists once per node: with 2 nodes two writers race on the same shared file; guard '
-                'with RANK 0 (§4).'),
+                N_('LOCAL_RANK 0 exists once per node: with 2 nodes two writers race on the same shared file; guard '
+                   'with RANK 0 (§4).')),
     },
 }
 
@@ -146,7 +148,7 @@ def _quiz(lesson: str) -> dict[str, Question]:
 def verdicts(lesson: str, answers: dict) -> dict[str, str]:
     """'right', 'wrong' or 'unanswered' for each question of the lesson, in order."""
     if not isinstance(answers, dict):
-        raise TypeError(f"answers must be a dict such as {{'q1': 'a'}}, not {type(answers).__name__}")
+        raise TypeError(_("answers must be a dict such as {{'q1': 'a'}}, not {type}", type=type(answers).__name__))
     out = {}
     for name, q in _quiz(lesson).items():
         given = _normal(answers.get(name, ""))
@@ -163,9 +165,10 @@ class QuizScore:
 
     def __str__(self) -> str:
         if not self.answered:
-            return "not answered yet"
-        return f"{self.right}/{self.total} right" + (f" ({self.total - self.answered} unanswered)"
-                                                     if self.answered < self.total else "")
+            return _("not answered yet")
+        unanswered = self.total - self.answered
+        return _("{right}/{total} right", right=self.right, total=self.total) + (
+            " " + _("({n} unanswered)", n=unanswered) if unanswered else "")
 
 
 def score(lesson: str, answers: dict) -> QuizScore:
@@ -181,14 +184,15 @@ def check(lesson: str, answers: dict) -> None:
     unknown = sorted(set(answers) - set(_quiz(lesson))) if isinstance(answers, dict) else []
     for name, verdict in verdicts(lesson, answers).items():
         if verdict == "unanswered":
-            print(f"{name}  unanswered")
+            print(f"{name}  " + _("unanswered"))
         else:
             mark = "✓" if verdict == "right" else "✗"
-            print(f"{name}  {mark} {_normal(answers[name])}: {_quiz(lesson)[name].why}")
+            print(f"{name}  {mark} {_normal(answers[name])}: {_(_quiz(lesson)[name].why)}")
     if unknown:
-        print(f"(ignored: {', '.join(unknown)} is not a question of this lesson)")
+        print(_("(ignored: {names} is not a question of this lesson)", names=", ".join(unknown)))
     result = score(lesson, answers)
-    print(f"{result.right}/{result.total} right" if result.answered else "No answers yet: fill in `answers` above.")
+    print(_("{right}/{total} right", right=result.right, total=result.total) if result.answered
+          else _("No answers yet: fill in `answers` above."))
 
 
 # --- reading a saved lesson, for the progress overview --------------------------------------
@@ -209,18 +213,19 @@ def read_answers(path: str) -> dict:
             tree = ast.parse(source)
         except SyntaxError as exc:
             if tagged:
-                raise ValueError(f"the answer cell does not parse: {exc.msg} (line {exc.lineno})") from None
+                raise ValueError(_("the answer cell does not parse: {error} (line {line})", error=exc.msg,
+                                   line=exc.lineno)) from None
             continue
         for node in tree.body:
             if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "answers" for t in node.targets):
                 try:
                     value = ast.literal_eval(node.value)
                 except ValueError:
-                    raise ValueError("`answers` must be a plain dict of letters, e.g. {'q1': 'a'}") from None
+                    raise ValueError(_("`answers` must be a plain dict of letters, e.g. {'q1': 'a'}")) from None
                 if not isinstance(value, dict):
-                    raise ValueError("`answers` must be a dict, e.g. {'q1': 'a'}")
+                    raise ValueError(_("`answers` must be a dict, e.g. {'q1': 'a'}"))
                 return value
-    raise ValueError("no `answers = {...}` cell found")
+    raise ValueError(_("no `answers = {...}` cell found"))
 
 
 def lesson_scores(root: str) -> list[tuple[str, str]]:
@@ -229,17 +234,17 @@ def lesson_scores(root: str) -> list[tuple[str, str]]:
     for lesson in QUIZZES:
         path = os.path.join(root, "lessons", f"{lesson}.ipynb")
         if not os.path.isfile(path):
-            rows.append((lesson, "no lesson notebook found"))
+            rows.append((lesson, _("no lesson notebook found")))
             continue
         try:
             rows.append((lesson, str(score(lesson, read_answers(path)))))
         except (OSError, ValueError) as exc:
-            rows.append((lesson, f"cannot read the answers: {exc}"))
+            rows.append((lesson, _("cannot read the answers: {error}", error=exc)))
     return rows
 
 
 def quiz_report(root: str) -> str:
     """The lessons' rows of the progress overview (`python -m grader progress`, show_progress())."""
-    lines = ["Lesson Quick Checks (the `answers` cell of your saved lessons/*.ipynb):"]
+    lines = [_("Lesson Quick Checks (the `answers` cell of your saved lessons/*.ipynb):")]
     lines += [f"{lesson:<30} {shown}" for lesson, shown in lesson_scores(root)]
     return "\n".join(lines)

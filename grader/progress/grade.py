@@ -9,6 +9,7 @@ from dataclasses import asdict, dataclass, field
 from grader.digest import grader_digest
 from grader.exercises import exercise_ids, get_exercise
 from grader.hints import hints_used
+from grader.i18n import _
 from grader.progress.cache import load_cache, save_cache
 from grader.progress.find import answer_cells, candidates, pick_notebook
 from grader import cells
@@ -64,7 +65,7 @@ def assignment_progress(assignment: str, path: str | None, cache: dict | None = 
         answers = answer_cells(path)
         submission = read_notebook(path)
     except (OSError, ValueError, SubmissionError) as exc:
-        progress.problem = f"cannot read the notebook: {exc}"
+        progress.problem = _("cannot read the notebook: {error}", error=exc)
         return progress
     started = [t for t in exercise.tasks if t in answers and not cells.untouched(answers[t])]
     key = hashlib.sha256(json.dumps([assignment, grader_digest(assignment), world_size,

@@ -8,11 +8,13 @@ import sys
 from dataclasses import asdict
 
 from grader.exercises import exercise_ids
+from grader.i18n import N_, _, ngettext
 from grader.lessons.quiz import lesson_scores, quiz_report
 from grader.progress.find import GRADED_COPY, find_root
 from grader.progress.grade import AssignmentProgress, course_progress
 
-LEGEND = "✓ passes   ✗ fails (run its check cell to see why)   · not started   (n hints) hints you revealed"
+LEGEND = N_("✓ passes   ✗ fails (run its check cell to see why)   · not started   (n hints) hints you revealed")
+NO_NOTEBOOK = N_("no notebook found (fetch it from the Assignments tab)")
 
 
 MARKS = {"pass": "✓", "fail": "✗", "todo": "·"}
@@ -20,21 +22,22 @@ MARKS = {"pass": "✓", "fail": "✗", "todo": "·"}
 
 def _relative(path: str | None, root: str) -> str:
     if path is None:
-        return "no notebook found"
+        return _("no notebook found")
     rel = os.path.relpath(path, root)
     return path if rel.startswith("..") else rel
 
 
 def hints_note(used: int) -> str:
     """How many hints of the task the student revealed (grader/hints.py), after its name."""
-    return f" ({used} hint{'s' if used != 1 else ''})" if used else ""
+    return " " + ngettext("({n} hint)", "({n} hints)", used) if used else ""
 
 
 def text_rows(row: AssignmentProgress, root: str, width: int = 100) -> list[str]:
     if row.notebook is None or row.problem:
-        return [f"{row.assignment:<20} {row.problem or 'no notebook found (fetch it from the Assignments tab)'}"]
-    head = (f"{row.assignment:<20} {row.passed:>2}/{len(row.tasks)} tasks  {row.points:g}/{row.max_points:g} "
-            f"points  {_relative(row.notebook, root)}")
+        return [f"{row.assignment:<20} {row.problem or _(NO_NOTEBOOK)}"]
+    head = f"{row.assignment:<20} " + _("{passed:>2}/{tasks} tasks  {points:g}/{max_points:g} points  {notebook}",
+                                       passed=row.passed, tasks=len(row.tasks), points=row.points,
+                                       max_points=row.max_points, notebook=_relative(row.notebook, root))
     lines, line = [head], "  "
     for t in row.tasks:
         item = f"  {MARKS[t.status]} {t.task}{hints_note(t.hints)}"
@@ -46,10 +49,14 @@ def text_rows(row: AssignmentProgress, root: str, width: int = 100) -> list[str]
 
 
 def text_report(rows: list[AssignmentProgress], root: str) -> str:
-    lines = [f"Your progress: the visible checks, run on your saved notebooks under {root}"]
+    lines = [heading(root)]
     for row in rows:
         lines += text_rows(row, root)
-    return "\n".join(lines + [LEGEND])
+    return "\n".join(lines + [_(LEGEND)])
+
+
+def heading(root: str) -> str:
+    return _("Your progress: the visible checks, run on your saved notebooks under {root}", root=root)
 
 
 class _ProgressView:
@@ -60,7 +67,8 @@ class _ProgressView:
 
     def __repr__(self) -> str:
         report = text_report(self.rows, self.root)
-        return report if self.done else report + f"\n... grading {len(self.rows)} of {self.expected} assignments"
+        return report if self.done else report + "\n" + _("... grading {done} of {expected} assignments",
+                                                           done=len(self.rows), expected=self.expected)
 
     def _repr_html_(self) -> str:
         colors = {"pass": "var(--jp-success-color1,#2e7d32)", "fail": "var(--jp-error-color1,#c62828)",
@@ -68,23 +76,27 @@ class _ProgressView:
         body = []
         for row in self.rows:
             if row.notebook is None or row.problem:
-                what = html.escape(row.problem or "no notebook found (fetch it from the Assignments tab)")
+                what = html.escape(row.problem or _(NO_NOTEBOOK))
                 body.append(f"<tr><td><b>{row.assignment}</b></td><td colspan=2 style='color:#888'>{what}</td></tr>")
                 continue
             chips = " ".join(
                 f"<span title='{t.passed_checks}/{t.checks} checks, {t.points:g}/{t.max_points:g} points' "
                 f"style='color:{colors[t.status]};white-space:nowrap;margin-right:0.8em'>"
                 f"{MARKS[t.status]} {html.escape(t.task)}<span style='color:#888;font-size:smaller'>"
-                f"{hints_note(t.hints)}</span></span>" for t in row.tasks)
+                f"{html.escape(hints_note(t.hints))}</span></span>" for t in row.tasks)
             body.append(f"<tr><td style='white-space:nowrap;vertical-align:top;padding:2px 1.5em 2px 0'><b>{row.assignment}</b><br>"
-                        f"<span style='color:#888'>{row.passed}/{len(row.tasks)} tasks, {row.points:g}/"
-                        f"{row.max_points:g} pts</span></td><td style='text-align:left'>{chips}</td></tr>")
+                        "<span style='color:#888'>" + html.escape(_(
+                            "{passed}/{tasks} tasks, {points:g}/{max_points:g} pts", passed=row.passed,
+                            tasks=len(row.tasks), points=row.points, max_points=row.max_points))
+                        + f"</span></td><td style='text-align:left'>{chips}</td></tr>")
         if not self.done:
-            body.append(f"<tr><td colspan=2 style='color:#888'>⋯ grading {len(self.rows)} of "
-                        f"{self.expected} assignments</td></tr>")
+            body.append("<tr><td colspan=2 style='color:#888'>⋯ " + html.escape(_(
+                "grading {done} of {expected} assignments", done=len(self.rows), expected=self.expected))
+                + "</td></tr>")
         return ("<div class='grader-progress'><table style='border-collapse:collapse'>" + "".join(body)
-                + f"</table><div style='color:#888;font-size:smaller'>{html.escape(LEGEND)} · visible checks of "
-                f"your saved notebooks under {html.escape(self.root)}</div></div>")
+                + f"</table><div style='color:#888;font-size:smaller'>{html.escape(_(LEGEND))} · "
+                + html.escape(_("visible checks of your saved notebooks under {root}", root=self.root))
+                + "</div></div>")
 
 
 def show_progress(root: str | None = None, assignments: list[str] | None = None, timeout: float = 30.0) -> None:
@@ -92,7 +104,7 @@ def show_progress(root: str | None = None, assignments: list[str] | None = None,
     from grader.notebook_view import captured_stderr, in_kernel
 
     if root is None and GRADED_COPY & set(os.path.abspath(os.getcwd()).split(os.sep)):
-        print("(the progress overview is for the student's own copy; not run in a submitted or graded one)")
+        print(_("(the progress overview is for the student's own copy; not run in a submitted or graded one)"))
         return
     root = os.path.abspath(root) if root else find_root(os.getcwd())
     chosen = assignments or exercise_ids()
@@ -128,11 +140,11 @@ def _main(args) -> int:
             "lessons": [{"lesson": lesson, "quiz": shown} for lesson, shown in lesson_scores(root)]},
             ensure_ascii=False))
         return 0
-    print(f"Your progress: the visible checks, run on your saved notebooks under {root}", flush=True)
+    print(heading(root), flush=True)
     for row in course_progress(root, args.assignment, not args.no_cache, args.timeout,
                                on_assignment=lambda r: print("\n".join(text_rows(r, root)), flush=True)):
         pass
-    print(LEGEND)
+    print(_(LEGEND))
     print(quiz_report(root))  # the lessons' Quick Checks, next to the exercises
     return 0
 

@@ -32,6 +32,7 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from grader.checks import CheckFailed
+from grader.i18n import N_, _
 from grader.exercises.collectives import record_collectives
 from grader.exercises.ddp_basics import reference as ref
 from grader.exercises.ddp_basics import reference_practice as rp
@@ -39,14 +40,14 @@ from grader.exercises.ddp_basics.exercise import check
 
 
 STEPS = 2
-RESET = ("reset the per-step state (the count of ready gradients, the pending handles) at the end of "
-         "finish_gradient_synchronization")
+RESET = N_("reset the per-step state (the count of ready gradients, the pending handles) at the end of "
+            "finish_gradient_synchronization")
 
 
 def _require_by_hand(mini) -> None:
     if isinstance(mini, DDP) or any(isinstance(m, DDP) for m in getattr(mini, "modules", list)()):
-        raise CheckFailed("BucketedDDP is (or wraps) torch's DistributedDataParallel: build it by hand, with gradient "
-                          "hooks that fill buckets and all-reduce each one asynchronously")
+        raise CheckFailed(_("BucketedDDP is (or wraps) torch's DistributedDataParallel: build it by hand, with "
+                            "gradient hooks that fill buckets and all-reduce each one asynchronously"))
 
 
 class _Phases:
@@ -108,7 +109,8 @@ def _in_rank_bucketed(ctx, student, configs, record=True):
 
 
 def _nth(step: int) -> str:
-    return ("first", "second", "third")[step] if step < 3 else f"{step + 1}th"
+    """The step's ordinal, as it reads before "step" in the student's language."""
+    return (_("first"), _("second"), _("third"))[step] if step < 3 else _("{n}th", n=step + 1)
 
 
 GRADIENT_CASES = (("wide", 0.002), ("frozen", 0.0001), ("tied", 0.00005), ("unused", 0.0001),
@@ -117,13 +119,16 @@ GRADIENT_CASES = (("wide", 0.002), ("frozen", 0.0001), ("tied", 0.00005), ("unus
 
 def _broadcast_at_construction(name: str, rank: int, run: dict) -> None:
     rank0 = ref.seeded(rp.MODELS[name], 1)
-    how = ("broadcast rank 0's parameters and buffers in __init__ (dist.broadcast(tensor, src=0) for each): every "
-           "replica must start from the same weights, or they drift apart from the first step")
+    how = _("broadcast rank 0's parameters and buffers in __init__ (dist.broadcast(tensor, src=0) for each): every "
+            "replica must start from the same weights, or they drift apart from the first step")
     if not torch.equal(run["params"], rp.initial_state(rank0, buffers=False)):
-        raise CheckFailed(f"{name} model: rank {rank}'s parameters right after BucketedDDP(...) are not rank 0's "
-                          f"(the ranks start from different weights): {how}")
+        raise CheckFailed(_("{name} model: rank {rank}'s parameters right after BucketedDDP(...) are not rank "
+                            "0's (the ranks start from different weights): {how}",
+                            name=name, rank=rank, how=how))
     if not torch.equal(run["buffers"], rp.initial_state(rank0, params=False)):
-        raise CheckFailed(f"{name} model: rank {rank}'s buffers right after BucketedDDP(...) are not rank 0's: {how}")
+        raise CheckFailed(_("{name} model: rank {rank}'s buffers right after BucketedDDP(...) are not rank "
+                            "0's: {how}",
+                            name=name, rank=rank, how=how))
 
 
 def _bucketed_grads_match(g, cases):
@@ -131,29 +136,30 @@ def _bucketed_grads_match(g, cases):
         results = g.run(_in_rank_bucketed, cases, False)
     except CheckFailed as exc:
         if "doesn't require gradient" in str(exc):
-            raise CheckFailed("BucketedDDP registered a gradient hook on a frozen parameter: bucket only the "
-                              "parameters with requires_grad=True") from None
+            raise CheckFailed(_("BucketedDDP registered a gradient hook on a frozen parameter: bucket only the "
+                                "parameters with requires_grad=True")) from None
         raise
     for rank, runs in enumerate(results):  # the construction first: every rank's
-        for (name, _), run in zip(cases, runs):
+        for (name, _unused), run in zip(cases, runs):
             if not run["kept"]:
-                raise CheckFailed("BucketedDDP's `self.module` is not the model it was given: keep it "
-                                  "(self.module = module) and train that model")
+                raise CheckFailed(_("BucketedDDP's `self.module` is not the model it was given: keep it "
+                                    "(self.module = module) and train that model"))
             _broadcast_at_construction(name, rank, run)
     for rank, runs in enumerate(results):
-        for (name, _), run in zip(cases, runs):
+        for (name, _unused), run in zip(cases, runs):
             for step, record in enumerate(run["steps"]):
                 grad, ddp_grad = record["grad"], record["ddp"]
-                likely = "average each bucket (all-reduce the flat bucket, divide by the world size, copy back)"
+                likely = _("average each bucket (all-reduce the flat bucket, divide by the world size, copy back)")
                 if g.close(grad, ddp_grad * g.world_size) and ddp_grad.abs().sum() > 0:
-                    likely = "the gradients are world_size times DDP's: divide the all-reduced sum by the world size"
+                    likely = _("the gradients are world_size times DDP's: divide the all-reduced sum by the world "
+                               "size")
                 elif step > 0:
-                    likely = f"the first step was right, the {_nth(step)} was not: {RESET}"
+                    likely = _("the first step was right, the {nth} was not: {reset}", nth=_nth(step), reset=_(RESET))
                 elif name == "unused":
-                    likely = ("a bucket holding a parameter that forward never uses never becomes ready: "
-                              "all-reduce the buckets still pending in finish_gradient_synchronization")
-                g.assert_close(grad, ddp_grad, f"{name} model, rank {rank}, {_nth(step)} step: BucketedDDP's gradient",
-                               likely)
+                    likely = _("a bucket holding a parameter that forward never uses never becomes ready: "
+                               "all-reduce the buckets still pending in finish_gradient_synchronization")
+                g.assert_close(grad, ddp_grad, _("{name} model, rank {rank}, {nth} step: BucketedDDP's gradient",
+                                                 name=name, rank=rank, nth=_nth(step)), likely)
 
 
 @check("BucketedDDP", points=3)
@@ -177,15 +183,17 @@ def _not_reset(steps: list, phase: str | None = None) -> int | None:
 def _judge_traffic(name: str, cap: float, rank: int, steps: list) -> None:
     model = rp.MODELS[name]()
     expected, nbytes = rp.bucket_counts(model, cap), rp.gradient_bytes(model)
-    where = f"{name} model, bucket_cap_mb={cap}, rank {rank}"
+    where = _("{name} model, bucket_cap_mb={cap}, rank {rank}", name=name, cap=cap, rank=rank)
     stale = _not_reset(steps)
     if stale is not None:
-        raise CheckFailed(f"{where}: from the {_nth(stale)} step on, no all-reduce was launched: {RESET}")
+        raise CheckFailed(_("{where}: from the {nth} step on, no all-reduce was launched: {reset}",
+                            where=where, nth=_nth(stale), reset=_(RESET)))
     for step, record in enumerate(steps):
         others = sorted({kind for _, kind, _, _ in record["calls"] if kind not in ("all_reduce", "barrier")})
         if others:
-            raise CheckFailed(f"{where}, {_nth(step)} step: BucketedDDP also made {', '.join(others)} calls during "
-                              "the step: synchronize the gradients with one all_reduce per bucket and nothing else")
+            raise CheckFailed(_("{where}, {nth} step: BucketedDDP also made {join} calls during the step: "
+                                "synchronize the gradients with one all_reduce per bucket and nothing else",
+                                where=where, nth=_nth(step), join=', '.join(others)))
         calls = [c for c in record["calls"] if c[1] == "all_reduce"]  # a barrier moves no data: allowed
         sent = sum(size for _, _, size, _ in calls)
         count = len(calls)
@@ -193,27 +201,31 @@ def _judge_traffic(name: str, cap: float, rank: int, steps: list) -> None:
             hint = ""
             for names, size in rp.shared_parameters(model):
                 if sent > nbytes and (sent - nbytes) % size == 0:
-                    hint = (f" The tied weight {names[0]} (the same Parameter as {', '.join(names[1:])}) was sent "
-                            f"{(sent - nbytes) // size + 1} times: list each Parameter once (module.parameters() "
-                            "yields a shared one once), so that it travels once per step.")
+                    hint = " " + _("The tied weight {name} (the same Parameter as {others}) was sent {times} times: "
+                                   "list each Parameter once (module.parameters() yields a shared one once), so that "
+                                   "it travels once per step.", name=names[0], others=", ".join(names[1:]),
+                                   times=(sent - nbytes) // size + 1)
             if not hint and sent == 2 * nbytes:
-                hint = (" Each bucket was all-reduced twice: launch it once (in the hook, or in "
-                        "finish_gradient_synchronization for a bucket that never became ready), then only wait for it.")
-            raise CheckFailed(f"{where}, {_nth(step)} step: the all-reduces carried {sent} bytes, but the "
-                              f"gradients are {nbytes} bytes: each gradient travels once per step, in its "
-                              f"bucket.{hint}")
+                hint = " " + _("Each bucket was all-reduced twice: launch it once (in the hook, or in "
+                               "finish_gradient_synchronization for a bucket that never became ready), then only wait "
+                               "for it.")
+            raise CheckFailed(_("{where}, {nth} step: the all-reduces carried {sent} bytes, but the gradients "
+                                "are {nbytes} bytes: each gradient travels once per step, in its bucket.{hint}",
+                                where=where, nth=_nth(step), sent=sent, nbytes=nbytes, hint=hint))
         if count not in expected:
-            hint = (" One per parameter: group the gradients into buckets of up to bucket_cap_mb."
+            hint = (" " + _("One per parameter: group the gradients into buckets of up to bucket_cap_mb.")
                     if count == len([p for p in model.parameters() if p.requires_grad]) else "")
-            raise CheckFailed(f"{where}, {_nth(step)} step: {count} all-reduces, expected {min(expected)} (one per "
-                              "bucket, gradients in reverse parameter order, a new bucket when the next one would "
-                              f"exceed the cap).{hint}")
+            raise CheckFailed(_("{where}, {nth} step: {count} all-reduces, expected {expected} (one per bucket, "
+                                "gradients in reverse parameter order, a new bucket when the next one would "
+                                "exceed the cap).{hint}",
+                                where=where, nth=_nth(step), count=count, expected=min(expected), hint=hint))
         got = sorted(size for _, _, size, _ in calls)
         if got not in rp.bucket_sizes(model, cap):
-            raise CheckFailed(f"{where}, {_nth(step)} step: the buckets carried {got} bytes, expected "
-                              f"{rp.bucket_sizes(model, cap)[0]}: fill them with the gradients in reverse parameter "
-                              "order (the last layer's first, as backward produces them), a new bucket when the next "
-                              "gradient would take the current one past bucket_cap_mb")
+            raise CheckFailed(_("{where}, {nth} step: the buckets carried {got} bytes, expected "
+                                "{expected}: fill them with the gradients in reverse parameter order (the "
+                                "last layer's first, as backward produces them), a new bucket when the next "
+                                "gradient would take the current one past bucket_cap_mb",
+                                where=where, nth=_nth(step), got=got, expected=rp.bucket_sizes(model, cap)[0]))
 
 
 @check("BucketedDDP", points=2)
@@ -230,23 +242,28 @@ def bucketed_all_reduce_overlaps_backward(g):
         steps = run["steps"]
         stale = _not_reset(steps, phase="backward")
         if stale is not None:
-            raise CheckFailed(f"from the {_nth(stale)} step on, no all-reduce was launched during backward (the "
-                              f"first step launched them from the gradient hooks): {RESET}")
+            raise CheckFailed(_("from the {nth} step on, no all-reduce was launched during backward (the first "
+                                "step launched them from the gradient hooks): {reset}",
+                                nth=_nth(stale), reset=_(RESET)))
         for step, record in enumerate(steps):
             calls = [c for c in record["calls"] if c[1] == "all_reduce"]
             if not calls:
-                raise CheckFailed(f"{_nth(step)} step: no all-reduce was made: all-reduce each bucket")
+                raise CheckFailed(_("{nth} step: no all-reduce was made: all-reduce each bucket", nth=_nth(step)))
             if any(async_op is False for _, _, _, async_op in calls):
-                raise CheckFailed(f"{_nth(step)} step: dist.all_reduce was called without async_op=True: backward "
-                                  "then waits for each bucket; keep the work handle and wait() in "
-                                  "finish_gradient_synchronization")
+                raise CheckFailed(_("{nth} step: dist.all_reduce was called without async_op=True: backward "
+                                    "then waits for each bucket; keep the work handle and wait() in "
+                                    "finish_gradient_synchronization",
+                                    nth=_nth(step)))
             late = [phase for phase, _, _, _ in calls if phase != "backward"]
             if late:
-                when = ("in forward" if "forward" in late
-                        else "after backward returned (in finish_gradient_synchronization)")
-                raise CheckFailed(f"{_nth(step)} step: {len(late)} of {len(calls)} all-reduces started {when}: launch "
-                                  "a bucket's all-reduce from the gradient hook of its last parameter, during backward")
+                when = (_("in forward") if "forward" in late
+                        else _("after backward returned (in finish_gradient_synchronization)"))
+                raise CheckFailed(_("{nth} step: {count} of {total} all-reduces started {when}: launch a "
+                                    "bucket's all-reduce from the gradient hook of its last parameter, during "
+                                    "backward",
+                                    nth=_nth(step), count=len(late), total=len(calls), when=when))
             if not record["before_first"]:
-                raise CheckFailed(f"{_nth(step)} step: no bucket's all-reduce started before the first layer's "
-                                  "gradient was ready: launch each bucket as soon as its own gradients are all ready, "
-                                  "not all together at the end of backward")
+                raise CheckFailed(_("{nth} step: no bucket's all-reduce started before the first layer's "
+                                    "gradient was ready: launch each bucket as soon as its own gradients are "
+                                    "all ready, not all together at the end of backward",
+                                    nth=_nth(step)))

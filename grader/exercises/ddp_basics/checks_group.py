@@ -11,6 +11,7 @@ import torch
 import torch.distributed as dist
 
 from grader.checks import CheckFailed
+from grader.i18n import _
 from grader.grading import describe_failure
 from grader.exercises import happens_before as hb
 from grader.exercises.ddp_basics.exercise import check
@@ -41,19 +42,21 @@ def _in_rank_backend(ctx, student):
 def backend_matches_hardware(g):
     for rank, (backend, simulated, expected) in enumerate(g.run(_in_rank_backend)):
         if backend != expected:
-            raise CheckFailed(f"rank {rank}: pick_backend() returned {backend!r} on this machine "
-                              f"({g.plan().describe()}), expected {expected!r}: "
-                              "nccl when torch.cuda.is_available(), gloo on CPU")
+            raise CheckFailed(_("rank {rank}: pick_backend() returned {backend!r} on this machine ({plan}), "
+                                "expected {expected!r}: nccl when torch.cuda.is_available(), gloo on CPU",
+                                rank=rank, backend=backend, plan=g.plan().describe(), expected=expected))
         for available, want in ((True, "nccl"), (False, "gloo")):
             status, got = simulated[available]
-            machine = "a GPU machine" if available else "a CPU-only machine"
+            machine = _("a GPU machine") if available else _("a CPU-only machine")
             if status == "error":
-                raise CheckFailed(f"on {machine} (torch.cuda.is_available() made to return {available}), "
-                                  f"pick_backend() raised {got}")
+                raise CheckFailed(_("on {machine} (torch.cuda.is_available() made to return {available}), "
+                                    "pick_backend() raised {got}",
+                                    machine=machine, available=available, got=got))
             if got != want:
-                raise CheckFailed(f"on {machine} (torch.cuda.is_available() made to return {available}), "
-                                  f"pick_backend() returned {got!r}, expected {want!r}: decide with "
-                                  "torch.cuda.is_available(), not a fixed answer")
+                raise CheckFailed(_("on {machine} (torch.cuda.is_available() made to return {available}), "
+                                    "pick_backend() returned {got!r}, expected {want!r}: decide with "
+                                    "torch.cuda.is_available(), not a fixed answer",
+                                    machine=machine, available=available, got=got, want=want))
 
 
 # --- pick_device ----------------------------------------------------------------------
@@ -72,23 +75,29 @@ def _in_rank_device(ctx, student):
 def device_is_this_ranks(g):
     for rank, (device, simulated, expected, local_rank) in enumerate(g.run(_in_rank_device)):
         if device != expected:
-            raise CheckFailed(f"rank {rank}: pick_device({local_rank}) returned {device} on this machine "
-                              f"({g.plan().describe()}), expected {expected}")
+            raise CheckFailed(_("rank {rank}: pick_device({local_rank}) returned {device} on this machine "
+                                "({plan}), expected {expected}",
+                                rank=rank, local_rank=local_rank, device=device, plan=g.plan().describe(),
+                                expected=expected))
         status, got, set_device = simulated[True]
-        gpu = f"on a GPU machine (torch.cuda.is_available() made to return True), pick_device({local_rank})"
+        gpu = _("on a GPU machine (torch.cuda.is_available() made to return True), pick_device({local_rank})",
+                local_rank=local_rank)
         if status == "error":
-            raise CheckFailed(f"{gpu} raised {got}")
+            raise CheckFailed(_("{gpu} raised {got}", gpu=gpu, got=got))
         if got != f"cuda:{local_rank}":
-            raise CheckFailed(f"{gpu} returned {got}, expected cuda:{local_rank}: use the local rank as the GPU "
-                              "index when torch.cuda.is_available()")
+            raise CheckFailed(_("{gpu} returned {got}, expected cuda:{local_rank}: use the local rank as the "
+                                "GPU index when torch.cuda.is_available()",
+                                gpu=gpu, got=got, local_rank=local_rank))
         if local_rank not in set_device:
-            raise CheckFailed(f"{gpu} did not call torch.cuda.set_device({local_rank}): without it every rank's "
-                              "default CUDA device is GPU 0, and they pile onto it")
-        status, got, _ = simulated[False]
+            raise CheckFailed(_("{gpu} did not call torch.cuda.set_device({local_rank}): without it every "
+                                "rank's default CUDA device is GPU 0, and they pile onto it",
+                                gpu=gpu, local_rank=local_rank))
+        status, got, _unused = simulated[False]
         if (status, got) != ("ok", "cpu"):
-            raise CheckFailed(f"on a CPU-only machine pick_device({local_rank}) "
-                              + (f"raised {got}" if status == "error" else f"returned {got}")
-                              + ": without CUDA every rank runs on the CPU")
+            raise CheckFailed(_("on a CPU-only machine pick_device({local_rank}) raised {got}: without CUDA every "
+                                "rank runs on the CPU", local_rank=local_rank, got=got) if status == "error" else
+                              _("on a CPU-only machine pick_device({local_rank}) returned {got}: without CUDA every "
+                                "rank runs on the CPU", local_rank=local_rank, got=got))
 
 
 # --- setup ------------------------------------------------------------------------------
@@ -96,7 +105,7 @@ def device_is_this_ranks(g):
 def _in_rank_setup(ctx, student):
     student.task("setup")(ctx.rank, ctx.world_size, ctx.master_addr, ctx.master_port)
     if not dist.is_initialized():
-        raise CheckFailed("after setup() there is no default process group: call dist.init_process_group")
+        raise CheckFailed(_("after setup() there is no default process group: call dist.init_process_group"))
     seen = (dist.get_rank(), dist.get_world_size(), dist.get_backend())
     total = torch.ones(1, device=ctx.device)
     dist.all_reduce(total)  # the group really connects every rank
@@ -128,25 +137,29 @@ def _in_rank_setup_on_simulated_gpus(ctx, student):
 def process_group_has_right_rank_and_size(g):
     result = g.run_raw(_in_rank_setup, init_group=False)
     if not result.ok and "EADDRINUSE" in result.failure():
-        raise CheckFailed("two processes both tried to host the rendezvous on the master port, as only rank 0 "
-                          "does: did every process join as rank 0? pass rank=rank to init_process_group (the port "
-                          "was free: the grader retried with fresh ports)")
+        raise CheckFailed(_("two processes both tried to host the rendezvous on the master port, as only rank "
+                            "0 does: did every process join as rank 0? pass rank=rank to init_process_group "
+                            "(the port was free: the grader retried with fresh ports)"))
     if not result.ok:
         raise CheckFailed(describe_failure(result))
     for rank, (got_rank, size, backend, total, expected_backend) in enumerate(r.value for r in result.ranks):
         if (got_rank, size) != (rank, g.world_size):
-            raise CheckFailed(f"process {rank} joined as rank {got_rank} of {size}, expected rank {rank} of "
-                              f"{g.world_size}: pass rank= and world_size= to init_process_group")
+            raise CheckFailed(_("process {rank} joined as rank {got_rank} of {size}, expected rank {rank} of "
+                                "{world_size}: pass rank= and world_size= to init_process_group",
+                                rank=rank, got_rank=got_rank, size=size, world_size=g.world_size))
         if backend != expected_backend:
-            raise CheckFailed(f"the group uses {backend}, expected {expected_backend} on this machine "
-                              f"({g.plan().describe()}): use pick_backend()")
+            raise CheckFailed(_("the group uses {backend}, expected {expected_backend} on this machine "
+                                "({plan}): use pick_backend()",
+                                backend=backend, expected_backend=expected_backend, plan=g.plan().describe()))
         if total != g.world_size:
-            raise CheckFailed(f"an all_reduce over the group summed {total:g} ones, expected {g.world_size}")
+            raise CheckFailed(_("an all_reduce over the group summed {total:g} ones, expected {world_size}",
+                                total=total, world_size=g.world_size))
     for rank, requested in enumerate(g.run(_in_rank_setup_on_simulated_gpus, init_group=False)):
         if requested != ["nccl"]:
-            raise CheckFailed(f"on a GPU machine (torch.cuda.is_available() made to return True), rank {rank}'s "
-                              f"setup() asked init_process_group for {requested or 'nothing'}, expected ['nccl']: "
-                              "pass pick_backend() as the backend, not a fixed name")
+            raise CheckFailed(_("on a GPU machine (torch.cuda.is_available() made to return True), rank "
+                                "{rank}'s setup() asked init_process_group for {requested}, expected ['nccl']: "
+                                "pass pick_backend() as the backend, not a fixed name",
+                                rank=rank, requested=requested or _("nothing")))
 
 
 # --- cleanup ----------------------------------------------------------------------------
@@ -175,11 +188,13 @@ def _in_rank_cleanup(ctx, student):
 @check("cleanup", points=0.5)
 def cleanup_waits_then_destroys(g):
     results = g.run(_in_rank_cleanup)
-    for rank, (_, still_initialized) in enumerate(results):
+    for rank, (_unused, still_initialized) in enumerate(results):
         if still_initialized:
-            raise CheckFailed(f"rank {rank} still has a process group after cleanup(): "
-                              "call dist.destroy_process_group()")
+            raise CheckFailed(_("rank {rank} still has a process group after cleanup(): call "
+                                "dist.destroy_process_group()",
+                                rank=rank))
     if not results[0][0]:
-        raise CheckFailed(f"rank 0 left cleanup() before rank {g.world_size - 1} had even entered it: call "
-                          "dist.barrier() before destroy_process_group(), so no rank tears down while others "
-                          "still communicate")
+        raise CheckFailed(_("rank 0 left cleanup() before rank {last} had even entered it: call "
+                            "dist.barrier() before destroy_process_group(), so no rank tears down while others "
+                            "still communicate",
+                            last=g.world_size - 1))

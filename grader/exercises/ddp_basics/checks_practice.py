@@ -28,6 +28,7 @@ import torch
 from torch import nn
 
 from grader.checks import CheckFailed
+from grader.i18n import _
 from grader.exercises.ddp_basics import reference as ref
 from grader.exercises.ddp_basics import reference_practice as rp
 from grader.exercises.ddp_basics.exercise import check
@@ -68,31 +69,37 @@ def _in_rank_accumulate(ctx, student):
 
 @check("train_with_accumulation", points=3)
 def accumulation_matches_big_batch_step(g):
-    expected, _ = rp.accumulation_reference(g.world_size, MICRO, K)
-    undivided, _ = rp.accumulation_reference(g.world_size, MICRO, K, divide=False)
-    cleared_every, _ = rp.accumulation_reference(g.world_size, MICRO, K, zero_grad="per micro-batch")
-    never_cleared, _ = rp.accumulation_reference(g.world_size, MICRO, K, zero_grad="never")
-    for rank, (params, events, _) in enumerate(g.run(_in_rank_accumulate)):
+    expected, _unused = rp.accumulation_reference(g.world_size, MICRO, K)
+    undivided, _unused = rp.accumulation_reference(g.world_size, MICRO, K, divide=False)
+    cleared_every, _unused = rp.accumulation_reference(g.world_size, MICRO, K, zero_grad="per micro-batch")
+    never_cleared, _unused = rp.accumulation_reference(g.world_size, MICRO, K, zero_grad="never")
+    for rank, (params, events, _unused) in enumerate(g.run(_in_rank_accumulate)):
         steps = events.count("step")
         if steps == MICRO:
-            raise CheckFailed(f"optimizer.step() ran {steps} times for {MICRO} micro-batches: the step is taken every "
-                              f"micro-batch; step (then zero_grad) once every accumulation_steps={K} micro-batches")
+            raise CheckFailed(_("optimizer.step() ran {steps} times for {micro} micro-batches: the step is "
+                                "taken every micro-batch; step (then zero_grad) once every "
+                                "accumulation_steps={k} micro-batches",
+                                steps=steps, micro=MICRO, k=K))
         if steps != MICRO // K:
-            raise CheckFailed(f"optimizer.step() ran {steps} times, expected {MICRO // K} ({MICRO} micro-batches, "
-                              f"accumulation_steps={K}): one step per accumulation_steps micro-batches")
+            raise CheckFailed(_("optimizer.step() ran {steps} times, expected {expected} ({micro} micro-batches, "
+                                "accumulation_steps={k}): one step per accumulation_steps micro-batches",
+                                steps=steps, expected=MICRO // K, micro=MICRO, k=K))
         if g.close(params, undivided) and not g.close(params, expected):
-            raise CheckFailed(f"the parameters moved as if the gradient were {K} times too large: the loss is not "
-                              "divided by the number of micro-batches; backward (loss / accumulation_steps)")
+            raise CheckFailed(_("the parameters moved as if the gradient were {k} times too large: the loss is "
+                                "not divided by the number of micro-batches; backward (loss / "
+                                "accumulation_steps)",
+                                k=K))
         if g.close(params, cleared_every) and not g.close(params, expected):
-            raise CheckFailed("each step used only the last micro-batch's gradient: zero_grad() ran before every "
-                              "micro-batch and cleared the gradients accumulated so far; call optimizer.zero_grad() "
-                              "once per optimizer step, after optimizer.step()")
+            raise CheckFailed(_("each step used only the last micro-batch's gradient: zero_grad() ran before "
+                                "every micro-batch and cleared the gradients accumulated so far; call "
+                                "optimizer.zero_grad() once per optimizer step, after optimizer.step()"))
         if g.close(params, never_cleared) and not g.close(params, expected):
-            raise CheckFailed("the second step also used the first step's gradients: zero_grad() was never called; "
-                              "call optimizer.zero_grad() after each optimizer.step()")
-        g.assert_close(params, expected, f"rank {rank}'s parameters after {MICRO // K} accumulated steps",
-                       "each step must equal one step on the global batch (every rank's accumulation_steps "
-                       "micro-batches): accumulate loss / accumulation_steps, all-reduce once, then step")
+            raise CheckFailed(_("the second step also used the first step's gradients: zero_grad() was never "
+                                "called; call optimizer.zero_grad() after each optimizer.step()"))
+        g.assert_close(params, expected, _("rank {rank}'s parameters after {steps} accumulated steps",
+                                           rank=rank, steps=MICRO // K),
+                       _("each step must equal one step on the global batch (every rank's accumulation_steps "
+                         "micro-batches): accumulate loss / accumulation_steps, all-reduce once, then step"))
 
 
 def _all_reduces_per_step(events: list) -> list[list[int]]:
@@ -108,39 +115,43 @@ def _all_reduces_per_step(events: list) -> list[list[int]]:
 
 @check("train_with_accumulation", points=2)
 def accumulation_one_all_reduce_per_bucket_per_step(g):
-    for rank, (_, events, _) in enumerate(g.run(_in_rank_accumulate)):
+    for rank, (_unused, events, _unused) in enumerate(g.run(_in_rank_accumulate)):
         groups = _all_reduces_per_step(events)
         if not any(groups):
-            raise CheckFailed(f"rank {rank}: DDP all-reduced no gradient at all: the last micro-batch of each step "
-                              "must run forward and backward outside model.no_sync()")
+            raise CheckFailed(_("rank {rank}: DDP all-reduced no gradient at all: the last micro-batch of each "
+                                "step must run forward and backward outside model.no_sync()",
+                                rank=rank))
         if len(groups) != MICRO // K or not all(groups):
-            raise CheckFailed(f"rank {rank}: gradient all-reduces per optimizer step: {[len(x) for x in groups]}, "
-                              f"expected {MICRO // K} steps each with one all-reduce per bucket")
+            raise CheckFailed(_("rank {rank}: gradient all-reduces per optimizer step: {counts}, expected "
+                                "{steps} steps each with one all-reduce per bucket",
+                                rank=rank, counts=[len(x) for x in groups], steps=MICRO // K))
         for step, buckets in enumerate(groups):
             worst = max(buckets.count(b) for b in buckets)
             if worst > 1:
-                raise CheckFailed(f"rank {rank}, optimizer step {step + 1}: a bucket was all-reduced {worst} times, "
-                                  f"once per micro-batch: no_sync is missing, so accumulation costs {K} times the "
-                                  "traffic (or only backward is inside it: DDP decides at forward whether backward "
-                                  "all-reduces); run "
-                                  "forward and backward of the first accumulation_steps - 1 micro-batches inside "
-                                  "`with model.no_sync():`")
+                raise CheckFailed(_("rank {rank}, optimizer step {step}: a bucket was all-reduced {worst} "
+                                    "times, once per micro-batch: no_sync is missing, so accumulation costs "
+                                    "{k} times the traffic (or only backward is inside it: DDP decides at "
+                                    "forward whether backward all-reduces); run forward and backward of the "
+                                    "first accumulation_steps - 1 micro-batches inside `with model.no_sync():`",
+                                    rank=rank, step=step + 1, worst=worst, k=K))
 
 
 @check("train_with_accumulation", points=1)
 def accumulation_returns_global_mean_loss(g):
-    _, expected = rp.accumulation_reference(g.world_size, MICRO, K)
-    losses = [loss for _, _, loss in g.run(_in_rank_accumulate)]
+    _unused, expected = rp.accumulation_reference(g.world_size, MICRO, K)
+    losses = [loss for _unused, _unused, loss in g.run(_in_rank_accumulate)]
     if any(loss is None for loss in losses):
-        raise CheckFailed("train_with_accumulation must return the mean loss as a number (a float)")
+        raise CheckFailed(_("train_with_accumulation must return the mean loss as a number (a float)"))
     if len(set(losses)) > 1:
-        raise CheckFailed(f"the ranks returned different losses {losses}: each returned its own mean; all_reduce the "
-                          "loss sum and the sample count, then divide")
+        raise CheckFailed(_("the ranks returned different losses {losses}: each returned its own mean; "
+                            "all_reduce the loss sum and the sample count, then divide",
+                            losses=losses))
     if abs(losses[0] * K - expected) <= 1e-4 * abs(expected) + 1e-6:
-        raise CheckFailed(f"returned {losses[0]:.5f}, {K} times less than the mean loss {expected:.5f}: return the "
-                          "mean of the micro-batch losses, not of loss / accumulation_steps")
-    g.assert_close(torch.tensor(losses[0]), torch.tensor(expected), "the returned loss",
-                   "return the mean loss over every micro-batch of every rank")
+        raise CheckFailed(_("returned {loss:.5f}, {k} times less than the mean loss {expected:.5f}: return "
+                            "the mean of the micro-batch losses, not of loss / accumulation_steps",
+                            loss=losses[0], k=K, expected=expected))
+    g.assert_close(torch.tensor(losses[0]), torch.tensor(expected), _("the returned loss"),
+                   _("return the mean loss over every micro-batch of every rank"))
 
 
 # --- train_uneven -----------------------------------------------------------------------------
@@ -175,19 +186,21 @@ def _uneven_run(g) -> list:
     lengths = LENGTHS + [4] * (g.world_size - len(LENGTHS))
     result = g.run_raw(_in_rank_uneven, lengths, timeout=min(g.timeout, UNEVEN_TIMEOUT_S))
     if _waited_for_a_finished_rank(result):
-        raise CheckFailed(f"the ranks hung: rank 0 has {lengths[0]} batches and rank 1 has {lengths[1]}; once rank 1 "
-                          "has run out, rank 0's backward waits in an all-reduce that rank 1 never joins. Use Join: "
-                          "wrap the loop in `with Join([model]):` (torch.distributed.algorithms.join)\n"
-                          + result.failure())
+        raise CheckFailed(_("the ranks hung: rank 0 has {batches0} batches and rank 1 has {batches1}; once rank 1 "
+                            "has run out, rank 0's backward waits in an all-reduce that rank 1 never joins. Use "
+                            "Join: wrap the loop in `with Join([model]):` (torch.distributed.algorithms.join)",
+                            batches0=lengths[0], batches1=lengths[1]) + "\n" + result.failure())
     if not result.ok:
         raise CheckFailed(describe_failure(result))
     values = [r.value for r in result.ranks]
-    for rank, (_, steps) in enumerate(values):
+    for rank, (_unused, steps) in enumerate(values):
         if steps != lengths[rank]:
-            shortest = (" (it stopped at the shortest loader: with Join the ranks with more data train on all of "
-                        "it, while the finished ranks shadow their all-reduces)") if steps == min(lengths) else ""
-            raise CheckFailed(f"rank {rank} took {steps} optimizer steps for its {lengths[rank]} batches{shortest}: "
-                              "one step per batch of its own loader, all of them")
+            shortest = " " + _("(it stopped at the shortest loader: with Join the ranks with more data train on all "
+                               "of it, while the finished ranks shadow their all-reduces)") \
+                if steps == min(lengths) else ""
+            raise CheckFailed(_("rank {rank} took {steps} optimizer steps for its {batches} batches{shortest}: "
+                                "one step per batch of its own loader, all of them",
+                                rank=rank, steps=steps, batches=lengths[rank], shortest=shortest))
     return [params for params, _ in values]
 
 
@@ -201,11 +214,15 @@ def uneven_matches_join_semantics(g):
     expected = rp.join_reference(LENGTHS)
     for rank, params in enumerate(_uneven_run(g)):
         if g.close(params, rp.join_reference(LENGTHS, zero_grad=False)):
-            raise CheckFailed(f"rank {rank}: each step also applied the earlier steps' gradients: zero_grad() was "
-                              "not called; call optimizer.zero_grad() before every batch's backward")
+            raise CheckFailed(_("rank {rank}: each step also applied the earlier steps' gradients: zero_grad() "
+                                "was not called; call optimizer.zero_grad() before every batch's backward",
+                                rank=rank))
         if g.close(params, rp.join_reference(LENGTHS, divide_by_world_size=False)):
-            raise CheckFailed(f"rank {rank}: the last steps averaged over the ranks still training only; DDP with Join "
-                              "(its default divide_by_initial_world_size=True) divides by the whole world size")
-        g.assert_close(params, expected, f"rank {rank}'s parameters after training with {LENGTHS} batches",
-                       "train every batch of the loader, one step per batch, inside `with Join([model]):`; "
-                       "every rank then ends with the longest-training rank's parameters")
+            raise CheckFailed(_("rank {rank}: the last steps averaged over the ranks still training only; DDP "
+                                "with Join (its default divide_by_initial_world_size=True) divides by the "
+                                "whole world size",
+                                rank=rank))
+        g.assert_close(params, expected, _("rank {rank}'s parameters after training with {lengths} batches",
+                                           rank=rank, lengths=LENGTHS),
+                       _("train every batch of the loader, one step per batch, inside `with Join([model]):`; "
+                         "every rank then ends with the longest-training rank's parameters"))

@@ -9,6 +9,7 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from grader.checks import CheckFailed
+from grader.i18n import _
 from grader.exercises import happens_before as hb
 from grader.exercises.ddp_basics import reference as ref
 from grader.exercises.ddp_basics.exercise import check
@@ -66,13 +67,14 @@ def _in_rank_save(ctx, student):
 
 
 def _require_model_state(results) -> None:
-    _, _, keys, holds_model = results[0]
+    _unused, _unused, keys, holds_model = results[0]
     if keys is None:
-        raise CheckFailed("no readable checkpoint was written at the given path: torch.save the model's "
-                          "state_dict to `path` on rank 0")
+        raise CheckFailed(_("no readable checkpoint was written at the given path: torch.save the model's "
+                            "state_dict to `path` on rank 0"))
     if not holds_model:
-        raise CheckFailed(f"the checkpoint (keys {keys[:4]}) is not the model's state_dict: save "
-                          "model.module.state_dict(), the parameters and buffers of the wrapped model")
+        raise CheckFailed(_("the checkpoint (keys {keys}) is not the model's state_dict: save "
+                            "model.module.state_dict(), the parameters and buffers of the wrapped model",
+                            keys=keys[:4]))
 
 
 @check("save_checkpoint", points=1)
@@ -81,8 +83,9 @@ def checkpoint_written_by_rank0_only(g):
     writes = [r[0] for r in results]
     if sum(writes) != 1 or writes[0] != 1:
         writers = [r for r, w in enumerate(writes) if w]
-        raise CheckFailed(f"torch.save was called by rank(s) {writers}, {sum(writes)} time(s) in all: every rank "
-                          "holds the same model, so only rank 0 (dist.get_rank() == 0) should write")
+        raise CheckFailed(_("torch.save was called by rank(s) {writers}, {calls} time(s) in all: every rank "
+                            "holds the same model, so only rank 0 (dist.get_rank() == 0) should write",
+                            writers=writers, calls=sum(writes)))
     _require_model_state(results)
 
 
@@ -93,19 +96,21 @@ def checkpoint_has_unwrapped_keys(g):
     keys = results[0][2]
     expected = list(ref.tiny_net(seed=0).state_dict().keys())
     if keys != expected:
-        hint = ("the keys start with 'module.': save model.module.state_dict(), the unwrapped model's"
-                if keys and all(k.startswith("module.") for k in keys) else "save model.module.state_dict()")
-        raise CheckFailed(f"the checkpoint's keys are {keys[:4]}..., expected {expected[:4]}...: {hint}")
+        hint = (_("the keys start with 'module.': save model.module.state_dict(), the unwrapped model's")
+                if keys and all(k.startswith("module.") for k in keys) else _("save model.module.state_dict()"))
+        raise CheckFailed(_("the checkpoint's keys are {keys}..., expected {expected}...: {hint}",
+                            keys=keys[:4], expected=expected[:4], hint=hint))
 
 
 @check("save_checkpoint", points=1)
 def checkpoint_complete_before_return(g):
     results = g.run(_in_rank_save)
     _require_model_state(results)
-    for rank, (_, complete, _, _) in enumerate(results):
+    for rank, (_unused, complete, _unused, _unused) in enumerate(results):
         if not complete:
-            raise CheckFailed(f"rank {rank} returned from save_checkpoint before rank 0 had finished writing: "
-                              "call dist.barrier() after the save, on every rank")
+            raise CheckFailed(_("rank {rank} returned from save_checkpoint before rank 0 had finished writing: "
+                                "call dist.barrier() after the save, on every rank",
+                                rank=rank))
 
 
 def _in_rank_load(ctx, student):
@@ -133,12 +138,12 @@ def checkpoint_loads_onto_device(g):
     expected = ref.flat_params(ref.tiny_net(seed=7))
     for rank, (params, calls, device) in enumerate(g.run(_in_rank_load)):
         if not calls:
-            raise CheckFailed("load_checkpoint did not call torch.load")
+            raise CheckFailed(_("load_checkpoint did not call torch.load"))
         if calls[0] is None:
-            raise CheckFailed("torch.load was called without map_location: a checkpoint saved from cuda:0 would "
-                              "load onto GPU 0 on every rank; pass map_location=device")
-        g.assert_close(params, expected, f"rank {rank}'s parameters after load_checkpoint",
-                       "load the file's state_dict into the model with model.load_state_dict")
+            raise CheckFailed(_("torch.load was called without map_location: a checkpoint saved from cuda:0 "
+                                "would load onto GPU 0 on every rank; pass map_location=device"))
+        g.assert_close(params, expected, _("rank {rank}'s parameters after load_checkpoint", rank=rank),
+                       _("load the file's state_dict into the model with model.load_state_dict"))
 
 
 # --- MiniDDP --------------------------------------------------------------------------------
@@ -156,8 +161,8 @@ class BufferNet(nn.Module):
 
 def _require_by_hand(mini) -> None:
     if isinstance(mini, DDP) or any(isinstance(m, DDP) for m in getattr(mini, "modules", lambda: [])()):
-        raise CheckFailed("MiniDDP is (or wraps) torch's DistributedDataParallel: the task is to build it by hand, "
-                          "with dist.broadcast in __init__ and gradient hooks that all-reduce")
+        raise CheckFailed(_("MiniDDP is (or wraps) torch's DistributedDataParallel: the task is to build it by "
+                            "hand, with dist.broadcast in __init__ and gradient hooks that all-reduce"))
 
 
 def _in_rank_mini_broadcast(ctx, student):
@@ -172,8 +177,9 @@ def mini_ddp_broadcasts_rank0_state(g):
     expected = ref.seeded(BufferNet, seed=1).state_dict()
     for rank, state in enumerate(g.run(_in_rank_mini_broadcast)):
         for name, value in expected.items():
-            g.assert_close(state[name], value, f"rank {rank}'s {name} right after MiniDDP(module)",
-                           "broadcast rank 0's parameters and buffers (dist.broadcast(t, src=0)) in __init__")
+            g.assert_close(state[name], value, _("rank {rank}'s {name} right after MiniDDP(module)",
+                                                 rank=rank, name=name),
+                           _("broadcast rank 0's parameters and buffers (dist.broadcast(t, src=0)) in __init__"))
 
 
 def _in_rank_mini_vs_ddp(ctx, student, factory_name, steps=5):
@@ -183,7 +189,7 @@ def _in_rank_mini_vs_ddp(ctx, student, factory_name, steps=5):
     _require_by_hand(mini)
     inner = getattr(mini, "module", None)
     if not isinstance(inner, nn.Module):
-        raise CheckFailed("MiniDDP has no `.module` attribute holding the wrapped model")
+        raise CheckFailed(_("MiniDDP has no `.module` attribute holding the wrapped model"))
     opts = [torch.optim.SGD([p for p in m.parameters() if p.requires_grad], lr=0.1) for m in (ddp.module, inner)]
     history = []
     for step in range(steps):
@@ -203,13 +209,18 @@ def _compare_mini_to_ddp(g, factory_name):
     for rank, (history, ddp_params, mini_params) in enumerate(g.run(_in_rank_mini_vs_ddp, factory_name)):
         for step, (ddp_grad, mini_grad) in enumerate(history):
             ws = g.world_size
-            likely = "average the gradients: all_reduce them as backward produces them, then divide by the world size"
+            likely = _("average the gradients: all_reduce them as backward produces them, then divide by the "
+                       "world size")
             if g.close(mini_grad, ddp_grad * ws) and ddp_grad.abs().sum() > 0:
-                likely = "MiniDDP's gradients are world_size times DDP's: divide the all-reduced sum by the world size"
-            g.assert_close(mini_grad, ddp_grad, f"{factory_name} model, rank {rank}, step {step}: MiniDDP's gradient",
+                likely = _("MiniDDP's gradients are world_size times DDP's: divide the all-reduced sum by the "
+                           "world size")
+            g.assert_close(mini_grad, ddp_grad, _("{factory_name} model, rank {rank}, step {step}: MiniDDP's "
+                                                  "gradient",
+                                                  factory_name=factory_name, rank=rank, step=step),
                            likely)
-        g.assert_close(mini_params, ddp_params, f"{factory_name} model, rank {rank}: parameters after 5 steps",
-                       "MiniDDP must match DDP step for step")
+        g.assert_close(mini_params, ddp_params, _("{factory_name} model, rank {rank}: parameters after 5 steps",
+                                                  factory_name=factory_name, rank=rank),
+                       _("MiniDDP must match DDP step for step"))
 
 
 @check("MiniDDP", points=4)
@@ -223,7 +234,7 @@ def mini_ddp_frozen_and_tied_parameters(g):
         _compare_mini_to_ddp(g, "frozen")
     except CheckFailed as exc:
         if "doesn't require gradient" in str(exc):
-            raise CheckFailed("MiniDDP registered a gradient hook on a frozen parameter: skip parameters with "
-                              "requires_grad=False") from None
+            raise CheckFailed(_("MiniDDP registered a gradient hook on a frozen parameter: skip parameters "
+                                "with requires_grad=False")) from None
         raise
     _compare_mini_to_ddp(g, "tied")

@@ -8,6 +8,7 @@ from torch.utils.data import DataLoader
 from torch.utils.data.distributed import DistributedSampler
 
 from grader.checks import CheckFailed
+from grader.i18n import _
 from grader.exercises.ddp_basics import reference as ref
 from grader.exercises.ddp_basics.exercise import check
 
@@ -18,11 +19,13 @@ def _in_rank_wrap(ctx, student):
     model = ref.tiny_net(seed=ctx.rank + 1)  # every rank starts different on purpose
     wrapped = student.task("wrap_model")(model, ctx.device)
     if not isinstance(wrapped, DDP):
-        raise CheckFailed(f"wrap_model returned a {type(wrapped).__name__}, not a DistributedDataParallel")
+        raise CheckFailed(_("wrap_model returned a {type}, not a DistributedDataParallel",
+                            type=type(wrapped).__name__))
     device = next(wrapped.parameters()).device
     if device != ctx.device:
-        raise CheckFailed(f"the wrapped model is on {device}, this rank's device is {ctx.device}: "
-                          "call model.to(device) before wrapping")
+        raise CheckFailed(_("the wrapped model is on {device}, this rank's device is {rank_device}: call "
+                            "model.to(device) before wrapping",
+                            device=device, rank_device=ctx.device))
     data = ref.RegressionDataset(n=8 * ctx.world_size)
     shard = slice(ctx.rank * 8, (ctx.rank + 1) * 8)  # equal shards: mean of means = full-batch mean
     loss = nn.MSELoss()(wrapped(data.x[shard].to(ctx.device)), data.y[shard].to(ctx.device))
@@ -33,10 +36,10 @@ def _in_rank_wrap(ctx, student):
 @check("wrap_model", points=1)
 def wrap_model_broadcasts_rank0_parameters(g):
     expected = ref.flat_params(ref.tiny_net(seed=1))
-    for rank, (params, _) in enumerate(g.run(_in_rank_wrap)):
-        g.assert_close(params, expected, f"rank {rank}'s parameters after wrap_model",
-                       "DDP copies rank 0's parameters to every rank when it is constructed; "
-                       "wrap the model itself in DistributedDataParallel")
+    for rank, (params, _unused) in enumerate(g.run(_in_rank_wrap)):
+        g.assert_close(params, expected, _("rank {rank}'s parameters after wrap_model", rank=rank),
+                       _("DDP copies rank 0's parameters to every rank when it is constructed; wrap the model "
+                         "itself in DistributedDataParallel"))
 
 
 @check("wrap_model", points=1)
@@ -45,10 +48,10 @@ def wrap_model_gradients_match_full_batch(g):
     data = ref.RegressionDataset(n=8 * g.world_size)
     nn.MSELoss()(model(data.x), data.y).backward()
     expected = ref.flat_grads(model)
-    for rank, (_, grads) in enumerate(g.run(_in_rank_wrap)):
-        g.assert_close(grads, expected, f"rank {rank}'s gradient after backward()",
-                       "after backward every rank must hold the average of all ranks' gradients, "
-                       "which equals the full-batch gradient")
+    for rank, (_unused, grads) in enumerate(g.run(_in_rank_wrap)):
+        g.assert_close(grads, expected, _("rank {rank}'s gradient after backward()", rank=rank),
+                       _("after backward every rank must hold the average of all ranks' gradients, which "
+                         "equals the full-batch gradient"))
 
 
 # --- make_dataloader -------------------------------------------------------------------
@@ -69,8 +72,8 @@ def _in_rank_loader(ctx, student, n, batch_size, seed):
 def _loader_runs(g, n, batch_size=3, seed=0):
     results = g.run(_in_rank_loader, n, batch_size, seed)
     if not all(has_sampler for has_sampler, _ in results):
-        raise CheckFailed("the DataLoader has no DistributedSampler: every rank iterates over the whole "
-                          "dataset, so the ranks train on the same samples")
+        raise CheckFailed(_("the DataLoader has no DistributedSampler: every rank iterates over the whole "
+                            "dataset, so the ranks train on the same samples"))
     return [epochs for _, epochs in results]
 
 
@@ -81,17 +84,20 @@ def _shards_disjoint_and_covering(g, n):
     for rank, epochs in enumerate(per_rank):
         batches = epochs[0]
         if any(len(b) != 3 for b in batches[:-1]):
-            raise CheckFailed(f"rank {rank}'s batches have sizes {[len(b) for b in batches]}, expected 3 per "
-                              "rank: batch_size is per rank (do not divide it by the world size)")
+            raise CheckFailed(_("rank {rank}'s batches have sizes {sizes}, expected 3 per rank: batch_size is "
+                                "per rank (do not divide it by the world size)",
+                                rank=rank, sizes=[len(b) for b in batches]))
         for i in (i for b in batches for i in b):
             if i in owner and owner[i] != rank and n % world_size == 0:
-                raise CheckFailed(f"ranks {owner[i]} and {rank} both got sample {i}: give the DistributedSampler "
-                                  "num_replicas=world_size and rank=rank")
+                raise CheckFailed(_("ranks {other} and {rank} both got sample {sample}: give the DistributedSampler "
+                                    "num_replicas=world_size and rank=rank",
+                                    other=owner[i], rank=rank, sample=i))
             owner.setdefault(i, rank)
     missing = sorted(set(range(n)) - set(owner))
     if missing:
-        raise CheckFailed(f"no rank got samples {missing[:10]}: the shards must cover the dataset "
-                          "(drop_last=False, the sampler pads instead)")
+        raise CheckFailed(_("no rank got samples {missing}: the shards must cover the dataset "
+                            "(drop_last=False, the sampler pads instead)",
+                            missing=missing[:10]))
 
 
 @check("make_dataloader", points=1)
@@ -106,13 +112,15 @@ def dataloader_shuffles_with_seed(g):
         for rank, epochs in enumerate(per_rank):
             orders = [[i for b in batches for i in b] for batches in epochs]
             if orders[0] == sorted(orders[0]):
-                raise CheckFailed("the samples come in dataset order: the DistributedSampler must shuffle "
-                                  "(shuffle=True)")
+                raise CheckFailed(_("the samples come in dataset order: the DistributedSampler must shuffle "
+                                    "(shuffle=True)"))
             for epoch, order in enumerate(orders):
                 if order != ref.rank_order(24, rank, g.world_size, epoch, seed):
-                    raise CheckFailed(f"with seed={seed}, rank {rank}'s order in epoch {epoch} is not the one a "
-                                      "DistributedSampler(dataset, num_replicas, rank, shuffle=True, seed=seed) "
-                                      "gives: pass the seed to the sampler, and batch_size to the DataLoader")
+                    raise CheckFailed(_("with seed={seed}, rank {rank}'s order in epoch {epoch} is not the one "
+                                        "a DistributedSampler(dataset, num_replicas, rank, shuffle=True, "
+                                        "seed=seed) gives: pass the seed to the sampler, and batch_size to the "
+                                        "DataLoader",
+                                        seed=seed, rank=rank, epoch=epoch))
 
 
 # --- train_one_epoch --------------------------------------------------------------------
@@ -152,27 +160,30 @@ def _train(g):
 
 def _require_set_epoch(rank: int, iterated_at: list[int]) -> None:
     if not iterated_at:
-        raise CheckFailed(f"rank {rank}: train_one_epoch never iterated over the loader: one optimizer step "
-                          "per batch of `loader`")
+        raise CheckFailed(_("rank {rank}: train_one_epoch never iterated over the loader: one optimizer step "
+                            "per batch of `loader`",
+                            rank=rank))
     if iterated_at != list(range(EPOCHS)):
-        raise CheckFailed(f"rank {rank}: over {EPOCHS} calls (epochs {list(range(EPOCHS))}) the loader was iterated "
-                          f"with the sampler at epochs {iterated_at}: call loader.sampler.set_epoch(epoch) once "
-                          "per call, before iterating, or every epoch repeats the same order")
+        raise CheckFailed(_("rank {rank}: over {calls} calls (epochs {epochs}) the loader was iterated with the "
+                            "sampler at epochs {iterated_at}: call loader.sampler.set_epoch(epoch) once per "
+                            "call, before iterating, or every epoch repeats the same order",
+                            rank=rank, calls=EPOCHS, epochs=list(range(EPOCHS)), iterated_at=iterated_at))
 
 
 def _check_training(g):
-    results, expected_params, _ = _train(g)
-    for rank, (params, _, iterated_at) in enumerate(results):
+    results, expected_params, _unused = _train(g)
+    for rank, (params, _unused, iterated_at) in enumerate(results):
         _require_set_epoch(rank, iterated_at)
-        g.assert_close(params, expected_params, f"rank {rank}'s parameters after {EPOCHS} epochs",
-                       "one optimizer step per batch: zero_grad, forward, loss, backward, step, with the "
-                       "batches moved to the device")
+        g.assert_close(params, expected_params, _("rank {rank}'s parameters after {epochs} epochs",
+                                                  rank=rank, epochs=EPOCHS),
+                       _("one optimizer step per batch: zero_grad, forward, loss, backward, step, with the "
+                         "batches moved to the device"))
 
 
 @check("train_one_epoch", points=1)
 def train_calls_set_epoch(g):
     """Each call iterates over the loader once, with the sampler's epoch set to `epoch` first."""
-    for rank, (_, _, iterated_at) in enumerate(g.run(_in_rank_train)):
+    for rank, (_unused, _unused, iterated_at) in enumerate(g.run(_in_rank_train)):
         _require_set_epoch(rank, iterated_at)
 
 
@@ -183,13 +194,12 @@ def training_matches_single_process(g):
 
 @check("train_one_epoch", points=2)
 def loss_is_global_mean(g):
-    results, _, expected_losses = _train(g)
+    results, _unused, expected_losses = _train(g)
     losses = [r[1] for r in results]
     if any(other != losses[0] for other in losses[1:]):
-        raise CheckFailed("the ranks returned different losses "
-                          + ", ".join(f"rank {r}: {l[0]:.4f}" for r, l in enumerate(losses))
-                          + " in epoch 0: each returned its own mean; all_reduce the loss sum and the sample "
-                            "count, then divide")
-    g.assert_close(torch.tensor(losses[0]), torch.tensor(expected_losses), "the returned mean loss per epoch",
-                   "weight each batch's loss by its number of samples, sum over batches and ranks, and divide by "
-                   "the total number of samples")
+        raise CheckFailed(_("the ranks returned different losses {losses} in epoch 0: each returned its own mean; "
+                            "all_reduce the loss sum and the sample count, then divide",
+                            losses=", ".join(f"rank {r}: {l[0]:.4f}" for r, l in enumerate(losses))))
+    g.assert_close(torch.tensor(losses[0]), torch.tensor(expected_losses), _("the returned mean loss per epoch"),
+                   _("weight each batch's loss by its number of samples, sum over batches and ranks, and "
+                     "divide by the total number of samples"))
