@@ -176,6 +176,25 @@ def test_spanish_quick_check_verdict_and_explanation(lang, capsys):
     assert "q2  sin responder" in out and out.rstrip().endswith("0/8 correctas")
 
 
+def test_spanish_hints_and_progress_view(lang, monkeypatch, tmp_path, capsys):
+    from grader.hints import hinter
+    from grader.progress.grade import AssignmentProgress, TaskProgress
+    from grader.progress.view import text_report
+
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path))  # the hint count goes here, not to the user's state
+    lang(COURSE_LANG="es")
+    hinter("02_ddp_basics")("pick_backend")
+    out = capsys.readouterr().out
+    assert out.startswith("**Pista 1 de 2** para `pick_backend`:\n\nEl backend depende de una pregunta")
+    assert out.rstrip().endswith("*`hint(\"pick_backend\")` otra vez muestra la siguiente.*")
+    row = AssignmentProgress("02_ddp_basics", str(tmp_path / "a.ipynb"),
+                             [TaskProgress("setup", "fail", 1, 2, 1, 2, hints=2), TaskProgress("cleanup", "todo")])
+    report = text_report([row], str(tmp_path))
+    assert report.splitlines()[0].startswith("Tu progreso: los checks visibles")
+    assert "0/2 tareas  1/2 puntos  a.ipynb" in report and "✗ setup (2 pistas)" in report
+    assert report.splitlines()[-1].startswith("✓ pasa   ✗ falla")
+
+
 def test_spanish_mistake_message_of_exercise_2_from_a_real_check(lang):
     """One launch: pick_backend always answering nccl fails backend_matches_hardware, in Spanish."""
     from grader.engine.plan import current_plan
