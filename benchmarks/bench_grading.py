@@ -7,8 +7,10 @@ Two identical throwaway courses hold the same N collected submissions of
 `nbgrader autograde` (serial; it executes every notebook, whose check cells run
 the grader inside the student's kernel), the others by `python -m grader grade`
 (parallel, outside the kernels): sandboxed (its default: each submission in two
-bubblewrap sandboxes, public then hidden checks; skipped without bwrap) and with
---no-sandbox (long-lived workers). Prints the times, the ratios against plain
+bubblewrap sandboxes, public then hidden checks; skipped without bwrap), sandboxed
+with nurseries (GRADER_NURSERY=1: one sandboxed, torch-preloaded nursery per phase
+forks each submission's job into namespaces of its own) and with --no-sandbox
+(long-lived workers). Prints the times, the ratios against plain
 nbgrader (the course's target: at least 4x, sandboxed; by how much a ratio falls
 short), whether every student got the same score, the load while it ran, and where
 one submission's time goes (grading_profile.py: process and sandbox start, torch
@@ -34,6 +36,7 @@ import grading_profile  # noqa: E402
 from grader.demo import sample_students  # noqa: E402
 from grader.gradebook import roundtrip  # noqa: E402
 from grader.gradebook.inject import gradebook_scores  # noqa: E402
+from grader.gradebook.nurseries import NURSERY_ENV  # noqa: E402
 
 A = "02_ddp_basics"
 TARGET = 4.0  # the course's target (issue 23): make grade, sandboxed, at least 4x plain nbgrader autograde
@@ -58,14 +61,18 @@ def main() -> None:
     args = parser.parse_args()
     load = [os.getloadavg()[0]]
     kinds = {"--no-sandbox": ["--no-sandbox"]}
+    env = {kind: dict(os.environ) for kind in ("--no-sandbox", "sandboxed", "sandboxed, nurseries")}
+    env["sandboxed"][NURSERY_ENV] = "0"  # one sandbox per submission and phase
+    env["sandboxed, nurseries"][NURSERY_ENV] = "1"  # jobs forked from one nursery per phase (nursery.py)
     if shutil.which("bwrap"):
         kinds["sandboxed"] = []
+        kinds["sandboxed, nurseries"] = []
     else:
         print("sandboxed grading not measured: bwrap is not installed (apt-get install bubblewrap)")
     with tempfile.TemporaryDirectory() as tmp:
         courses = {}
         for kind in ("nbgrader", *kinds):
-            course = roundtrip.make_course(os.path.join(tmp, kind.strip("-")), [A])
+            course = roundtrip.make_course(os.path.join(tmp, kind.strip("-").replace(", ", "-")), [A])
             roundtrip.nbgrader(["generate_assignment", A, "--force"], course.root, course.root)
             class_of(course, args.students)
             courses[kind] = course
@@ -78,7 +85,7 @@ def main() -> None:
             start = time.perf_counter()
             subprocess.run([sys.executable, "-m", "grader", "grade", A, "--root", courses[kind].root,
                             "--jobs", str(args.jobs), "--quiet", *extra], check=True, capture_output=True,
-                           timeout=7200)
+                           timeout=7200, env=env[kind])
             times[kind] = time.perf_counter() - start
             load.append(os.getloadavg()[0])
         # nbgrader's own steps in make grade: a second run finds every result done and only writes the gradebook
@@ -100,8 +107,9 @@ def main() -> None:
         for student in sorted(set(scores["nbgrader"]) | set(scores[kind])) if not same else []:
             if scores["nbgrader"].get(student) != scores[kind].get(student):
                 print(f"  {student}: nbgrader {scores['nbgrader'].get(student)}, {kind} {scores[kind].get(student)}")
-    if "sandboxed" in kinds:
-        print(f"sandbox cost: {times['sandboxed'] / times['--no-sandbox']:.2f}x the unsandboxed time")
+    for kind in ("sandboxed", "sandboxed, nurseries"):
+        if kind in kinds:
+            print(f"sandbox cost ({kind}): {times[kind] / times['--no-sandbox']:.2f}x the unsandboxed time")
     print(f"per submission: plain nbgrader {times['nbgrader'] / args.students:.1f} s; make grade's parent, "
           f"nbgrader's own steps included (a re-run that only writes the gradebook): {rerun:.1f} s for the class")
     if args.profile:

@@ -11,6 +11,7 @@ report only; no verdict depends on them.
 from __future__ import annotations
 
 import json
+import statistics
 import subprocess
 import sys
 import time
@@ -98,4 +99,40 @@ def breakdown(assignment: str, notebook: str, sandboxed: bool) -> list[str]:
         lines.append(f"  {kind}: {r['checks']} checks in {r['launches']} launches; one empty 2-rank launch "
                      f"{r['launch']:.3f} s, so launches ~{r['launches'] * r['launch']:.1f} s and the checks' "
                      f"own work (references, student code) ~{own:.1f} s; score {r['score']:g}")
+    if sandboxed:
+        from grader.gradebook.nurseries import NURSERY_ENV
+
+        cold, jobs = nursery_startup(assignment)
+        lines.append(f"  with nurseries ({NURSERY_ENV}=1): the cold start above (sandbox, python, torch, the public "
+                     f"checks) is paid once per phase per run ({cold:.2f} s to the first job's result here); a "
+                     f"submission's phase then costs a fork from the warm nursery: dispatch to the result of a job "
+                     f"with nothing to grade {min(jobs):.2f} s (median {statistics.median(jobs):.2f} s of {len(jobs)}: "
+                     f"fork, namespaces, tmpfs, /proc, the forkserver, loading the exercise)")
     return lines
+
+
+def nursery_startup(assignment: str, runs: int = 5) -> tuple[float, list[float]]:
+    """Wall seconds from starting a public-phase nursery to its first job's result, then per job in the warm
+    nursery: jobs with no submission (graded as unreadable at once), so only the per-job start is measured."""
+    from grader.digest import grader_digest
+    from grader.gradebook.nurseries import Nursery
+
+    def one(nursery) -> float:
+        start = time.perf_counter()
+        proc = nursery.start(None)
+        proc.stdin.write("\t".join(["nobody", "", "nothing.ipynb", "token", "public", "{}"]) + "\n")
+        proc.stdin.close()
+        line = proc.stdout.readline()
+        proc.wait(timeout=60)
+        if not line.startswith("token\t"):
+            raise RuntimeError("a nursery job gave no result")
+        return time.perf_counter() - start
+
+    start = time.perf_counter()
+    nursery = Nursery([assignment, "--version", grader_digest(assignment)], True, 1)
+    try:
+        one(nursery)
+        cold = time.perf_counter() - start
+        return cold, [one(nursery) for _ in range(runs)]
+    finally:
+        nursery.close()

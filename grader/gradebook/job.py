@@ -81,6 +81,7 @@ def _reaper(args, data: bytes | None, result: int, job_line: int, last_cap: int)
     ns.loopback_up()
     os.chdir("/tmp")
     ns.drop_capabilities(last_cap)
+    ns.prctl(ns.PR_SET_DUMPABLE, 0)  # the job's code cannot ptrace or read PID 1 (its /proc files are root's)
     worker = os.fork()
     if worker == 0:
         code = 1

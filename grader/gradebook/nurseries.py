@@ -102,11 +102,12 @@ class Nursery:
 
 
 class Nurseries:
-    """The public phase's nursery (hidden checks masked) and the hidden phase's, each started when first needed."""
+    """The public phase's nursery (hidden checks masked) and the hidden phase's; a dead one is replaced when needed."""
 
     def __init__(self, worker_args: list[str], jobs: int):
         self.worker_args, self.jobs = worker_args, jobs
-        self.by_kind: dict[bool, Nursery] = {}
+        self.by_kind = {masked: Nursery(worker_args, masked, jobs) for masked in (True, False)}  # both start now:
+        # the hidden phase's cold start overlaps the first public jobs
 
     def start(self, path: str | None, masked: bool) -> JobProcess:
         for _ in range(2):  # a dead nursery is replaced once per job

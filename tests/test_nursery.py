@@ -1,0 +1,209 @@
+"""Jobs forked from a sandbox's nursery (grader/gradebook/nursery.py, job.py) are kept apart from each other and
+from the nursery, seen from inside a graded submission's rank.
+
+One class of 02_ddp_basics is graded with the nurseries on (GRADER_NURSERY=1), two jobs at once: ada answers
+with the solution; pa and pb answer with the solution except `pick_device`, which looks around from inside its
+rank and raises `PROBE {what it saw}`. Each probe leaves marks of its own (files in /tmp and HOME, a value in a
+module global, and, once per job, a double-forked, setsid child that holds 127.0.0.1:PORT and answers every
+connection with its student's name) and reports what it sees of anyone else's: files, processes (by /proc, by
+kill(pid, 0) over the first pids, by ptrace of PID 1), the loopback port, the hidden checks, its capabilities.
+"""
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+import uuid
+from string import Template
+
+import psutil
+import pytest
+
+from grader.exercises import get_exercise
+from grader.gradebook import roundtrip
+from grader.gradebook.nurseries import NURSERY_ENV
+from grader.gradebook.sandbox import NOBODY
+from samples.make_samples import solution_answers
+from tests.helpers import ROOT
+from tests.test_instructor_workflow import A, notebook_with, place
+
+MARKER = "NURSERY-PROBE-" + uuid.uuid4().hex[:8]
+PORT = 29517
+PROBES = ("pa", "pb")
+
+pytestmark = [
+    pytest.mark.skipif(shutil.which("bwrap") is None and not os.environ.get("CI"),
+                       reason="the grading sandbox needs bubblewrap (apt-get install bubblewrap; .ci/ installs it)"),
+    pytest.mark.timeout(1200),
+]
+
+PROBE = '''
+def _probe():
+    import ctypes, glob, json, os, socket, sys
+    import grader
+    me, seen = $me, {}
+    seen["global_mark"] = getattr(grader, "_probe_mark", None)
+    grader._probe_mark = me
+    home = os.environ["HOME"]
+    seen["tmp"], seen["home"] = sorted(os.listdir("/tmp")), sorted(os.listdir(home))
+    seen["grading"] = sorted(os.listdir("/grading"))
+    seen["submission_is_mine"] = ("probe of " + me) in open("/grading/submission.ipynb").read()
+    procs = {}
+    for pid in (p for p in os.listdir("/proc") if p.isdigit()):
+        try:
+            procs[pid] = open(f"/proc/{pid}/cmdline", "rb").read().decode(errors="replace")
+        except OSError as exc:
+            procs[pid] = type(exc).__name__
+    seen["procs"] = procs
+    def tasks():  # every thread of every process /proc shows
+        found = set()
+        for pid in (p for p in os.listdir("/proc") if p.isdigit()):
+            try:
+                found.update(int(t) for t in os.listdir(f"/proc/{pid}/task"))
+            except OSError:
+                pass
+        return found
+    before = tasks()
+    def alive(pid):
+        try:
+            os.kill(pid, 0)
+            return True
+        except ProcessLookupError:
+            return False
+        except PermissionError:
+            return True
+    seen["signalable"] = [pid for pid in range(1, 4096) if alive(pid)]
+    seen["tasks"] = sorted(before | tasks())
+    libc = ctypes.CDLL(None, use_errno=True)
+    seen["ptrace_1"] = libc.ptrace(16, 1, None, None) == 0 or os.strerror(ctypes.get_errno())  # PTRACE_ATTACH
+    seen["status"] = {k: v.strip() for k, v in (l.split(":", 1) for l in open("/proc/self/status"))
+                      if k.startswith("Cap") or k == "NoNewPrivs"}
+    seen["uid"], seen["uid_map"] = os.getuid(), [l.split() for l in open("/proc/self/uid_map")]
+    base = os.path.dirname(grader.__file__)
+    seen["hidden_bytes"] = sum(os.path.getsize(p) for p in glob.glob(f"{base}/exercises/*/hidden_*.py"))
+    seen["hidden_pyc"] = glob.glob(f"{base}/exercises/*/__pycache__/hidden_*")
+    seen["hidden_loaded"] = sorted(m for m in sys.modules if ".hidden_" in m)
+    try:
+        with socket.create_connection(("127.0.0.1", $port), timeout=5) as s:
+            seen["port_peer"] = s.recv(100).decode()
+    except OSError as exc:
+        seen["port_peer"] = type(exc).__name__
+    for folder in ("/tmp", home):
+        open(os.path.join(folder, "mark-" + me), "w").write(me)
+    try:
+        first = os.open("/tmp/leftover-started", os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+    except FileExistsError:
+        first = None
+    if first is not None:  # once per job: a double fork into a session of its own, holding the port
+        pid = os.fork()
+        if pid == 0:
+            os.setsid()
+            if os.fork() == 0:
+                code = ("import socket, sys\\ns = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)"
+                        "\\ns.bind(('127.0.0.1', $port)); s.listen()\\nwhile True:\\n c, _ = s.accept(); "
+                        "c.sendall(sys.argv[1].encode()); c.close()")
+                os.execv(sys.executable, [sys.executable, "-c", code, me, $marker])
+            os._exit(0)
+        os.waitpid(pid, 0)
+    return seen
+
+
+def pick_device(local_rank: int) -> torch.device:
+    raise RuntimeError("PROBE " + json.dumps(_probe(), separators=(",", ":")))
+'''
+
+
+def _answers(me: str) -> dict:
+    answers = solution_answers()
+    answers["pick_device_answer"] = f"import json\n# probe of {me}\n" + Template(PROBE).substitute(
+        me=repr(me), port=PORT, marker=repr(MARKER))
+    return answers
+
+
+def _live() -> list[psutil.Process]:
+    return [p for p in psutil.process_iter(["cmdline", "status"])
+            if MARKER in (p.info["cmdline"] or []) and p.info["status"] != psutil.STATUS_ZOMBIE]
+
+
+@pytest.fixture(scope="module")
+def graded(tmp_path_factory):
+    root = str(tmp_path_factory.mktemp("course"))
+    course = roundtrip.make_course(root, [A])
+    roundtrip.release(course, A)
+    place(course, "ada", notebook_with(solution_answers()))
+    for me in PROBES:
+        place(course, me, notebook_with(_answers(me)))
+    proc = subprocess.run([sys.executable, "-m", "grader", "grade", A, "--root", root, "--jobs", "2", "--quiet",
+                           "--timeout", "20"], capture_output=True, text=True, timeout=1100, cwd=ROOT,
+                          env=dict(os.environ, **{NURSERY_ENV: "1"}))
+    results = {}
+    for student in ("ada", *PROBES):
+        with open(os.path.join(root, "graded", A, f"{student}.json")) as f:
+            results[student] = json.load(f)
+    leftovers = _live()
+    yield {"proc": proc, "results": results, "leftovers": [p.pid for p in leftovers]}
+    for leftover in _live():
+        leftover.kill()
+
+
+def _seen(result: dict) -> dict:
+    for check in result["report"]["checks"]:
+        found = re.search(r"PROBE (\{.*?\})\s*$", check["message"], re.M)
+        if check["task"] == "pick_device" and not check["hidden"] and found:
+            return json.loads(found.group(1))
+    raise AssertionError(f"no probe report in {[c['message'][-300:] for c in result['report']['checks']]}")
+
+
+def test_the_solution_gets_full_marks_from_a_nursery(graded):
+    assert graded["proc"].returncode == 0, graded["proc"].stderr[-3000:]
+    ada = graded["results"]["ada"]
+    assert ada["sandboxed"] is True and ada["report"]["score"] == get_exercise(A).max_score, \
+        [(c["name"], c["message"][-300:]) for c in ada["report"]["checks"] if not c["passed"]]
+
+
+@pytest.mark.parametrize("me", PROBES)
+def test_a_job_sees_only_its_own_files_and_submission(graded, me):
+    seen, other = _seen(graded["results"][me]), {p for p in PROBES if p != me}.pop()
+    assert f"mark-{other}" not in seen["tmp"] + seen["home"], seen
+    assert seen["grading"] == ["submission.ipynb"] and seen["submission_is_mine"], seen
+    assert seen["global_mark"] in (None, me), seen  # the nursery never ran the other's code
+
+
+@pytest.mark.parametrize("me", PROBES)
+def test_a_job_sees_and_reaches_only_its_own_processes_and_loopback(graded, me):
+    seen, other = _seen(graded["results"][me]), {p for p in PROBES if p != me}.pop()
+    cmdlines = "\n".join(seen["procs"].values())
+    # its PID namespace is the job's own: not the nursery's sandbox (whose PID 1 is bwrap), not the other job's
+    assert f"\x00{other}\x00{MARKER}" not in cmdlines and "bwrap" not in cmdlines and "1" in seen["procs"], seen
+
+    assert set(seen["signalable"]) <= set(seen["tasks"]), seen  # threads answer kill(tid, 0) too
+    assert seen["ptrace_1"] == os.strerror(1), seen  # EPERM: PID 1, the job's reaper, cannot be traced
+    assert seen["port_peer"] in (me, "ConnectionRefusedError"), seen
+
+
+@pytest.mark.parametrize("me", PROBES)
+def test_a_job_has_no_capabilities_no_new_privileges_and_is_not_root(graded, me):
+    seen = _seen(graded["results"][me])
+    assert all(int(v, 16) == 0 for k, v in seen["status"].items() if k.startswith("Cap")), seen["status"]
+    assert seen["status"]["NoNewPrivs"] == "1"
+    host = [int(outside) + seen["uid"] - int(inside) for inside, outside, count in seen["uid_map"]
+            if int(inside) <= seen["uid"] < int(inside) + int(count)]
+    assert seen["uid"] != 0 and host and host[0] != 0, seen
+    if os.geteuid() == 0:
+        assert host == [NOBODY], seen
+
+
+@pytest.mark.parametrize("me", PROBES)
+def test_a_public_job_cannot_read_a_hidden_check(graded, me):
+    seen = _seen(graded["results"][me])
+    assert seen["hidden_bytes"] == 0 and seen["hidden_pyc"] == [] and seen["hidden_loaded"] == [], seen
+
+
+def test_a_jobs_double_forked_leftover_dies_with_it(graded):
+    assert graded["leftovers"] == [], "a probe's leftover outlived its job and the run"
+    deadline = time.monotonic() + 10  # SIGKILL may still be in flight; zombies do not count
+    while _live() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert _live() == []

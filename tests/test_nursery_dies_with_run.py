@@ -1,0 +1,93 @@
+"""A nursery's job can be killed alone, and a killed grading run leaves no nursery and no job behind.
+
+The grading run here starts one public-phase nursery as batch.py does (nurseries.Nursery), starts two jobs
+from it and feeds neither (each worker waits for its job line, its forkserver started), hands both job
+pipes' write ends to a sleeping process that outlives the run, and reports the pids. The test kills the
+first job as pool.py kills a hung one (kill_tree of the pid the job reported): every process of that job
+ends, the other job lives on. Then it SIGKILLs the run: no cleanup runs, and still the nursery, its
+sandbox and every job's process end (bwrap --die-with-parent, then each process's parent-death signal).
+"""
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+
+import psutil
+import pytest
+
+from grader.digest import grader_digest
+from grader.engine import kill_tree
+
+A = "01_parallelism"
+RUN = """
+import subprocess, sys, time
+from grader.gradebook.nurseries import Nursery
+nursery = Nursery([sys.argv[1], "--version", sys.argv[2]], True, 1)
+jobs = [nursery.start(None) for _ in range(2)]
+holder = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"],
+                          pass_fds=[job.stdin.fileno() for job in jobs], start_new_session=True)
+print(nursery.proc.pid, jobs[0].pid, jobs[1].pid, holder.pid, flush=True)
+time.sleep(600)
+"""
+
+pytestmark = [
+    pytest.mark.skipif(shutil.which("bwrap") is None and not os.environ.get("CI"),
+                       reason="the grading sandbox needs bubblewrap (apt-get install bubblewrap; .ci/ installs it)"),
+    pytest.mark.timeout(600),
+]
+
+
+def _gone(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
+
+
+def _tree(pid: int) -> list[int]:
+    try:
+        return [pid] + [p.pid for p in psutil.Process(pid).children(recursive=True)]
+    except psutil.NoSuchProcess:
+        return []
+
+
+def _wait_gone(pids, bound_s: float) -> list[int]:
+    deadline = time.monotonic() + bound_s  # SIGKILL is in flight; a liveness bound, not a verdict
+    while [p for p in pids if not _gone(p)] and time.monotonic() < deadline:
+        time.sleep(0.2)
+    return [p for p in pids if not _gone(p)]
+
+
+def _forkserver_up(job: int) -> bool:
+    return len(_tree(job)) >= 5  # first process > reaper > worker > resource tracker and forkserver
+
+
+def test_one_job_dies_alone_and_a_killed_run_leaves_nothing():
+    run = subprocess.Popen([sys.executable, "-c", RUN, A, grader_digest(A)], stdout=subprocess.PIPE, text=True,
+                           cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    pids = []
+    try:
+        nursery, first, second, holder = map(int, run.stdout.readline().split())
+        pids = [nursery, first, second, holder]
+        deadline = time.monotonic() + 300  # each job is up once its worker has forked its forkserver
+        while not (_forkserver_up(first) and _forkserver_up(second)) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert _forkserver_up(first) and _forkserver_up(second), (_tree(first), _tree(second))
+        first_tree, second_tree = _tree(first), _tree(second)
+        assert not set(first_tree) & set(second_tree)
+        kill_tree(first)
+        assert _wait_gone(first_tree, 60) == [], "a killed job left processes behind"
+        assert not [p for p in second_tree if _gone(p)], "killing one job killed another"
+        everything = _tree(nursery) + second_tree
+        run.send_signal(signal.SIGKILL)
+        run.wait(timeout=30)
+        assert _wait_gone(everything, 60) == [], "a nursery or a job outlived the grading run that started it"
+    finally:
+        run.kill()
+        for pid in pids:
+            try:
+                psutil.Process(pid).kill()
+            except psutil.NoSuchProcess:
+                pass
