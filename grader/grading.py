@@ -16,6 +16,7 @@ from grader import tolerances
 from grader.checks import CheckFailed
 from grader.engine import RunResult, run_distributed, stacks
 from grader.engine.plan import HardwarePlan, current_plan
+from grader.shared_runs import SharedRuns
 from grader.i18n import N_, _
 from grader.submission import LoadReport, Submission
 
@@ -142,13 +143,16 @@ class Grading:
                                   failure=result.failure().replace("rank 0 ", "it ", 1))
 
     def run_raw(self, fn: Callable, *args, world_size: int | None = None, timeout: float | None = None,
-                init_group: bool = True) -> RunResult:
+                init_group: bool = True, share_failure: bool = False) -> RunResult:
+        """share_failure: the runner's SharedRuns gives a failure of this run to the other checks asking for it
+        too (shared_runs.py); for a run the checks replace by their own when it fails."""
+        shared = {"share_failure": True} if share_failure and isinstance(self._runs, SharedRuns) else {}
         if self._parent_lock:
             self._parent_lock.release()  # other checks' parent-side code may run while our ranks work
         try:
             result = self._runs(_call_with_student, world_size or self.world_size,
                                      (self.submission, fn, args), timeout=timeout or self.timeout,
-                                     init_group=init_group, trusted=False)
+                                     init_group=init_group, trusted=False, **shared)
         finally:
             if self._parent_lock:
                 self._parent_lock.acquire()

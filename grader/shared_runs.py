@@ -29,9 +29,11 @@ class SharedRuns:
         self.launches = 0
         self.reused = 0
 
-    def __call__(self, fn, world_size: int = 2, args: tuple = (), kwargs: dict | None = None, **options) -> RunResult:
+    def __call__(self, fn, world_size: int = 2, args: tuple = (), kwargs: dict | None = None,
+                 share_failure: bool = False, **options) -> RunResult:
         try:  # the key: what the ranks would receive, and how they would run
-            key = cloudpickle.dumps((fn, tuple(args), dict(kwargs or {}), world_size, sorted(options.items())))
+            key = cloudpickle.dumps((fn, tuple(args), dict(kwargs or {}), world_size, sorted(options.items()),
+                                     share_failure))
         except Exception:
             return run_distributed(fn, world_size, args, kwargs, **options)  # raises the usual TypeError
         with self._lock:
@@ -42,7 +44,7 @@ class SharedRuns:
                 return copy.deepcopy(entry.result)
             self.launches += 1
             result = run_distributed(fn, world_size, args, kwargs, **options)
-            if result.ok:
+            if result.ok or share_failure:
                 entry.result = copy.deepcopy(result)
             return result
 
