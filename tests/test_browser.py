@@ -10,12 +10,16 @@ typical mistake), run the setup cell, the answers and their check cells, read
 the ✓ and the ✗ with its message from the page, save, submit from the
 Assignments tab; then the submission must be in the exchange's inbound folder.
 Screenshots: artifacts/browser/*.png (with the server's log).
+
+Then, in the same kernel, the student's language (issue 28): with COURSE_LANG=es the same mistake's check
+shows its framing and its message in Spanish (grader/i18n.py reads the variable when it writes the text).
 """
 from __future__ import annotations
 
 import glob
 import json
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -247,3 +251,34 @@ def test_a_student_fetches_checks_and_submits_in_jupyterlab(lab, course, browser
     with open(inbound[0]) as f:
         submitted = f.read()
     assert NO_SAMPLER in submitted and 'else \\"gloo\\"' in submitted  # the student's answers, as saved
+
+
+def test_a_spanish_student_sees_the_check_in_spanish(lab, course, browser_page):
+    """The kernel of the test above, its environment now COURSE_LANG=es (as `make lab COURSE_LANG=es` or a
+    hub spawner would set it): the make_dataloader check again, read from the page."""
+    from playwright.sync_api import expect
+
+    page = browser_page
+    n = len(get_exercise(EXERCISE).checks_for("make_dataloader", hidden=False))
+    released = os.path.join(ROOT, "exercises", EXERCISE, f"{EXERCISE}.ipynb")
+    make_dataloader = _source_of(released, "make_dataloader_answer").replace(STUB, NO_SAMPLER)
+    try:
+        page.locator(".lm-TabBar-tab", has_text=f"{EXERCISE}.ipynb").click()
+        answer = _code_cell(page, "def make_dataloader(")  # check cells are locked: the answer cell sets it
+        _write_answer(page, answer, 'import os\nos.environ["COURSE_LANG"] = "es"\n' + make_dataloader)
+        _run(page, answer)
+        check = _code_cell(page, 'check("make_dataloader")')
+        _run(page, check)
+        out = check.locator(".jp-OutputArea")  # the English output of the test above is replaced: wait for it
+        expect(out).to_contain_text(re.compile("AssertionError: make_dataloader: (falló|fallaron)"), timeout=120_000)
+        text = out.inner_text()
+        assert "el DataLoader no tiene DistributedSampler" in text, text  # exercise 2's mistake, in Spanish
+        assert re.search(rf"make_dataloader: pasan? \d+ de {n} checks?, [\d.]+/[\d.]+ puntos, [\d.]+ s; "
+                         r"se ejecutó en \d ranks?, ", text), text  # the framing and the hardware-plan line
+        assert re.search(rf"AssertionError: make_dataloader: (falló|fallaron) \d+ de {n} checks? ", text), text
+        assert "the DataLoader has no DistributedSampler" not in text
+        check.scroll_into_view_if_needed()
+        _shot(page, "06-check-fail-es")
+    except Exception:
+        _shot(page, "failure-es")
+        raise
