@@ -2,8 +2,8 @@
 from the nursery, seen from inside a graded submission's rank.
 
 One class of 02_ddp_basics is graded with the nurseries on (GRADER_NURSERY=1), two jobs at once: ada answers
-with the solution; pa and pb answer with the solution except `pick_device`, which looks around from inside its
-rank and raises `PROBE {what it saw}`. Each probe leaves marks of its own (files in /tmp and HOME, a value in a
+with the solution; pa and pb answer `pick_backend` and leave the rest as released, except `pick_device`, which
+looks around from inside its rank and raises `PROBE {what it saw}`. Each probe leaves marks of its own (files in /tmp and HOME, a value in a
 module global, and, once per job, a double-forked, setsid child that holds 127.0.0.1:PORT and answers every
 connection with its student's name) and reports what it sees of anyone else's: files, processes (by /proc, by
 kill(pid, 0) over the first pids, by ptrace of PID 1), the loopback port, the hidden checks, its capabilities.
@@ -115,8 +115,8 @@ def pick_device(local_rank: int) -> torch.device:
 '''
 
 
-def _answers(me: str) -> dict:
-    answers = solution_answers()
+def _answers(me: str) -> dict:  # pick_backend answered, pick_device probes, the rest as released (fails at once)
+    answers = {"pick_backend_answer": solution_answers()["pick_backend_answer"]}
     answers["pick_device_answer"] = f"import json\n# probe of {me}\n" + Template(PROBE).substitute(
         me=repr(me), port=PORT, marker=repr(MARKER))
     return answers
