@@ -16,8 +16,8 @@ from grader import tolerances
 from grader.checks import CheckFailed
 from grader.engine import RunResult, run_distributed, stacks
 from grader.engine.plan import HardwarePlan, current_plan
-from grader.shared_runs import SharedRuns
 from grader.i18n import N_, _
+from grader.shared_runs import SharedRuns
 from grader.submission import LoadReport, Submission
 
 
