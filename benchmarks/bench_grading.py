@@ -6,10 +6,11 @@ Two identical throwaway courses hold the same N collected submissions of
 02_ddp_basics (the bundled samples, repeated). One is graded by plain
 `nbgrader autograde` (serial; it executes every notebook, whose check cells run
 the grader inside the student's kernel), the others by `python -m grader grade`
-(parallel, outside the kernels): sandboxed (its default: each submission in two
-bubblewrap sandboxes, public then hidden checks; skipped without bwrap), sandboxed
-with nurseries (GRADER_NURSERY=1: one sandboxed, torch-preloaded nursery per phase
-forks each submission's job into namespaces of its own) and with --no-sandbox
+(parallel, outside the kernels), three ways: sandboxed with nurseries (the default as
+root, GRADER_NURSERY=1: one sandboxed, torch-preloaded nursery per phase forks each
+submission's public and hidden jobs into namespaces of their own), sandboxed with a
+sandbox per job (GRADER_NURSERY=0: each submission in two fresh bubblewrap sandboxes,
+each paying a cold start), both skipped without bwrap, and with --no-sandbox
 (long-lived workers). Prints the times, the ratios against plain
 nbgrader (the course's target: at least 4x, sandboxed; by how much a ratio falls
 short), whether every student got the same score, the load while it ran, and where
@@ -61,18 +62,19 @@ def main() -> None:
     args = parser.parse_args()
     load = [os.getloadavg()[0]]
     kinds = {"--no-sandbox": ["--no-sandbox"]}
-    env = {kind: dict(os.environ) for kind in ("--no-sandbox", "sandboxed", "sandboxed, nurseries")}
-    env["sandboxed"][NURSERY_ENV] = "0"  # one sandbox per submission and phase
+    env = {kind: dict(os.environ) for kind in ("--no-sandbox", "sandboxed, a sandbox per job", "sandboxed, nurseries")}
+    env["sandboxed, a sandbox per job"][NURSERY_ENV] = "0"  # one sandbox per submission and phase
     env["sandboxed, nurseries"][NURSERY_ENV] = "1"  # jobs forked from one nursery per phase (nursery.py)
     if shutil.which("bwrap"):
-        kinds["sandboxed"] = []
+        kinds["sandboxed, a sandbox per job"] = []
         kinds["sandboxed, nurseries"] = []
     else:
         print("sandboxed grading not measured: bwrap is not installed (apt-get install bubblewrap)")
     with tempfile.TemporaryDirectory() as tmp:
         courses = {}
         for kind in ("nbgrader", *kinds):
-            course = roundtrip.make_course(os.path.join(tmp, kind.strip("-").replace(", ", "-")), [A])
+            folder = "".join(c if c.isalnum() else "-" for c in kind).strip("-")
+            course = roundtrip.make_course(os.path.join(tmp, folder), [A])
             roundtrip.nbgrader(["generate_assignment", A, "--force"], course.root, course.root)
             class_of(course, args.students)
             courses[kind] = course
@@ -107,13 +109,13 @@ def main() -> None:
         for student in sorted(set(scores["nbgrader"]) | set(scores[kind])) if not same else []:
             if scores["nbgrader"].get(student) != scores[kind].get(student):
                 print(f"  {student}: nbgrader {scores['nbgrader'].get(student)}, {kind} {scores[kind].get(student)}")
-    for kind in ("sandboxed", "sandboxed, nurseries"):
+    for kind in ("sandboxed, a sandbox per job", "sandboxed, nurseries"):
         if kind in kinds:
             print(f"sandbox cost ({kind}): {times[kind] / times['--no-sandbox']:.2f}x the unsandboxed time")
     print(f"per submission: plain nbgrader {times['nbgrader'] / args.students:.1f} s; make grade's parent, "
           f"nbgrader's own steps included (a re-run that only writes the gradebook): {rerun:.1f} s for the class")
     if args.profile:
-        print("\n".join(grading_profile.breakdown(A, sorted(sample_students(A).values())[0], "sandboxed" in kinds)))
+        print("\n".join(grading_profile.breakdown(A, sorted(sample_students(A).values())[0], "sandboxed, nurseries" in kinds)))
 
 if __name__ == "__main__":
     main()
