@@ -26,8 +26,11 @@ from grader.exercises import find, get_exercise
 from grader.hints import hinter
 from grader.i18n import ngettext
 from grader.notebook_view import CheckView, captured_stderr, in_kernel
-from grader.runner import SIDE_BY_SIDE, run_checks
 from grader.submission import from_namespace
+
+# Nothing above imports torch: checker() starts the forkserver (which imports torch by itself)
+# before this process imports torch with the checks, so the two imports share the 2 cores
+# instead of following each other (grader.runner and the check modules import torch).
 
 
 def checker(exercise_id: str, world_size: int = 2, timeout: float = 30.0):
@@ -36,12 +39,14 @@ def checker(exercise_id: str, world_size: int = 2, timeout: float = 30.0):
         start_forkserver(modules)  # first: it imports torch and the checks beside this process
     except Exception:  # noqa: BLE001 - only a head start: the first check() starts it again and shows why
         pass
-    exercise = get_exercise(exercise_id)
+    exercise = get_exercise(exercise_id)  # imports torch here, beside the forkserver's own import
     start_warming()
     earned: dict[tuple[str, bool], float] = {}  # (task, hidden) -> points, for nbgrader's partial credit
 
     def check(task: str, hidden: bool = False, namespace: dict | None = None) -> float | None:
         checks = exercise.checks_for(task, hidden)  # ValueError naming the tasks for a typo
+        from grader.runner import SIDE_BY_SIDE, run_checks  # imported by get_exercise already
+
         ns = namespace if namespace is not None else vars(sys.modules["__main__"])
         view = CheckView(task, len(checks), rich=in_kernel())
         with captured_stderr() as stray:
