@@ -170,8 +170,9 @@ def grade_assignment(course: Course, assignment: str, jobs: int = 2, timeout: fl
                      progress: bool = True, shard: tuple[int, int] | None = None,
                      sandbox: bool = True) -> dict[str, dict]:
     """Grade every collected submission (or shard (i, n): every n-th student from the i-th, in name order);
-    returns student -> result. sandbox: each submission in two bubblewrap sandboxes (sandbox.py), its public
-    checks then its hidden ones; False grades in long-lived workers outside any sandbox, and every result
+    returns student -> result. sandbox: each submission's public checks, then its hidden ones, in a sandbox
+    (sandbox.py): a job forked from that phase's nursery (nursery.py), or with GRADER_NURSERY=0 a bubblewrap
+    sandbox of its own; False grades in long-lived workers outside any sandbox, and every result
     says so. Raises preflight.NotReady or sandbox.SandboxMissing, before anything is graded or written."""
     if sandbox:
         sandboxes.require()
@@ -220,7 +221,7 @@ def grade_assignment(course: Course, assignment: str, jobs: int = 2, timeout: fl
                 os.chmod(path, 0o644)  # the sandbox's worker (nobody) reads it; its folder stays private
             queue.append(Job(student, path, submissions[student], "public" if sandbox else "all"))
         worker_args = [assignment, "--timeout", str(timeout), "--world-size", str(world_size), "--version", version]
-        nurseries = Nurseries(worker_args, jobs + 2) if sandbox and use_nursery() else None
+        nurseries = Nurseries(worker_args, jobs + 2) if sandbox and queue and use_nursery() else None
         workers = Workers(worker_args,
                           (lambda argv, job: sandboxes.Sandbox(argv, job.path, job.phase == "public", jobs + 1))
                           if sandbox else None, nurseries)

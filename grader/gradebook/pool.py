@@ -7,8 +7,10 @@ forked from the worker's forkserver do not inherit the channel). A line with a
 wrong token, another student or a second result is ignored and reported.
 
 Unsandboxed, a worker is long-lived and grades job after job, keeping its
-forkserver warm. Sandboxed (sandbox.py), each job gets a fresh worker in its own
-bubblewrap sandbox that sees that one submission only; the worker ends after it.
+forkserver warm. Sandboxed (sandbox.py), each job gets a fresh worker that sees
+that one submission only and ends after it: forked from its phase's nursery into
+namespaces of its own (nursery.py, job.py; the default as root), or, with
+GRADER_NURSERY=0, a fresh worker in a bubblewrap sandbox of its own.
 While `jobs` workers grade, the next job's sandbox is started already: its cold
 start (bwrap, the torch import, the forkserver) overlaps their work and their
 waits, and it is handed its job line (before which no student code runs in it)

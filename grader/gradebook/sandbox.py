@@ -39,6 +39,11 @@ memory is bounded per process with RLIMIT_DATA (RLIMIT_AS breaks torch, which re
 /tmp's size. bwrap is PID 1 of the
 sandbox's PID namespace: when the grader kills it, the kernel kills everything inside, double forks included.
 Results come back on the worker's stdout only (pool.py); the parent alone writes `graded/` and the gradebook.
+
+Nurseries (nursery.py, the default as root): the same sandbox, without a submission, holds one long-lived,
+torch-preloaded process per phase; each job is forked from it and enters a user, mount, PID, network, IPC and UTS
+namespace of its own, with fresh /tmp, HOME, /dev/shm, /proc and its submission, before it reads a student byte
+(job.py). The sandbox then also binds the host's /proc read-only under NURSERY_DIR (job.py says why).
 """
 from __future__ import annotations
 
