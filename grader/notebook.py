@@ -40,7 +40,6 @@ def checker(exercise_id: str, world_size: int = 2, timeout: float = 30.0):
     except Exception:  # noqa: BLE001 - only a head start: the first check() starts it again and shows why
         pass
     exercise = get_exercise(exercise_id)  # imports torch here, beside the forkserver's own import
-    start_warming()
     earned: dict[tuple[str, bool], float] = {}  # (task, hidden) -> points, for nbgrader's partial credit
 
     def check(task: str, hidden: bool = False, namespace: dict | None = None) -> float | None:
@@ -55,6 +54,7 @@ def checker(exercise_id: str, world_size: int = 2, timeout: float = 30.0):
             report = run_checks(exercise, submission, task=task, hidden=hidden, world_size=world_size,
                                 timeout=timeout, on_result=view.add, side_by_side=SIDE_BY_SIDE, keep_output=True)
         view.finish(stray.text())
+        start_warming()  # after the first check, not before: until it, the cores are the forkserver's
         failed = [r.name for r in report.checks if not r.passed]
         earned[task, hidden] = report.score
         if os.environ.get("NBGRADER_EXECUTION") == "autograde":
@@ -101,8 +101,10 @@ def start_forkserver(check_modules=()) -> None:
 
 def start_warming() -> None:
     """Import, in a daemon thread, what the kernel needs for a check (torch._dynamo and friends,
-    about 1 s, otherwise paid by the first check whose reference steps an optimizer), without
-    blocking the cell; the first check() joins it."""
+    about 2 CPU-s, otherwise paid by the first check whose reference steps an optimizer), without
+    blocking the cell; the next check() joins it. Started when the first check ends: before it,
+    these imports would take the cores from the forkserver the first check waits for (the first
+    check imports what its own reference needs, if anything)."""
     global _warming
     if _warming is None:
         _warming = threading.Thread(target=_import_preload, name="grader-warm-up", daemon=True)
@@ -117,10 +119,10 @@ def _import_preload() -> None:
 
 
 def _warm_parent() -> None:
-    """Inside the first check's output capture (what starting prints is captured): the forkserver
-    started by checker() (or now, if that failed: the error is then the check's), and the
-    warm-up thread joined."""
+    """Inside a check's output capture (what starting prints is captured): the forkserver started
+    by checker() (or now, if that failed: the error is then the check's), and the warm-up thread,
+    if a check started it, joined (no import of this check runs beside the thread's)."""
     start_forkserver()
-    start_warming()
-    _warming.join()
-    import grader.engine.preload  # noqa: F401  (imported by the thread; raises here if that failed)
+    if _warming is not None:
+        _warming.join()
+        import grader.engine.preload  # noqa: F401  (imported by the thread; raises here if that failed)
