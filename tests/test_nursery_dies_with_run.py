@@ -1,4 +1,5 @@
-"""A nursery's job can be killed alone, and a killed grading run leaves no nursery and no job behind.
+"""A nursery's job can be killed alone, a killed grading run leaves no nursery and no job behind, and a dead
+nursery loses only its jobs and is replaced.
 
 The grading run here starts one public-phase nursery as batch.py does (nurseries.Nursery), starts two jobs
 from it and feeds neither (each worker waits for its job line, its forkserver started), hands both job
@@ -91,3 +92,26 @@ def test_one_job_dies_alone_and_a_killed_run_leaves_nothing():
                 psutil.Process(pid).kill()
             except psutil.NoSuchProcess:
                 pass
+
+
+def test_a_dead_nursery_loses_its_job_and_is_replaced():
+    """The public nursery dies while its job waits for its line: that job reads as ended (pool.py reports the
+    submission lost, as for a dead worker), and the next job gets a new nursery and its result."""
+    from grader.gradebook.nurseries import Nurseries
+
+    nurseries = Nurseries([A, "--version", grader_digest(A)], 1)
+    try:
+        orphan = nurseries.start(None, True)
+        dead = nurseries.by_kind[True].proc.pid
+        kill_tree(dead)
+        assert orphan.stdout.readline() == ""
+        orphan.wait(timeout=60)
+        job = nurseries.start(None, True)
+        assert nurseries.by_kind[True].proc.pid != dead
+        job.stdin.write("\t".join(["nobody", "", "nothing.ipynb", "token", "public", "{}"]) + "\n")
+        job.stdin.close()
+        token, result = job.stdout.readline().split("\t", 1)
+        assert token == "token" and '"readable": false' in result, result
+        job.wait(timeout=60)
+    finally:
+        nurseries.close()
