@@ -231,3 +231,17 @@ def test_a_changed_english_message_turns_fuzzy_and_shows_in_english(lang, monkey
     assert '#| msgid "the samples come in dataset order: the DistributedSampler must shuffle (shuffle=True)"' in text
     lang(COURSE_LANG="es")
     assert _(new) == new and _("unanswered") == "sin responder"
+
+
+def test_sandboxed_grading_passes_the_course_language_on_and_nothing_else(monkeypatch):
+    """make grade's feedback is written inside the sandbox (or nursery job), whose environment is built from
+    scratch: COURSE_LANG reaches it when it names a language, never an arbitrary value."""
+    from grader.gradebook import sandbox
+
+    monkeypatch.setenv("COURSE_LANG", "es")
+    assert sandbox.environment(masked=True)["COURSE_LANG"] == "es"
+    for bad in ("../../etc", "es\nNBGRADER_DB_URL=x", "x" * 40):
+        monkeypatch.setenv("COURSE_LANG", bad)
+        assert "COURSE_LANG" not in sandbox.environment(masked=False)
+    monkeypatch.delenv("COURSE_LANG")
+    assert "COURSE_LANG" not in sandbox.environment(masked=False)

@@ -51,6 +51,7 @@ import atexit
 import functools
 import glob
 import os
+import re
 import shutil
 import sys
 import sysconfig
@@ -139,6 +140,8 @@ def environment(masked: bool) -> dict[str, str]:
     for name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "CUDA_VISIBLE_DEVICES"):
         if name in os.environ:
             env[name] = os.environ[name]
+    if re.fullmatch(r"[A-Za-z]{2,3}(_[A-Za-z]{2})?", os.environ.get("COURSE_LANG", "")):
+        env["COURSE_LANG"] = os.environ["COURSE_LANG"]  # the feedback's language (grader/i18n.py)
     env[SANDBOXED_ENV] = "1"  # its own loopback: no port locks needed (engine/processes.py)
     if masked:
         env[MASKED_ENV] = "1"
