@@ -17,7 +17,6 @@ from grader.checks import CheckFailed
 from grader.engine import RunResult, run_distributed, stacks
 from grader.engine.plan import HardwarePlan, current_plan
 from grader.i18n import N_, _
-from grader.shared_runs import SharedRuns
 from grader.submission import LoadReport, Submission
 
 
@@ -146,7 +145,7 @@ class Grading:
                 init_group: bool = True, share_failure: bool = False) -> RunResult:
         """share_failure: the runner's SharedRuns gives a failure of this run to the other checks asking for it
         too (shared_runs.py); for a run the checks replace by their own when it fails."""
-        shared = {"share_failure": True} if share_failure and isinstance(self._runs, SharedRuns) else {}
+        shared = {"share_failure": True} if share_failure and getattr(self._runs, "shares_failures", False) else {}
         if self._parent_lock:
             self._parent_lock.release()  # other checks' parent-side code may run while our ranks work
         try:
