@@ -1,4 +1,5 @@
-"""The notebook's first cell starts the forkserver before the kernel imports torch.
+"""The notebook's first cell starts the forkserver before the kernel imports torch, and
+leaves the kernel's own warm-up (torch._dynamo) for after the first check.
 
 Both processes import torch (about 2 s each here); started together they share the two
 cores, one after the other they add up, and the first check waits for the sum (issue 23
@@ -31,6 +32,9 @@ PROBE = textwrap.dedent("""
     check = grader.notebook.checker("01_parallelism")
     print("forkserver running at the kernel's torch import:", seen)
     assert seen == [True], seen
+    # the kernel's own warm-up (torch._dynamo and friends) waits for the first check's end: until then
+    # the cores are the forkserver's, which the first check waits for
+    assert grader.notebook._warming is None, "checker() started the kernel's warm-up"
 """)
 
 
