@@ -8,8 +8,8 @@ A private name is one with a leading underscore (not a dunder). No grader module
   files so the student build can leave the hidden half out);
 - reads a private attribute it does not define itself (`late._check_late_penalty`, `os._x`), which is how
   a private API is reached once its module is imported.
-Only ALLOWED is exempt, each entry with its reason: torch internals a check must inspect, an underscore
-name its library documents as public (os._exit), or what the engine cannot do otherwise. Pins then guard
+Exempt: DOCUMENTED_PUBLIC (an underscore name its library documents as public: os._exit), and ALLOWED,
+each entry with its reason: torch internals a check must inspect, or what the engine cannot do otherwise. Pins then guard
 versions, not private code.
 """
 from __future__ import annotations
