@@ -69,8 +69,10 @@ def _reaper(args, data: bytes | None, result: int, job_line: int, last_cap: int)
     ns.die_with_parent()
     ns.mount("proc", "/proc", "proc", ns.MS_RDONLY | ns.MS_NOSUID | ns.MS_NODEV | ns.MS_NOEXEC)
     ns.mount("tmpfs", sandbox.NURSERY_DIR, "tmpfs", ns.MS_RDONLY | _TMPFS | ns.MS_NOEXEC, "size=4k,mode=0")
+    held = _hold_prefixes_under(("/tmp", sandbox.HOME))
     for folder in ("/tmp", sandbox.HOME, "/dev/shm"):
         ns.mount("tmpfs", folder, "tmpfs", _TMPFS, f"mode=1777,size={sandbox.TMP_BYTES}")
+    _bind_back(held)
     folder = os.path.dirname(sandbox.SUBMISSION)
     ns.mount("tmpfs", folder, "tmpfs", _TMPFS | ns.MS_NOEXEC, f"mode=0755,size={sandbox.TMP_BYTES}")
     if data is not None:
@@ -100,6 +102,30 @@ def _reaper(args, data: bytes | None, result: int, job_line: int, last_cap: int)
             return 1
         if pid == worker:
             return os.waitstatus_to_exitcode(status) & 0xFF
+
+
+def _hold_prefixes_under(folders: tuple[str, ...]) -> list[tuple[str, int]]:
+    """Python, the venv and grader/ where they lie under a folder the job gets fresh (a CI checkout under /tmp):
+    the fresh tmpfs would hide their read-only binds, so each is held open (O_PATH) to be bound back on it."""
+    inside = [p for p in sandbox.read_only_prefixes() if any(p.startswith(f + os.sep) for f in folders)]
+    return [(path, os.open(path, os.O_PATH | os.O_DIRECTORY)) for path in inside]
+
+
+def _bind_back(held: list[tuple[str, int]]) -> None:
+    """Bind each held prefix at its own path in the fresh tmpfs, read-only, with what is bound inside it (the
+    masked hidden checks): a recursive bind keeps those, locked to it, so they cannot be uncovered."""
+    for path, fd in held:
+        for parent in _parents_below_root(path):
+            if not os.path.isdir(parent):
+                os.mkdir(parent, 0o755)
+        ns.mount(f"/proc/self/fd/{fd}", path, None, ns.MS_BIND | ns.MS_REC)
+        ns.mount("none", path, None, ns.MS_REMOUNT | ns.MS_BIND | ns.MS_RDONLY | ns.MS_NOSUID | ns.MS_NODEV)
+        os.close(fd)
+
+
+def _parents_below_root(path: str) -> list[str]:
+    parts = path.strip("/").split("/")
+    return ["/" + "/".join(parts[:i]) for i in range(1, len(parts) + 1)]
 
 
 def _worker(args, result: int, job_line: int) -> int:

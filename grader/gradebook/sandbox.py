@@ -89,7 +89,7 @@ def require() -> None:
                              "(only for a class you trust)")
 
 
-def _prefixes() -> list[str]:
+def read_only_prefixes() -> list[str]:
     """Python's install prefix, the venv, and the grader package: all a worker imports from."""
     paths = [sys.base_prefix, sys.prefix, GRADER_DIR]
     paths += [sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]]
@@ -170,7 +170,7 @@ class Sandbox:
         # private /tmp and HOME first: a venv or grader that lies under /tmp (a CI checkout) is bound inside it
         for tmp in ("/tmp", HOME):  # writable by the worker (nobody), like /tmp
             args += ["--perms", "1777", "--size", str(TMP_BYTES), "--tmpfs", tmp]
-        for path in _prefixes():
+        for path in read_only_prefixes():
             for parent in _parents(path):  # readable by nobody, whatever the umask
                 if parent not in ("/tmp", HOME, "/home"):
                     args += ["--perms", "0755", "--dir", parent]
