@@ -76,14 +76,18 @@ def update(notebook: str, lang: str, locale_dir: str = LOCALE) -> bool:
     path = po_path(lang, notebook, locale_dir)
     catalog = read(path, lang)
     catalog.update(template(notebook), update_creation_date=False)
-    text = render(catalog)
+    return write_if_changed(path, render(catalog))
+
+
+def write_if_changed(path: str, data: bytes) -> bool:
+    """Write `data` to `path` unless it holds exactly that already; True when the file changed."""
     if os.path.exists(path):
         with open(path, "rb") as f:
-            if f.read() == text:
+            if f.read() == data:
                 return False
     os.makedirs(os.path.dirname(path), exist_ok=True)
     with open(path, "wb") as f:
-        f.write(text)
+        f.write(data)
     return True
 
 

@@ -15,7 +15,7 @@ from babel.messages.extract import extract_from_dir
 from babel.messages.pofile import write_po
 
 from grader.i18n import DOMAIN, LOCALE_DIR, po_path
-from grader.translate.catalogs import PROJECT
+from grader.translate.catalogs import PROJECT, write_if_changed
 
 PACKAGE = os.path.dirname(LOCALE_DIR)
 KEYWORDS = {"_": None, "N_": None, "ngettext": (1, 2)}
@@ -62,12 +62,4 @@ def update(lang: str, source: Catalog | None = None) -> bool:
     path = po_path(lang)
     catalog = read(lang)
     catalog.update(source if source is not None else template(), update_creation_date=False)
-    text = render(catalog)
-    if os.path.exists(path):
-        with open(path, "rb") as f:
-            if f.read() == text:
-                return False
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    with open(path, "wb") as f:
-        f.write(text)
-    return True
+    return write_if_changed(path, render(catalog))
