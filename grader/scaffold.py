@@ -18,11 +18,13 @@ import keyword
 import re
 import sys
 from pathlib import Path
-
-import nbformat
+from typing import TYPE_CHECKING
 
 from grader import cells
 from grader import scaffold_templates as t
+
+if TYPE_CHECKING:
+    import nbformat
 
 ROOT = Path(__file__).resolve().parent.parent  # the course repository
 ID = re.compile(r"^(?P<number>\d{2})_(?P<name>[a-z][a-z0-9_]*)$")
@@ -81,6 +83,8 @@ def _validate(root: Path, exercise_id: str, task: str) -> re.Match:
 
 
 def _cell(kind: str, source: str, **nbgrader) -> nbformat.NotebookNode:
+    import nbformat  # here, not at the top: every `python -m grader` command imports this module (2.3 s)
+
     cell = nbformat.v4.new_markdown_cell(source) if kind == "markdown" else nbformat.v4.new_code_cell(source)
     if nbgrader:
         cell.metadata["nbgrader"] = {"schema_version": 3, **nbgrader}
@@ -89,6 +93,8 @@ def _cell(kind: str, source: str, **nbgrader) -> nbformat.NotebookNode:
 
 def _notebook(exercise_id: str, number: int, title: str, package: str, task: str) -> nbformat.NotebookNode:
     """The solution notebook: nbgrader's cells as grader.cells states them."""
+    import nbformat
+
     fill = dict(id=exercise_id, number=number, title=title, package=package, task=task, **t.MARKERS)
     fixed = dict(grade=False, solution=False, locked=True)
     nb = nbformat.v4.new_notebook(metadata={"kernelspec": {"display_name": "Python 3", "language": "python",
@@ -110,6 +116,8 @@ def _notebook(exercise_id: str, number: int, title: str, package: str, task: str
 
 def plan(root: Path, exercise_id: str, task: str) -> dict[Path, str]:
     """Every file the new exercise needs, with its text (relative to root); refuses as _validate says."""
+    import nbformat
+
     match = _validate(root, exercise_id, task)
     package, number = match["name"], int(match["number"])
     fill = dict(id=exercise_id, package=package, task=task, snake=snake(task), title=package.replace("_", " "))

@@ -2,8 +2,12 @@
 from __future__ import annotations
 
 import copy
+import json
 import os
+import re
 import tempfile
+
+import psutil
 
 from grader.checks import Report
 from grader.runner import run_checks
@@ -74,3 +78,18 @@ def assert_lazy_answer_earns_nothing(exercise_id: str, task: str, code: str, phr
     paying = [f"{c.name} ({c.points:g})" for c in report.checks if c.points]
     assert not paying, f"the lazy {task} earned points in {paying}:\n" + "\n".join(report.lines())
     assert any(phrase in m for m in failed(report).values()), "\n".join(report.lines())
+
+
+def probe_report(result: dict) -> dict:
+    """What a sandbox probe answer (its pick_device) reported, from its public check's message in a graded result."""
+    for check in result["report"]["checks"]:
+        found = re.search(r"PROBE (\{.*?\})\s*$", check["message"], re.M)
+        if check["task"] == "pick_device" and not check["hidden"] and found:
+            return json.loads(found.group(1))
+    raise AssertionError(f"no probe report in {[c['message'][-300:] for c in result['report']['checks']]}")
+
+
+def live_with_marker(marker: str) -> list[psutil.Process]:
+    """The live (not zombie) processes whose command line holds `marker` (what a probe left behind)."""
+    return [p for p in psutil.process_iter(["cmdline", "status"])
+            if marker in (p.info["cmdline"] or []) and p.info["status"] != psutil.STATUS_ZOMBIE]

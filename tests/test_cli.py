@@ -134,3 +134,15 @@ def test_concurrent_graders_do_not_clash(tmp_path):
     for proc in procs:
         out, err = proc.communicate(timeout=300)
         assert proc.returncode == 0, out + err
+
+
+def test_commands_leave_slow_notebook_imports_to_those_that_use_them():
+    """Every `python -m grader` command builds the whole parser (and a make-grade worker is one): nbformat (and,
+    through it, jsonschema's format checkers: 2.3 s here) is imported only by the commands that write notebooks.
+    The gradebook writer does import nbformat, without rfc3987_syntax's Lark parsers (inject.py says why)."""
+    probe = ("import sys\nfrom grader.cli import build_parser\nbuild_parser()\n"
+             "print(sorted({m.split('.')[0] for m in sys.modules} & {'nbformat', 'jsonschema', 'nbconvert'}))\n"
+             "import grader.gradebook.inject\nprint(sys.modules.get('rfc3987_syntax'), 'nbformat' in sys.modules)")
+    proc = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=240)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines() == ["[]", "None True"]

@@ -11,7 +11,6 @@ kill(pid, 0) over the first pids, by ptrace of PID 1), the loopback port, the hi
 """
 import json
 import os
-import re
 import shutil
 import subprocess
 import sys
@@ -19,7 +18,6 @@ import time
 import uuid
 from string import Template
 
-import psutil
 import pytest
 
 from grader.exercises import get_exercise
@@ -27,7 +25,7 @@ from grader.gradebook import roundtrip
 from grader.gradebook.nurseries import NURSERY_ENV
 from grader.gradebook.sandbox import NOBODY
 from samples.make_samples import solution_answers
-from tests.helpers import ROOT
+from tests.helpers import ROOT, live_with_marker, probe_report
 from tests.test_instructor_workflow import A, notebook_with, place
 
 MARKER = "NURSERY-PROBE-" + uuid.uuid4().hex[:8]
@@ -123,11 +121,6 @@ def _answers(me: str) -> dict:  # pick_backend answered, pick_device probes, the
     return answers
 
 
-def _live() -> list[psutil.Process]:
-    return [p for p in psutil.process_iter(["cmdline", "status"])
-            if MARKER in (p.info["cmdline"] or []) and p.info["status"] != psutil.STATUS_ZOMBIE]
-
-
 @pytest.fixture(scope="module")
 def graded(tmp_path_factory):
     root = str(tmp_path_factory.mktemp("course"))
@@ -142,18 +135,10 @@ def graded(tmp_path_factory):
     for student in PROBES:
         with open(os.path.join(root, "graded", A, f"{student}.json")) as f:
             results[student] = json.load(f)
-    leftovers = _live()
+    leftovers = live_with_marker(MARKER)
     yield {"proc": proc, "results": results, "leftovers": [p.pid for p in leftovers]}
-    for leftover in _live():
+    for leftover in live_with_marker(MARKER):
         leftover.kill()
-
-
-def _seen(result: dict) -> dict:
-    for check in result["report"]["checks"]:
-        found = re.search(r"PROBE (\{.*?\})\s*$", check["message"], re.M)
-        if check["task"] == "pick_device" and not check["hidden"] and found:
-            return json.loads(found.group(1))
-    raise AssertionError(f"no probe report in {[c['message'][-300:] for c in result['report']['checks']]}")
 
 
 def test_the_probes_are_graded_sandboxed(graded):
@@ -165,7 +150,7 @@ def test_the_probes_are_graded_sandboxed(graded):
 
 @pytest.mark.parametrize("me", PROBES)
 def test_a_job_sees_only_its_own_files_and_submission(graded, me):
-    seen, other = _seen(graded["results"][me]), {p for p in PROBES if p != me}.pop()
+    seen, other = probe_report(graded["results"][me]), {p for p in PROBES if p != me}.pop()
     assert f"mark-{other}" not in seen["tmp"] + seen["home"], seen
     assert seen["grading"] == ["submission.ipynb"] and seen["submission_is_mine"], seen
     assert seen["global_mark"] in (None, me), seen  # the nursery never ran the other's code
@@ -173,7 +158,7 @@ def test_a_job_sees_only_its_own_files_and_submission(graded, me):
 
 @pytest.mark.parametrize("me", PROBES)
 def test_a_job_sees_and_reaches_only_its_own_processes_and_loopback(graded, me):
-    seen, other = _seen(graded["results"][me]), {p for p in PROBES if p != me}.pop()
+    seen, other = probe_report(graded["results"][me]), {p for p in PROBES if p != me}.pop()
     cmdlines = "\n".join(seen["procs"].values())
     # its PID namespace is the job's own: not the nursery's sandbox (whose PID 1 is bwrap), not the other job's
     assert f"\x00{other}\x00{MARKER}" not in cmdlines and "bwrap" not in cmdlines and "1" in seen["procs"], seen
@@ -185,7 +170,7 @@ def test_a_job_sees_and_reaches_only_its_own_processes_and_loopback(graded, me):
 
 @pytest.mark.parametrize("me", PROBES)
 def test_a_job_has_no_capabilities_no_new_privileges_and_is_not_root(graded, me):
-    seen = _seen(graded["results"][me])
+    seen = probe_report(graded["results"][me])
     assert all(int(v, 16) == 0 for k, v in seen["status"].items() if k.startswith("Cap")), seen["status"]
     assert seen["status"]["NoNewPrivs"] == "1"
     host = [int(outside) + seen["uid"] - int(inside) for inside, outside, count in seen["uid_map"]
@@ -197,13 +182,13 @@ def test_a_job_has_no_capabilities_no_new_privileges_and_is_not_root(graded, me)
 
 @pytest.mark.parametrize("me", PROBES)
 def test_a_public_job_cannot_read_a_hidden_check(graded, me):
-    seen = _seen(graded["results"][me])
+    seen = probe_report(graded["results"][me])
     assert seen["hidden_bytes"] == 0 and seen["hidden_pyc"] == [] and seen["hidden_loaded"] == [], seen
 
 
 def test_a_jobs_double_forked_leftover_dies_with_it(graded):
     assert graded["leftovers"] == [], "a probe's leftover outlived its job and the run"
     deadline = time.monotonic() + 10  # SIGKILL may still be in flight; zombies do not count
-    while _live() and time.monotonic() < deadline:
+    while live_with_marker(MARKER) and time.monotonic() < deadline:
         time.sleep(0.2)
-    assert _live() == []
+    assert live_with_marker(MARKER) == []

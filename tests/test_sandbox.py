@@ -11,7 +11,6 @@ table, the stored result and the class report say the class was graded unsandbox
 import glob
 import json
 import os
-import re
 import shutil
 import socket
 import subprocess
@@ -19,7 +18,6 @@ import sys
 import time
 import uuid
 
-import psutil
 import pytest
 
 from grader.exercises import get_exercise
@@ -27,7 +25,7 @@ from grader.gradebook import roundtrip
 from grader.gradebook import sandbox as sandboxes
 from grader.gradebook.nurseries import use_nursery
 from samples.make_samples import solution_answers
-from tests.helpers import ROOT
+from tests.helpers import ROOT, live_with_marker, probe_report
 from tests.test_instructor_workflow import A, notebook_with, place
 
 MAX = get_exercise(A).max_score
@@ -109,14 +107,6 @@ def _results(root: str) -> dict[str, dict]:
     return out
 
 
-def _live(marker: str) -> list[psutil.Process]:
-    found = []
-    for proc in psutil.process_iter(["cmdline", "status"]):
-        if marker in (proc.info["cmdline"] or []) and proc.info["status"] != psutil.STATUS_ZOMBIE:
-            found.append(proc)
-    return found
-
-
 @pytest.fixture(scope="module")
 def graded(tmp_path_factory):
     root = str(tmp_path_factory.mktemp("course"))
@@ -145,16 +135,8 @@ def graded(tmp_path_factory):
     finally:
         listener.close()
     yield {"root": root, "proc": proc, "results": _results(root), "connected": connected}
-    for leftover in _live(MARKER):  # a failed test must not leave the probe's child behind
+    for leftover in live_with_marker(MARKER):  # a failed test must not leave the probe's child behind
         leftover.kill()
-
-
-def _seen(result: dict) -> dict:
-    for check in result["report"]["checks"]:
-        found = re.search(r"PROBE (\{.*?\})\s*$", check["message"], re.M)
-        if check["task"] == "pick_device" and not check["hidden"] and found:
-            return json.loads(found.group(1))
-    raise AssertionError(f"no probe report in {[c['message'][-300:] for c in result['report']['checks']]}")
 
 
 def test_the_solution_gets_full_marks_sandboxed(graded):
@@ -166,7 +148,7 @@ def test_the_solution_gets_full_marks_sandboxed(graded):
 
 
 def test_a_rank_runs_as_an_unprivileged_user_not_root_in_a_namespace(graded):
-    seen = _seen(graded["results"]["probe"])
+    seen = probe_report(graded["results"]["probe"])
     assert seen["uid"] != 0
     assert seen["root_file"] == "PermissionError", seen
     if os.geteuid() == 0:  # as root, the sandbox is the host's nobody: no user namespace maps it onto root
@@ -179,13 +161,13 @@ def test_a_rank_runs_as_an_unprivileged_user_not_root_in_a_namespace(graded):
 
 
 def test_a_rank_has_no_network(graded):
-    seen = _seen(graded["results"]["probe"])
+    seen = probe_report(graded["results"]["probe"])
     assert seen["network"] in ("ConnectionRefusedError", "OSError", "TimeoutError"), seen
     assert not graded["connected"]
 
 
 def test_a_rank_sees_nothing_of_the_course_nor_the_home(graded):
-    seen = _seen(graded["results"]["probe"])
+    seen = probe_report(graded["results"]["probe"])
     assert seen["visible"] == [], seen
     python_under_home = os.path.realpath(sys.base_prefix).startswith(os.path.realpath(HOME) + os.sep)
     bound = {os.path.relpath(os.path.realpath(sys.base_prefix), HOME).split(os.sep)[0]} if python_under_home else set()
@@ -193,18 +175,18 @@ def test_a_rank_sees_nothing_of_the_course_nor_the_home(graded):
 
 
 def test_a_rank_writes_only_its_private_tmp_and_home(graded):
-    seen = _seen(graded["results"]["probe"])
+    seen = probe_report(graded["results"]["probe"])
     assert seen["writable"] == ["/tmp", "~"], seen
     assert not glob.glob(os.path.join(ROOT, "grader", "probe-*")) and not glob.glob("/tmp/probe-*")
 
 
 def test_a_rank_gets_none_of_the_graders_environment(graded):
-    seen = _seen(graded["results"]["probe"])
+    seen = probe_report(graded["results"]["probe"])
     assert seen["secret_in_env"] is False
 
 
 def test_public_checks_never_see_hidden_ones(graded):
-    seen = _seen(graded["results"]["probe"])
+    seen = probe_report(graded["results"]["probe"])
     assert seen["hidden_loaded"] == [] and seen["hidden_bytes"] == 0, seen
     # and the hidden checks still ran, in their own sandbox: ada has every hidden point
     ada = graded["results"]["ada"]["report"]["checks"]
@@ -214,9 +196,9 @@ def test_public_checks_never_see_hidden_ones(graded):
 
 def test_a_double_forked_child_is_gone_after_grading(graded):
     deadline = time.monotonic() + 10  # SIGKILL is in flight when grade returns; a zombie does not count
-    while _live(MARKER) and time.monotonic() < deadline:
+    while live_with_marker(MARKER) and time.monotonic() < deadline:
         time.sleep(0.2)
-    assert _live(MARKER) == []
+    assert live_with_marker(MARKER) == []
 
 
 def test_without_bwrap_grade_stops_with_the_install_line(tmp_path):

@@ -50,15 +50,7 @@ def run(args, header: dict, fds: list[int]) -> int:
     ns.unshare(NAMESPACES)
     ns.map_ids(INSIDE_ID, uid, INSIDE_ID, gid)
     ns.mount("none", "/", None, ns.MS_REC | ns.MS_PRIVATE)
-    reaper = os.fork()
-    if reaper == 0:
-        code = 1
-        try:
-            code = _reaper(args, data, result, job_line, last_cap)
-        except BaseException:
-            traceback.print_exc()
-        finally:
-            os._exit(code)
+    reaper = _fork_running(_reaper, args, data, result, job_line, last_cap)
     os.close(result)
     os.close(job_line)
     _, status = os.waitpid(reaper, 0)
@@ -84,15 +76,7 @@ def _reaper(args, data: bytes | None, result: int, job_line: int, last_cap: int)
     os.chdir("/tmp")
     ns.drop_capabilities(last_cap)
     ns.prctl(ns.PR_SET_DUMPABLE, 0)  # the job's code cannot ptrace or read PID 1 (its /proc files are root's)
-    worker = os.fork()
-    if worker == 0:
-        code = 1
-        try:
-            code = _worker(args, result, job_line)
-        except BaseException:
-            traceback.print_exc()
-        finally:
-            os._exit(code)
+    worker = _fork_running(_worker, args, result, job_line)
     os.close(result)
     os.close(job_line)
     while True:  # PID 1: every orphan of the job comes here
@@ -102,6 +86,20 @@ def _reaper(args, data: bytes | None, result: int, job_line: int, last_cap: int)
             return 1
         if pid == worker:
             return os.waitstatus_to_exitcode(status) & 0xFF
+
+
+def _fork_running(fn, *args) -> int:
+    """Fork a child that runs fn(*args) and leaves with its exit code (1, its traceback on stderr, if it raised)."""
+    pid = os.fork()
+    if pid == 0:
+        code = 1
+        try:
+            code = fn(*args)
+        except BaseException:
+            traceback.print_exc()
+        finally:
+            os._exit(code)
+    return pid
 
 
 def _hold_prefixes_under(folders: tuple[str, ...]) -> list[tuple[str, int]]:
