@@ -13,10 +13,11 @@ sandbox per job (GRADER_NURSERY=0: each submission in two fresh bubblewrap sandb
 each paying a cold start), both skipped without bwrap, and with --no-sandbox
 (long-lived workers). Prints the times, the ratios against plain
 nbgrader (the course's target: at least 4x, sandboxed; by how much a ratio falls
-short), whether every student got the same score, the load while it ran, and where
+short), whether every student got the same score, the load while it ran, the machine's CPU
+per submission while each kind graded (and the kernel's share of it), and where
 one submission's time goes (grading_profile.py: process and sandbox start, torch
 import, forkserver, per-launch overhead, the checks' own work; nbgrader's own steps
-are the gradebook write timed below).
+are the gradebook write timed below), with the ceiling the checks' own CPU puts on any ratio.
 """
 from __future__ import annotations
 
@@ -54,6 +55,15 @@ def class_of(course, n: int) -> None:
             f.write("2026-11-29 12:00:00.000000 UTC")
 
 
+def machine_cpu() -> tuple[float, float]:
+    """CPU-seconds the whole machine has been busy, and of those the kernel's (/proc/stat: every process counts,
+    a sandbox's too)."""
+    with open("/proc/stat") as f:
+        ticks = [int(v) for v in f.readline().split()[1:]]
+    hz = os.sysconf("SC_CLK_TCK")
+    return (sum(ticks) - ticks[3] - ticks[4]) / hz, ticks[2] / hz  # all but idle and iowait; system
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--students", type=int, default=20)
@@ -83,12 +93,14 @@ def main() -> None:
         roundtrip.nbgrader(["autograde", A, "--force"], courses["nbgrader"].root, courses["nbgrader"].root,
                            timeout=7200)
         times = {"nbgrader": time.perf_counter() - start}
+        cpu = {}
         for kind, extra in kinds.items():
-            start = time.perf_counter()
+            start, busy = time.perf_counter(), machine_cpu()
             subprocess.run([sys.executable, "-m", "grader", "grade", A, "--root", courses[kind].root,
                             "--jobs", str(args.jobs), "--quiet", *extra], check=True, capture_output=True,
                            timeout=7200, env=env[kind])
             times[kind] = time.perf_counter() - start
+            cpu[kind] = tuple(b - a for a, b in zip(busy, machine_cpu()))
             load.append(os.getloadavg()[0])
         # nbgrader's own steps in make grade: a second run finds every result done and only writes the gradebook
         start = time.perf_counter()
@@ -109,13 +121,19 @@ def main() -> None:
         for student in sorted(set(scores["nbgrader"]) | set(scores[kind])) if not same else []:
             if scores["nbgrader"].get(student) != scores[kind].get(student):
                 print(f"  {student}: nbgrader {scores['nbgrader'].get(student)}, {kind} {scores[kind].get(student)}")
+    for kind, (busy, system) in cpu.items():
+        print(f"machine CPU while grading ({kind}): {busy:.1f} CPU-s, {busy / args.students:.1f} per submission; "
+              f"{100 * system / busy:.0f}% of it in the kernel (forks, copy-on-write faults, exits, namespaces)")
     for kind in ("sandboxed, a sandbox per job", "sandboxed, nurseries"):
         if kind in kinds:
             print(f"sandbox cost ({kind}): {times[kind] / times['--no-sandbox']:.2f}x the unsandboxed time")
     print(f"per submission: plain nbgrader {times['nbgrader'] / args.students:.1f} s; make grade's parent, "
           f"nbgrader's own steps included (a re-run that only writes the gradebook): {rerun:.1f} s for the class")
     if args.profile:
-        print("\n".join(grading_profile.breakdown(A, sorted(sample_students(A).values())[0], "sandboxed, nurseries" in kinds)))
+        lines, checks_cpu = grading_profile.breakdown(A, sorted(sample_students(A).values())[0],
+                                                      "sandboxed, nurseries" in kinds)
+        print("\n".join(lines + grading_profile.ceiling(checks_cpu, os.cpu_count() or 1,
+                                                         times["nbgrader"] / args.students, TARGET)))
 
 if __name__ == "__main__":
     main()

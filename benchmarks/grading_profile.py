@@ -51,11 +51,22 @@ def counting(original):
     return counted
 for module in (grading, shared_runs):  # the preflight's launch, and the checks' (those shared not counted)
     module.run_distributed = counting(module.run_distributed)
+import resource
+from multiprocessing import forkserver
+def cpu():  # this process, and the ranks its forkserver has reaped
+    own = resource.getrusage(resource.RUSAGE_SELF)
+    with open(f"/proc/{forkserver._forkserver._forkserver_pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    ranks = (int(fields[13]) + int(fields[14])) / os.sysconf("SC_CLK_TCK")  # cutime, cstime
+    return own.ru_utime + own.ru_stime + ranks
+import os
+before = cpu()
 report = run_checks(exercise, submission)
 mark("every check")
+checks_cpu = cpu() - before
 phases = [(name, round(b - a, 3)) for (_, a), (name, b) in zip(t, t[1:])]
 print(json.dumps({"phases": phases, "launch": statistics.median(launches[1:]), "launches": count[0],
-                  "checks": len(report.checks), "score": report.score}))
+                  "checks": len(report.checks), "score": report.score, "checks_cpu": round(checks_cpu, 2)}))
 """
 
 
@@ -75,8 +86,9 @@ def probe(argv_of, assignment: str, notebook: str) -> dict:
     return out
 
 
-def breakdown(assignment: str, notebook: str, sandboxed: bool) -> list[str]:
-    """The profile's lines: one submission, plain and (if bwrap is there) sandboxed."""
+def breakdown(assignment: str, notebook: str, sandboxed: bool) -> tuple[list[str], float]:
+    """The profile's lines: one submission, plain and (if bwrap is there) sandboxed; and the CPU-seconds its
+    checks took, plain (the grader process and its ranks)."""
     from grader.gradebook import sandbox
 
     kinds = {"plain": lambda argv: (argv, None)}
@@ -98,7 +110,8 @@ def breakdown(assignment: str, notebook: str, sandboxed: bool) -> list[str]:
         own = dict(r["phases"])["every check"] - r["launches"] * r["launch"]
         lines.append(f"  {kind}: {r['checks']} checks in {r['launches']} launches; one empty 2-rank launch "
                      f"{r['launch']:.3f} s, so launches ~{r['launches'] * r['launch']:.1f} s and the checks' "
-                     f"own work (references, student code) ~{own:.1f} s; score {r['score']:g}")
+                     f"own work (references, student code) ~{own:.1f} s; score {r['score']:g}; every check took "
+                     f"{r['checks_cpu']:.1f} CPU-s (this process and its ranks)")
     if sandboxed:
         from grader.gradebook.nurseries import NURSERY_ENV
 
@@ -108,7 +121,18 @@ def breakdown(assignment: str, notebook: str, sandboxed: bool) -> list[str]:
                      f"submission's phase then costs a fork from the warm nursery: dispatch to the result of a job "
                      f"with nothing to grade {min(jobs):.2f} s (median {statistics.median(jobs):.2f} s of {len(jobs)}: "
                      f"fork, namespaces, tmpfs, /proc, the forkserver, loading the exercise)")
-    return lines
+    return lines, runs["plain"]["checks_cpu"]
+
+
+def ceiling(checks_cpu: float, cores: int, nbgrader_per_submission: float, target: float) -> list[str]:
+    """What the checks' own CPU allows: run on every core at once, one submission's checks still need
+    checks_cpu / cores seconds, so no grading of the same checks beats plain nbgrader by more than that ratio."""
+    best = checks_cpu / cores
+    return [f"ceiling: one submission's checks take {checks_cpu:.1f} CPU-s (the same checks plain nbgrader runs in its "
+            f"kernel); on {cores} cores they need at least {best:.2f} s per submission, so make grade is at most "
+            f"{nbgrader_per_submission / best:.1f}x plain nbgrader ({nbgrader_per_submission:.1f} s per submission) "
+            f"before it pays anything else (workers, sandboxes, the gradebook); {target:g}x needs the checks under "
+            f"{nbgrader_per_submission * cores / target:.1f} CPU-s per submission, everything else included"]
 
 
 def nursery_startup(assignment: str, runs: int = 5) -> tuple[float, list[float]]:

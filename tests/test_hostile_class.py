@@ -22,7 +22,6 @@ import glob
 import hashlib
 import json
 import os
-import shutil
 import socket
 import string
 import subprocess
@@ -39,7 +38,7 @@ from grader.digest import grader_digest
 from grader.exercises import get_exercise
 from grader.gradebook import roundtrip
 from samples.make_samples import solution_answers
-from tests.helpers import ROOT
+from tests.helpers import ROOT, needs_bwrap
 from tests.servers import kill_all
 from tests.test_instructor_workflow import A, notebook_with, place
 
@@ -68,8 +67,7 @@ ANSWER_LINE = "totals[0] += loss.detach().double() * len(inputs)"
 SSH_KEY = "-----BEGIN OPENSSH PRIVATE KEY----- hostile-class-fake-key-1f2e3d -----END OPENSSH PRIVATE KEY-----"
 
 pytestmark = [
-    pytest.mark.skipif(shutil.which("bwrap") is None and not os.environ.get("CI"),
-                       reason="the grading sandbox needs bubblewrap (apt-get install bubblewrap; .ci/ installs it)"),
+    needs_bwrap,
     pytest.mark.timeout(1800),
 ]
 

@@ -11,7 +11,6 @@ kill(pid, 0) over the first pids, by ptrace of PID 1), the loopback port, the hi
 """
 import json
 import os
-import shutil
 import subprocess
 import sys
 import time
@@ -25,7 +24,7 @@ from grader.gradebook import roundtrip
 from grader.gradebook.nurseries import NURSERY_ENV
 from grader.gradebook.sandbox import NOBODY
 from samples.make_samples import solution_answers
-from tests.helpers import ROOT, live_with_marker, probe_report
+from tests.helpers import ROOT, live_with_marker, probe_report, needs_bwrap
 from tests.test_instructor_workflow import A, notebook_with, place
 
 MARKER = "NURSERY-PROBE-" + uuid.uuid4().hex[:8]
@@ -33,8 +32,7 @@ PORT = 29517
 PROBES = ("pa", "pb")
 
 pytestmark = [
-    pytest.mark.skipif(shutil.which("bwrap") is None and not os.environ.get("CI"),
-                       reason="the grading sandbox needs bubblewrap (apt-get install bubblewrap; .ci/ installs it)"),
+    needs_bwrap,
     pytest.mark.timeout(1200),
 ]
 

@@ -9,7 +9,6 @@ ends, the other job lives on. Then it SIGKILLs the run: no cleanup runs, and sti
 sandbox and every job's process end (bwrap --die-with-parent, then each process's parent-death signal).
 """
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -20,6 +19,7 @@ import pytest
 
 from grader.digest import grader_digest
 from grader.engine import kill_tree
+from tests.helpers import needs_bwrap
 
 A = "01_parallelism"
 RUN = """
@@ -34,8 +34,7 @@ time.sleep(600)
 """
 
 pytestmark = [
-    pytest.mark.skipif(shutil.which("bwrap") is None and not os.environ.get("CI"),
-                       reason="the grading sandbox needs bubblewrap (apt-get install bubblewrap; .ci/ installs it)"),
+    needs_bwrap,
     pytest.mark.timeout(600),
 ]
 

@@ -25,7 +25,7 @@ from grader.gradebook import roundtrip
 from grader.gradebook import sandbox as sandboxes
 from grader.gradebook.nurseries import use_nursery
 from samples.make_samples import solution_answers
-from tests.helpers import ROOT, live_with_marker, probe_report
+from tests.helpers import ROOT, live_with_marker, probe_report, needs_bwrap
 from tests.test_instructor_workflow import A, notebook_with, place
 
 MAX = get_exercise(A).max_score
@@ -34,8 +34,7 @@ MARKER = "SANDBOX-PROBE-LEFTOVER-" + uuid.uuid4().hex[:8]
 HOME = os.path.expanduser("~")
 
 pytestmark = [
-    pytest.mark.skipif(shutil.which("bwrap") is None and not os.environ.get("CI"),
-                       reason="the grading sandbox needs bubblewrap (apt-get install bubblewrap; .ci/ installs it)"),
+    needs_bwrap,
     pytest.mark.timeout(1200),
 ]
 
