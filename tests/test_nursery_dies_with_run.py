@@ -114,3 +114,31 @@ def test_a_dead_nursery_loses_its_job_and_is_replaced():
         job.wait(timeout=60)
     finally:
         nurseries.close()
+
+
+DEAD_AT_START = """
+import sys
+from grader.gradebook.nurseries import Nurseries, Nursery
+lone = Nursery(["no_such_assignment", "--version", "x"], True, 1)  # exits at start: the assignment is unknown
+print(lone.start(None))
+nurseries = Nurseries(["no_such_assignment", "--version", "x"], 1)
+job = nurseries.start(None, True)
+print(job.pid, repr(job.stdout.readline()))
+nurseries.close()
+from grader.engine import kill_tree
+for pid in (0, -1):
+    try:
+        kill_tree(pid)  # 0: this process's own group; -1: every process it may signal
+    except ValueError:
+        print("refused", pid)
+"""
+
+
+def test_a_nursery_dead_before_its_hello_loses_the_job_and_nothing_else():
+    """The job's socket reads as EOF at once; at EOF SO_PASSCRED still hands credentials, with pid 0, and a job
+    taken for pid 0 would have had kill_tree(0) kill the grading run's own process group; kill_tree refuses such
+    pids. Run in a session of its own, so that a kill of "our group" cannot reach the tests."""
+    proc = subprocess.run([sys.executable, "-c", DEAD_AT_START], capture_output=True, text=True, timeout=300,
+                          start_new_session=True, cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    assert proc.returncode == 0, (proc.returncode, proc.stderr[-2000:])
+    assert proc.stdout.splitlines() == ["None", "None ''", "refused 0", "refused -1"], proc.stdout

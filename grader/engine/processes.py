@@ -197,7 +197,10 @@ def read_output(path: str) -> str:
 
 
 def kill_tree(pid: int) -> None:
-    """SIGKILL a rank, its process group and every descendant."""
+    """SIGKILL a rank, its process group and every descendant. A pid under 1 is refused: kill(0) and kill(-1)
+    would reach this process's own group, or every process it may signal."""
+    if not isinstance(pid, int) or pid < 1:
+        raise ValueError(f"kill_tree: no process has pid {pid!r}")
     try:
         procs = psutil.Process(pid).children(recursive=True)
     except psutil.Error:

@@ -95,9 +95,11 @@ class Nursery:
             if not sent:
                 raise OSError("the nursery's control socket refused the job")
             ours.settimeout(HELLO_S)
-            _, ancillary, _, _ = ours.recvmsg(1, socket.CMSG_SPACE(_UCRED))
+            hello, ancillary, _, _ = ours.recvmsg(1, socket.CMSG_SPACE(_UCRED))
             pid = next(struct.unpack("3i", data[:_UCRED])[0] for level, kind, data in ancillary
                        if level == socket.SOL_SOCKET and kind == socket.SCM_CREDENTIALS)
+            if hello != b"H" or pid <= 0:  # at EOF (the job or its nursery died first) SO_PASSCRED still hands
+                raise OSError("no hello from the job")  # credentials, with pid 0: killing "0" is our own group
         except (OSError, StopIteration):
             os.close(line_w)
             ours.close()
