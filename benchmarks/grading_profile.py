@@ -51,7 +51,7 @@ def counting(original):
     return counted
 for module in (grading, shared_runs):  # the preflight's launch, and the checks' (those shared not counted)
     module.run_distributed = counting(module.run_distributed)
-import resource
+import os, resource
 from multiprocessing import forkserver
 def cpu():  # this process, and the ranks its forkserver has reaped
     own = resource.getrusage(resource.RUSAGE_SELF)
@@ -59,7 +59,6 @@ def cpu():  # this process, and the ranks its forkserver has reaped
         fields = f.read().rsplit(")", 1)[1].split()
     ranks = (int(fields[13]) + int(fields[14])) / os.sysconf("SC_CLK_TCK")  # cutime, cstime
     return own.ru_utime + own.ru_stime + ranks
-import os
 before = cpu()
 report = run_checks(exercise, submission)
 mark("every check")

@@ -19,7 +19,7 @@ import pytest
 
 from grader.digest import grader_digest
 from grader.engine import kill_tree
-from tests.helpers import needs_bwrap
+from tests.helpers import ROOT, needs_bwrap
 
 A = "01_parallelism"
 RUN = """
@@ -117,7 +117,6 @@ def test_a_dead_nursery_loses_its_job_and_is_replaced():
 
 
 DEAD_AT_START = """
-import sys
 from grader.gradebook.nurseries import Nurseries, Nursery
 lone = Nursery(["no_such_assignment", "--version", "x"], True, 1)  # exits at start: the assignment is unknown
 print(lone.start(None))
@@ -139,6 +138,6 @@ def test_a_nursery_dead_before_its_hello_loses_the_job_and_nothing_else():
     taken for pid 0 would have had kill_tree(0) kill the grading run's own process group; kill_tree refuses such
     pids. Run in a session of its own, so that a kill of "our group" cannot reach the tests."""
     proc = subprocess.run([sys.executable, "-c", DEAD_AT_START], capture_output=True, text=True, timeout=300,
-                          start_new_session=True, cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+                          start_new_session=True, cwd=ROOT)
     assert proc.returncode == 0, (proc.returncode, proc.stderr[-2000:])
     assert proc.stdout.splitlines() == ["None", "None ''", "refused 0", "refused -1"], proc.stdout

@@ -84,16 +84,7 @@ class Nursery:
             fds.append(os.open(submission, os.O_RDONLY | os.O_CLOEXEC))
         try:
             socket.send_fds(self.control, [json.dumps({"fds": len(fds)}).encode()], fds)
-            sent = True
-        except OSError:
-            sent = False
-        finally:  # closed before the wait: a job (or nursery) that dies before its hello then reads as EOF at once
-            theirs.close()
-            for fd in fds[1:]:
-                os.close(fd)
-        try:
-            if not sent:
-                raise OSError("the nursery's control socket refused the job")
+            theirs.close()  # before the wait: a job (or nursery) that dies before its hello then reads as EOF at once
             ours.settimeout(HELLO_S)
             hello, ancillary, _, _ = ours.recvmsg(1, socket.CMSG_SPACE(_UCRED))
             pid = next(struct.unpack("3i", data[:_UCRED])[0] for level, kind, data in ancillary
@@ -104,6 +95,10 @@ class Nursery:
             os.close(line_w)
             ours.close()
             return None
+        finally:
+            theirs.close()  # (closing twice is harmless)
+            for fd in fds[1:]:
+                os.close(fd)
         ours.settimeout(None)
         return JobProcess(os.fdopen(line_w, "w", buffering=1, encoding="utf-8"), ours, pid)
 
