@@ -1,0 +1,37 @@
+"""grader/exercises/one_launch.py in real ranks: each part starts from the random state the rank started with, and
+a part whose ranks fall out of step (a collective one rank makes and the other does not) fails the shared launch,
+so its checks make their own runs, instead of the fence meeting another part's collective unseen."""
+import torch
+import torch.distributed as dist
+
+from grader.engine import run_distributed
+from grader.exercises import one_launch
+
+
+def _draw(ctx, student):
+    return torch.rand(3)
+
+
+def _extra_collective_on_rank0(ctx, student):
+    if ctx.rank == 0:
+        dist.all_reduce(torch.ones(1))
+    return ctx.rank
+
+
+def _parts(ctx, parts):
+    return one_launch._in_rank_parts(ctx, None, parts)
+
+
+def test_every_part_starts_from_the_random_state_the_rank_started_with():
+    result = run_distributed(_parts, 2, ((((_draw, ()), (_draw, ())),)), trusted=True, timeout=60)
+    assert result.ok, result.failure()
+    for first, second in (r.value for r in result.ranks):
+        assert torch.equal(first, second)
+    fresh = run_distributed(_draw, 2, (None,), trusted=True, timeout=60)
+    assert torch.equal(fresh.ranks[0].value, result.ranks[0].value[0])  # as in a run of its own
+
+
+def test_ranks_out_of_step_fail_the_shared_launch():
+    result = run_distributed(_parts, 2, ((((_extra_collective_on_rank0, ()), (_draw, ())),)), trusted=True,
+                             timeout=10)
+    assert not result.ok, [r.value for r in result.ranks]
