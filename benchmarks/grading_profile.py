@@ -111,6 +111,7 @@ def breakdown(assignment: str, notebook: str, sandboxed: bool) -> tuple[list[str
                      f"{r['launch']:.3f} s, so launches ~{r['launches'] * r['launch']:.1f} s and the checks' "
                      f"own work (references, student code) ~{own:.1f} s; score {r['score']:g}; every check took "
                      f"{r['checks_cpu']:.1f} CPU-s (this process and its ranks)")
+    lines += launch_cpu(assignment)
     if sandboxed:
         from grader.gradebook.nurseries import NURSERY_ENV
 
@@ -121,6 +122,41 @@ def breakdown(assignment: str, notebook: str, sandboxed: bool) -> tuple[list[str
                      f"with nothing to grade {min(jobs):.2f} s (median {statistics.median(jobs):.2f} s of {len(jobs)}: "
                      f"fork, namespaces, tmpfs, /proc, the forkserver, loading the exercise)")
     return lines, runs["plain"]["checks_cpu"]
+
+
+LAUNCH_CPU = r"""
+import os, sys, resource
+from grader.engine import forked_forkserver, processes, run_distributed
+from grader.exercises import find
+processes.preload(find(sys.argv[1]).public)
+forked_forkserver.start_here(huge_pages=sys.argv[2] == "huge")
+from multiprocessing import forkserver
+def cpu():  # the forkserver (it pays each fork) and the ranks it reaped: user, system
+    with open(f"/proc/{forkserver._forkserver._forkserver_pid}/stat") as f:
+        fields = [int(v) for v in f.read().rsplit(")", 1)[1].split()[11:15]]
+    hz = os.sysconf("SC_CLK_TCK")
+    return (fields[0] + fields[2]) / hz, (fields[1] + fields[3]) / hz
+def empty(ctx):
+    return ctx.rank
+run_distributed(empty, 2)
+before = cpu()
+for _ in range(int(sys.argv[3])):
+    run_distributed(empty, 2)
+print(*(b - a for a, b in zip(before, cpu())))
+"""
+
+
+def launch_cpu(assignment: str, launches: int = 30) -> list[str]:
+    """CPU of one empty 2-rank launch (ranks and forkserver), from a forkserver in 4 KiB pages and in huge pages."""
+    cost = {}
+    for pages in ("plain", "huge"):
+        out = subprocess.run([sys.executable, "-c", LAUNCH_CPU, assignment, pages, str(launches)], capture_output=True,
+                             text=True, timeout=600, check=True).stdout.split()
+        cost[pages] = [1000 * float(v) / launches for v in out]
+    (user, system), (huge_user, huge_system) = cost["plain"], cost["huge"]
+    return [f"one empty 2-rank launch costs {user + system:.0f} CPU-ms ({system:.0f} in the kernel: forks, page faults, "
+            f"exits) from a forkserver in 4 KiB pages, {huge_user + huge_system:.0f} CPU-ms ({huge_system:.0f}) from one "
+            f"in huge pages (engine/huge_pages.py: nurseries and --no-sandbox workers); mean of {launches}"]
 
 
 def ceiling(checks_cpu: float, cores: int, nbgrader_per_submission: float, target: float) -> list[str]:

@@ -22,12 +22,15 @@ import os
 import socket
 from multiprocessing import connection, forkserver, resource_tracker
 
+from grader.engine import huge_pages as huge_pages_
 from grader.engine import processes
 
 
-def start_here() -> bool:
+def start_here(huge_pages: bool = False) -> bool:
     """Fork the forkserver from this process; False (nothing done) if one runs already or this
-    Python's multiprocessing lacks what it relies on (then the first run starts one as usual)."""
+    Python's multiprocessing lacks what it relies on (then the first run starts one as usual).
+    huge_pages: collapse this process's memory into huge pages first (huge_pages.py), for a process
+    whose forkserver forks ranks for many submissions."""
     server = getattr(forkserver, "_forkserver", None)
     if server is None or not hasattr(server, "_forkserver_pid") or server._forkserver_pid is not None:
         return False
@@ -39,6 +42,8 @@ def start_here() -> bool:
     # copy-on-write) the ~300,000 objects of torch's import, about 1.4 s here; what a rank creates is collected as usual.
     gc.collect()
     gc.freeze()
+    if huge_pages:
+        huge_pages_.collapse()
     with socket.socket(socket.AF_UNIX) as listener:
         address = connection.arbitrary_address("AF_UNIX")
         listener.bind(address)

@@ -9,6 +9,7 @@ ranks' forkserver from itself (engine/forked_forkserver.py): one torch import pe
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 
@@ -26,7 +27,8 @@ def main(argv: list[str] | None = None) -> int:
     from grader.exercises import find
 
     processes.preload(find(args.assignment).public)  # never a hidden module: the forkserver is forked now
-    forked_forkserver.start_here()
+    # a long-lived worker (--no-sandbox) forks ranks for many submissions; a sandbox's worker grades one
+    forked_forkserver.start_here(huge_pages=os.environ.get(processes.SANDBOXED) != "1")
     from grader.gradebook.batch import worker_main
 
     return worker_main(args.assignment, args.timeout, args.world_size, args.version)

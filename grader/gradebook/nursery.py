@@ -31,7 +31,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--version", required=True)
     args = parser.parse_args(argv)
 
-    from grader.engine import processes
+    from grader.engine import huge_pages, processes
 
     processes.die_with_parent()  # the grading run's end (or its kill) ends the nursery, and with it every job
     from grader.exercises import find
@@ -44,6 +44,7 @@ def main(argv: list[str] | None = None) -> int:
 
     gc.collect()
     gc.freeze()
+    huge_pages.collapse()  # every job's forks (its own, its forkserver's ranks) copy far fewer page tables
     control = socket.socket(fileno=0)
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # a finished job's first process is reaped by the kernel
     while True:
