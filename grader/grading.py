@@ -99,6 +99,9 @@ class Grading:
         self._parent_lock = parent_lock  # checks side by side: only one runs parent-side code at a time
         self._keep_output = keep_output
         self._backends: set[str] = set()  # of this check's runs, from the parent's plans (never a rank's word)
+        self.tasks: tuple[str, ...] = ()  # the tasks graded in this run (runner sets): their runs may share launches
+        self.share_launches = True  # False: every run of this check its own (the runner's confirmation of a failure)
+        self.read_shared_launch = False  # a run's values came from a launch shared with other runs (one_launch.py)
 
     def plan(self, world_size: int | None = None) -> HardwarePlan:
         """The hardware plan a run of this check gets (backend, device per rank)."""

@@ -54,12 +54,23 @@ def run_checks(exercise: Exercise, submission: Submission, task: str | None = No
     hung_in = dict(hung_in or {})  # task -> the check whose run hung
     runs = SharedRuns()  # checks asking for the same run share one launch (shared_runs.py)
 
-    def one(check: Check) -> CheckResult:
+    run_tasks = tuple(dict.fromkeys(c.task for c in checks))
+
+    def grading_for(share: bool) -> Grading:
         grading = Grading(submission, world_size, timeout, parent_lock=lock, keep_output=keep_output, runs=runs)
         grading.load_report, grading.load_failure, grading.tampered = load_report, load_failure, load_tampered
         grading.rank_texts = list(load_texts)  # what loading the answers printed or raised: never in a hidden check
+        grading.tasks, grading.share_launches = run_tasks, share
+        return grading
+
+    def one(check: Check) -> CheckResult:
         with lock or contextlib.nullcontext():
+            grading = grading_for(share=True)
             result = _run_one(check, grading, hung_in.get(check.task))
+            if grading.read_shared_launch and not result.passed:
+                # A failure seen in a launch shared with other runs is confirmed by the check's own runs, which
+                # alone decide: nothing another run left in those ranks can cost a check its points.
+                result = _run_one(check, grading_for(share=False), hung_in.get(check.task))
         if result.hung:
             hung_in.setdefault(check.task, check.name)
         return result

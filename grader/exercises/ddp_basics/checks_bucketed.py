@@ -172,8 +172,9 @@ CAPS_MB = (0.0005, 0.003, 100.0)  # one gradient per bucket, a few per bucket, o
 COUNT_CASES = tuple(("wide", cap) for cap in CAPS_MB) + (("shared", 0.00001),)  # the shared weight alone
 OVERLAP_CASES = (("wide", 0.003),)
 # The public checks' three runs, in one launch (grader/exercises/one_launch.py: it changes no verdict).
-BUCKET_PARTS = ((_in_rank_bucketed, (GRADIENT_CASES, False)), (_in_rank_bucketed, (COUNT_CASES,)),
-                (_in_rank_bucketed, (OVERLAP_CASES,)))
+BUCKET_PARTS = one_launch.declare("BucketedDDP", ((_in_rank_bucketed, (GRADIENT_CASES, False)),
+                                                  (_in_rank_bucketed, (COUNT_CASES,)),
+                                                  (_in_rank_bucketed, (OVERLAP_CASES,))))
 
 
 def _bucketed_runs(g, *args) -> list:

@@ -78,9 +78,13 @@ def _require_model_state(results) -> None:
                             keys=keys[:4]))
 
 
+# Its run may share a launch with other tasks' runs (grader/exercises/one_launch.py: it changes no verdict).
+SAVE_PARTS = one_launch.declare("save_checkpoint", ((_in_rank_save, ()),))
+
+
 @check("save_checkpoint", points=1)
 def checkpoint_written_by_rank0_only(g):
-    results = g.run(_in_rank_save)
+    results = one_launch.run(g, SAVE_PARTS, _in_rank_save)
     writes = [r[0] for r in results]
     if sum(writes) != 1 or writes[0] != 1:
         writers = [r for r, w in enumerate(writes) if w]
@@ -92,7 +96,7 @@ def checkpoint_written_by_rank0_only(g):
 
 @check("save_checkpoint", points=1)
 def checkpoint_has_unwrapped_keys(g):
-    results = g.run(_in_rank_save)
+    results = one_launch.run(g, SAVE_PARTS, _in_rank_save)
     _require_model_state(results)
     keys = results[0][2]
     expected = list(ref.tiny_net(seed=0).state_dict().keys())
@@ -105,7 +109,7 @@ def checkpoint_has_unwrapped_keys(g):
 
 @check("save_checkpoint", points=1)
 def checkpoint_complete_before_return(g):
-    results = g.run(_in_rank_save)
+    results = one_launch.run(g, SAVE_PARTS, _in_rank_save)
     _require_model_state(results)
     for rank, (_unused, complete, _unused, _unused) in enumerate(results):
         if not complete:
@@ -134,10 +138,14 @@ def _in_rank_load(ctx, student):
     return ref.flat_params(model), calls, str(next(model.parameters()).device)
 
 
+# Its run may share a launch with other tasks' runs (grader/exercises/one_launch.py: it changes no verdict).
+LOAD_PARTS = one_launch.declare("load_checkpoint", ((_in_rank_load, ()),))
+
+
 @check("load_checkpoint", points=0.5)
 def checkpoint_loads_onto_device(g):
     expected = ref.flat_params(ref.tiny_net(seed=7))
-    for rank, (params, calls, device) in enumerate(g.run(_in_rank_load)):
+    for rank, (params, calls, device) in enumerate(one_launch.run(g, LOAD_PARTS, _in_rank_load)):
         if not calls:
             raise CheckFailed(_("load_checkpoint did not call torch.load"))
         if calls[0] is None:
@@ -207,8 +215,8 @@ def _in_rank_mini_vs_ddp(ctx, student, factory_name, steps=5):
 
 
 # The public checks' four runs, in one launch (grader/exercises/one_launch.py: it changes no verdict).
-MINI_PARTS = ((_in_rank_mini_broadcast, ()), (_in_rank_mini_vs_ddp, ("tiny",)), (_in_rank_mini_vs_ddp, ("frozen",)),
-              (_in_rank_mini_vs_ddp, ("tied",)))
+MINI_PARTS = one_launch.declare("MiniDDP", ((_in_rank_mini_broadcast, ()), (_in_rank_mini_vs_ddp, ("tiny",)),
+                                           (_in_rank_mini_vs_ddp, ("frozen",)), (_in_rank_mini_vs_ddp, ("tied",))))
 
 
 def _compare_mini_to_ddp(g, factory_name):

@@ -1,8 +1,12 @@
 """Hidden checks of checks_bucketed.py (instructor only: a student build leaves this module out)."""
 from __future__ import annotations
 
+from grader.exercises import one_launch
 from grader.exercises.ddp_basics.exercise import check
-from grader.exercises.ddp_basics.checks_bucketed import GRADIENT_CASES, _bucketed_grads_match  # noqa: F401
+from grader.exercises.ddp_basics.checks_bucketed import GRADIENT_CASES, _bucketed_grads_match, _in_rank_bucketed
+
+# The hidden checks' runs of one submission share a launch (grader/exercises/one_launch.py: no verdict changes).
+one_launch.declare("BucketedDDP", ((_in_rank_bucketed, (GRADIENT_CASES[:1], False)),), hidden=True, world_size=3)
 
 
 @check("BucketedDDP", points=1, hidden=True, world_size=3)
