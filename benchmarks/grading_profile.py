@@ -5,8 +5,9 @@ One submission of the assignment is graded by PROBE, a script that does what a g
 fork the forkserver, load the exercise (hidden checks too), read the notebook, three empty 2-rank
 launches (the per-launch overhead), then every check, counting its launches. PROBE runs once plain
 and once in the grading sandbox (sandbox.Sandbox, hidden modules readable: one run of every check):
-the difference of their start-up is the sandbox's cost. The durations are measurements for the
-report only; no verdict depends on them.
+the difference of their start-up is the sandbox's cost. launch_cpu() measures the CPU of an empty
+launch from a forkserver in 4 KiB pages and from one in huge pages (engine/huge_pages.py). The
+durations are measurements for the report only; no verdict depends on them.
 """
 from __future__ import annotations
 
@@ -146,17 +147,20 @@ print(*(b - a for a, b in zip(before, cpu())))
 """
 
 
-def launch_cpu(assignment: str, launches: int = 30) -> list[str]:
-    """CPU of one empty 2-rank launch (ranks and forkserver), from a forkserver in 4 KiB pages and in huge pages."""
-    cost = {}
-    for pages in ("plain", "huge"):
-        out = subprocess.run([sys.executable, "-c", LAUNCH_CPU, assignment, pages, str(launches)], capture_output=True,
-                             text=True, timeout=600, check=True).stdout.split()
-        cost[pages] = [1000 * float(v) / launches for v in out]
-    (user, system), (huge_user, huge_system) = cost["plain"], cost["huge"]
+def launch_cpu(assignment: str, launches: int = 30, rounds: int = 3) -> list[str]:
+    """CPU of one empty 2-rank launch (ranks and forkserver), from a forkserver in 4 KiB pages and from one in huge
+    pages: `rounds` fresh forkservers of each kind, taken in turn, the median round of each."""
+    cost = {"plain": [], "huge": []}
+    for _ in range(rounds):
+        for pages in cost:
+            out = subprocess.run([sys.executable, "-c", LAUNCH_CPU, assignment, pages, str(launches)],
+                                 capture_output=True, text=True, timeout=600, check=True).stdout.split()
+            cost[pages].append([1000 * float(v) / launches for v in out])
+    (user, system), (huge_user, huge_system) = (sorted(cost[p], key=sum)[rounds // 2] for p in ("plain", "huge"))
     return [f"one empty 2-rank launch costs {user + system:.0f} CPU-ms ({system:.0f} in the kernel: forks, page faults, "
             f"exits) from a forkserver in 4 KiB pages, {huge_user + huge_system:.0f} CPU-ms ({huge_system:.0f}) from one "
-            f"in huge pages (engine/huge_pages.py: nurseries and --no-sandbox workers); mean of {launches}"]
+            f"in huge pages (engine/huge_pages.py: nurseries and --no-sandbox workers); the median of {rounds} "
+            f"forkservers of each, {launches} launches each"]
 
 
 def ceiling(checks_cpu: float, cores: int, nbgrader_per_submission: float, target: float) -> list[str]:

@@ -117,6 +117,7 @@ def autograde_config(course: Course, assignment: str, results: dict[str, dict]):
                                                 LimitOutput, SaveAutoGrades, AssignLatePenalties, StripCheckPoints,
                                                 CheckCellMetadata]
     config.InjectCheckResults.results = results
+    config.Exporter.optimistic_validation = True  # nbconvert validates once, after the last preprocessor
     return config
 
 
