@@ -73,6 +73,26 @@ def grade_source(exercise_id: str, source: str, task: str | None = None, world_s
         return run_checks(exercise, submission, task=task, world_size=world_size, timeout=timeout)
 
 
+def graded_counting_launches(exercise_id: str, source: str, task: str | None, hidden: bool) -> tuple[Report, list]:
+    """The checks of `task` (None: every task), public or hidden, graded on `source`, and the rank function of each
+    launch they made, in order (the shared launches of grader/exercises/one_launch.py show as `_in_rank_parts`)."""
+    from grader import shared_runs
+
+    launched = []
+    original = shared_runs.run_distributed
+
+    def counted(fn, world_size, args, *rest, **options):
+        launched.append(getattr(args[1], "__name__", args[1]))  # (submission, check's rank function, its arguments)
+        return original(fn, world_size, args, *rest, **options)
+
+    shared_runs.run_distributed = counted
+    try:
+        names = [c.name for c in get_exercise(exercise_id).checks_for(task, hidden=hidden)]
+        return grade_source(exercise_id, source, checks=names, timeout=60), launched
+    finally:
+        shared_runs.run_distributed = original
+
+
 def failed(report: Report) -> dict[str, str]:
     """check name -> message, for the checks that failed."""
     return {c.name: c.message for c in report.checks if not c.passed}

@@ -4,9 +4,7 @@ own run, so a crash in one run costs only the checks that need that run, with th
 check's run stays its own. Real ranks; launches are counted."""
 import pytest
 
-from grader import shared_runs
-from grader.exercises import get_exercise
-from tests.helpers import failed, grade_source, mutate, solution_source
+from tests.helpers import failed, graded_counting_launches, mutate, solution_source
 
 EXERCISE = "02_ddp_basics"
 HOOK_ON_FROZEN = ("            if param.requires_grad:\n", "            if True:\n")  # fails the frozen-model run only
@@ -14,19 +12,7 @@ HOOK_ON_FROZEN = ("            if param.requires_grad:\n", "            if True:
 
 def _graded(source: str, hidden: bool = False):
     """MiniDDP's public (or hidden) checks of `source`, and the rank functions of the launches they made."""
-    launched = []
-    original = shared_runs.run_distributed
-
-    def counted(fn, world_size, args, *rest, **options):
-        launched.append(getattr(args[1], "__name__", args[1]))  # (submission, check's rank function, its arguments)
-        return original(fn, world_size, args, *rest, **options)
-
-    shared_runs.run_distributed = counted
-    try:
-        names = [c.name for c in get_exercise(EXERCISE).checks_for("MiniDDP", hidden=hidden)]
-        return grade_source(EXERCISE, source, checks=names, timeout=60), launched
-    finally:
-        shared_runs.run_distributed = original
+    return graded_counting_launches(EXERCISE, source, "MiniDDP", hidden)
 
 
 @pytest.mark.timeout(240)

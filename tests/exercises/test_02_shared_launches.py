@@ -3,12 +3,11 @@ another (grader/exercises/one_launch.py; issue 23), and that changes no verdict:
 launch's values is run again on its own, and that run decides. Real ranks; launches are counted."""
 import pytest
 
-from grader import shared_runs
-from grader.exercises import get_exercise
-from tests.helpers import grade_source, mutate, solution_source
+from tests.helpers import graded_counting_launches, mutate, solution_source
 
 EXERCISE = "02_ddp_basics"
-OWN_LAUNCHES = ["setup", "setup", "cleanup", "uneven"]  # they start or end the group, or bound a hang themselves
+# the runs of the tasks that declare none: they start or end the process group, or bound a hang themselves
+OWN_LAUNCHES = ["_in_rank_cleanup", "_in_rank_setup", "_in_rank_setup_on_simulated_gpus", "_in_rank_uneven"]
 # pick_backend right, but it leaves a global forward hook behind that scales every module's output: every later run
 # in the same ranks computes wrong values; in a run of its own, no other task's code ever sees it
 LEAKY_BACKEND = ('    return "nccl" if torch.cuda.is_available() else "gloo"\n',
@@ -19,19 +18,7 @@ LEAKY_BACKEND = ('    return "nccl" if torch.cuda.is_available() else "gloo"\n',
 
 def _graded(source: str, hidden: bool, task: str | None = None):
     """The checks of `source` (every task, or one), public or hidden, and the rank functions of their launches."""
-    launched = []
-    original = shared_runs.run_distributed
-
-    def counted(fn, world_size, args, *rest, **options):
-        launched.append(getattr(args[1], "__name__", args[1]))  # (submission, check's rank function, its arguments)
-        return original(fn, world_size, args, *rest, **options)
-
-    shared_runs.run_distributed = counted
-    try:
-        names = [c.name for c in get_exercise(EXERCISE).checks_for(task, hidden=hidden)]
-        return grade_source(EXERCISE, source, checks=names, timeout=60), launched
-    finally:
-        shared_runs.run_distributed = original
+    return graded_counting_launches(EXERCISE, source, task, hidden)
 
 
 @pytest.mark.timeout(300)
@@ -39,8 +26,7 @@ def test_a_whole_submission_makes_one_launch_for_its_shared_runs():
     report, launched = _graded(solution_source(EXERCISE), hidden=False)
     assert report.checks and all(c.passed for c in report.checks), "\n".join(report.lines())
     assert launched.count("_in_rank_parts") == 1, launched
-    assert sorted(name.replace("_in_rank_", "") for name in launched if name != "_in_rank_parts") == \
-        sorted(["setup_on_simulated_gpus" if i == 1 else n for i, n in enumerate(OWN_LAUNCHES)]), launched
+    assert sorted(name for name in launched if name != "_in_rank_parts") == OWN_LAUNCHES, launched
 
 
 @pytest.mark.timeout(300)

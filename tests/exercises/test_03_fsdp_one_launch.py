@@ -3,9 +3,7 @@
 run costs only the check that needs that run, with that run's own message. Real ranks; launches are counted."""
 import pytest
 
-from grader import shared_runs
-from grader.exercises import get_exercise
-from tests.helpers import failed, grade_source, mutate, solution_source
+from tests.helpers import failed, graded_counting_launches, mutate, solution_source
 
 EXERCISE = "03_syncbn_sharded"
 # compute_dtype given: a crash, in the bf16 training run only (every other run builds MiniFSDP(module))
@@ -17,20 +15,7 @@ BF16_CRASH = ("        self.module, self.compute_dtype = module, compute_dtype\n
 
 def _graded(source: str):
     """The public MiniFSDP checks of `source`, and the rank functions of the launches they made."""
-    launched = []
-    original = shared_runs.run_distributed
-
-    def counted(fn, world_size, args, *rest, **options):
-        launched.append(getattr(args[1], "__name__", args[1]))  # (submission, check's rank function, its arguments)
-        return original(fn, world_size, args, *rest, **options)
-
-    shared_runs.run_distributed = counted
-    try:
-        exercise = get_exercise(EXERCISE)
-        names = [c.name for c in exercise.checks_for("MiniFSDP", hidden=False)]
-        return grade_source(EXERCISE, source, checks=names, timeout=60), launched
-    finally:
-        shared_runs.run_distributed = original
+    return graded_counting_launches(EXERCISE, source, "MiniFSDP", hidden=False)
 
 
 @pytest.fixture(scope="module")
