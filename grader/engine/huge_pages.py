@@ -59,3 +59,4 @@ def enabled() -> bool:
             return "[never]" not in f.read()
     except OSError:
         return False
+
