@@ -59,4 +59,3 @@ def enabled() -> bool:
             return "[never]" not in f.read()
     except OSError:
         return False
-

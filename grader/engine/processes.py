@@ -99,6 +99,11 @@ def lock_folder() -> str:
     return private_folder(os.path.join(base, name))
 
 
+def in_sandbox() -> bool:
+    """Whether this process runs inside a grading sandbox (sandbox.py sets the marker)."""
+    return os.environ.get(SANDBOXED) == "1"
+
+
 def free_port() -> int:
     """A free TCP port that no other run of this grader of this user is handed meanwhile.
 
@@ -108,7 +113,7 @@ def free_port() -> int:
     after PORT_HOLD_S) keeps the grader's own runs apart. The locks live in a folder only the
     grading user can read, so nobody else learns which ports the grader is about to use. In the
     sandbox (GRADER_SANDBOXED=1) each submission has its own loopback: no locks are needed."""
-    if os.environ.get(SANDBOXED) == "1":
+    if in_sandbox():
         return _ephemeral_port()
     with _held_lock:
         now = time.monotonic()
