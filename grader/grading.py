@@ -8,7 +8,11 @@ message says what went wrong and where.
 """
 from __future__ import annotations
 
+import contextlib
 import functools
+import os
+import shutil
+import tempfile
 import threading
 from typing import Callable
 
@@ -169,6 +173,23 @@ class Grading:
         self.tampered |= result.tampered
         self.hung |= result.hung
         return result
+
+    @contextlib.contextmanager
+    def folder(self, shared_as: str | None = None):
+        """A path for runs to pass files through (a checkpoint one run saves and the next loads). shared_as: the
+        same path for every check of the submission asking under that name, so that a first run they all make
+        (the same function, arguments and folder) is launched once (shared_runs.py); what a check then reads
+        there counts as read from a shared launch (a failure is confirmed by the check's own runs). Otherwise,
+        and for a confirmation, a folder of this check's own, removed afterwards."""
+        if shared_as and self.share_launches and hasattr(self._runs, "folder"):
+            self.read_shared_launch = True
+            yield self._runs.folder(shared_as)
+            return
+        root = tempfile.mkdtemp(prefix="grader-run-")
+        try:
+            yield os.path.join(root, "data")
+        finally:
+            shutil.rmtree(root, ignore_errors=True)
 
     def run(self, fn: Callable, *args, world_size: int | None = None, timeout: float | None = None,
             init_group: bool = True, hint: str = "") -> list:

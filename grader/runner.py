@@ -89,6 +89,7 @@ def run_checks(exercise: Exercise, submission: Submission, task: str | None = No
     finally:
         # Interrupted (a kernel's stop button): return now; runs already started end within their timeout.
         pool.shutdown(wait=False, cancel_futures=True)
+        runs.close()
     return Report(exercise.id, results)
 
 

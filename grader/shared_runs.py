@@ -6,6 +6,10 @@ runner gives every check of one submission the same SharedRuns in place of run_d
 first check that asks for a run launches it, a later one with the same function, arguments,
 world size, timeout and group gets a deep copy of its result (checks may mutate what they read).
 
+Checks whose runs pass files to each other (a checkpoint saved by one run, loaded by the next) ask for a
+folder by name (folder()): the same path for every check of the submission, so that their first run is the
+same run, shared; close() removes the folders when the checks are done.
+
 Only a run in which every rank reported a value is shared. A failed run (a crash, a hang, an early
 exit, tampering) is never reused: the next check that asks launches it again, exactly as when every
 check had its own launch, so no failure, and no bad luck, counts for more checks than before.
@@ -13,6 +17,9 @@ check had its own launch, so no failure, and no bad luck, counts for more checks
 from __future__ import annotations
 
 import copy
+import os
+import shutil
+import tempfile
 import threading
 
 import cloudpickle
@@ -30,6 +37,8 @@ class SharedRuns:
         self._entries: dict[bytes, _Entry] = {}
         self.launches = 0
         self.reused = 0
+        self._folders: dict[str, str] = {}
+        self._closed = False
 
     def __call__(self, fn, world_size: int = 2, args: tuple = (), kwargs: dict | None = None,
                  share_failure: bool = False, **options) -> RunResult:
@@ -49,6 +58,23 @@ class SharedRuns:
             if result.ok or share_failure:
                 entry.result = copy.deepcopy(result)
             return result
+
+
+    def folder(self, name: str) -> str:
+        """The path the checks of this submission share under `name` (not created: the runs write it)."""
+        with self._lock:
+            if self._closed:
+                raise RuntimeError("the checks of this submission are over: no folder is shared any more")
+            if name not in self._folders:
+                self._folders[name] = tempfile.mkdtemp(prefix="grader-shared-")
+            return os.path.join(self._folders[name], name)
+
+    def close(self) -> None:
+        """Remove the shared folders (the checks are done, or interrupted: their runs end on their own)."""
+        with self._lock:
+            folders, self._folders, self._closed = list(self._folders.values()), {}, True
+        for root in folders:
+            shutil.rmtree(root, ignore_errors=True)
 
 
 class _Entry:

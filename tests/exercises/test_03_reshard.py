@@ -11,6 +11,7 @@ from tests.helpers import (
     assert_lazy_answer_earns_nothing,
     failed,
     grade_source,
+    graded_counting_launches,
     mutate,
     solution_source,
 )
@@ -22,8 +23,9 @@ LOAD = ('    state = {"model": model_state, "optim": optim_state}\n'
         '    set_state_dict(model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optim"])\n')
 
 
-def _leftovers() -> set:
-    return set(glob.glob(os.path.join(tempfile.gettempdir(), "grader-reshard-*")))
+def _leftovers() -> set:  # the checkpoint folders of a check (grader-run-*) and of a submission (grader-shared-*)
+    return {path for prefix in ("grader-run-", "grader-shared-")
+            for path in glob.glob(os.path.join(tempfile.gettempdir(), prefix + "*"))}
 
 
 @pytest.mark.timeout(180)
@@ -35,6 +37,24 @@ def test_solution_gets_full_marks_and_leaves_no_checkpoint_behind(task):
     assert report.score == report.max_score
     assert any(c.hidden for c in report.checks), "the hidden cross-checks with the grader's reference did not run"
     assert _leftovers() <= before, "a shared checkpoint folder was left in the temporary directory"
+
+
+@pytest.mark.timeout(180)
+def test_the_checks_of_load_resharded_share_one_save_and_confirm_a_failure_with_their_own():
+    before = _leftovers()
+    report, launched = graded_counting_launches(EXERCISE, solution_source(EXERCISE), "load_resharded", hidden=False)
+    assert report.score == report.max_score, "\n".join(report.lines())
+    # one save by 2 ranks, loaded by 3 and by 1 (was a save per check)
+    assert sorted(launched) == ["_in_rank_load_and_continue"] * 2 + ["_in_rank_train_and_save"], launched
+    # A load that restores only the model fails both checks on the shared save; each failure is confirmed by the
+    # check's own save and load, which decide (same verdicts, same messages).
+    wrong = mutate(solution_source(EXERCISE), LOAD, '    dcp.load({"model": model_state}, checkpoint_id=path)\n')
+    report, launched = graded_counting_launches(EXERCISE, wrong, "load_resharded", hidden=False)
+    assert launched.count("_in_rank_train_and_save") == 3, launched  # the shared one, then one per check
+    assert launched.count("_in_rank_load_and_continue") == 4, launched
+    assert set(failed(report)) == {"saved_by_two_loaded_by_three_continues", "saved_by_two_loaded_by_one_continues"}
+    assert all("the optimizer state was not restored" in m for m in failed(report).values()), report.lines()
+    assert _leftovers() <= before, "a checkpoint folder was left in the temporary directory"
 
 
 # (task, old, new, the check that must fail, a phrase of its message)

@@ -1,7 +1,8 @@
 """03_syncbn_sharded: save_and_reshard, load_resharded (torch.distributed.checkpoint with an FSDP2 model).
 
 A checkpoint saved by W ranks is loaded by another number of ranks, so every check makes two runs that share
-a folder the parent creates (and removes). The public checks hold no answer: the save is judged from the DCP
+a folder the parent creates (and removes); the checks that start from the student's save by W ranks share that
+save (one launch, g.folder(shared_as=...)), and a failure is confirmed with a save of the check's own. The public checks hold no answer: the save is judged from the DCP
 metadata it wrote, the load by the student's own round trip; training then continues and is compared with one
 process training a plain nn.Module with Adam on the whole batch. hidden_reshard.py crosses each function with
 the grader's own counterpart. When the student's save is under test and a load fails, what the save wrote is
@@ -41,11 +42,7 @@ H: the hidden your_save_by_* and reference_save_by_* crossings; L: saved_by_two_
 """
 from __future__ import annotations
 
-import contextlib
-import os
 import re
-import shutil
-import tempfile
 from functools import lru_cache
 
 import torch
@@ -131,16 +128,6 @@ def _in_rank_load_and_continue(ctx, student, folder: str, load=None):
 
 
 # --- parent side ------------------------------------------------------------------------------------
-
-@contextlib.contextmanager
-def shared_folder():
-    """A checkpoint path both runs see (each run's ctx.workdir is its own); removed afterwards."""
-    root = tempfile.mkdtemp(prefix="grader-reshard-")
-    try:
-        yield os.path.join(root, "checkpoint")
-    finally:
-        shutil.rmtree(root, ignore_errors=True)
-
 
 def run_phase(g, fn, folder: str, world_size: int, what: str, *args) -> list:
     """One run (a save or a load) with a short timeout; a failure names the likely mistake."""
@@ -234,7 +221,7 @@ def verify_continuation(g, results: list, saved_by: int) -> None:
 def checkpoint_has_every_shard_and_adam_state(g):
     """2 ranks save after 3 steps: DCP metadata, the full shape and every element of each parameter and of
     Adam's moments, the step counts, one data file per rank; the save never deadlocks (short timeout)."""
-    with shared_folder() as folder:
+    with g.folder() as folder:  # both runs see it (each run's ctx.workdir is its own)
         run_phase(g, _in_rank_train_and_save, folder, 2, "saving")
         problems = checkpoint_problems(folder, 2)
     if problems:
@@ -251,8 +238,9 @@ def _refuse_incomplete(folder: str, save_ranks: int) -> None:
 
 
 def round_trip(g, save_ranks: int, load_ranks: int, save=None, load=None) -> None:
-    """save, load: the grader's own (hidden checks), else the student's."""
-    with shared_folder() as folder:
+    """save, load: the grader's own (hidden checks), else the student's. The student's save by N ranks is the
+    same run in every check that makes it: one launch, its checkpoint loaded by each (g.folder)."""
+    with g.folder(shared_as=f"student_save_by_{save_ranks}" if save is None else None) as folder:
         run_phase(g, _in_rank_train_and_save, folder, save_ranks, "saving", save)
         if save is None and load is not None:  # the check judges the student's save: what it wrote comes first
             _refuse_incomplete(folder, save_ranks)
