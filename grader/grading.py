@@ -178,14 +178,14 @@ class Grading:
     def folder(self, shared_as: str | None = None):
         """A path for runs to pass files through (a checkpoint one run saves and the next loads). shared_as: the
         same path for every check of the submission asking under that name, so that a first run they all make
-        (the same function, arguments and folder) is launched once (shared_runs.py); what a check then reads
-        there counts as read from a shared launch (a failure is confirmed by the check's own runs). Otherwise,
-        and for a confirmation, a folder of this check's own, removed afterwards."""
+        (the same function, arguments and folder) is launched once (shared_runs.py); a check whose later runs
+        read what other checks' runs may have changed there sets read_shared_launch (a failure is then confirmed
+        by the check's own runs). Otherwise, and for a confirmation, a folder of this check's own, removed
+        afterwards."""
         if shared_as and self.share_launches and hasattr(self._runs, "folder"):
-            self.read_shared_launch = True
             yield self._runs.folder(shared_as)
             return
-        root = tempfile.mkdtemp(prefix="grader-run-")
+        root = tempfile.mkdtemp(prefix="grader-files-")
         try:
             yield os.path.join(root, "data")
         finally:

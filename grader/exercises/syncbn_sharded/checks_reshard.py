@@ -240,8 +240,12 @@ def _refuse_incomplete(folder: str, save_ranks: int) -> None:
 def round_trip(g, save_ranks: int, load_ranks: int, save=None, load=None) -> None:
     """save, load: the grader's own (hidden checks), else the student's. The student's save by N ranks is the
     same run in every check that makes it: one launch, its checkpoint loaded by each (g.folder)."""
-    with g.folder(shared_as=f"student_save_by_{save_ranks}" if save is None else None) as folder:
+    shared = f"student_save_by_{save_ranks}" if save is None else None
+    with g.folder(shared_as=shared) as folder:
         run_phase(g, _in_rank_train_and_save, folder, save_ranks, "saving", save)
+        # the other checks' loads read this folder too (and a load may change it): a failure from here on is
+        # confirmed by this check's own save and load. A failed save is never shared (its own launch): not so.
+        g.read_shared_launch |= bool(shared)
         if save is None and load is not None:  # the check judges the student's save: what it wrote comes first
             _refuse_incomplete(folder, save_ranks)
         try:
