@@ -2,11 +2,12 @@
 
 A checkpoint saved by W ranks is loaded by another number of ranks, so every check makes two runs that share
 a folder the parent creates (and removes); the checks that start from the student's save by W ranks share that
-save (one launch, g.folder(shared_as=...)), and a failure is confirmed with a save of the check's own. The public checks hold no answer: the save is judged from the DCP
-metadata it wrote, the load by the student's own round trip; training then continues and is compared with one
-process training a plain nn.Module with Adam on the whole batch. hidden_reshard.py crosses each function with
-the grader's own counterpart. When the student's save is under test and a load fails, what the save wrote is
-named first (reshard_metadata.py), never what the load then trips on.
+save (one launch, g.folder(shared_as=...)), and a failure after it is confirmed with a save of the check's own.
+The public checks hold no answer: the save is judged from the DCP metadata it wrote, the load by the student's
+own round trip; training then continues and is compared with one process training a plain nn.Module with Adam
+on the whole batch. hidden_reshard.py crosses each function with the grader's own counterpart. When the
+student's save is under test and a load fails, what the save wrote is named first (reshard_metadata.py), never
+what the load then trips on.
 
 Each rule of the task texts, and the check that verifies it (S: checkpoint_has_every_shard_and_adam_state;
 H: the hidden your_save_by_* and reference_save_by_* crossings; L: saved_by_two_loaded_by_{three,one}):
