@@ -149,11 +149,12 @@ def why_first_slow(exercise_id: str, before_check: float) -> str:
 WHY_SLOW = {
     "03_syncbn_sharded/load_resharded": (
         "two launches one after the other by design (a DCP save by 2 ranks, shared by the two checks, then "
-        "their loads by 3 and by 1 side by side: a rank cannot change its world size); most of each rank's CPU is DTensor's "
-        "first-use cost in a fresh process (sharding propagation per operation: the same save costs 0.26 "
-        "CPU-s in a fresh rank, 0.09 when repeated in one). Warming those caches in the forkserver with a fake "
-        "process group is wrong (its rank-0 shard offsets broke dcp.save's plan on rank 1, measured). Meeting "
-        "1 s needs ranks that already ran FSDP2 at that world size (kept between checks), or fewer world sizes"),
+        "their loads by 3 and by 1 side by side: a rank cannot change its world size); most of each rank's "
+        "CPU is DTensor's first-use cost in a fresh process (sharding propagation per operation: the same save "
+        "costs 0.26 CPU-s in a fresh rank, 0.09 when repeated in one). Warming those caches in the forkserver "
+        "with a fake process group is wrong (its rank-0 shard offsets broke dcp.save's plan on rank 1, measured). "
+        "Meeting 1 s needs ranks that already ran FSDP2 at that world size (kept between checks), or fewer world "
+        "sizes"),
 }
 
 

@@ -59,7 +59,6 @@ class SharedRuns:
                 entry.result = copy.deepcopy(result)
             return result
 
-
     def folder(self, name: str) -> str:
         """The path the checks of this submission share under `name` (not created: the runs write it)."""
         with self._lock:
