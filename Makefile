@@ -6,6 +6,7 @@
 #   make grade   autograde every collected submission of ASSIGNMENT, in parallel, into the gradebook
 #                (each in a bubblewrap sandbox; SANDBOX=0 for none)
 #   make report  the class report of ASSIGNMENT (markdown and a PNG plot)
+#   make test-exercise ASSIGNMENT=05_x  the tests a new or changed exercise must pass
 #   make exercises  stamp the check cells' points from the checks, regenerate exercises/ (the release) from solutions/
 #   make selfcheck  grade the solutions and known-wrong submissions on this machine's hardware
 #   make student  build/student: the grader for students' servers, without hidden checks or answers
@@ -21,7 +22,7 @@ ASSIGNMENT ?= 02_ddp_basics
 COURSE ?= $(CURDIR)
 JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 
-.PHONY: install demo test lab bench grade report exercises translations selfcheck clean hub student collect
+.PHONY: install demo test test-exercise lab bench grade report exercises translations selfcheck clean hub student collect
 
 install: $(VENV)/.installed
 
@@ -75,12 +76,32 @@ report: install
 # First the check cells' points are stamped from the checks (python -m grader points: points live in the
 # checks only), then nbgrader writes each release from its solution notebook. No exercise found: the
 # listing's error is shown.
+# A release is regenerated only when its solution folder, the release itself or nbgrader's settings changed
+# since it was last generated here (stamps in .nbgrader/generated/; a fresh clone regenerates each once).
+# Then the translation catalogs follow the releases (python -m grader translate: a new exercise gets its own).
+GENERATED = .nbgrader/generated
+release_sum = find solutions/$(1) exercises/$(1) nbgrader_config.py grader/points_preprocessor.py -type f \
+	-not -path '*/.ipynb_checkpoints/*' 2>/dev/null | LC_ALL=C sort | xargs cat | sha256sum
 exercises: install
 	@test -n "$(strip $(ASSIGNMENTS))" || $(BIN)/python -m grader list --ids || exit 1
 	$(BIN)/python -m grader points $(ASSIGNMENTS)
-	for a in $(ASSIGNMENTS); do \
+	@mkdir -p $(GENERATED); for a in $(ASSIGNMENTS); do \
+	  if test -d exercises/$$a && test "$$($(call release_sum,$$a))" = "$$(cat $(GENERATED)/$$a 2>/dev/null)"; then \
+	    echo "$$a: release up to date"; continue; fi; \
+	  echo "$$a: generating exercises/$$a"; \
 	  $(BIN)/nbgrader generate_assignment $$a --force --log-level=WARN || exit 1; \
+	  $(call release_sum,$$a) > $(GENERATED)/$$a; \
 	done
+	$(BIN)/python -m grader translate
+
+# The tests a changed or new exercise must pass (CONTRIBUTING.md), without the rest of the suite.
+test-exercise: install $(VENV)/.installed-test
+	@test -n "$(filter $(ASSIGNMENT),$(ASSIGNMENTS))" || { echo "no exercise $(ASSIGNMENT): one of $(ASSIGNMENTS)"; exit 2; }
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile -q tests/exercises/test_$(ASSIGNMENT)*.py \
+	  tests/test_cells.py tests/test_hints.py tests/test_points.py tests/test_layers.py \
+	  tests/test_public_apis.py
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile -q tests/exercises/test_lazy_answers.py \
+	  tests/test_translate.py -k $(ASSIGNMENT)
 
 # The translation catalogs (locale/<lang>/LC_MESSAGES/*.po) follow the English lessons; lessons/<lang>/ is built.
 translations: install

@@ -69,7 +69,8 @@ def _list(args) -> int:
                               "max_score": exercise.max_score, "side_by_side": exercise.side_by_side,
                               "judged_by_bench": exercise.judged_by_bench}))
         else:
-            print(f"{exercise.id:<20} {len(exercise.tasks)} tasks, {exercise.max_score:g} points  {exercise.notebook}")
+            tasks = f"{len(exercise.tasks)} task" + ("" if len(exercise.tasks) == 1 else "s")
+            print(f"{exercise.id:<20} {tasks}, {exercise.max_score:g} points  {exercise.notebook}")
     return 0
 
 

@@ -4,16 +4,20 @@
     grader/exercises/<name>/checks_<task>.py     one public check
     grader/exercises/<name>/hidden_<task>.py     one hidden check (never in a student build)
     grader/exercises/<name>/reference.py         the single-process references the checks compare with
+    grader/exercises/<name>/hints.py             the task's ladder of hints (hint("task") in the notebook)
     solutions/<ID>/<ID>.ipynb                    the setup cell, the task's answer cell and check cell (nbgrader metadata)
     tests/exercises/test_<ID>.py                 full marks for the solution, nothing for the laziest answer
 
 ID is `NN_name` (two digits, then a Python identifier in lower case); <name> is the package. The example
 task sums a tensor over all ranks, so the new exercise grades as it stands (templates:
 grader/scaffold_templates.py). Nothing that exists is overwritten: an id, a number, a package or a
-file already there is refused before anything is written.
+file already there is refused before anything is written, and so is a task name that any exercise of the
+course uses already (a student's notebook namespace and the hints are keyed by it).
+`make exercises` then stamps the points, writes the release and the translation catalogs.
 """
 from __future__ import annotations
 
+import ast
 import keyword
 import re
 import sys
@@ -53,6 +57,32 @@ def _existing(root: Path) -> dict[str, str]:
     return found
 
 
+def _declared_tasks(root: Path) -> dict[str, str]:
+    """Task name -> the exercise id that declares it, read from every `Exercise("id", tasks=[...])` call."""
+    found = {}
+    for path in sorted((root / "grader" / "exercises").glob("*/*.py")):
+        try:
+            tree = ast.parse(path.read_text(errors="replace"), str(path))
+        except SyntaxError:
+            continue  # a module being written: its tasks are not declared yet
+        for node in ast.walk(tree):
+            if not (isinstance(node, ast.Call) and getattr(node.func, "id", None) == "Exercise" and node.args
+                    and isinstance(node.args[0], ast.Constant)):
+                continue
+            for keyword_ in node.keywords:
+                if keyword_.arg == "tasks" and isinstance(keyword_.value, (ast.List, ast.Tuple)):
+                    for element in keyword_.value.elts:
+                        if isinstance(element, ast.Constant) and isinstance(element.value, str):
+                            found.setdefault(element.value, str(node.args[0].value))
+    return found
+
+
+def next_free_id(root: Path, name: str) -> str:
+    """The id after the course's last exercise, with this name: what `new-exercise` accepts next."""
+    numbers = [int(e.split("_", 1)[0]) for e in _existing(Path(root)) if ID.match(e)]
+    return f"{max(numbers, default=0) + 1:02d}_{name}"
+
+
 def _validate(root: Path, exercise_id: str, task: str) -> re.Match:
     match = ID.match(exercise_id)
     if not match:
@@ -74,6 +104,10 @@ def _validate(root: Path, exercise_id: str, task: str) -> re.Match:
     if same_number:
         raise ScaffoldError(f"exercise number {match['number']} is taken by {same_number[0]}: choose another "
                             "number (the number orders the course)")
+    used_by = _declared_tasks(root).get(task)
+    if used_by:
+        raise ScaffoldError(f"task name {task!r} is used by exercise {used_by} already: choose a name no exercise "
+                            "of the course uses")
     taken = [p for p in (root / "grader" / "exercises" / name, root / "grader" / "exercises" / f"{name}.py")
              if p.exists()]
     if taken:
@@ -127,6 +161,7 @@ def plan(root: Path, exercise_id: str, task: str) -> dict[Path, str]:
         folder / f"checks_{fill['snake']}.py": t.CHECKS.substitute(fill),
         folder / f"hidden_{fill['snake']}.py": t.HIDDEN.substitute(fill),
         folder / "reference.py": t.REFERENCE.substitute(fill),
+        folder / "hints.py": t.HINTS.substitute(fill),
         Path("solutions") / exercise_id / f"{exercise_id}.ipynb":
             nbformat.writes(_notebook(exercise_id, number, fill["title"], package, task)) + "\n",
         Path("tests") / "exercises" / f"test_{exercise_id}.py": t.TEST.substitute(fill),
@@ -171,8 +206,8 @@ def _run(args) -> int:
         return 2
     root = Path(args.root)
     print("\n".join(str(p.relative_to(root)) for p in written))
-    print(f"\nnext: write the task in the notebook and its checks in the package, then `make exercises`; "
-          f"test with .venv/bin/pytest tests/exercises/test_{args.id}.py")
+    print(f"\nnext: write the task in the notebook, its checks and hints in the package, then "
+          f"`make exercises ASSIGNMENTS={args.id}`; test with `make test-exercise ASSIGNMENT={args.id}`")
     return 0
 
 

@@ -137,6 +137,26 @@ def test_returning_its_own_tensor_earns_nothing():
     assert "returned its own tensor" in failed(report)["returns_the_sum_over_ranks"]
 ''')
 
+HINTS = Template('''\
+"""Hints of exercise $id: hint("$task") reveals them one by one (grader/hints.py).
+
+Every task of the exercise has a ladder of 2 or 3 hints, from a nudge to the key API, never the answer's
+code (tests/test_hints.py compares every hint with the solution cells). Replace the example's with yours.
+A hint shows in English until it is marked for translation: wrap it in N_ (from grader.i18n import N_),
+run `make translations` and translate its entries in grader/locale/<lang>/LC_MESSAGES/grader.po
+(tests/test_i18n.py then wants every language's entry filled in).
+"""
+
+HINTS = {
+    "$task": [
+        "Every rank starts with a different tensor and all must end with the same one: which collective "
+        "combines one tensor from every rank?",
+        "`dist.all_reduce` sums in place, into the tensor you pass it: give it a copy, so that the caller's "
+        "input stays as it was.",
+    ],
+}
+''')
+
 TASK_TEXT = Template('''\
 ## Task 1: `$task`
 
@@ -175,9 +195,10 @@ check("$task", hidden=True)
 $hidden_end''')
 
 SETUP_CELL = Template('''\
-from grader.notebook import checker
+from grader.notebook import checker, hinter
 
-check = checker("$id")''')
+check = checker("$id")
+hint = hinter("$id")''')
 
 PROGRESS_CELL = '''\
 from grader.progress import show_progress

@@ -21,13 +21,14 @@ import nbformat
 import pytest
 
 from grader import cells, cli
-from grader.scaffold import ScaffoldError, create
+from grader.scaffold import ScaffoldError, create, next_free_id
 from tests.helpers import ROOT
 
-ID, TASK, PACKAGE = "05_my_topic", "my_task", "my_topic"
+TASK, PACKAGE = "my_task", "my_topic"
+ID = next_free_id(Path(ROOT), PACKAGE)  # the number after the course's last exercise, as a newcomer would pick
 SCAFFOLDED = [f"grader/exercises/{PACKAGE}/__init__.py", f"grader/exercises/{PACKAGE}/checks_{TASK}.py",
               f"grader/exercises/{PACKAGE}/hidden_{TASK}.py", f"grader/exercises/{PACKAGE}/reference.py",
-              f"solutions/{ID}/{ID}.ipynb", f"tests/exercises/test_{ID}.py"]
+              f"grader/exercises/{PACKAGE}/hints.py", f"solutions/{ID}/{ID}.ipynb", f"tests/exercises/test_{ID}.py"]
 
 
 def files_under(root: Path) -> dict[str, bytes]:
@@ -52,6 +53,7 @@ def test_the_notebook_carries_nbgrader_metadata_as_grader_cells_states_it(course
     code = [c for c in notebook.cells if c.cell_type == "code"]
     setup = next(c for c in code if cells.grade_id(c) == "setup")
     assert f'checker("{ID}")' in setup.source and cells.nbgrader_meta(setup)["locked"]
+    assert f'hint = hinter("{ID}")' in setup.source
     assert code.index(setup) < code.index(cells.answer_cells(notebook.cells)[TASK])
 
     answers, checks = cells.answer_cells(notebook.cells), cells.check_cells(notebook.cells)
@@ -94,6 +96,8 @@ def test_the_python_files_compile_and_name_nothing_after_the_task(course):
     ("02_ddp_basics", TASK, "exercise 02_ddp_basics exists already (grader/exercises/ddp_basics/"),
     ("02_other", TASK, "exercise number 02 is taken by 02_ddp_basics"),
     ("06_ddp_basics", TASK, "grader/exercises/ddp_basics exists already"),
+    (ID, "save_checkpoint", "task name 'save_checkpoint' is used by exercise 02_ddp_basics already"),
+    (ID, "MiniDDP", "task name 'MiniDDP' is used by exercise 02_ddp_basics already"),
 ])
 def test_a_malformed_or_existing_id_is_refused_and_nothing_is_written(course, exercise_id, task, phrase):
     before = files_under(course)
@@ -111,6 +115,12 @@ def test_a_file_in_the_way_is_kept_and_nothing_is_written(course):
     with pytest.raises(ScaffoldError, match=f"tests/exercises/test_{ID}.py"):
         create(course, ID, TASK)
     assert files_under(course) == before and not (course / "grader" / "exercises" / PACKAGE).exists()
+
+
+def test_the_next_free_id_follows_the_last_exercise(course):
+    assert next_free_id(course, "my_topic") == "03_my_topic"
+    create(course, "07_later", "later_task")
+    assert next_free_id(course, "x") == "08_x"
 
 
 def test_the_cli_says_why_with_exit_code_2(course, tmp_path, capsys):
@@ -167,6 +177,23 @@ def means_over_three_ranks(g):
 '''
 
 
+TEST = f'''"""{ID}: the mean over ranks gets full marks; the sum is told to divide."""
+from grader.exercises import get_exercise
+from tests.helpers import failed, grade_source, replace_definition, solution_source
+
+
+def test_solution_gets_full_marks():
+    report = grade_source("{ID}", solution_source("{ID}"))
+    assert failed(report) == {{}} and report.score == get_exercise("{ID}").max_score
+
+
+def test_the_sum_is_told_to_divide():
+    wrong = "def {TASK}(tensor):\\n    total = tensor.clone()\\n    dist.all_reduce(total)\\n    return total\\n"
+    report = grade_source("{ID}", replace_definition(solution_source("{ID}"), "{TASK}", wrong), task="{TASK}")
+    assert report.score == 0 and "divide by the world size" in failed(report)["returns_the_mean_over_ranks"]
+'''
+
+
 def run(copy: Path, *args: str, timeout: float = 300) -> subprocess.CompletedProcess:
     env = dict(os.environ, PYTHONPATH=str(copy), PATH=f"{copy / '.venv' / 'bin'}{os.pathsep}{os.environ['PATH']}")
     return subprocess.run(list(args), cwd=copy, env=env, capture_output=True, text=True, timeout=timeout)
@@ -200,9 +227,9 @@ def scaffolded(tmp_path_factory):
     skip = shutil.ignore_patterns("__pycache__", "*.pyc", ".ipynb_checkpoints")
     for name in ("grader", "solutions", "exercises"):
         shutil.copytree(Path(ROOT) / name, copy / name, ignore=skip)
-    for name in ("Makefile", "nbgrader_config.py", "pyproject.toml", "tests/__init__.py", "tests/helpers.py",
-                 "tests/exercises/__init__.py", "tests/exercises/conftest.py"):
-        (copy / name).parent.mkdir(parents=True, exist_ok=True)
+    for name in ("tests", "locale"):  # the tests a new exercise must pass, and the catalogs they check
+        shutil.copytree(Path(ROOT) / name, copy / name, ignore=skip)
+    for name in ("Makefile", "nbgrader_config.py", "pyproject.toml"):
         shutil.copy2(Path(ROOT) / name, copy / name)
     (copy / ".venv").symlink_to(Path(sys.prefix))
     assert (copy / ".venv" / ".installed").exists(), "this venv was not installed by make install"
@@ -230,9 +257,21 @@ def filled(scaffolded):
     path.write_text(json.dumps(notebook, indent=1) + "\n")
     (copy / "grader" / "exercises" / PACKAGE / f"checks_{TASK}.py").write_text(CHECKS)
     (copy / "grader" / "exercises" / PACKAGE / f"hidden_{TASK}.py").write_text(HIDDEN)
+    (copy / "tests" / "exercises" / f"test_{ID}.py").write_text(TEST)
     out = ok(make(copy, "exercises", f"ASSIGNMENTS={ID}"))
     assert f"{TASK}_check has 3 points, its checks give 4.5 (public 3 + hidden 1.5)" in out
+    assert f"{ID}: generating exercises/{ID}" in out
+    for lang in ("es", "nl", "ja"):  # make exercises made the new release's catalogs
+        assert list((copy / "locale" / lang / "LC_MESSAGES").glob(f"*{ID}*.po")), lang
+    again = ok(make(copy, "exercises", f"ASSIGNMENTS={ID}"))
+    assert f"{ID}: release up to date" in again and "generating" not in again
     return copy, digest_before
+
+
+def test_the_tests_contributing_names_pass_for_the_filled_exercise(filled):
+    copy, _ = filled
+    done = make(copy, "test-exercise", f"ASSIGNMENT={ID}", "TEST_WORKERS=0")
+    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
 
 
 def test_make_exercises_stamped_the_points_into_solution_and_release(filled):
@@ -259,7 +298,7 @@ def test_make_student_ships_it_without_its_hidden_module(filled):
     ok(make(copy, "student"))
     build = copy / "build" / "student"
     package = build / "grader" / "exercises" / PACKAGE
-    assert sorted(p.name for p in package.glob("*.py")) == ["__init__.py", f"checks_{TASK}.py", "reference.py"]
+    assert sorted(p.name for p in package.glob("*.py")) == ["__init__.py", f"checks_{TASK}.py", "hints.py", "reference.py"]
     assert (build / "course" / "exercises" / ID / f"{ID}.ipynb").is_file()
     listed = subprocess.run([str(copy / ".venv" / "bin" / "python"), "-m", "grader", "list", "--json"], cwd=build,
                             env=dict(os.environ, PYTHONPATH=str(build)), capture_output=True, text=True, timeout=300)
@@ -273,4 +312,4 @@ def test_the_digest_covers_it_and_list_lists_it(filled):
     assert after[ID] != before[ID], "the exercise's checks changed, its digest did not"
     assert after["02_ddp_basics"] == before["02_ddp_basics"], "another exercise's digest moved"
     lines = ok(python(copy, "-m", "grader", "list")).splitlines()
-    assert any(line.split()[0] == ID and "1 tasks, 4.5 points" in line for line in lines), lines
+    assert any(line.split()[0] == ID and "1 task, 4.5 points" in line for line in lines), lines
