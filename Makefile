@@ -110,14 +110,14 @@ translations: install
 selfcheck: install
 	$(BIN)/python -m grader selfcheck
 
-# An installable folder for students' images (pip install build/student): README, Student servers.
+# An installable folder for students' images (pip install build/student): docs/hub.md, "Student servers hold no answers".
 student: install
 	$(BIN)/python -m grader student-build build/student
 
 clean:
 	rm -rf $(VENV) gradebook.db .nbgrader .pytest_cache build
 
-# JupyterHub for the class (README: Running a class on a hub); settings: HUB_* in the environment.
+# JupyterHub for the class (docs/hub.md); settings: HUB_* in the environment.
 # Students' servers run HUB_STUDENT_ENV (make student in a venv of its own, no hidden checks); the course
 # directory and the instructor's venv must be the instructor's, mode 0700 (the hub checks).
 HUB_STUDENT_ENV ?= /srv/ddp-course/student-env
