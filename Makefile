@@ -1,6 +1,7 @@
 # The course's commands. Every target creates .venv and installs on first use.
 #   make demo    grade the bundled sample submissions and print the grades (the main job)
 #   make test    the whole test suite (what CI runs)
+#   make test-fast  the fast tier: every layer, one real run per exercise, the linter (under 2 minutes)
 #   make lab     JupyterLab on the course
 #   make bench   benchmarks (engine vs fresh torchrun; make grade vs plain nbgrader autograde)
 #   make grade   autograde every collected submission of ASSIGNMENT, in parallel, into the gradebook
@@ -22,7 +23,7 @@ ASSIGNMENT ?= 02_ddp_basics
 COURSE ?= $(CURDIR)
 JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 
-.PHONY: install demo test test-exercise lab bench grade report exercises translations selfcheck clean hub student collect
+.PHONY: install demo test test-fast test-exercise lab bench grade report exercises translations selfcheck clean hub student collect
 
 install: $(VENV)/.installed
 
@@ -43,6 +44,12 @@ demo: install
 TEST_WORKERS ?= 2
 test: install $(VENV)/.installed-test
 	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile tests lessons --nbval-lax
+
+# The fast tier (tests/conftest.py marks it): every layer, one real 2-rank grading per exercise, and the linter; under
+# 2 minutes on a 2-core machine. make test runs everything, the fast tier included.
+test-fast: install $(VENV)/.installed-test
+	$(BIN)/ruff check .
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile -m fast tests
 
 # Student and instructor on one laptop: each exercise is (re)released to the local exchange
 # (.nbgrader/exchange, or $NBGRADER_EXCHANGE) when it changed, so that Nbgrader > Assignment List

@@ -8,6 +8,11 @@ on one worker, one file after the other, first, because that unit is the longest
 The unit is a scope of xdist's own file scheduler, chosen through xdist's scheduler hook. (xdist's
 `xdist_group` marks do not group under pytest 9.2: they rewrite a node id attribute pytest no longer reads.)
 Without `-n` only the order changes.
+
+Two tiers: every test is marked `fast` or `slow` here, by file. `make test-fast` runs the fast tier (`-m fast`): the
+structural tests of every layer (imports, public APIs, the guard list, cells, hints, tolerances, the hardware plan,
+the docs) and one real 2-rank grading of a task per exercise plus the CLI (tests/test_smoke.py). Everything else, the
+exercises' whole suites, daemons, browsers, class grading, installs and the lessons, is `slow`; `make test` runs both.
 """
 import os
 
@@ -19,6 +24,12 @@ SERIAL_SYSTEM = {
     "test_sandbox.py", "test_adopted_orphans.py", "test_worker_dies_with_run.py", "test_notebook_warm_start.py",
 }
 SERIAL_UNIT = "serial-system"
+
+# The fast tier: under 2 minutes together on a 2-core machine (CONTRIBUTING.md, "Two test tiers").
+FAST_FILES = {
+    "test_layers.py", "test_public_apis.py", "test_guard_list.py", "test_cells.py", "test_hints.py",
+    "test_tolerances.py", "test_plan.py", "test_docs.py", "test_smoke.py", "test_gradebook_metadata_check.py",
+}
 
 
 def unit_of(nodeid: str) -> str:
@@ -38,6 +49,14 @@ def pytest_xdist_make_scheduler(config, log):
     return FilesAndOneSerialUnit(config, log)
 
 
+def pytest_configure(config):
+    config.addinivalue_line("markers", "fast: the fast tier (make test-fast), set by file in tests/conftest.py")
+    config.addinivalue_line("markers", "slow: only in make test: real daemons, browsers, class grading, installs")
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config, items):
+    for item in items:
+        fast = os.path.basename(item.nodeid.split("::", 1)[0]) in FAST_FILES
+        item.add_marker(pytest.mark.fast if fast else pytest.mark.slow)
     items.sort(key=lambda item: unit_of(item.nodeid) != SERIAL_UNIT)  # stable: the longest unit starts first
