@@ -43,6 +43,7 @@ demo: install
 # One pytest worker per core (TEST_WORKERS=0: one process); tests/conftest.py keeps each file on one worker.
 TEST_WORKERS ?= 2
 test: install $(VENV)/.installed-test
+	$(BIN)/ruff check .
 	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile tests lessons --nbval-lax
 
 # The fast tier (tests/conftest.py marks it): every layer, one real 2-rank grading per exercise, and the linter; under
