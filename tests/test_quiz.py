@@ -177,3 +177,20 @@ def test_progress_lists_the_quiz_scores(tmp_path):
                           capture_output=True, text=True, timeout=120, check=False)
     lessons = json.loads(done.stdout)["lessons"]
     assert {"lesson": "02_ddp_basics", "quiz": "1/8 right (7 unanswered)"} in lessons
+
+
+@pytest.mark.parametrize("lesson", KEY)
+def test_the_quick_check_works_from_a_fresh_kernel(lesson):
+    """A student who jumps to the Quick Check from the table of contents runs only its two cells."""
+    import nbformat
+    from nbclient import NotebookClient
+
+    with open(lesson_path(lesson), encoding="utf-8") as f:
+        notebook = nbformat.read(f, as_version=4)
+    at = next(i for i, c in enumerate(notebook.cells) if "quiz-answers" in c.metadata.get("tags", []))
+    notebook.cells = notebook.cells[at:at + 2]  # `answers = {...}`, then the cell that checks them
+    assert notebook.cells[1].source.lstrip().startswith("from grader.lessons.quiz import check"), notebook.cells[1]
+    NotebookClient(notebook, timeout=120, kernel_name="python3",
+                   resources={"metadata": {"path": os.path.dirname(lesson_path(lesson))}}).execute()
+    printed = "".join(o.get("text", "") for o in notebook.cells[1].outputs)
+    assert "q1" in printed and "unanswered" in printed, notebook.cells[1].outputs

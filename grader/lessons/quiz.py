@@ -67,8 +67,8 @@ QUIZZES: dict[str, dict[str, Question]] = {
                 N_('Under no_sync the micro-batch gradients add up in .grad; the last backward all-reduces that sum '
                    'and DDP divides by the world size only: 4 times the mean, so divide each loss by k (§14).')),
         "q6": Q("fd808329ac9c", "1b6b0e2d4e138239",
-                N_("Join shadows only the collectives of the objects passed to it (DDP's); the joined rank never "
-                   "calls the logging all_reduce, so rank 0's has no partner and hangs or mismatches (§14).")),
+                N_("Join shadows only DDP's collectives: rank 0's fifth logging all_reduce meets Join's one-number "
+                   'count instead, returns a wrong value, and the next sizes differ, so the run fails (§14).')),
         "q7": Q("f313c833d89b", "7f3e93ae5b3ab623",
                 N_('One writer with unwrapped keys (.module), a barrier so the file is complete, then map_location '
                    "onto each rank's device (§10).")),
@@ -122,8 +122,8 @@ QUIZZES: dict[str, dict[str, Question]] = {
                 N_('An elastic job: it starts with 2 nodes, accepts up to 4, and restarts all workers with the new '
                    'WORLD_SIZE when membership changes (§3).')),
         "q7": Q("baf72a6fb3a5", "a372f59b4bb824bc",
-                N_("DETAIL checks that the ranks' collectives match, and a monitored_barrier names a rank that does "
-                   'not arrive (§5).')),
+                N_('The Flight Recorder names the rank behind (its newest sequence number is the lowest) and the '
+                   'collective it never called; its stack says why (§5).')),
         "q8": Q("9335d6e7ede3", "93f9dfdbd207ae14",
                 N_('LOCAL_RANK 0 exists once per node: with 2 nodes two writers race on the same shared file; guard '
                    'with RANK 0 (§4).')),
