@@ -49,6 +49,9 @@ QUIZZES: dict[str, dict[str, Question]] = {
         "q6": Q("032077b41378", "cc5f5a979c7f457d",
                 N_('Tensor parallelism communicates inside every layer, forward and backward, on the critical path: '
                    'it needs the fastest links, such as NVLink (§3.1).')),
+        "q7": Q("75aa89aede7e", "57e9ced93b3a9f68",
+                N_('Shard(0) to Replicate() is an all-gather: each rank sends its block and receives the other; '
+                   'a reduction happens only from Partial() (§4.2).')),
     },
     "02_ddp_basics": {
         "q1": Q("bb82bcefddf1", "57047bb7da5a9713",
@@ -75,6 +78,12 @@ QUIZZES: dict[str, dict[str, Question]] = {
         "q8": Q("1afccfd6e433", "e3f01aa769b49a52",
                 N_('Every rank must call every collective: rank 0 waits for a partner that never comes, until the '
                    "group's timeout (§13, mistake 2).")),
+        "q9": Q("69056de454e6", "80f720258e55914e",
+                N_("DDPOptimizer splits Dynamo's graph at DDP's bucket boundaries, so each bucket's all-reduce "
+                   'still overlaps the backward of the pieces before it (§14.7).')),
+        "q10": Q("90998ec8abd7", "2608e7c8b8e585dc",
+                 N_('Overlap is NCCL kernels running under compute kernels; gaps on the compute stream mean backward'
+                    ' waited for communication, and CPU records only launch the kernels (§14.8).')),
     },
     "03_syncbn_and_sharded_state": {
         "q1": Q("2bd9e939ed98", "290ab94dcbdd4e21",
@@ -102,6 +111,12 @@ QUIZZES: dict[str, dict[str, Question]] = {
                 N_('Parameters freed after forward are gathered again for backward, and the gradient is reduce-'
                    "scattered into the shards: three transfers of the layer's size against DDP's two, about 1.5 "
                    'times the traffic (§6).')),
+        "q9": Q("346e089eb3a6", "db6b782915ade7ba",
+                N_('Each block reshards after its forward (the default for every unit but the root), so it is '
+                   'gathered again for its backward: two all-gathers per step (§6, §6c).')),
+        "q10": Q("299a0510a265", "a3cef7623a2e41bf",
+                 N_('Checkpointing each block keeps only its input and recomputes the block in backward, one at a '
+                    'time: about one block at the peak, 8 extra forwards (§6b).')),
     },
     "04_torchrun": {
         "q1": Q("bbee4c7ae6d0", "24e5131b566a2d55",
