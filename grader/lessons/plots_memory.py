@@ -27,3 +27,30 @@ def checkpoint_peaks(measured: dict, unit: str = "MiB"):
     right.set_yticklabels([])
     plt.tight_layout()
     plt.show()
+
+
+def fsdp_timeline(events: list[tuple[str, int]], layer_bytes: list[int] | None = None):
+    """One FSDP training step as a curve: the bytes of full (gathered) parameters held at each operation.
+
+    Lesson 3, §6 "FSDP built by hand": events is [(kind, bytes held)] in the order the operations ran, kind
+    "all-gather", "reduce-scatter" or "compute"; layer_bytes, when given, draws each layer's full size as a line.
+    """
+    start = next((i for i, (kind, _) in enumerate(events) if kind == "backward"), None)
+    events = [event for event in events if event[0] != "backward"]
+    _, ax = plt.subplots(figsize=(10, 3))
+    xs = range(len(events))
+    ax.step(xs, [held for _, held in events], where="post", color="tab:gray", label="full parameters held (bytes)")
+    for kind, color, marker in (("all-gather", "tab:blue", "v"), ("reduce-scatter", "tab:red", "^")):
+        points = [(x, held) for x, (k, held) in zip(xs, events) if k == kind]
+        ax.scatter([x for x, _ in points], [h for _, h in points], color=color, marker=marker, s=60, zorder=3,
+                   label=f"{kind} ({len(points)})")
+    for size in layer_bytes or []:
+        ax.axhline(size, color="tab:gray", linewidth=0.5, linestyle=":")
+    if start is not None:
+        ax.axvspan(start - 0.5, len(events) - 0.5, color="tab:orange", alpha=0.08, label="backward")
+    ax.set_xlabel("operations of one training step, in order (rank 0)")
+    ax.set_ylabel("bytes")
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    ax.set_title("FSDP: gather a layer, compute, free it; in backward, gather again and reduce-scatter")
+    plt.tight_layout()
+    plt.show()
