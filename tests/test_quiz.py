@@ -12,9 +12,9 @@ from grader.lessons import quiz
 from tests.helpers import ROOT
 
 KEY = {  # the plain key (the package stores salted hashes only)
-    "01_data_vs_model_parallelism": "cbcdba",
-    "02_ddp_basics": "cdabbccd",
-    "03_syncbn_and_sharded_state": "bdcabadb",
+    "01_data_vs_model_parallelism": "cbcdbad",
+    "02_ddp_basics": "cdabbccdab",
+    "03_syncbn_and_sharded_state": "bdcabadbcd",
     "04_torchrun": "cbdabdac",
 }
 
@@ -116,9 +116,9 @@ def test_check_prints_a_verdict_and_an_explanation_per_answered_question(capsys)
     assert lines[0].startswith("q1  ✓ c: ") and len(lines[0]) > 30
     assert lines[1].startswith("q2  ✗ b: ") and len(lines[1]) > 30
     assert lines[2].startswith("q3  ✓ a: ")
-    assert lines[3:8] == [f"q{i}  unanswered" for i in range(4, 9)]
-    assert lines[-1] == "2/8 right"
-    assert str(quiz.score(lesson, answers)) == "2/8 right (5 unanswered)"
+    assert lines[3:10] == [f"q{i}  unanswered" for i in range(4, 11)]
+    assert lines[-1] == "2/10 right"
+    assert str(quiz.score(lesson, answers)) == "2/10 right (7 unanswered)"
 
 
 def test_all_unanswered_and_bad_input(capsys):
@@ -151,7 +151,7 @@ def test_scores_are_read_from_the_saved_lessons_without_running_them(tmp_path):
         "03_syncbn_and_sharded_state": "answers = {'q1': \n",  # a half-typed cell
     })
     scores = dict(quiz.lesson_scores(root))
-    assert scores["02_ddp_basics"] == "8/8 right"
+    assert scores["02_ddp_basics"] == "10/10 right"
     assert scores["03_syncbn_and_sharded_state"] == \
         "cannot read the answers: the answer cell does not parse: '{' was never closed (line 1)"
     root = student_lessons(tmp_path / "again", {
@@ -159,7 +159,7 @@ def test_scores_are_read_from_the_saved_lessons_without_running_them(tmp_path):
         "03_syncbn_and_sharded_state": "answers = dict(q1='b')\n",  # not a plain dict literal
     })
     scores = dict(quiz.lesson_scores(root))
-    assert scores["02_ddp_basics"] == "1/8 right (6 unanswered)"
+    assert scores["02_ddp_basics"] == "1/10 right (8 unanswered)"
     assert scores["03_syncbn_and_sharded_state"].startswith("cannot read the answers: `answers` must be a plain dict")
     os.remove(tmp_path / "again" / "lessons" / "01_data_vs_model_parallelism.ipynb")
     assert "no lesson notebook found" in quiz.quiz_report(root)
@@ -172,8 +172,25 @@ def test_progress_lists_the_quiz_scores(tmp_path):
     done = subprocess.run([sys.executable, "-m", "grader", "progress", "--root", root], capture_output=True,
                           text=True, timeout=120, check=False)
     assert done.returncode == 0, done.stderr
-    assert "02_ddp_basics                  1/8 right (7 unanswered)" in done.stdout
+    assert "02_ddp_basics                  1/10 right (9 unanswered)" in done.stdout
     done = subprocess.run([sys.executable, "-m", "grader", "progress", "--root", root, "--json"],
                           capture_output=True, text=True, timeout=120, check=False)
     lessons = json.loads(done.stdout)["lessons"]
-    assert {"lesson": "02_ddp_basics", "quiz": "1/8 right (7 unanswered)"} in lessons
+    assert {"lesson": "02_ddp_basics", "quiz": "1/10 right (9 unanswered)"} in lessons
+
+
+@pytest.mark.parametrize("lesson", KEY)
+def test_the_quick_check_works_from_a_fresh_kernel(lesson):
+    """A student who jumps to the Quick Check from the table of contents runs only its two cells."""
+    import nbformat
+    from nbclient import NotebookClient
+
+    with open(lesson_path(lesson), encoding="utf-8") as f:
+        notebook = nbformat.read(f, as_version=4)
+    at = next(i for i, c in enumerate(notebook.cells) if "quiz-answers" in c.metadata.get("tags", []))
+    notebook.cells = notebook.cells[at:at + 2]  # `answers = {...}`, then the cell that checks them
+    assert notebook.cells[1].source.lstrip().startswith("from grader.lessons.quiz import check"), notebook.cells[1]
+    NotebookClient(notebook, timeout=120, kernel_name="python3",
+                   resources={"metadata": {"path": os.path.dirname(lesson_path(lesson))}}).execute()
+    printed = "".join(o.get("text", "") for o in notebook.cells[1].outputs)
+    assert "q1" in printed and "unanswered" in printed, notebook.cells[1].outputs

@@ -166,3 +166,69 @@ def test_a_translated_exercise_grades_exactly_like_the_english_one(tmp_path):
         scores[name] = (report["score"], report["max_score"])
     assert scores["untouched"][0] == 0
     assert scores["solved"][0] == scores["solved"][1] > 0, scores
+
+
+# A glossary per language (locale/<lang>/glossary.csv): the English term, the chosen word (or "keep in English"),
+# and the other renderings (a regular expression) that no translated entry may use. Code spans, link targets and
+# formulas stay as they are in English, so they are left out of the search.
+NOT_PROSE = re.compile(r"`[^`]+`|\]\([^)]*\)|\$[^$]+\$|https?://\S+")
+
+
+def glossary(lang):
+    import csv
+    with open(os.path.join(LOCALE, lang, "glossary.csv"), encoding="utf-8", newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def other_renderings(catalog, rows):
+    """(entry, term, what was found) for each translated entry that uses another rendering of a glossary term."""
+    found = []
+    for message in catalog:
+        if not isinstance(message.id, str) or not message.id or not message.string:
+            continue
+        prose = NOT_PROSE.sub(" ", message.string)
+        for row in rows:
+            if row["other_renderings"]:
+                hit = re.search(row["other_renderings"], prose, flags=re.IGNORECASE)
+                if hit:
+                    found.append((message.id, row["english"], hit.group()))
+    return found
+
+
+@pytest.mark.parametrize("lang", LANGUAGES)
+def test_every_catalog_uses_the_glossary_word_for_each_term(lang):
+    rows = glossary(lang)
+    assert rows and all(row["english"] and row["chosen"] for row in rows), f"locale/{lang}/glossary.csv"
+    for row in rows:
+        re.compile(row["other_renderings"])
+    problems = [(os.path.basename(path), *hit) for path in sorted(glob.glob(os.path.join(LOCALE, lang, "LC_MESSAGES", "*.po")))
+                for hit in other_renderings(read(path, lang), rows)]
+    assert not problems, "\n".join(
+        f"{name}: {found!r} for {term!r} (locale/{lang}/glossary.csv chose "
+        f"{next(r['chosen'] for r in rows if r['english'] == term)!r}) in {entry[:80]!r}"
+        for name, entry, term, found in problems)
+
+
+def test_the_glossary_check_can_fail():
+    from babel.messages.catalog import Catalog
+    catalog = Catalog(locale="es")
+    catalog.add("The epoch ends.", "El epoch termina.")
+    catalog.add("Call `el epoch`.", "Llama a `el epoch`.")  # inside a code span: English code, not a rendering
+    assert [hit[:2] for hit in other_renderings(catalog, glossary("es"))] == [("The epoch ends.", "epoch")]
+
+
+@pytest.mark.parametrize("lang", LANGUAGES)
+def test_every_catalog_passes_msgfmt_check(lang):
+    """`msgfmt -c` (GNU gettext) is what a translator's tools run. The catalogs hold no obsolete entry (msgfmt reports
+    one whose English returns as a second definition), checked with or without msgfmt."""
+    import subprocess
+    paths = sorted(glob.glob(os.path.join(LOCALE, lang, "LC_MESSAGES", "*.po"))) + \
+        [os.path.join(ROOT, "grader", "locale", lang, "LC_MESSAGES", "grader.po")]
+    for path in paths:
+        with open(path, encoding="utf-8") as f:
+            assert "\n#~ " not in f.read(), f"{path}: obsolete entries (run `python -m grader translate`)"
+    if not shutil.which("msgfmt"):
+        pytest.skip("msgfmt (GNU gettext) is not installed: only the obsolete entries were checked")
+    for path in paths:
+        done = subprocess.run(["msgfmt", "-c", "-o", os.devnull, path], capture_output=True, text=True, timeout=60)
+        assert done.returncode == 0, f"msgfmt -c {os.path.relpath(path, ROOT)}:\n{done.stderr}"

@@ -49,6 +49,9 @@ QUIZZES: dict[str, dict[str, Question]] = {
         "q6": Q("032077b41378", "cc5f5a979c7f457d",
                 N_('Tensor parallelism communicates inside every layer, forward and backward, on the critical path: '
                    'it needs the fastest links, such as NVLink (§3.1).')),
+        "q7": Q("75aa89aede7e", "57e9ced93b3a9f68",
+                N_('Shard(0) to Replicate() is an all-gather: each rank sends its block and receives the other; '
+                   'a reduction happens only from Partial() (§4.2).')),
     },
     "02_ddp_basics": {
         "q1": Q("bb82bcefddf1", "57047bb7da5a9713",
@@ -67,14 +70,20 @@ QUIZZES: dict[str, dict[str, Question]] = {
                 N_('Under no_sync the micro-batch gradients add up in .grad; the last backward all-reduces that sum '
                    'and DDP divides by the world size only: 4 times the mean, so divide each loss by k (§14).')),
         "q6": Q("fd808329ac9c", "1b6b0e2d4e138239",
-                N_("Join shadows only the collectives of the objects passed to it (DDP's); the joined rank never "
-                   "calls the logging all_reduce, so rank 0's has no partner and hangs or mismatches (§14).")),
+                N_("Join shadows only DDP's collectives: rank 0's fifth logging all_reduce meets Join's one-number "
+                   'count instead, returns a wrong value, and the next sizes differ, so the run fails (§14).')),
         "q7": Q("f313c833d89b", "7f3e93ae5b3ab623",
                 N_('One writer with unwrapped keys (.module), a barrier so the file is complete, then map_location '
                    "onto each rank's device (§10).")),
         "q8": Q("1afccfd6e433", "e3f01aa769b49a52",
                 N_('Every rank must call every collective: rank 0 waits for a partner that never comes, until the '
                    "group's timeout (§13, mistake 2).")),
+        "q9": Q("69056de454e6", "80f720258e55914e",
+                N_("DDPOptimizer splits Dynamo's graph at DDP's bucket boundaries, so each bucket's all-reduce "
+                   'still overlaps the backward of the pieces before it (§14.7).')),
+        "q10": Q("90998ec8abd7", "2608e7c8b8e585dc",
+                 N_('Overlap is NCCL kernels running under compute kernels; gaps on the compute stream mean backward'
+                    ' waited for communication, and CPU records only launch the kernels (§14.8).')),
     },
     "03_syncbn_and_sharded_state": {
         "q1": Q("2bd9e939ed98", "290ab94dcbdd4e21",
@@ -102,6 +111,12 @@ QUIZZES: dict[str, dict[str, Question]] = {
                 N_('Parameters freed after forward are gathered again for backward, and the gradient is reduce-'
                    "scattered into the shards: three transfers of the layer's size against DDP's two, about 1.5 "
                    'times the traffic (§6).')),
+        "q9": Q("346e089eb3a6", "db6b782915ade7ba",
+                N_('Each block reshards after its forward (the default for every unit but the root), so it is '
+                   'gathered again for its backward: two all-gathers per step (§6, §6c).')),
+        "q10": Q("299a0510a265", "a3cef7623a2e41bf",
+                 N_('Checkpointing each block keeps only its input and recomputes the block in backward, one at a '
+                    'time: about one block at the peak, 8 extra forwards (§6b).')),
     },
     "04_torchrun": {
         "q1": Q("bbee4c7ae6d0", "24e5131b566a2d55",
@@ -122,8 +137,8 @@ QUIZZES: dict[str, dict[str, Question]] = {
                 N_('An elastic job: it starts with 2 nodes, accepts up to 4, and restarts all workers with the new '
                    'WORLD_SIZE when membership changes (§3).')),
         "q7": Q("baf72a6fb3a5", "a372f59b4bb824bc",
-                N_("DETAIL checks that the ranks' collectives match, and a monitored_barrier names a rank that does "
-                   'not arrive (§5).')),
+                N_('The Flight Recorder names the rank behind (its newest sequence number is the lowest) and the '
+                   'collective it never called; its stack says why (§5).')),
         "q8": Q("9335d6e7ede3", "93f9dfdbd207ae14",
                 N_('LOCAL_RANK 0 exists once per node: with 2 nodes two writers race on the same shared file; guard '
                    'with RANK 0 (§4).')),

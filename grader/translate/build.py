@@ -14,6 +14,8 @@ import glob
 import json
 import os
 
+import nbformat
+
 from grader.translate.catalogs import ROOT, LOCALE, lookup, notebook_name, po_path, read, status
 from grader.translate.segments import translate
 
@@ -30,8 +32,11 @@ NOTE_CELL_ID = "translation-note"
 
 
 def dumps(notebook: dict) -> str:
-    """The repository's notebook format (nbformat's): sorted keys, indent 1, UTF-8, final newline."""
-    return json.dumps(notebook, sort_keys=True, indent=1, ensure_ascii=False) + "\n"
+    """The notebook as JupyterLab saves it (jupyter_server calls nbformat.write): nbformat's JSON (sorted keys,
+    indent 1, UTF-8, multi-line strings as lists of lines) and a final newline, so opening and saving a built
+    notebook changes no byte."""
+    text = nbformat.writes(nbformat.from_dict(notebook), version=nbformat.NO_CONVERT)
+    return text if text.endswith("\n") else text + "\n"
 
 
 def _lines(text: str) -> list[str]:

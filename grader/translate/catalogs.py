@@ -3,7 +3,7 @@
 `update` re-extracts the English entries and merges them into each language's catalog the way
 gettext's msgmerge does: unchanged entries keep their translation, an entry whose English changed a
 little keeps its old translation marked fuzzy (with the old English beside it, `#| msgid`), an entry
-no longer in the notebook becomes obsolete (`#~`). A catalog is rewritten only when its messages change.
+no longer in the notebook is dropped. A catalog is rewritten only when its messages change.
 """
 from __future__ import annotations
 
@@ -66,6 +66,12 @@ def read(path: str, lang: str) -> Catalog:
 
 
 def render(catalog: Catalog) -> bytes:
+    """The catalog as a .po file that `msgfmt -c` accepts: lesson prose is no format string (Babel flags any "100% u"
+    as python-format, which msgfmt then checks), and entries gone from the notebook are dropped, not kept as `#~`
+    (an obsolete entry whose English returns would be a second definition)."""
+    for message in catalog:
+        message.flags.discard("python-format")
+    catalog.obsolete.clear()
     out = io.BytesIO()
     write_po(out, catalog, width=100, include_previous=True, sort_output=False)
     return out.getvalue()

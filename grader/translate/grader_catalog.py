@@ -3,7 +3,7 @@
 The messages are the strings passed to `_`, `N_` and `ngettext` in grader/*.py (what `pybabel extract -k _
 -k N_ -k ngettext:1,2` finds). `update` merges them into each language's `grader/locale/<lang>/LC_MESSAGES/
 grader.po` as catalogs.update does for a notebook: an entry whose English changed turns fuzzy (shown in
-English until a translator checks it), a removed one obsolete.
+English until a translator checks it), a removed one is dropped.
 """
 from __future__ import annotations
 
@@ -52,6 +52,7 @@ def read(lang: str) -> Catalog:
 
 def render(catalog: Catalog) -> bytes:
     """As catalogs.render, without line numbers: an edit elsewhere in a module does not touch the catalog."""
+    catalog.obsolete.clear()  # a `#~` entry whose English returns would be a second definition for msgfmt -c
     out = io.BytesIO()
     write_po(out, catalog, width=100, include_previous=True, sort_output=False, include_lineno=False)
     return out.getvalue()

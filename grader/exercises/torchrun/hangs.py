@@ -7,8 +7,11 @@ plus "stack": the rank's Python stack when the dump was taken, as `py-spy dump` 
 The story of every scenario: all ranks call the same collectives in the same order. One rank (`behind`) stopped
 before collective `missing_seq` (it is reading a file, saving, stuck in a loop) and never called it. With NCCL a
 rank's CPU only enqueues work for its GPU, so the other ranks did call `missing_seq` ("started": waiting for the
-rank behind) and may have enqueued a few more after it ("scheduled"), each its own number (`ahead`). Every rank
-keeps only its newest `buffer` entries (TORCH_NCCL_TRACE_BUFFER_SIZE). The answer follows from the construction.
+rank behind) and may have enqueued a few more after it ("scheduled"), each its own number (`ahead`). A barrier is
+the exception: NCCL's `barrier()` blocks the host until it completes, so a rank enqueues nothing after one that has
+not completed, and waits in it. The states are those of a dump taken with TORCH_NCCL_ENABLE_TIMING=1 (without it, a
+started collective stays "scheduled"). Every rank keeps only its newest `buffer` entries (TORCH_FR_BUFFER_SIZE). The
+answer follows from the construction.
 """
 from __future__ import annotations
 
@@ -26,6 +29,9 @@ CALL_SITES = {  # where a training script calls each collective (the entry's "fr
 }
 WAITING_STACK = ["train.py:102 in main", "train.py:80 in train_epoch", "train.py:74 in log_loss",
                  "torch/_tensor.py:1046 in item"]  # a rank ahead: blocked when it reads a value from its GPU
+BARRIER_STACK = ["train.py:102 in main", "train.py:90 in save_snapshot",
+                 "torch/distributed/distributed_c10d.py:5356 in barrier"]  # blocked in an NCCL barrier it enqueued
+BARRIER = "nccl:all_reduce_barrier"
 BEHIND_STACKS = (  # where a rank behind can be stuck
     ["train.py:102 in main", "train.py:78 in train_epoch", "data.py:41 in next_batch", "data.py:19 in read_shard"],
     ["train.py:102 in main", "train.py:88 in save_snapshot", "torch/serialization.py:965 in save"],
@@ -83,9 +89,16 @@ def stage(hang: Hang) -> dict[int, dict]:
             "pg_status": {"0": {"last_enqueued_collective": newest, "last_started_collective": started,
                                 "last_completed_collective": hang.missing_seq - 1}},
             "entries": entries,
-            "stack": list(BEHIND_STACKS[hang.stack] if rank == hang.behind else WAITING_STACK),
+            "stack": list(BEHIND_STACKS[hang.stack] if rank == hang.behind
+                          else BARRIER_STACK if hang.ops[newest - 1] == BARRIER else WAITING_STACK),
         }
     return dumps
+
+
+def _host_blocking(ops: tuple[str, ...], missing: int, ahead: int) -> int:
+    """`ahead`, cut at the first barrier after collective `missing`: the host waits in that barrier."""
+    barriers = [k for k in range(1, ahead + 1) if ops[missing + k - 1] == BARRIER]
+    return barriers[0] if barriers else ahead
 
 
 def training_ops(n: int, rng: random.Random) -> tuple[str, ...]:
@@ -108,12 +121,13 @@ def random_hang(seed: int, world_size: int, behind: int | None = None, buffer: i
         total = rng.randint(12, 60)
         ops = training_ops(total + 4, rng)
         missing = rng.randint(max(3, buffer + 1) if buffer < total else 3, total)  # a small buffer: all full
-        if ops[missing - 1] != ops[missing - 2]:
+        if ops[missing - 1] not in (ops[missing - 2], BARRIER):  # nobody gets past a barrier that hangs
             break
     behind = rng.randrange(world_size) if behind is None else behind
     ahead = tuple(0 if r == behind else rng.randint(0, 3) for r in range(world_size))
     if max(ahead) == 0:  # at least one rank ran ahead past the missing collective
         ahead = tuple(0 if r == behind else 2 for r in range(world_size))
+    ahead = tuple(_host_blocking(ops, missing, a) for a in ahead)
     return Hang(world_size, behind, missing, ops, ahead, buffer, rng.randrange(len(BEHIND_STACKS)))
 
 
@@ -121,15 +135,16 @@ def stuck_at_start(seed: int, world_size: int) -> Hang:
     """A rank that never called a collective (stuck loading data before the first broadcast): empty entries."""
     rng = random.Random(seed)
     behind = rng.randrange(world_size)
-    ahead = tuple(0 if r == behind else rng.randint(1, 3) for r in range(world_size))
-    return Hang(world_size, behind, 1, training_ops(8, rng), ahead, stack=0)
+    ops = training_ops(8, rng)
+    ahead = tuple(0 if r == behind else _host_blocking(ops, 1, rng.randint(1, 3)) for r in range(world_size))
+    return Hang(world_size, behind, 1, ops, ahead, stack=0)
 
 
 # The examples the exercise notebook shows and the public check grades (the hidden check draws others).
 EXAMPLES = (
-    Hang(4, 2, 7, ("nccl:broadcast", "nccl:all_reduce", "nccl:all_reduce", "nccl:_allgather_base",
-                   "nccl:all_reduce", "nccl:all_reduce", "nccl:all_reduce_barrier", "nccl:all_reduce",
-                   "nccl:all_reduce"), (2, 1, 0, 1), stack=1),
+    Hang(4, 2, 7, ("nccl:broadcast", "nccl:all_reduce", "nccl:all_reduce", "nccl:all_reduce", "nccl:all_reduce",
+                   "nccl:_allgather_base", "nccl:all_reduce", "nccl:all_reduce", "nccl:all_reduce"), (2, 1, 0, 1),
+         stack=1),
     random_hang(11, 2, behind=1, buffer=8),
     random_hang(12, 8, behind=5, buffer=20),
 )
