@@ -53,7 +53,7 @@ from grader.checks import CheckFailed
 from grader.exercises.collectives import record_collectives
 from grader.exercises.syncbn_sharded import reference as ref
 from grader.exercises.syncbn_sharded.exercise import check
-from grader.exercises.syncbn_sharded.fsdp_memory import deep_net, measure_step, verify_freed
+from grader.exercises.syncbn_sharded.fsdp_memory import LayerWatch, deep_net, measure_step, verify_freed
 from grader.exercises.syncbn_sharded.fsdp_traffic import verify_equal_shards, verify_gathers_in, verify_traffic
 
 FSDP_STEPS = 3
@@ -303,15 +303,18 @@ def fsdp_gather_full_params_keys_and_shapes(g):
 def _in_rank_memory(ctx, student, seed: int):
     """One step of the student's MiniFSDP on deep_net: peak full-parameter bytes and each phase's collectives."""
     cls = student.task("MiniFSDP")
+    net = deep_net(seed)
+    watch = LayerWatch(net)  # before the student's wrapper sees the model: our hooks run first
     with record_collectives():
-        fsdp = cls(deep_net(seed))
-    return measure_step(ctx, fsdp)
+        fsdp = cls(net)
+    return measure_step(ctx, fsdp, watch)
 
 
 def run_memory(g, seed: int) -> list:
     shared = _public_launch(g) if seed == PUBLIC_MEMORY_SEED else None
     results = [got["memory"] for got in shared] if shared is not None else g.run(_in_rank_memory, seed)
-    if any(not isinstance(got, dict) or set(got) != {"peak", "forward_calls", "backward_calls"} for got in results):
+    keys = {"peak", "forwards", "off", "forward_calls", "backward_calls"}
+    if any(not isinstance(got, dict) or set(got) != keys for got in results):
         raise CheckFailed("the ranks did not send back their measurements: the grader's code in the ranks was "
                           "changed or cut short")
     return results
