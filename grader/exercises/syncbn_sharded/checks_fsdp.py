@@ -35,7 +35,8 @@ verify_equal_shards first, so correct numbers from unsharded training earn nothi
 | gather_full_params(): a collective, full fp32, keyed like               | fsdp_gather_full_params_keys_and_... |
 | module.named_parameters()                                               | verify_training (keys, shapes)       |
 | compute_dtype: shards cast to it for the all-gather and the compute     | fsdp_bf16_compute_fp32_masters (the  |
-|                                                                         | layers' weights and the all-gathers  |
+|                                                                         | layers' outputs, the dtype their     |
+|                                                                         | operation ran in, and the all-gathers|
 |                                                                         | are bf16)                            |
 | master shards stay fp32 and sharded; the optimizer updates them         | fsdp_bf16_compute_fp32_masters,      |
 |                                                                         | verify_memory                        |
@@ -107,9 +108,9 @@ def _fsdp_scenario(ctx, student, seed: int, odd: bool, dtype_name: str | None, o
     compute_dtype = getattr(torch, dtype_name) if dtype_name else None
     module = fsdp_net(seed, odd)
     layers = [m for m in module if isinstance(m, nn.Linear)]
-    seen = []  # (weight dtype, input dtype) at each inner Linear's forward
-    for layer in layers:
-        layer.register_forward_hook(lambda m, a, o: seen.append((str(m.weight.dtype), str(a[0].dtype))))
+    seen = []  # (dtype the layer computed in, input dtype) at each inner Linear's forward
+    for layer in layers:  # the output's dtype is the operation's: F.linear refuses mixed bf16 and fp32 inputs
+        layer.register_forward_hook(lambda m, a, o: seen.append((str(getattr(o, "dtype", None)), str(a[0].dtype))))
     cls = student.task("MiniFSDP")
     with record_collectives():  # construction may communicate; only its unseen collectives matter here
         fsdp = cls(module, compute_dtype) if compute_dtype else cls(module)
@@ -257,12 +258,15 @@ def fsdp_matches_unsharded_training(g):
 
 @check("MiniFSDP", points=2)
 def fsdp_bf16_compute_fp32_masters(g):
-    """compute_dtype=bfloat16: the inner layers see bf16 weights and inputs; the shards stay fp32; the result is
+    """compute_dtype=bfloat16: the inner layers compute in bf16 (their outputs); the shards stay fp32; the result is
     within bf16 tolerance of the fp32 reference."""
     results = run_fsdp(g, 2, True, "bfloat16")
     for rank, got in enumerate(results):
-        if not got["seen"] or any(w != "torch.bfloat16" for w, _ in got["seen"]):
-            raise CheckFailed(f"rank {rank}: the inner Linear layers ran with weights of {sorted({w for w, _ in got['seen']})}"
+        if not got["seen"]:
+            raise CheckFailed(f"rank {rank}: the inner Linear layers never ran: fsdp(x) must run the module's layers "
+                              "(the grader's hooks on them count)")
+        if any(w != "torch.bfloat16" for w, _ in got["seen"]):
+            raise CheckFailed(f"rank {rank}: the inner Linear layers computed in {sorted({w for w, _ in got['seen']})}"
                               ": compute_dtype is ignored; all-gather the parameters cast to compute_dtype")
         if any(d != "float32" for d, _ in got["shards"]):
             raise CheckFailed(f"rank {rank}: the master shards are {sorted({d for d, _ in got['shards']})}: keep them "

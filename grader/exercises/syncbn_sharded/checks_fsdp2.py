@@ -37,6 +37,7 @@ from torch import nn
 
 from grader.checks import CheckFailed
 from grader.exercises.collectives import CollectivesUnseen, issued, record_collectives
+from grader.exercises.dispatch_mode import SWITCHED_OFF, modes_on
 from grader.exercises.syncbn_sharded.exercise import check
 from grader.exercises.syncbn_sharded.fsdp2_model import DIM, OUT, TinyTransformer
 from grader.exercises.syncbn_sharded.fsdp2_probe import full_shape_allocations
@@ -116,13 +117,22 @@ def _in_rank_build(ctx, student, depth: int, seed: int):
 
     mesh = init_device_mesh(ctx.device.type, (ctx.world_size,))
     full_shapes = [tuple(p.shape) for p in TinyTransformer(depth, seed).parameters() if p.dim() >= 2]
+    made = []  # per make_model() call, outside the probe: (where its parameters lie, the grader's modes on)
+
+    def make_model():
+        on = modes_on()
+        model = TinyTransformer(depth, seed)
+        made.append((sorted({p.device.type for p in model.parameters()}), on and modes_on()))
+        return model
+
     with full_shape_allocations(full_shapes) as allocated, record_collectives():
-        model = student.task("build_fsdp2_model")(lambda: TinyTransformer(depth, seed), mesh)
+        model = student.task("build_fsdp2_model")(make_model, mesh)
     if not isinstance(model, nn.Module):
         return {"not_module": type(model).__name__}
     params = dict(model.named_parameters())
     out = {"allocated": list(allocated), "sharded": {k: isinstance(p, DTensor) for k, p in params.items()},
-           "devices": sorted({p.device.type for p in params.values()})}
+           "devices": sorted({p.device.type for p in params.values()}), "made": made,
+           "init_calls": getattr(model, "init_weights_calls", 0)}
     if out["devices"] != [ctx.device.type] or not all(out["sharded"].values()):
         return out  # meta or elsewhere, or not sharded: the parent names it; a step would only crash
     out["values"] = {k: full(p) for k, p in params.items()}  # our gathers, after the student's code returned
@@ -182,6 +192,16 @@ def verify_build(g, results, depth: int, seed: int) -> None:
         if plain:
             raise CheckFailed(f"rank {rank}: {len(plain)} parameters (e.g. {plain[0]}) are plain tensors, not "
                               "DTensors: fully_shard each block, then the root")
+        if not got["made"]:
+            raise CheckFailed(f"rank {rank}: make_model() was never called: build the model with make_model(), "
+                              "under `with torch.device('meta'):`")
+        if not all(on for _, on in got["made"]):
+            raise CheckFailed(f"rank {rank}: make_model() ran while " + SWITCHED_OFF)
+        real = sorted({d for devices, _ in got["made"] for d in devices if d != "meta"})
+        if real:
+            raise CheckFailed(f"rank {rank}: make_model() built the parameters on {', '.join(real)}, not the meta "
+                              "device: the full model was materialized before sharding. Call make_model() under "
+                              "`with torch.device('meta'):`, shard, then to_empty")
         if got["allocated"]:
             shape, count = got["allocated"][0], len(got["allocated"])
             raise CheckFailed(f"rank {rank}: while building, {count} tensor(s) of a full weight's shape (e.g. "
@@ -190,10 +210,14 @@ def verify_build(g, results, depth: int, seed: int) -> None:
         if "values" not in got:
             raise CheckFailed(f"rank {rank}: the parameters are on {got['devices']}: move the sharded model to "
                               "real memory with model.to_empty(device=mesh.device_type), then init_weights()")
+        likely = ("model.init_weights() ran, but not last: call it once the model is sharded and on its device "
+                  "(after to_empty), and change nothing after it" if got.get("init_calls") else
+                  "model.init_weights() was never called: after to_empty the memory holds whatever was there, and a "
+                  "seeded nn.init on the shards would not give one process's numbers (on the CPU every rank's "
+                  "generator starts its shard with the same first numbers). Once the model is sharded and on its "
+                  "device, call model.init_weights(): each element is a formula of its position")
         for name, exp in expected.items():
-            g.assert_close(got["values"][name], exp.detach(), f"rank {rank}: {name} after the build",
-                           "after to_empty the memory holds garbage: call model.init_weights() once the model is "
-                           "sharded and on its device (it gives a sharded model the same numbers as a plain one)")
+            g.assert_close(got["values"][name], exp.detach(), f"rank {rank}: {name} after the build", likely)
 
 
 def verify_units_and_precision(g, results, depth: int, seed: int) -> None:
