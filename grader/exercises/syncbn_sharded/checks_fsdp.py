@@ -125,13 +125,15 @@ def _fsdp_scenario(ctx, student, seed: int, odd: bool, dtype_name: str | None, o
         return {"shard_sizes": every}
     opt = make_optimizer(shards, opt_name)
     x, y = micro_batch(ctx.rank, *_sizes(module))
-    per_step = []
+    per_step, backward_gathers = [], []
     with record_collectives() as calls:
         for _ in range(FSDP_STEPS):
             opt.zero_grad()
             start = len(calls)
             loss = nn.functional.mse_loss(fsdp(x).float(), y)
+            forward_end = len(calls)
             loss.backward()
+            backward_gathers.append(sum(c.kind == "all_gather" for c in calls[forward_end:]))
             fsdp.finish_gradient_synchronization()
             opt.step()
             per_step.append([(c.kind, c.dtype, c.numel) for c in calls[start:]])
@@ -140,7 +142,8 @@ def _fsdp_scenario(ctx, student, seed: int, odd: bool, dtype_name: str | None, o
                        if isinstance(t, torch.Tensor))
         full = fsdp.gather_full_params()
     return {"shards": [(str(p.dtype).replace("torch.", ""), p.numel()) for p in shards], "state": ref.state_elements(opt),
-            "leftover": leftover, "seen": seen, "calls": per_step, "backend": ctx.backend, "shard_sizes": every,
+            "leftover": leftover, "seen": seen, "calls": per_step, "backward_gathers": backward_gathers,
+            "backend": ctx.backend, "shard_sizes": every,
             "full": {str(k): v.detach().float().cpu().clone() for k, v in dict(full).items()},
             "full_dtypes": {str(k): str(v.dtype) for k, v in dict(full).items()}}
 
@@ -220,6 +223,11 @@ def verify_training(g, results, seed: int, odd: bool, bf16: bool = False) -> Non
             likely = ("the result must equal one process training on the whole batch: reduce-scatter the gradients "
                       "and divide by the world size (the average), once, in finish_gradient_synchronization "
                       "or in backward; the optimizer steps the fp32 shards")
+            if not all(got.get("backward_gathers", [1])):  # correct numbers need no gather only when kept whole
+                likely = ("backward all-gathered nothing, so the gradients were computed with something other than "
+                          "the full parameters (the local shard?): in backward, all-gather each layer's full "
+                          "parameters again before its gradients are computed (unpack must return the gathered "
+                          "full parameter, shaped as it was saved)")
             g.assert_close(actual, exp, f"rank {rank}: {name} after {FSDP_STEPS}{' bf16' if bf16 else ''} steps",
                            likely, tol=BF16_TOL if bf16 else None)
 

@@ -165,6 +165,14 @@ def _in_rank_train(ctx, student, depth: int, seed: int):
                 norm = step_fn(model, opt, micro, MAX_NORM)
         except CollectivesUnseen:  # clip_grad_norm_'s reduction runs inside DTensor's dispatch: counted below
             pass
+        except Exception as error:
+            if any(kind == "reduce_scatter" for kind, _, _ in calls):
+                raise
+            raise CheckFailed(  # the likely cause first: the student's own traceback would only show its symptom
+                f"rank {ctx.rank}, step {step + 1}: no gradient was reduce-scattered in this step, so gradient sync "
+                "stayed off: the gradients are this rank's unsynchronized local tensors (not DTensor shards), and "
+                "what comes after fails on them. Call model.set_requires_gradient_sync(True) before the last "
+                f"micro-batch. Your code then raised {type(error).__name__}: {error}") from error
         unseen = (issued() - before - len(calls)) if before is not None else 0
         norm = norm.full_tensor() if hasattr(norm, "full_tensor") else norm  # a DTensor norm: a collective
         steps.append({"norm": float(norm) if isinstance(norm, (int, float, torch.Tensor)) else repr(type(norm)),
@@ -259,10 +267,13 @@ def verify_accumulation(results, depth: int) -> None:
                 raise CheckFailed(f"{where}: {info['unseen']} collectives moved data where the grader could not see "
                                   f"them (at most {UNSEEN_PER_STEP}: clip_grad_norm_'s reduction of the norm): call "
                                   "collectives through torch.distributed, from the thread that runs your code")
-            early = [f for kind, _, f in info["calls"] if kind == "reduce_scatter" and f < MICRO]
-            if early:
-                raise CheckFailed(f"{where}: gradients were reduce-scattered after micro-batch {early[0]} of "
-                                  f"{MICRO}: accumulation syncs every micro-batch. Call "
+            synced = sorted({f for kind, _, f in info["calls"] if kind == "reduce_scatter"})
+            if synced and synced[0] < MICRO:
+                every = synced == list(range(1, MICRO + 1))
+                raise CheckFailed(f"{where}: gradients were reduce-scattered in the backward of micro-batch(es) "
+                                  f"{', '.join(map(str, synced))} of {MICRO}: " + (
+                                      "accumulation syncs every micro-batch" if every else
+                                      "sync is on for the wrong micro-batches, and the last one must sync") + ". Call "
                                   "model.set_requires_gradient_sync(False) before the micro-batches that are not "
                                   "the last, and (True) before the last")
             scatters = sum(kind == "reduce_scatter" for kind, _, _ in info["calls"])
@@ -283,6 +294,15 @@ def verify_clipped_training(g, results, depth: int, seed: int) -> None:
             if not isinstance(norm, float):
                 raise CheckFailed(f"rank {rank}, step {step + 1}: train_step_fsdp2 returned {norm}; return the "
                                   "gradient norm clip_grad_norm_ returns, as a float")
+            if abs(norm - exp) > 1e-4 * exp and abs(norm - MAX_NORM) <= 1e-4 * MAX_NORM:
+                raise CheckFailed(f"rank {rank}, step {step + 1}: the returned norm is {norm:.6g}, max_norm itself: "
+                                  "that is the norm after clipping. Return what clip_grad_norm_ returns: the global "
+                                  f"norm before clipping ({exp:.6g} here)")
+            if abs(norm - exp) > 1e-4 * exp and step > 0 and abs(got["steps"][0]["norm"] - norms[0]) <= 1e-4 * norms[0]:
+                raise CheckFailed(f"rank {rank}, step {step + 1}: the returned norm is {norm:.6g}, the global gradient "
+                                  f"norm is {exp:.6g}, while step 1's norm was right: step 1 updated the parameters "
+                                  "with other gradients than clipped ones. Call clip_grad_norm_ before "
+                                  "optimizer.step() (it scales the gradients the step then uses)")
             if abs(norm - exp) > 1e-4 * exp:
                 local = norm < exp * 0.999
                 raise CheckFailed(f"rank {rank}, step {step + 1}: the returned norm is {norm:.6g}, the global "
