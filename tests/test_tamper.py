@@ -200,3 +200,101 @@ def test_tampering_gains_nothing_through_make_grade(tmp_path):
         assert results[student]["report"]["score"] <= honest_max, name
         if name != "leave after a fake pass":
             assert any("changed the grader" in f for f in results[student]["flags"]), (name, results[student]["flags"])
+
+
+# --- exercise 3: measurements the student's code cannot switch off -------------------------------------------------
+# Each tamper switches the grader's dispatch modes off around what a check measures, so that the mode sees none of
+# it; its honest twin makes the same mistake in plain sight. Three ways of switching them off, each on each measuring
+# mechanism (live bytes for MiniFSDP and for activation checkpointing, the allocation probe of build_fsdp2_model).
+SWITCH_OFF = {
+    "disable_current_modes": '''
+from torch.utils._python_dispatch import _disable_current_modes as _off
+''',
+    "pop the mode stack": '''
+import contextlib as _contextlib
+import torch as _torch
+from torch.utils._python_dispatch import _pop_mode, _push_mode
+
+@_contextlib.contextmanager
+def _off():
+    popped = [_pop_mode() for _ in range(_torch._C._len_torch_dispatch_stack())]
+    try:
+        yield
+    finally:
+        for mode in reversed(popped):
+            _push_mode(mode)
+''',
+    "DisableTorchDispatch": '''
+import torch as _torch
+_off = _torch._C._DisableTorchDispatch
+''',
+}
+
+# MiniFSDP: autograd keeps every layer's full weight (pack keeps the tensor besides its token); the tamper copies the
+# gathered weights and runs each layer with the modes off, so the live-bytes mode sees neither the copies nor F.linear.
+_PACK = "            return t if i is None else (i, t.size(), t.stride(), t.storage_offset())\n"
+_UNPACK = "            i, size, stride, offset = saved\n"
+_SET = "                setattr(mod, name, full[:self.shapes[i].numel()].view(self.shapes[i]))\n"
+_MAP = "                gathered[full.untyped_storage().data_ptr()] = i\n"
+_ENTER = "        self.saving[mod].__enter__()\n"
+_EXIT = "        self.saving.pop(mod).__exit__(None, None, None)\n"
+# build_fsdp2_model: the model built whole on the CPU
+_META = '    with torch.device("meta"):\n        model = make_model()  # shapes only: no memory, nothing initialized\n'
+# checkpoint_activations: no checkpointing (everything saved), and a rerun under no_grad in backward, thrown away
+_CKPT = "        return checkpoint(self.block, x, use_reentrant=False)\n"
+_RERUN = ("        out = self.block(x)  # everything saved\n"
+          "        out.register_hook(lambda grad: self._again(x))\n        return out\n\n"
+          "    def _again(self, x):\n        with torch.no_grad():\n            self.block(x.detach())  # thrown away\n")
+
+EX3_MISTAKES = {
+    # name: (checks, [(old, honest twin's new, tamper's new)])
+    "MiniFSDP keeps every full weight": (
+        ["fsdp_frees_full_parameters"],
+        [(_PACK, _PACK.replace("storage_offset())", "storage_offset(), t)"), None),
+         (_UNPACK, "            i, size, stride, offset, _kept = saved\n", None),
+         (_MAP, _MAP, "                with _off():\n                    full = full * 1  # an unseen copy\n" + _MAP),
+         (_SET, _SET, "                with _off():\n    " + _SET),
+         (_ENTER, _ENTER, _ENTER + "        self._hidden = _off()\n        self._hidden.__enter__()\n"),
+         (_EXIT, _EXIT, "        self._hidden.__exit__(None, None, None)\n" + _EXIT)]),
+    "build_fsdp2_model builds on the CPU": (
+        ["fsdp2_build_sharded_from_meta", "fsdp2_units_and_mixed_precision"],
+        [(_META, "    model = make_model()  # whole, on the CPU\n",
+          "    with _off():\n        model = make_model()  # whole, on the CPU, unseen\n")]),
+    "checkpoint reruns under no_grad": (
+        ["checkpointing_keeps_gradients", "checkpointing_frees_activations"],
+        [(_CKPT, _RERUN, _RERUN.replace("        out = self.block(x)  # everything saved\n",
+                                        "        with _off():\n            out = self.block(x)  # unseen\n"))]),
+}
+
+
+def _ex3_source(mistake: str, way: str | None) -> str:
+    """The solution with the mistake: its honest twin (way None), or the tamper switching the modes off that way."""
+    from tests.helpers import mutate
+
+    source = solution_source("03_syncbn_sharded")
+    for old, twin, tamper in EX3_MISTAKES[mistake][1]:
+        source = mutate(source, old, twin if way is None or tamper is None else tamper)
+    return source if way is None else source + SWITCH_OFF[way]
+
+
+@pytest.fixture(scope="module")
+def ex3_twins():
+    """Each honest twin's grading, once for every way of switching off."""
+    from tests.helpers import grade_source
+
+    return {name: grade_source("03_syncbn_sharded", _ex3_source(name, None), checks=checks, timeout=60)
+            for name, (checks, _) in EX3_MISTAKES.items()}
+
+
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize("way", list(SWITCH_OFF))
+@pytest.mark.parametrize("mistake", list(EX3_MISTAKES))
+def test_switching_off_the_grader_modes_gains_nothing_and_says_so(mistake, way, ex3_twins):
+    from tests.helpers import grade_source
+
+    twin = ex3_twins[mistake]
+    assert twin.score < twin.max_score, "\n".join(twin.lines())
+    report = grade_source("03_syncbn_sharded", _ex3_source(mistake, way), checks=EX3_MISTAKES[mistake][0], timeout=60)
+    assert report.score <= twin.score, "\n".join(report.lines())
+    for check in report.checks:
+        assert not check.passed and "measurement was switched off" in check.message, check.message

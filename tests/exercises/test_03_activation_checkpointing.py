@@ -46,6 +46,10 @@ MUTANTS = {
                        "checkpointing_keeps_gradients", "do not detach it"),
     "whole_model_as_one_block": (WHOLE_MODEL, "checkpointing_frees_activations",
                                  "Checkpointing the whole model as one unit saves nothing at the peak"),
+    # the model's parameters then get no gradient: not a use_reentrant or no_grad matter
+    "copied_blocks": ({"        model.blocks[i] = Checkpointed(block)\n":
+                       "        model.blocks[i] = Checkpointed(__import__('copy').deepcopy(block))\n"},
+                      "checkpointing_keeps_gradients", "Wrap each block (Checkpointed(block) keeps the block itself)"),
 }
 
 

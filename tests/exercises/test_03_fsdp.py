@@ -8,6 +8,7 @@ from tests.helpers import (
     failed,
     grade_source,
     mutate,
+    replace_definition,
     solution_source,
 )
 
@@ -192,3 +193,34 @@ def test_bf16_gathered_in_fp32_then_cast_names_the_rule():
                     "    return out.to(dtype) if dtype is not None else out\n    ### END SOLUTION\n\n\nclass _Gather")
     report = grade_source(EXERCISE, source, task="MiniFSDP", checks=["fsdp_bf16_compute_fp32_masters"], timeout=60)
     assert "cast the shards to compute_dtype before the all-gather" in failed(report)["fsdp_bf16_compute_fp32_masters"]
+
+
+# --- alternatives the task text allows, and what the live-bytes probe must not count -------------------------------
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("name", ["FLAT", "FUNCTION"])
+def test_correct_alternatives_get_full_marks(name):
+    """One flat shard per layer (each 2112 bytes on 2 ranks, more than half a weight: the probe must not count the
+    shards the wrapper keeps, seen through shard.detach()); an autograd.Function that computes in bf16 with 0-element
+    placeholders in the layers' weight attributes (the dtype is read from what the layer computed)."""
+    from tests.exercises import minifsdp_variants
+
+    source = replace_definition(solution_source(EXERCISE), "MiniFSDP", getattr(minifsdp_variants, name))
+    report = grade_source(EXERCISE, source, task="MiniFSDP", timeout=60)
+    assert failed(report) == {}, "\n".join(report.lines())
+    assert report.score == report.max_score and any(c.hidden for c in report.checks)
+
+
+UNPACK = "                return _all_gather(self.shards[i], self.compute_dtype, self.world).as_strided(size, stride, offset)\n"
+
+
+@pytest.mark.timeout(180)
+def test_backward_with_the_local_shard_is_named():
+    # unpack hands back this rank's shard (repeated to the full size) instead of all-gathering: wrong gradients
+    source = mutate(solution_source(EXERCISE), UNPACK,
+                    "                local = self.shards[i].detach().to(self.compute_dtype or torch.float32)\n"
+                    "                return torch.cat([local] * self.world).as_strided(size, stride, offset)\n")
+    report = grade_source(EXERCISE, source, checks=["fsdp_matches_unsharded_training", "fsdp_bf16_compute_fp32_masters"],
+                          timeout=60)
+    for check, message in failed(report).items():
+        assert "backward all-gathered nothing" in message and "divide by the world size" not in message, message
+    assert len(failed(report)) == 2, "\n".join(report.lines())

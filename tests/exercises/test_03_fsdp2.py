@@ -55,6 +55,24 @@ GRADINGS = {
     "init_weights not called": (
         [(INIT, "    return model\n")],
         {"fsdp2_build_sharded_from_meta": "call model.init_weights()"}),
+    # Messages that name the mistake, not a neighbour's:
+    "seeded nn.init on the shards, the clipped norm returned": (
+        [(INIT, "    torch.manual_seed(0)\n    with torch.no_grad():\n        for p in model.parameters():\n"
+                "            torch.nn.init.normal_(p.to_local(), std=0.1)\n    return model\n"),
+         (CLIP, CLIP.replace("    optimizer.step()\n", "    norm = torch.nn.utils.clip_grad_norm_(model.parameters(), "
+                                                       "float('inf'))  # after clipping\n    optimizer.step()\n"))],
+        {"fsdp2_build_sharded_from_meta": "a seeded nn.init on the shards would not give one process's numbers",
+         "fsdp2_step_clips_global_norm": "that is the norm after clipping"}),
+    "clipped after optimizer.step()": (
+        [(CLIP, "    optimizer.step()\n    norm = torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)\n"
+                "    optimizer.zero_grad()\n    return norm.full_tensor().item()\n")],
+        {"fsdp2_step_clips_global_norm": "Call clip_grad_norm_ before optimizer.step()"}),
+    "only the first micro-batch syncs": (
+        [(SYNC, SYNC.replace("i == len(micro_batches) - 1", "i == 0"))],
+        {"fsdp2_accumulation_syncs_once": "sync is on for the wrong micro-batches"}),
+    "sync never turned back on": (
+        [(SYNC, SYNC.replace("i == len(micro_batches) - 1", "False"))],
+        {"fsdp2_accumulation_syncs_once": "gradient sync stayed off"}),
 }
 
 

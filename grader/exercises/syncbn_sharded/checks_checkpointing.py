@@ -9,12 +9,18 @@ forward and backward on their own micro-batches. What each rank measures:
 | (and DDP still averages them)                                       | objects == one process on the whole batch|
 | each block's forward runs again in backward, once                   | a counter in each block's forward        |
 | (checkpointing per block, not none, not nested)                     | (not a timer): 1 in forward, 1 in back.  |
+|                                                                     | with autograd on (not a no_grad rerun)   |
 | only a few blocks' activations are alive at once                    | peak bytes of live hidden-sized tensors  |
-| (per block: the whole model as one unit recomputes all at once)     | (live_bytes.py), in forward and backward |
+| (per block: the whole model as one unit recomputes all at once)     | (live_bytes.py), in forward and backward;|
+|                                                                     | after forward, the blocks' own weak refs |
+| wrap the blocks, do not copy them                                   | the blocks handed over are in the result |
 | use_reentrant=False (reentrant: the data needs no gradient, so no   | gradients: no block's parameters got one |
 | block's output requires grad, and no block gets a gradient)         |                                          |
 
-Outer saved_tensors_hooks cannot measure this: checkpoint's own hooks hide the region from them.
+Outer saved_tensors_hooks cannot measure this: checkpoint's own hooks hide the region from them. Student code can
+switch the dispatch mode off (dispatch_mode.py), so each block also asks, at every forward, whether the grader's
+modes still see operators, and keeps weak references to its hidden activations: after forward, those still alive
+(what autograd saved) count as a second measurement.
 """
 from __future__ import annotations
 
@@ -25,9 +31,10 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from grader.checks import CheckFailed
+from grader.exercises.dispatch_mode import SWITCHED_OFF, modes_on
 from grader.exercises.syncbn_sharded import reference as ref
 from grader.exercises.syncbn_sharded.exercise import check
-from grader.exercises.syncbn_sharded.live_bytes import LiveBytes
+from grader.exercises.syncbn_sharded.live_bytes import LiveBytes, StorageWeakRef, live_nbytes
 
 TASK = "checkpoint_activations"
 ROWS = 64  # per rank: the activations, not the parameters, fill memory
@@ -41,10 +48,17 @@ class MLPBlock(nn.Module):
         super().__init__()
         self.fc1, self.fc2 = nn.Linear(width, hidden), nn.Linear(hidden, width)
         self.forwards = 0  # how many times this block's forward ran (the recompute count)
+        self.runs: list[tuple[bool, bool]] = []  # (autograd on, the grader's modes on) at each forward
+        self.hidden: list = []  # weak references to the hidden activations of its forwards with autograd on
 
     def forward(self, x):
         self.forwards += 1
-        return x + self.fc2(nn.functional.gelu(self.fc1(x)))
+        self.runs.append((torch.is_grad_enabled(), modes_on()))
+        h = self.fc1(x)
+        a = nn.functional.gelu(h)
+        if torch.is_grad_enabled():
+            self.hidden += [StorageWeakRef(h.untyped_storage()), StorageWeakRef(a.untyped_storage())]
+        return x + self.fc2(a)
 
 
 class BlockModel(nn.Module):
@@ -95,19 +109,25 @@ def _in_rank_checkpointing(ctx, student, seed: int):
         return {"returned": type(wrapped).__name__}
     ddp = DDP(wrapped, device_ids=[ctx.device.index] if ctx.device.type == "cuda" else None)
     x, y = (t.to(ctx.device) for t in batch(ctx.rank, SHAPES[ctx.world_size][1], seed))
+    kept = {id(m) for m in wrapped.modules()}
+    copied = [i for i, block in enumerate(blocks) if id(block) not in kept]
     for block in blocks:
-        block.forwards = 0
+        block.forwards, block.runs, block.hidden = 0, [], []
     largest_input = ROWS * SHAPES[ctx.world_size][1] * 4
     tracker = LiveBytes(above=max(largest_input, max(p.numel() * 4 for p in params)))
     with tracker:
         loss = nn.functional.mse_loss(ddp(x), y)
         tracker.sample()
     forwards = [b.forwards for b in blocks]
+    held = sum(live_nbytes(w) for b in blocks for w in b.hidden)  # outside the mode: what autograd still keeps
     tracker.phase = "backward"
     with tracker:
         loss.backward()
-    return {"returned": "module", "peak": dict(tracker.peak), "forwards": forwards,
-            "recomputes": [b.forwards - f for b, f in zip(blocks, forwards)],
+    again = [b.runs[f:] for b, f in zip(blocks, forwards)]
+    return {"returned": "module", "peak": dict(tracker.peak) | {"held": held}, "forwards": forwards,
+            "recomputes": [sum(grad for grad, _ in runs) for runs in again],
+            "no_grad_reruns": sum(not grad for runs in again for grad, _ in runs),
+            "off": sum(not on for b in blocks for _, on in b.runs), "copied": copied,
             "grads": [None if p.grad is None else p.grad.detach().cpu().clone() for p in params]}
 
 
@@ -117,6 +137,13 @@ def run_checkpointing(g, seed: int) -> list:
         if not isinstance(got, dict) or got.get("returned") != "module":
             kind = got.get("returned") if isinstance(got, dict) else "?"
             raise CheckFailed(f"rank {rank}: {TASK}(model) returned {kind}: return the model, its blocks wrapped")
+        if got.get("off"):
+            raise CheckFailed(f"rank {rank}: {got['off']} block forward(s) ran while " + SWITCHED_OFF)
+        if got.get("copied"):
+            raise CheckFailed(f"rank {rank}: the returned model does not hold the blocks it was given (blocks "
+                              f"{got['copied']} are missing): they were copied. Wrap each block (Checkpointed(block) "
+                              "keeps the block itself), don't copy it: a copy trains other parameters than the "
+                              "model's")
     return results
 
 
@@ -127,6 +154,11 @@ def verify_recomputes(results) -> None:
             raise CheckFailed(f"rank {rank}: in forward the blocks ran {got['forwards']} times: each block's forward "
                               "must run once (call the block, or checkpoint(block, x, ...), once per block)")
         recomputes = got["recomputes"]
+        if got["no_grad_reruns"] and any(n != 1 for n in recomputes):
+            raise CheckFailed(f"rank {rank}: in backward the blocks ran again {got['no_grad_reruns']} time(s) under "
+                              "no_grad: a result computed without autograd gives no gradient and is thrown away, so "
+                              "the activations had to be saved anyway. Checkpointing recomputes each block with "
+                              "autograd on: torch.utils.checkpoint.checkpoint(block, x, use_reentrant=False)")
         if not any(recomputes):
             raise CheckFailed(f"rank {rank}: no block ran again in backward: the blocks are not checkpointed (each "
                               "block's forward must run inside torch.utils.checkpoint.checkpoint(block, x, "
@@ -171,7 +203,7 @@ def verify_memory_drop(results) -> None:
     world = len(results)
     one, blocks, allowed = block_bytes(world), SHAPES[world][0], allowed_blocks(world)
     for rank, got in enumerate(results):
-        worst = max(got["peak"].values())
+        worst = max(got["peak"].values())  # the dispatch mode's peaks, and what the blocks' weak references held
         if worst > allowed * one:
             raise CheckFailed(
                 f"rank {rank}: {worst} bytes of hidden-sized activations were alive at once, {worst / one:.1f} "

@@ -35,7 +35,8 @@ verify_equal_shards first, so correct numbers from unsharded training earn nothi
 | gather_full_params(): a collective, full fp32, keyed like               | fsdp_gather_full_params_keys_and_... |
 | module.named_parameters()                                               | verify_training (keys, shapes)       |
 | compute_dtype: shards cast to it for the all-gather and the compute     | fsdp_bf16_compute_fp32_masters (the  |
-|                                                                         | layers' weights and the all-gathers  |
+|                                                                         | layers' outputs, the dtype their     |
+|                                                                         | operation ran in, and the all-gathers|
 |                                                                         | are bf16)                            |
 | master shards stay fp32 and sharded; the optimizer updates them         | fsdp_bf16_compute_fp32_masters,      |
 |                                                                         | verify_memory                        |
@@ -53,7 +54,7 @@ from grader.checks import CheckFailed
 from grader.exercises.collectives import record_collectives
 from grader.exercises.syncbn_sharded import reference as ref
 from grader.exercises.syncbn_sharded.exercise import check
-from grader.exercises.syncbn_sharded.fsdp_memory import deep_net, measure_step, verify_freed
+from grader.exercises.syncbn_sharded.fsdp_memory import LayerWatch, deep_net, measure_step, verify_freed
 from grader.exercises.syncbn_sharded.fsdp_traffic import verify_equal_shards, verify_gathers_in, verify_traffic
 
 FSDP_STEPS = 3
@@ -107,9 +108,9 @@ def _fsdp_scenario(ctx, student, seed: int, odd: bool, dtype_name: str | None, o
     compute_dtype = getattr(torch, dtype_name) if dtype_name else None
     module = fsdp_net(seed, odd)
     layers = [m for m in module if isinstance(m, nn.Linear)]
-    seen = []  # (weight dtype, input dtype) at each inner Linear's forward
-    for layer in layers:
-        layer.register_forward_hook(lambda m, a, o: seen.append((str(m.weight.dtype), str(a[0].dtype))))
+    seen = []  # (dtype the layer computed in, input dtype) at each inner Linear's forward
+    for layer in layers:  # the output's dtype is the operation's: F.linear refuses mixed bf16 and fp32 inputs
+        layer.register_forward_hook(lambda m, a, o: seen.append((str(getattr(o, "dtype", None)), str(a[0].dtype))))
     cls = student.task("MiniFSDP")
     with record_collectives():  # construction may communicate; only its unseen collectives matter here
         fsdp = cls(module, compute_dtype) if compute_dtype else cls(module)
@@ -124,13 +125,15 @@ def _fsdp_scenario(ctx, student, seed: int, odd: bool, dtype_name: str | None, o
         return {"shard_sizes": every}
     opt = make_optimizer(shards, opt_name)
     x, y = micro_batch(ctx.rank, *_sizes(module))
-    per_step = []
+    per_step, backward_gathers = [], []
     with record_collectives() as calls:
         for _ in range(FSDP_STEPS):
             opt.zero_grad()
             start = len(calls)
             loss = nn.functional.mse_loss(fsdp(x).float(), y)
+            forward_end = len(calls)
             loss.backward()
+            backward_gathers.append(sum(c.kind == "all_gather" for c in calls[forward_end:]))
             fsdp.finish_gradient_synchronization()
             opt.step()
             per_step.append([(c.kind, c.dtype, c.numel) for c in calls[start:]])
@@ -139,7 +142,8 @@ def _fsdp_scenario(ctx, student, seed: int, odd: bool, dtype_name: str | None, o
                        if isinstance(t, torch.Tensor))
         full = fsdp.gather_full_params()
     return {"shards": [(str(p.dtype).replace("torch.", ""), p.numel()) for p in shards], "state": ref.state_elements(opt),
-            "leftover": leftover, "seen": seen, "calls": per_step, "backend": ctx.backend, "shard_sizes": every,
+            "leftover": leftover, "seen": seen, "calls": per_step, "backward_gathers": backward_gathers,
+            "backend": ctx.backend, "shard_sizes": every,
             "full": {str(k): v.detach().float().cpu().clone() for k, v in dict(full).items()},
             "full_dtypes": {str(k): str(v.dtype) for k, v in dict(full).items()}}
 
@@ -219,6 +223,11 @@ def verify_training(g, results, seed: int, odd: bool, bf16: bool = False) -> Non
             likely = ("the result must equal one process training on the whole batch: reduce-scatter the gradients "
                       "and divide by the world size (the average), once, in finish_gradient_synchronization "
                       "or in backward; the optimizer steps the fp32 shards")
+            if not all(got.get("backward_gathers", [1])):  # correct numbers need no gather only when kept whole
+                likely = ("backward all-gathered nothing, so the gradients were computed with something other than "
+                          "the full parameters (the local shard?): in backward, all-gather each layer's full "
+                          "parameters again before its gradients are computed (unpack must return the gathered "
+                          "full parameter, shaped as it was saved)")
             g.assert_close(actual, exp, f"rank {rank}: {name} after {FSDP_STEPS}{' bf16' if bf16 else ''} steps",
                            likely, tol=BF16_TOL if bf16 else None)
 
@@ -257,12 +266,15 @@ def fsdp_matches_unsharded_training(g):
 
 @check("MiniFSDP", points=2)
 def fsdp_bf16_compute_fp32_masters(g):
-    """compute_dtype=bfloat16: the inner layers see bf16 weights and inputs; the shards stay fp32; the result is
+    """compute_dtype=bfloat16: the inner layers compute in bf16 (their outputs); the shards stay fp32; the result is
     within bf16 tolerance of the fp32 reference."""
     results = run_fsdp(g, 2, True, "bfloat16")
     for rank, got in enumerate(results):
-        if not got["seen"] or any(w != "torch.bfloat16" for w, _ in got["seen"]):
-            raise CheckFailed(f"rank {rank}: the inner Linear layers ran with weights of {sorted({w for w, _ in got['seen']})}"
+        if not got["seen"]:
+            raise CheckFailed(f"rank {rank}: the inner Linear layers never ran: fsdp(x) must run the module's layers "
+                              "(the grader's hooks on them count)")
+        if any(w != "torch.bfloat16" for w, _ in got["seen"]):
+            raise CheckFailed(f"rank {rank}: the inner Linear layers computed in {sorted({w for w, _ in got['seen']})}"
                               ": compute_dtype is ignored; all-gather the parameters cast to compute_dtype")
         if any(d != "float32" for d, _ in got["shards"]):
             raise CheckFailed(f"rank {rank}: the master shards are {sorted({d for d, _ in got['shards']})}: keep them "
@@ -303,15 +315,18 @@ def fsdp_gather_full_params_keys_and_shapes(g):
 def _in_rank_memory(ctx, student, seed: int):
     """One step of the student's MiniFSDP on deep_net: peak full-parameter bytes and each phase's collectives."""
     cls = student.task("MiniFSDP")
+    net = deep_net(seed)
+    watch = LayerWatch(net)  # before the student's wrapper sees the model: our hooks run first
     with record_collectives():
-        fsdp = cls(deep_net(seed))
-    return measure_step(ctx, fsdp)
+        fsdp = cls(net)
+    return measure_step(ctx, fsdp, watch)
 
 
 def run_memory(g, seed: int) -> list:
     shared = _public_launch(g) if seed == PUBLIC_MEMORY_SEED else None
     results = [got["memory"] for got in shared] if shared is not None else g.run(_in_rank_memory, seed)
-    if any(not isinstance(got, dict) or set(got) != {"peak", "forward_calls", "backward_calls"} for got in results):
+    keys = {"peak", "forwards", "off", "forward_calls", "backward_calls"}
+    if any(not isinstance(got, dict) or set(got) != keys for got in results):
         raise CheckFailed("the ranks did not send back their measurements: the grader's code in the ranks was "
                           "changed or cut short")
     return results

@@ -37,6 +37,7 @@ from torch import nn
 
 from grader.checks import CheckFailed
 from grader.exercises.collectives import CollectivesUnseen, issued, record_collectives
+from grader.exercises.dispatch_mode import SWITCHED_OFF, modes_on
 from grader.exercises.syncbn_sharded.exercise import check
 from grader.exercises.syncbn_sharded.fsdp2_model import DIM, OUT, TinyTransformer
 from grader.exercises.syncbn_sharded.fsdp2_probe import full_shape_allocations
@@ -116,13 +117,22 @@ def _in_rank_build(ctx, student, depth: int, seed: int):
 
     mesh = init_device_mesh(ctx.device.type, (ctx.world_size,))
     full_shapes = [tuple(p.shape) for p in TinyTransformer(depth, seed).parameters() if p.dim() >= 2]
+    made = []  # per make_model() call, outside the probe: (where its parameters lie, the grader's modes on)
+
+    def make_model():
+        on = modes_on()
+        model = TinyTransformer(depth, seed)
+        made.append((sorted({p.device.type for p in model.parameters()}), on and modes_on()))
+        return model
+
     with full_shape_allocations(full_shapes) as allocated, record_collectives():
-        model = student.task("build_fsdp2_model")(lambda: TinyTransformer(depth, seed), mesh)
+        model = student.task("build_fsdp2_model")(make_model, mesh)
     if not isinstance(model, nn.Module):
         return {"not_module": type(model).__name__}
     params = dict(model.named_parameters())
     out = {"allocated": list(allocated), "sharded": {k: isinstance(p, DTensor) for k, p in params.items()},
-           "devices": sorted({p.device.type for p in params.values()})}
+           "devices": sorted({p.device.type for p in params.values()}), "made": made,
+           "init_calls": getattr(model, "init_weights_calls", 0)}
     if out["devices"] != [ctx.device.type] or not all(out["sharded"].values()):
         return out  # meta or elsewhere, or not sharded: the parent names it; a step would only crash
     out["values"] = {k: full(p) for k, p in params.items()}  # our gathers, after the student's code returned
@@ -155,6 +165,14 @@ def _in_rank_train(ctx, student, depth: int, seed: int):
                 norm = step_fn(model, opt, micro, MAX_NORM)
         except CollectivesUnseen:  # clip_grad_norm_'s reduction runs inside DTensor's dispatch: counted below
             pass
+        except Exception as error:
+            if forwards[0] < MICRO or any(kind == "reduce_scatter" for kind, _, _ in calls):
+                raise  # not after every micro-batch ran unsynchronized: the student's own error says more
+            raise CheckFailed(  # the likely cause first: the student's own traceback would only show its symptom
+                f"rank {ctx.rank}, step {step + 1}: no gradient was reduce-scattered in this step, so gradient sync "
+                "stayed off: the gradients are this rank's unsynchronized local tensors (not DTensor shards), and "
+                "what comes after fails on them. Call model.set_requires_gradient_sync(True) before the last "
+                f"micro-batch. Your code then raised {type(error).__name__}: {error}") from error
         unseen = (issued() - before - len(calls)) if before is not None else 0
         norm = norm.full_tensor() if hasattr(norm, "full_tensor") else norm  # a DTensor norm: a collective
         steps.append({"norm": float(norm) if isinstance(norm, (int, float, torch.Tensor)) else repr(type(norm)),
@@ -182,6 +200,16 @@ def verify_build(g, results, depth: int, seed: int) -> None:
         if plain:
             raise CheckFailed(f"rank {rank}: {len(plain)} parameters (e.g. {plain[0]}) are plain tensors, not "
                               "DTensors: fully_shard each block, then the root")
+        if not got["made"]:
+            raise CheckFailed(f"rank {rank}: make_model() was never called: build the model with make_model(), "
+                              "under `with torch.device('meta'):`")
+        if not all(on for _, on in got["made"]):
+            raise CheckFailed(f"rank {rank}: make_model() ran while " + SWITCHED_OFF)
+        real = sorted({d for devices, _ in got["made"] for d in devices if d != "meta"})
+        if real:
+            raise CheckFailed(f"rank {rank}: make_model() built the parameters on {', '.join(real)}, not the meta "
+                              "device: the full model was materialized before sharding. Call make_model() under "
+                              "`with torch.device('meta'):`, shard, then to_empty")
         if got["allocated"]:
             shape, count = got["allocated"][0], len(got["allocated"])
             raise CheckFailed(f"rank {rank}: while building, {count} tensor(s) of a full weight's shape (e.g. "
@@ -190,10 +218,14 @@ def verify_build(g, results, depth: int, seed: int) -> None:
         if "values" not in got:
             raise CheckFailed(f"rank {rank}: the parameters are on {got['devices']}: move the sharded model to "
                               "real memory with model.to_empty(device=mesh.device_type), then init_weights()")
+        likely = ("model.init_weights() ran, but not last: call it once the model is sharded and on its device "
+                  "(after to_empty), and change nothing after it" if got.get("init_calls") else
+                  "model.init_weights() was never called: after to_empty the memory holds whatever was there, and a "
+                  "seeded nn.init on the shards would not give one process's numbers (on the CPU every rank's "
+                  "generator starts its shard with the same first numbers). Once the model is sharded and on its "
+                  "device, call model.init_weights(): each element is a formula of its position")
         for name, exp in expected.items():
-            g.assert_close(got["values"][name], exp.detach(), f"rank {rank}: {name} after the build",
-                           "after to_empty the memory holds garbage: call model.init_weights() once the model is "
-                           "sharded and on its device (it gives a sharded model the same numbers as a plain one)")
+            g.assert_close(got["values"][name], exp.detach(), f"rank {rank}: {name} after the build", likely)
 
 
 def verify_units_and_precision(g, results, depth: int, seed: int) -> None:
@@ -235,10 +267,13 @@ def verify_accumulation(results, depth: int) -> None:
                 raise CheckFailed(f"{where}: {info['unseen']} collectives moved data where the grader could not see "
                                   f"them (at most {UNSEEN_PER_STEP}: clip_grad_norm_'s reduction of the norm): call "
                                   "collectives through torch.distributed, from the thread that runs your code")
-            early = [f for kind, _, f in info["calls"] if kind == "reduce_scatter" and f < MICRO]
-            if early:
-                raise CheckFailed(f"{where}: gradients were reduce-scattered after micro-batch {early[0]} of "
-                                  f"{MICRO}: accumulation syncs every micro-batch. Call "
+            synced = sorted({f for kind, _, f in info["calls"] if kind == "reduce_scatter"})
+            if synced and synced[0] < MICRO:
+                every = synced == list(range(1, MICRO + 1))
+                raise CheckFailed(f"{where}: gradients were reduce-scattered in the backward of micro-batch(es) "
+                                  f"{', '.join(map(str, synced))} of {MICRO}: " + (
+                                      "accumulation syncs every micro-batch" if every else
+                                      "sync is on for the wrong micro-batches, and the last one must sync") + ". Call "
                                   "model.set_requires_gradient_sync(False) before the micro-batches that are not "
                                   "the last, and (True) before the last")
             scatters = sum(kind == "reduce_scatter" for kind, _, _ in info["calls"])
@@ -259,6 +294,15 @@ def verify_clipped_training(g, results, depth: int, seed: int) -> None:
             if not isinstance(norm, float):
                 raise CheckFailed(f"rank {rank}, step {step + 1}: train_step_fsdp2 returned {norm}; return the "
                                   "gradient norm clip_grad_norm_ returns, as a float")
+            if abs(norm - exp) > 1e-4 * exp and abs(norm - MAX_NORM) <= 1e-4 * MAX_NORM:
+                raise CheckFailed(f"rank {rank}, step {step + 1}: the returned norm is {norm:.6g}, max_norm itself: "
+                                  "that is the norm after clipping. Return what clip_grad_norm_ returns: the global "
+                                  f"norm before clipping ({exp:.6g} here)")
+            if abs(norm - exp) > 1e-4 * exp and step > 0 and abs(got["steps"][0]["norm"] - norms[0]) <= 1e-4 * norms[0]:
+                raise CheckFailed(f"rank {rank}, step {step + 1}: the returned norm is {norm:.6g}, the global gradient "
+                                  f"norm is {exp:.6g}, while step 1's norm was right: step 1 updated the parameters "
+                                  "with other gradients than clipped ones. Call clip_grad_norm_ before "
+                                  "optimizer.step() (it scales the gradients the step then uses)")
             if abs(norm - exp) > 1e-4 * exp:
                 local = norm < exp * 0.999
                 raise CheckFailed(f"rank {rank}, step {step + 1}: the returned norm is {norm:.6g}, the global "

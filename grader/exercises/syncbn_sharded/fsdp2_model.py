@@ -65,7 +65,9 @@ def _local_rows(p: torch.Tensor) -> tuple[torch.Tensor, int, tuple]:
 @torch.no_grad()
 def init_weights(model: nn.Module, seed: int = 0) -> nn.Module:
     """Initialize every parameter in place, the same numbers whether `model` is plain or sharded (see above).
-    Weights ~ 1/sqrt(fan_in) in size, biases small, LayerNorm weights near 1. Returns `model`."""
+    Weights ~ 1/sqrt(fan_in) in size, biases small, LayerNorm weights near 1. Returns `model`; counts its calls in
+    `model.init_weights_calls` (a check names a build that never called it)."""
+    model.init_weights_calls = getattr(model, "init_weights_calls", 0) + 1
     for index, (name, p) in enumerate(model.named_parameters()):
         local, first, full = _local_rows(p)
         cols = math.prod(full[1:])
