@@ -44,6 +44,11 @@ ANSWERS = {
                 mlp, mesh,
                 input_fn=lambda module, args, mesh: tuple(DTensor.from_local(a, mesh, [Replicate()]) for a in args),
                 output_fn=lambda module, out, mesh: out.to_local())''',
+    # a right plan on a copy: the mlp it was given stays unparallelized
+    "parallelized_copy": '''
+        def parallelize_mlp(mlp, mesh):
+            import copy
+            return parallelize_module(copy.deepcopy(mlp), mesh, {"fc1": ColwiseParallel(), "fc2": RowwiseParallel()})''',
     # gathers the hidden activation, then row-wise: right numbers, an extra all_gather (the twin of the tampers)
     "gather_then_row": GATHER_THEN_ROW,
     # the same, hiding its all_gathers from the grader's recorder by swapping its __torch_dispatch__ (the
@@ -84,7 +89,7 @@ def reports():
     for name, code in ANSWERS.items():
         source = solution if code is None else replace_definition(solution, TASK, code)
         # the mistakes' public checks only (they name the mistake); the solution and the lazy answer: all
-        checks = [VALUES, LAYOUT] if name in ("row_then_column", "both_column") else None
+        checks = [VALUES, LAYOUT] if name in ("row_then_column", "both_column", "parallelized_copy") else None
         report = grade_source(EXERCISE, source, task=TASK, checks=checks)
         out[name] = (report, failed(report))
     return out
@@ -135,3 +140,8 @@ def test_hiding_collectives_from_the_recorder_scores_no_more_than_the_twin(repor
             "hide_gathers_popping_the_mode": "turned off the grader's collective recorder"}[tamper]
     assert all(said in bad[name] for name in (VALUES, LAYOUT)), bad  # a hidden check does not show its text
 
+
+def test_a_parallelized_copy_is_told_to_parallelize_in_place(reports):
+    report, bad = reports["parallelized_copy"]
+    assert report.score == 0 and set(bad) == {VALUES, LAYOUT}
+    assert all("not the mlp it was given" in message and "in place" in message for message in bad.values()), bad
