@@ -72,6 +72,27 @@ ANSWERS = {
             mlp.register_forward_pre_hook(lambda m, a: off.append(_disable_current_modes()) or off[-1].__enter__() and None)
             mlp.register_forward_hook(lambda m, a, out: off.pop().__exit__(None, None, None) and None)
 ''' + GATHER_THEN_ROW_BODY,
+    # edits the record instead: a forward hook takes the all_gathers out of the recorder's list
+    "hide_gathers_editing_the_record": '''
+        def parallelize_mlp(mlp, mesh):
+            from torch.utils._python_dispatch import _get_current_dispatch_mode
+            def forget(module, args, out):
+                calls = getattr(_get_current_dispatch_mode(), "calls", [])
+                calls[:] = [c for c in calls if c.kind != "all_gather"]
+            mlp.register_forward_hook(forget)
+''' + GATHER_THEN_ROW_BODY,
+    # correct alternatives the task text allows: the defaults spelled out, one layer at a time
+    "explicit_layouts": '''
+        def parallelize_mlp(mlp, mesh):
+            from torch.distributed.tensor import Replicate, Shard
+            return parallelize_module(mlp, mesh, {
+                "fc1": ColwiseParallel(input_layouts=Replicate(), output_layouts=Shard(-1)),
+                "fc2": RowwiseParallel(input_layouts=Shard(-1), output_layouts=Replicate())})''',
+    "layer_by_layer": '''
+        def parallelize_mlp(mlp, mesh):
+            parallelize_module(mlp.fc1, mesh, ColwiseParallel())
+            parallelize_module(mlp.fc2, mesh, RowwiseParallel())
+            return mlp''',
     # pops the grader's mode off torch's stack for good as the forward starts
     "hide_gathers_popping_the_mode": '''
         def parallelize_mlp(mlp, mesh):
@@ -79,7 +100,8 @@ ANSWERS = {
             mlp.register_forward_pre_hook(lambda m, a: _pop_mode() and None)
 ''' + GATHER_THEN_ROW_BODY,
 }
-TAMPERS = ("hide_gathers_swapping_the_recorder", "hide_gathers_disabling_modes", "hide_gathers_popping_the_mode")
+TAMPERS = ("hide_gathers_swapping_the_recorder", "hide_gathers_disabling_modes", "hide_gathers_popping_the_mode",
+           "hide_gathers_editing_the_record")
 
 
 @pytest.fixture(scope="module")
@@ -95,8 +117,9 @@ def reports():
     return out
 
 
-def test_solution_gets_full_marks(reports):
-    report, bad = reports["solution"]
+@pytest.mark.parametrize("answer", ["solution", "explicit_layouts", "layer_by_layer"])
+def test_solution_gets_full_marks(reports, answer):
+    report, bad = reports[answer]
     assert bad == {}
     assert report.score == report.max_score == 7
     assert {c.name for c in report.checks} == {VALUES, LAYOUT, HIDDEN}
@@ -137,7 +160,8 @@ def test_hiding_collectives_from_the_recorder_scores_no_more_than_the_twin(repor
     assert report.score == 0 and set(bad) == {VALUES, LAYOUT, HIDDEN}
     said = {"hide_gathers_swapping_the_recorder": "changed the grader or torch",
             "hide_gathers_disabling_modes": "moved data where the grader could not see them",
-            "hide_gathers_popping_the_mode": "turned off the grader's collective recorder"}[tamper]
+            "hide_gathers_popping_the_mode": "turned off the grader's collective recorder",
+            "hide_gathers_editing_the_record": "moved data where the grader could not see them"}[tamper]
     assert all(said in bad[name] for name in (VALUES, LAYOUT)), bad  # a hidden check does not show its text
 
 
