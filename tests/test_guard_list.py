@@ -129,3 +129,26 @@ def test_torchs_own_step_wrapper_is_not_tampering_and_a_forged_one_is():
             guard.verify("after a forged wrapper")
     finally:
         Zero.step = original
+
+
+@pytest.mark.parametrize("target", ["_Recorder.__torch_dispatch__", "_Recorder.__init__", "Collective.__eq__",
+                                    "TorchDispatchMode.__enter__", "TorchDispatchMode.__exit__"])
+def test_a_swapped_dunder_of_a_measuring_class_is_tampering(target):
+    """The grader's own classes are watched whole, dunders included (a recorder whose __torch_dispatch__ is
+    swapped hides what it records); torch's classes for the dunders a measurement runs through."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    from grader.exercises import collectives
+
+    owner_name, name = target.split(".")
+    owner = {"_Recorder": collectives._Recorder, "Collective": collectives.Collective,
+             "TorchDispatchMode": TorchDispatchMode}[owner_name]
+    guard = _guard()
+    original = _swap(owner, name, lambda *a, **k: None)
+    try:
+        with pytest.raises(integrity.Tampered, match=name):
+            guard.verify("in a test", grader_only=owner is not TorchDispatchMode)
+        assert vars(owner)[name] is original  # put back by the guard
+    finally:
+        setattr(owner, name, original)
+    guard.verify("after the test")

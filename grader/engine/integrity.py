@@ -128,17 +128,21 @@ def _rewrapped_by_torch(old, new, wrapper_code) -> bool:
             and new.__closure__ is not None and any(cell.cell_contents is old for cell in new.__closure__))
 
 
-_WATCHED_DUNDERS = ("__init__", "__call__", "__import__")
+# Among dunders, torch's and the standard library's namespaces are watched for those a check's measurement
+# runs through (a mode's __torch_dispatch__, a context manager's __enter__/__exit__); the grader's own modules
+# and classes for every one (a recorder's __torch_dispatch__ swapped hides what it records).
+_WATCHED_DUNDERS = frozenset(("__init__", "__new__", "__call__", "__import__", "__enter__", "__exit__",
+                              "__torch_dispatch__", "__torch_function__", "__getattr__", "__getattribute__",
+                              "__setattr__"))
 
 
-def _watched_name(name: str) -> bool:
-    return not (name.startswith("__") and name.endswith("__")) or name in _WATCHED_DUNDERS
+def _watched_name(where: str, name: str) -> bool:
+    return name[:2] != "__" or name[-2:] != "__" or name in _WATCHED_DUNDERS or where[:7] == "grader." \
+        or where == "grader"
 
 
-def _watched(name: str, value) -> bool:
+def _watched(value) -> bool:
     """Code, not state: functions, classes and modules (a module's counters and flags change legitimately)."""
-    if name and not _watched_name(name):
-        return False
     # type(value), never value.__class__: a deprecated object (torch.distributed.reduce_op) warns on attribute access
     return _issubclass(_type(value), (_ModuleType, staticmethod, classmethod, property)) or _callable(value)
 
@@ -151,8 +155,8 @@ def _record(spaces: dict[str, dict]) -> dict[tuple[str, str], object]:
             kind = _type(value)
             watched = kinds.get(kind)
             if watched is None:
-                watched = kinds[kind] = _watched("", value)
-            if watched and (name[:2] != "__" or name[-2:] != "__" or name in _WATCHED_DUNDERS) \
+                watched = kinds[kind] = _watched(value)
+            if watched and _watched_name(where, name) \
                     and not (where in _REPLACEABLE_SPACES and (where, name) in _REPLACEABLE):
                 recorded[(where, name)] = value
     return recorded

@@ -12,9 +12,11 @@ our own sees each of them once, in call order, and patches nothing (the integrit
     [c.kind for c in calls]                 # e.g. ["all_gather", "all_gather", "reduce_scatter"]
 
 What the mode cannot see (a call on the process group's backend object, a collective from another
-thread, the mode popped by student code) still moves the group's sequence number: when the body
-returns and the groups issued more collectives than were recorded, `CollectivesUnseen` says so, so a
-hidden collective never passes for none.
+thread, the mode popped or disabled by student code for a while) still moves the group's sequence
+number: when the body returns and the groups issued more collectives than the recorded calls account
+for, `CollectivesUnseen` says so, so a hidden collective never passes for none (a call deleted from the
+list is one more unseen). A mode left off the stack at the end of the body (popped for good) fails
+with `RecorderOff`: the body's end runs one operator that the recorder must see.
 """
 from __future__ import annotations
 
@@ -65,10 +67,20 @@ class Collective:
     index: int  # 0, 1, ...: the order of the calls within one recording
     peer: int | None = None  # send/recv: the other rank within the group (None: any source)
     async_op: bool | None = None  # the call's async_op (None: an operator without one, e.g. functional ones)
+    sequence: int = 1  # how far the call moves its group's sequence number (gloo: SEQUENCE_COST)
 
 
 class CollectivesUnseen(CheckFailed):
     """The process groups issued collectives that did not pass the dispatcher while recording."""
+
+
+class RecorderOff(CheckFailed):
+    """The recorder's dispatch mode was no longer on torch's mode stack when the body returned."""
+
+
+RECORDER_OFF = ("your code turned off the grader's collective recorder (it popped torch's dispatch mode stack, "
+                "or left torch's dispatch modes disabled), so the collectives it made cannot be counted. A check "
+                "must see your code's own collectives: leave torch's dispatch modes alone")
 
 
 def _tensors(value) -> list:
@@ -95,7 +107,7 @@ def _sequence_cost(func, args, kwargs) -> int:
     return cost(size)
 
 
-def describe(func, args, kwargs, index: int) -> Collective | None:
+def describe(func, args, kwargs, index: int, sequence: int = 1) -> Collective | None:
     """The Collective that a dispatcher call of `func` is, or None when it moves no data."""
     name = func._schema.name.split("::", 1)[1]
     if name in NOT_COMMUNICATION:
@@ -110,7 +122,8 @@ def describe(func, args, kwargs, index: int) -> Collective | None:
     return Collective(kind=kind, nbytes=sum(t.numel() * t.element_size() for t in payload),
                       numel=sum(t.numel() for t in payload),
                       dtype=str(payload[0].dtype).removeprefix("torch.") if payload else "",
-                      op=f"{func.namespace}.{name}", index=index, peer=peer, async_op=async_op)
+                      op=f"{func.namespace}.{name}", index=index, peer=peer, async_op=async_op,
+                      sequence=sequence)
 
 
 class _Recorder(TorchDispatchMode):
@@ -118,14 +131,17 @@ class _Recorder(TorchDispatchMode):
         super().__init__()
         self.calls, self.on_call = calls, on_call
         self.sequence = 0  # how far the recorded calls move the groups' sequence numbers
+        self.probe, self.probe_seen = torch.zeros(()), False
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
-        if func.namespace in NAMESPACES:
-            call = describe(func, args, kwargs, len(self.calls))
+        if args and args[0] is self.probe:
+            self.probe_seen = True
+        elif func.namespace in NAMESPACES:
+            call = describe(func, args, kwargs, len(self.calls), _sequence_cost(func, args, kwargs))
             if call is not None:
                 self.calls.append(call)
-                self.sequence += _sequence_cost(func, args, kwargs)
+                self.sequence += call.sequence
                 if self.on_call is not None:
                     self.on_call(call)  # before the data moves: may refuse it by raising
         return func(*args, **kwargs)
@@ -151,12 +167,20 @@ def record_collectives(on_call=None):
     calls: list[Collective] = []
     before = issued()
     recorder = _Recorder(calls, on_call)
-    with recorder:
+    recorder.__enter__()
+    try:
         yield calls
+    finally:
+        recorder.probe.add_(0)  # through the mode stack: the recorder sees it only if it is still on it
+        if not recorder.probe_seen:
+            raise RecorderOff(RECORDER_OFF)  # nothing of ours left on the stack to pop
+        recorder.__exit__(None, None, None)
     after = issued()
-    if before is not None and after is not None and after - before > recorder.sequence:
+    # the counter and the list agree unless one was edited: the lower of the two is what was seen
+    seen = min(recorder.sequence, sum(c.sequence for c in calls))
+    if before is not None and after is not None and after - before > seen:
         raise CollectivesUnseen(
-            f"{after - before - recorder.sequence} collective call(s) moved data where the grader could not see them "
+            f"{after - before - seen} collective call(s) moved data where the grader could not see them "
             "(on the process group's backend object, in another thread, or with torch's dispatch modes turned "
             "off): call collectives through torch.distributed, from the thread that runs your code")
 

@@ -11,6 +11,13 @@ EXERCISE, TASK = "01_parallelism", "parallelize_mlp"
 VALUES, LAYOUT, HIDDEN = ("dtensor_block_matches_one_process", "dtensor_block_is_column_then_row",
                           "dtensor_block_three_ranks_gelu_3d")
 
+GATHER_THEN_ROW_BODY = '''
+            from torch.distributed.tensor import Replicate
+            return parallelize_module(mlp, mesh, {"fc1": ColwiseParallel(output_layouts=Replicate()),
+                                                  "fc2": RowwiseParallel(input_layouts=Replicate())})'''
+GATHER_THEN_ROW = '''
+        def parallelize_mlp(mlp, mesh):''' + GATHER_THEN_ROW_BODY
+
 ANSWERS = {
     "solution": None,
     # the plan the other way round: it only runs with a gather of fc2's output columns
@@ -37,7 +44,64 @@ ANSWERS = {
                 mlp, mesh,
                 input_fn=lambda module, args, mesh: tuple(DTensor.from_local(a, mesh, [Replicate()]) for a in args),
                 output_fn=lambda module, out, mesh: out.to_local())''',
+    # a right plan on a copy: the mlp it was given stays unparallelized
+    "parallelized_copy": '''
+        def parallelize_mlp(mlp, mesh):
+            import copy
+            return parallelize_module(copy.deepcopy(mlp), mesh, {"fc1": ColwiseParallel(), "fc2": RowwiseParallel()})''',
+    # gathers the hidden activation, then row-wise: right numbers, an extra all_gather (the twin of the tampers)
+    "gather_then_row": GATHER_THEN_ROW,
+    # the same, hiding its all_gathers from the grader's recorder by swapping its __torch_dispatch__ (the
+    # recorder's own count moved too, so the sequence numbers agree)
+    "hide_gathers_swapping_the_recorder": '''
+        def parallelize_mlp(mlp, mesh):
+            import grader.exercises.collectives as recorder
+            real = recorder._Recorder.__torch_dispatch__
+            def hiding(self, func, types, args=(), kwargs=None):
+                if "gather" in func._schema.name:
+                    self.sequence += 1
+                    return func(*args, **(kwargs or {}))
+                return real(self, func, types, args, kwargs)
+            recorder._Recorder.__torch_dispatch__ = hiding
+''' + GATHER_THEN_ROW_BODY,
+    # hides them by disabling torch's dispatch modes around the block's forward
+    "hide_gathers_disabling_modes": '''
+        def parallelize_mlp(mlp, mesh):
+            from torch.utils._python_dispatch import _disable_current_modes
+            off = []
+            mlp.register_forward_pre_hook(lambda m, a: off.append(_disable_current_modes()) or off[-1].__enter__() and None)
+            mlp.register_forward_hook(lambda m, a, out: off.pop().__exit__(None, None, None) and None)
+''' + GATHER_THEN_ROW_BODY,
+    # edits the record instead: a forward hook takes the all_gathers out of the recorder's list
+    "hide_gathers_editing_the_record": '''
+        def parallelize_mlp(mlp, mesh):
+            from torch.utils._python_dispatch import _get_current_dispatch_mode
+            def forget(module, args, out):
+                calls = getattr(_get_current_dispatch_mode(), "calls", [])
+                calls[:] = [c for c in calls if c.kind != "all_gather"]
+            mlp.register_forward_hook(forget)
+''' + GATHER_THEN_ROW_BODY,
+    # correct alternatives the task text allows: the defaults spelled out, one layer at a time
+    "explicit_layouts": '''
+        def parallelize_mlp(mlp, mesh):
+            from torch.distributed.tensor import Replicate, Shard
+            return parallelize_module(mlp, mesh, {
+                "fc1": ColwiseParallel(input_layouts=Replicate(), output_layouts=Shard(-1)),
+                "fc2": RowwiseParallel(input_layouts=Shard(-1), output_layouts=Replicate())})''',
+    "layer_by_layer": '''
+        def parallelize_mlp(mlp, mesh):
+            parallelize_module(mlp.fc1, mesh, ColwiseParallel())
+            parallelize_module(mlp.fc2, mesh, RowwiseParallel())
+            return mlp''',
+    # pops the grader's mode off torch's stack for good as the forward starts
+    "hide_gathers_popping_the_mode": '''
+        def parallelize_mlp(mlp, mesh):
+            from torch.utils._python_dispatch import _pop_mode
+            mlp.register_forward_pre_hook(lambda m, a: _pop_mode() and None)
+''' + GATHER_THEN_ROW_BODY,
 }
+TAMPERS = ("hide_gathers_swapping_the_recorder", "hide_gathers_disabling_modes", "hide_gathers_popping_the_mode",
+           "hide_gathers_editing_the_record")
 
 
 @pytest.fixture(scope="module")
@@ -47,14 +111,15 @@ def reports():
     for name, code in ANSWERS.items():
         source = solution if code is None else replace_definition(solution, TASK, code)
         # the mistakes' public checks only (they name the mistake); the solution and the lazy answer: all
-        checks = [VALUES, LAYOUT] if name in ("row_then_column", "both_column") else None
+        checks = [VALUES, LAYOUT] if name in ("row_then_column", "both_column", "parallelized_copy") else None
         report = grade_source(EXERCISE, source, task=TASK, checks=checks)
         out[name] = (report, failed(report))
     return out
 
 
-def test_solution_gets_full_marks(reports):
-    report, bad = reports["solution"]
+@pytest.mark.parametrize("answer", ["solution", "explicit_layouts", "layer_by_layer"])
+def test_solution_gets_full_marks(reports, answer):
+    report, bad = reports[answer]
     assert bad == {}
     assert report.score == report.max_score == 7
     assert {c.name for c in report.checks} == {VALUES, LAYOUT, HIDDEN}
@@ -80,3 +145,27 @@ def test_unparallelized_block_earns_nothing(reports, lazy):
     assert report.score == 0 and set(bad) == {VALUES, LAYOUT, HIDDEN}
     assert "not parallelized" in bad[VALUES]
     assert "made no collective" in bad[LAYOUT]
+
+
+def test_the_twin_of_the_tampers_is_told_its_extra_all_gather(reports):
+    report, bad = reports["gather_then_row"]
+    assert set(bad) == {LAYOUT, HIDDEN} and report.score == 3
+    assert "forward made all_gather" in bad[LAYOUT] and "the extra all_gather" in bad[LAYOUT]
+
+
+@pytest.mark.parametrize("tamper", TAMPERS)
+def test_hiding_collectives_from_the_recorder_scores_no_more_than_the_twin(reports, tamper):
+    report, bad = reports[tamper]
+    assert report.score <= reports["gather_then_row"][0].score, report.lines()
+    assert report.score == 0 and set(bad) == {VALUES, LAYOUT, HIDDEN}
+    said = {"hide_gathers_swapping_the_recorder": "changed the grader or torch",
+            "hide_gathers_disabling_modes": "moved data where the grader could not see them",
+            "hide_gathers_popping_the_mode": "turned off the grader's collective recorder",
+            "hide_gathers_editing_the_record": "moved data where the grader could not see them"}[tamper]
+    assert all(said in bad[name] for name in (VALUES, LAYOUT)), bad  # a hidden check does not show its text
+
+
+def test_a_parallelized_copy_is_told_to_parallelize_in_place(reports):
+    report, bad = reports["parallelized_copy"]
+    assert report.score == 0 and set(bad) == {VALUES, LAYOUT}
+    assert all("not the mlp it was given" in message and "in place" in message for message in bad.values()), bad

@@ -132,3 +132,79 @@ LAZY = [
 @pytest.mark.parametrize("code, phrase", LAZY, ids=[p for _, p in LAZY])
 def test_laziest_answers_earn_nothing(code, phrase):
     assert_lazy_answer_earns_nothing(EXERCISE, TASK, code, phrase)
+
+
+# --- the public check: the notebook's hangs disguised at each grading ---
+
+LOOKUP = """
+def diagnose_hang(dumps):
+    from grader.exercises.torchrun.hangs import EXAMPLES, stage
+    for hang in EXAMPLES:  # the notebook's hangs, importable: a table of their answers
+        if stage(hang) == dumps:
+            return hang.answer()
+    return 1, 1, "nccl:broadcast"
+"""
+
+
+def test_a_lookup_of_the_notebooks_hangs_earns_nothing():
+    report = grade(replace_definition(solution_source(EXERCISE), TASK, LOOKUP))
+    assert report.score == 0 and set(failed(report)) == {PUBLIC, HIDDEN}, "\n".join(report.lines())
+
+
+def _run(code: str):
+    namespace = {}
+    exec(code, namespace)
+    return namespace["diagnose_hang"]
+
+
+SOLUTION_FN = None
+
+
+def _solution():
+    global SOLUTION_FN
+    if SOLUTION_FN is None:
+        source = solution_source(EXERCISE)
+        start = source.index("def diagnose_hang(")
+        end = source.index("### END SOLUTION", start)
+        SOLUTION_FN = _run(source[start:end])
+    return SOLUTION_FN
+
+
+# each mistake -> what every one of its public failures names
+NAMED = {"highest seq": (HIGHEST, "enqueued the most collectives"), "rank 0": (RANK_0, "you assumed rank 0"),
+         "entries counted": (COUNTED, "you counted entries"),
+         "last completed": (LAST_COMPLETED, "the last collective every rank completed")}
+
+
+def _verdicts(fn, seed: int) -> list:
+    from grader.exercises.torchrun.checks_diagnosis import _plain, public_hangs, verdict
+
+    return [verdict(h, _plain(fn(stage(h))), f"in example {i + 1}")
+            for i, h in enumerate(public_hangs(random.Random(seed)))]
+
+
+def test_the_public_draw_changes_the_answers_and_keeps_every_verdict():
+    """Over 50 draws: the answers differ from the notebook's (a lookup table fails), the solution passes every
+    time, and each mistake fails every time (the same score), with a message naming it."""
+    from grader.exercises.torchrun.checks_diagnosis import public_hangs
+
+    for seed in range(50):
+        hangs = public_hangs(random.Random(seed))
+        assert all(h.answer() != e.answer() for h, e in zip(hangs, EXAMPLES)), seed
+        assert all(h.behind != max(range(h.world_size), key=h.newest) for h in hangs)
+        assert [h.behind == 0 for h in hangs] == [e.behind == 0 for e in EXAMPLES]
+        assert _verdicts(_solution(), seed) == [None, None, None], seed
+        for name, (code, phrase) in NAMED.items():
+            wrong = [v for v in _verdicts(_run(code), seed) if v is not None]
+            assert wrong, (name, seed)
+            assert phrase in wrong[0], (name, seed, wrong[0])
+
+
+def test_a_count_or_rank_0_mistake_is_not_told_only_about_the_highest_seq():
+    """Rank 0 waiting with the most collectives queued: an answer of rank 0 is told every reading it fits."""
+    from grader.exercises.torchrun.checks_diagnosis import verdict
+
+    hang = EXAMPLES[0]  # rank 0 enqueued the most
+    assert max(range(hang.world_size), key=hang.newest) == 0
+    message = verdict(hang, {"answer": [0, hang.missing_seq, hang.answer()[2]]}, "here")
+    assert "you assumed rank 0" in message and "enqueued the most collectives" in message, message

@@ -143,3 +143,29 @@ def test_mutant_fails_its_check(solution, name):
     failures = failed(report)
     assert set(failures) == {target}, failures
     assert phrase in failures[target], failures[target]
+
+
+MKSTEMP = ("    tmp = f\"{path}.tmp\"\n",
+           "    import tempfile\n    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(os.path.abspath(path)))\n"
+           "    os.close(fd)\n")
+LOG_MID_EPOCH = ("save_snapshot(epoch, done)  # mid-epoch; the epoch's end is saved below",
+                 "save_snapshot(epoch, done)  # mid-epoch\n"
+                 "                if rank == 0:\n"
+                 "                    with open(args.epoch_log, \"a\") as f:\n"
+                 "                        f.write(f\"{epoch}\\\\n\")")
+
+
+def test_a_log_line_at_mid_epoch_snapshots_is_named_and_mkstemp_is_atomic(solution):
+    """Rank 0 alone logs, also at its mid-epoch snapshots, and saves through mkstemp + os.replace: told about the
+    mid-epoch lines, not about a second writer; the snapshot is replaced atomically (the hidden probe passes)."""
+    source = mutate(mutate(solution, *MKSTEMP), *LOG_MID_EPOCH)
+    report = grade_checks(source, ["train_script_matches_single_process", "train_script_replaces_the_snapshot_atomically"])
+    failures = failed(report)
+    assert set(failures) == {"train_script_matches_single_process"}, failures
+    message = failures["train_script_matches_single_process"]
+    assert "came with a mid-epoch snapshot" in message and "only rank 0 may write" not in message, message
+
+
+def test_mkstemp_and_os_replace_is_a_correct_alternative(solution):
+    report = grade_checks(mutate(solution, *MKSTEMP), ["train_script_replaces_the_snapshot_atomically"])
+    assert failed(report) == {} and report.score == 1, report.lines()

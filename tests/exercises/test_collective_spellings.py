@@ -121,7 +121,7 @@ def test_payload_is_what_this_rank_puts_in():
 def _around(ctx, how):
     import torch
     import torch.distributed as dist
-    from torch.utils._python_dispatch import _pop_mode, _push_mode
+    from torch.utils._python_dispatch import _disable_current_modes, _pop_mode, _push_mode
 
     from grader.exercises.collectives import CollectivesUnseen, record_collectives
 
@@ -140,18 +140,69 @@ def _around(ctx, how):
                 worker = threading.Thread(target=dist.all_reduce, args=(t,))
                 worker.start()
                 worker.join()
+            elif how == "modes disabled":
+                from torch.utils._python_dispatch import _disable_current_modes
+                with _disable_current_modes():
+                    dist.all_reduce(t)
+            elif how == "dispatch key excluded":
+                with torch._C._DisableTorchDispatch():
+                    dist.all_reduce(t)
+            elif how == "counter raised":  # the recorder's own count moved to cover a hidden call
+                from torch.utils._python_dispatch import _get_current_dispatch_mode
+                recorder = _get_current_dispatch_mode()
+                with _disable_current_modes():
+                    dist.all_reduce(t)
+                recorder.sequence += 1
+            elif how == "call deleted":  # a recorded call taken out of the list
+                dist.all_reduce(t)
+                del calls[-1]
     except CollectivesUnseen as exc:
         return str(exc)
     return f"not reported: {[c.kind for c in calls]}"
 
 
 @pytest.mark.timeout(90)
-@pytest.mark.parametrize("how", ["backend", "popped mode", "thread"])
+@pytest.mark.parametrize("how", ["backend", "popped mode", "thread", "modes disabled", "dispatch key excluded",
+                                 "counter raised", "call deleted"])
 def test_a_collective_around_the_dispatcher_is_reported(how):
     result = run_distributed(_around, 2, args=(how,), timeout=60)
     assert result.ok, result.failure()
     for message in result.values:
         assert message.startswith("1 collective call(s) moved data where the grader could not see them"), message
+
+
+def _switched_off(ctx, how):
+    import torch
+    import torch.distributed as dist
+    from torch.utils._python_dispatch import _disable_current_modes, _pop_mode
+
+    from grader.exercises.collectives import RecorderOff, record_collectives
+
+    t, kept = torch.ones(4), []
+    try:
+        with record_collectives() as calls:
+            if how == "popped for good":
+                _pop_mode()
+            elif how == "modes disabled for good":
+                kept.append(_disable_current_modes())  # kept: collected, the generator would push the modes back
+                kept[-1].__enter__()
+            elif how == "dispatch key excluded for good":
+                kept.append(torch._C._DisableTorchDispatch())
+                kept[-1].__enter__()
+            dist.all_reduce(t)
+    except RecorderOff as exc:
+        return str(exc)
+    return f"not reported: {[c.kind for c in calls]}"
+
+
+@pytest.mark.timeout(90)
+@pytest.mark.parametrize("how", ["popped for good", "modes disabled for good", "dispatch key excluded for good"])
+def test_a_recorder_switched_off_for_good_fails_and_says_so(how):
+    """Popped or disabled and never restored: nothing of the grader's is left on the stack to count with."""
+    result = run_distributed(_switched_off, 2, args=(how,), timeout=60)
+    assert result.ok, result.failure()
+    for message in result.values:
+        assert message.startswith("your code turned off the grader's collective recorder"), message
 
 
 def _with_on_call(ctx):

@@ -80,6 +80,11 @@ def _block_in_rank(ctx, student, seed, d, h, act, shape):
     model = student.task("parallelize_mlp")(block, mesh)
     if not isinstance(model, nn.Module):
         raise CheckFailed(f"parallelize_mlp returned {type(model).__name__}, not the nn.Module it parallelized")
+    if model is not block:
+        raise CheckFailed(f"parallelize_mlp returned a new {type(model).__name__}, not the mlp it was given: the "
+                          "contract is to parallelize mlp in place (parallelize_module changes the module you pass "
+                          "and returns it) and return that same module, so that code holding mlp (its optimizer, "
+                          "its owner) uses the parallel block")
     params = dict(model.named_parameters())
     layout = {name: _layout(p) for name, p in params.items()}
     with record_collectives() as forward:

@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import copy
 import numbers
+import random
 
 from grader.checks import CheckFailed
 from grader.exercises.torchrun.exercise import EXERCISE
-from grader.exercises.torchrun.hangs import EXAMPLES, Hang, stage
+from grader.exercises.torchrun.hangs import EXAMPLES, Hang, disguised, stage
 
 CONTRACT = ("return a tuple (rank, collective_seq_id, profiling_name): the rank that is behind, and the sequence "
             "number and name of the collective it never called, as the other ranks recorded it")
@@ -60,15 +61,7 @@ def verdict(hang: Hang, result, where: str) -> str | None:
     if rank != behind:
         if rank not in newest:
             return f"rank {rank} is not a rank of the job {where} (ranks 0 to {hang.world_size - 1})"
-        if newest[rank] == max(newest.values()):
-            return (f"you named rank {rank} {where}, the rank that enqueued the most collectives (up to seq "
-                    f"{newest[rank]}); {AHEAD}")
-        if rank == 0:
-            return (f"you named rank 0 {where}, but rank 0 is one of the ranks that wait: its newest collective is "
-                    f"seq {newest[0]}. Any rank can be behind, read the dumps: the rank behind is the one whose "
-                    "newest entry has the lowest collective_seq_id")
-        return (f"rank {rank} is not behind {where}: its newest collective is seq {newest[rank]}, and another "
-                f"rank's is lower. {AHEAD}")
+        return _wrong_rank(hang, rank, newest, where)
     if (seq, name) == (missing, missing_name):
         return None
     if seq == missing - 1 and hang.last_completed() is not None:
@@ -86,6 +79,29 @@ def verdict(hang: Hang, result, where: str) -> str | None:
     return f"the right rank {where}, but seq {seq} is not the collective it never called"
 
 
+def _wrong_rank(hang: Hang, rank: int, newest: dict[int, int], where: str) -> str:
+    """Why `rank`, which is not behind, may have been named: each reading of the dumps it fits."""
+    kept = {r: min(n, hang.buffer) for r, n in newest.items()}  # entries in each rank's ring buffer
+    readings = []
+    if rank == 0:
+        readings.append("you assumed rank 0 (any rank can be behind: read the dumps)")
+    if newest[rank] == max(newest.values()):
+        readings.append("you took the rank that enqueued the most collectives (with NCCL a rank's CPU only "
+                        "enqueues work for its GPU, so a rank that waits may have enqueued several collectives "
+                        "past the one that hangs)")
+    fewest, tie = min(kept.values()), len(set(kept.values())) == 1
+    if kept[rank] == fewest and (not tie or rank == min(kept, key=kept.get)):
+        readings.append("you counted entries (" + (f"every rank holds {fewest} here" if tie else
+                        f"rank {rank} holds the fewest, {fewest}") + ": the ring buffer keeps only the newest "
+                        "entries, so their number does not tell who is behind)")
+    head = (f"you named rank {rank} {where}, which is not behind: its newest collective is seq {newest[rank]}, "
+            "and another rank's is lower")
+    if not readings:
+        return f"{head}. {AHEAD}"
+    return f"{head}. Likely cause: {'; or '.join(readings)}. The rank behind is the one whose newest entry has the " \
+           "lowest collective_seq_id"
+
+
 def check_hangs(g, hangs: list[Hang], what: str) -> None:
     results = g.run(_diagnose_each, [stage(h) for h in hangs], world_size=1, init_group=False)[0]
     if not isinstance(results, list) or len(results) != len(hangs):
@@ -96,8 +112,15 @@ def check_hangs(g, hangs: list[Hang], what: str) -> None:
             raise CheckFailed(problem)
 
 
+def public_hangs(rng: random.Random) -> list[Hang]:
+    """The notebook's three hung jobs, disguised afresh at each grading (ranks relabeled, sequence numbers
+    shifted): the same traps, answers no list of the examples holds."""
+    return [disguised(hang, rng) for hang in EXAMPLES]
+
+
 @EXERCISE.check("diagnose_hang", points=1)
 def diagnose_hang_names_the_rank_behind(g):
-    """The three hung jobs of the notebook (4, 2 and 8 ranks): the rank behind, the seq and name of the
-    collective it never called."""
-    check_hangs(g, list(EXAMPLES), "the notebook's example")
+    """The three hung jobs of the notebook (4, 2 and 8 ranks), with their ranks relabeled and their sequence
+    numbers shifted at each grading: the rank behind, the seq and name of the collective it never called."""
+    check_hangs(g, public_hangs(random.Random(random.SystemRandom().randrange(2**63))),
+                "the notebook's example (ranks relabeled, sequence numbers shifted)")

@@ -1,10 +1,10 @@
 """Check of 04_torchrun, train_script: a snapshot every --snapshot-every steps resumes at the same batch.
 
-It reads the crash run of train_script_resumes_after_a_killed_worker (one run for both): the grader
-stopped the workers at a step it drew, read the snapshot there, killed a worker, and counted every
-sample each worker's training forwards took over both attempts. A right resume leaves no more than
---snapshot-every steps unsaved, trains again only the steps after the snapshot, and ends with the
-uninterrupted run's model.
+It reads the crash run of train_script_resumes_after_a_killed_worker (one run for both): the workers
+stopped at every training forward while the grader read the snapshot, and at runs.KILL_STEP the grader
+killed a worker instead; it counted every sample each worker's training forwards took over both
+attempts. A right resume never leaves --snapshot-every steps unsaved (at any step of either attempt),
+trains again only the steps after the snapshot, and ends with the uninterrupted run's model.
 """
 from __future__ import annotations
 
@@ -17,25 +17,62 @@ from grader.exercises.torchrun.resumes import where
 PER_RANK_BATCH = problem.GLOBAL_BATCH // runs.WORKERS
 
 
-def _snapshot_progress(run: runs.ScriptRun, every: int) -> int:
-    """Steps before the snapshot the grader read at the kill; CheckFailed unless it is recent enough."""
-    kill, snapshot = run.kill_step, run.snapshot_at_kill
+def _progress_at(snapshot, step: int) -> int:
+    """How far the snapshot read at `step` got (0: none yet); CheckFailed when it does not say."""
+    if snapshot is None:
+        return 0  # nothing saved yet: a restart would begin at step 0
+    if isinstance(snapshot, str):
+        raise CheckFailed(f"at step {step} ({where(step)}) the snapshot {snapshot}")
     p = resumes.progress(snapshot)
     if p is None:
         keys = sorted(snapshot) if isinstance(snapshot, dict) else type(snapshot).__name__
         raise CheckFailed(f"the snapshot holds {keys}: besides 'epochs_run' it needs 'batches_run', the batches "
                           f"of epoch epochs_run already trained (0 to {resumes.STEPS - 1}), so that a restart "
                           "knows where in the epoch to resume")
-    if not 0 <= kill - p < every:
-        if p % resumes.STEPS == 0 and p <= kill:
-            raise CheckFailed(f"the workers were stopped at step {kill} ({where(kill)}) and the last snapshot was "
-                              f"the one at the end of epoch {p // resumes.STEPS - 1}, {kill - p} steps before: with "
-                              f"--snapshot-every {every} rank 0 also saves after every {every}th step, not only at "
-                              "epoch ends (epochs_run = the current epoch, batches_run = its batches done)")
-        raise CheckFailed(f"the workers were stopped at step {kill} ({where(kill)}); the snapshot then said "
-                          f"epochs_run={snapshot['epochs_run']}, batches_run={snapshot['batches_run']} (step {p}): "
-                          f"with --snapshot-every {every} it should be at most {every - 1} steps old, never ahead")
     return p
+
+
+def _check_age(step: int, p: int, every: int, saves_mid_epoch: bool) -> None:
+    """At `step` (steps done), the newest snapshot, at progress p, is at most every - 1 steps old.
+    saves_mid_epoch: the script took some mid-epoch snapshot in this run."""
+    if 0 <= step - p < every:
+        return
+    if p > step:
+        raise CheckFailed(f"at step {step} ({where(step)}) the snapshot said step {p} ({where(p)}): ahead of the "
+                          "training. epochs_run is the current epoch and batches_run its batches already trained")
+    newest = ("there was no snapshot yet" if p == 0 else f"the newest snapshot was the one of step {p} ({where(p)}), "
+              f"{step - p} steps before")
+    if not saves_mid_epoch:
+        raise CheckFailed(f"when training reached step {step} ({where(step)}) {newest}, and no snapshot of the run "
+                          f"was taken inside an epoch: with --snapshot-every {every} rank 0 also saves after every "
+                          f"{every} optimizer steps, not only at epoch ends (epochs_run = the current epoch, "
+                          "batches_run = its batches done)")
+    raise CheckFailed(f"when training reached step {step} ({where(step)}) {newest}: with --snapshot-every {every} "
+                      f"no more than {every - 1} step(s) may go unsaved. Save whenever the steps done over the whole "
+                      f"run (epoch * {resumes.STEPS} + batches done) are a multiple of {every}")
+
+
+def _mid_epoch(run: runs.ScriptRun) -> bool:
+    return any(resumes.progress(snapshot) not in (None, 0) and resumes.progress(snapshot) % resumes.STEPS
+               for _, _, snapshot in run.snapshots)
+
+
+def _snapshot_progress(run: runs.ScriptRun, every: int) -> int:
+    """Check the age of every snapshot of the first attempt, up to the kill; the progress at the kill."""
+    p, mid_epoch = 0, _mid_epoch(run)
+    for attempt, forward, snapshot in run.snapshots:
+        if attempt == 0:
+            p = _progress_at(snapshot, forward)
+            _check_age(forward, p, every, mid_epoch)
+    return p
+
+
+def _check_restarted_ages(run: runs.ScriptRun, p: int, every: int) -> None:
+    """After the restart (which resumed at p, checked by the counts), every snapshot is as recent."""
+    for attempt, forward, snapshot in run.snapshots:
+        if attempt == 1:
+            step = p + forward
+            _check_age(step, _progress_at(snapshot, step), every, True)
 
 
 def _check_counts(run: runs.ScriptRun, p: int) -> None:
@@ -48,11 +85,23 @@ def _check_counts(run: runs.ScriptRun, p: int) -> None:
     counts = ", ".join(f"rank {rank}: {n}" for rank, n in seen.items())
     extra = seen[0] - expected
     epoch, batch = divmod(p, resumes.STEPS)
+    later = KILL_EPOCHS - 1 - epoch
     if extra == batch * per_step and batch:
         raise CheckFailed(f"the restarted run began epoch {epoch} again at its first batch: the snapshot was taken "
                           f"after {batch} of its batches, and those were trained twice (samples per worker: "
                           f"{counts}; expected {expected}). Skip the snapshot's batches_run batches of that "
                           "epoch, e.g. itertools.islice(loader, batches_run, None)")
+    if batch and later and extra == -later * batch * per_step:
+        raise CheckFailed(f"the restarted run skipped the first {batch} batches of every later epoch too (samples "
+                          f"per worker: {counts}; expected {expected}): skip batches_run batches only in the epoch "
+                          "you resume (epoch == epochs_run); every later epoch starts at its first batch")
+    if extra and extra % per_step == 0 and 0 < batch - extra // per_step < resumes.STEPS:
+        started = batch - extra // per_step
+        raise CheckFailed(f"the restarted run began epoch {epoch} at batch {started}, not at batch {batch} (the "
+                          f"snapshot's batches_run): {abs(extra) // per_step} batch(es) "
+                          f"{'trained twice' if extra > 0 else 'never trained'} (samples per worker: {counts}; "
+                          f"expected {expected}). Skip exactly batches_run batches: itertools.islice(loader, "
+                          "batches_run, None)")
     raise CheckFailed(f"stopped at step {kill} with a snapshot at step {p} ({where(p)}), the workers' training "
                       f"forwards took {counts} samples over both attempts, expected {expected} each (every batch "
                       f"once, and the {kill - p} step(s) after the snapshot again): resume at batch batches_run of "
@@ -61,9 +110,9 @@ def _check_counts(run: runs.ScriptRun, p: int) -> None:
 
 @EXERCISE.check("train_script", points=2)
 def train_script_resumes_mid_epoch(g):
-    """The crash run (--snapshot-every 2): at the step where the grader stopped the workers, the snapshot is
-    at most 1 step old and says where in its epoch it was taken (batches_run); the restart trains each
-    remaining batch once (samples counted per worker) and ends with the uninterrupted run's model."""
+    """The crash run (--snapshot-every 2): at every step of both attempts the snapshot is at most 1 step old
+    and says where in its epoch it was taken (batches_run); the restart trains each remaining batch once
+    (samples counted per worker) and ends with the uninterrupted run's model."""
     try:
         run = resumed_run(g)
     except CheckFailed as exc:
@@ -71,6 +120,7 @@ def train_script_resumes_mid_epoch(g):
                           ) from None
     p = _snapshot_progress(run, runs.SNAPSHOT_EVERY)
     _check_counts(run, p)
+    _check_restarted_ages(run, p, runs.SNAPSHOT_EVERY)
     if p % resumes.STEPS and isinstance(run.final, dict) and _same(g, run.final, reference.reference_state(
             KILL_EPOCHS, run.seed, schedule=resumes.offset_forgotten(KILL_EPOCHS, p))):
         batch = p % resumes.STEPS

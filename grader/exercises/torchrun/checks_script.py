@@ -23,7 +23,7 @@ from grader.exercises.torchrun.exercise import EXERCISE
 # ---------------------------------------------------------------- train_script
 
 EPOCHS = 3  # the plain, two-node and snapshot-probe runs
-KILL_EPOCHS = 3  # the crash run: a worker is killed at a step of epoch 1 or 2 (runs.kill_steps)
+KILL_EPOCHS = 3  # the crash run: a worker is killed at runs.KILL_STEP, in epoch 1
 
 
 def _get_script(ctx, student):
@@ -148,18 +148,31 @@ def _log_state(log: list[int] | None) -> str:
     return "no epoch log was written" if log is None else f"the log listed only {log}"
 
 
+def _logged_mid_epoch(run: runs.ScriptRun) -> bool:
+    """When the log got its first line, the snapshot was a mid-epoch one: the line came with it."""
+    then = run.snapshot_as_acted
+    return isinstance(then, dict) and (then.get("batches_run") not in (0, None) or then.get("epochs_run") == 0)
+
+
 def _check_log(run: runs.ScriptRun, expected: list[int], what: str) -> None:
     log = run.log
     if log is None:
         raise CheckFailed(f"{what}: no epoch log at --epoch-log epochs.log (rank 0 appends the epoch number "
-                          "after each snapshot)\n" + evidence(run.output, run.timed_out))
+                          "after each end-of-epoch snapshot)\n" + evidence(run.output, run.timed_out))
     if log == expected:
         return
     if sorted(set(log)) == expected and len(log) == 2 * len(expected):
+        if _logged_mid_epoch(run):
+            then = run.snapshot_as_acted
+            raise CheckFailed(f"{what}: the epoch log lists every epoch twice ({log}), and its first line came with "
+                              f"a mid-epoch snapshot (epochs_run={then.get('epochs_run')!r}, batches_run="
+                              f"{then.get('batches_run')!r}): append the epoch's line only after the snapshot at the "
+                              "end of the epoch, none for the mid-epoch snapshots")
         raise CheckFailed(f"{what}: the epoch log lists every epoch twice ({log}): only rank 0 may write the "
                           "log (and the snapshot)")
     raise CheckFailed(f"{what}: the epoch log lists {log}, expected {expected} (one line per epoch, the epoch "
-                      "number, written by rank 0 after its snapshot)\n" + evidence(run.output, run.timed_out))
+                      "number, written by rank 0 after the snapshot at the end of that epoch; none for mid-epoch "
+                      "snapshots)\n" + evidence(run.output, run.timed_out))
 
 
 def _check_snapshot(snapshot, epochs: int, what: str) -> None:
@@ -231,7 +244,7 @@ def resumed_run(g) -> runs.ScriptRun:
 
 @EXERCISE.check("train_script", points=3)
 def train_script_resumes_after_a_killed_worker(g):
-    """3 epochs, --max-restarts=1; the grader SIGKILLs worker LOCAL_RANK 1 at a step it draws in epoch 1 or 2.
+    """3 epochs, --max-restarts=1; the grader SIGKILLs worker LOCAL_RANK 1 at step 7 (epoch 1, batch 3).
     torchrun restarts both workers; they must resume in the epoch of the kill (the log then lists 0, 1, 2)
     and end with the model of an uninterrupted run. Where in that epoch they resume is
     train_script_resumes_mid_epoch's business: a resume at the right epoch passes here."""

@@ -140,6 +140,25 @@ def stuck_at_start(seed: int, world_size: int) -> Hang:
     return Hang(world_size, behind, 1, ops, ahead, stack=0)
 
 
+def disguised(hang: Hang, rng: random.Random) -> Hang:
+    """The same hang with its ranks relabeled and 1 to 40 more collectives before it (sequence numbers shifted):
+    a list of the notebook's answers fails, every reading of the dumps keeps its verdict. The rank behind stays
+    rank 0 exactly when it was (assuming rank 0 stays wrong) and moves when the job has more than two ranks."""
+    n, behind = hang.world_size, hang.behind
+    labels = list(range(n))
+    while n > 2:  # two ranks: relabeling would move the rank behind to or from rank 0
+        rng.shuffle(labels)
+        if (labels[behind] == 0) == (behind == 0) and (behind == 0 or labels[behind] != behind):
+            break
+    ahead = [0] * n
+    for rank, label in enumerate(labels):
+        ahead[label] = hang.ahead[rank]
+    shift = rng.randint(1, 40) if hang.missing_seq > 2 else 0  # the collectives just before the hang stay as built
+    earlier = tuple(rng.choice(["nccl:all_reduce", "nccl:_allgather_base"]) for _ in range(shift))
+    return Hang(n, labels[behind], hang.missing_seq + shift, hang.ops[:1] + earlier + hang.ops[1:], tuple(ahead),
+                hang.buffer, hang.stack)
+
+
 # The examples the exercise notebook shows and the public check grades (the hidden check draws others).
 EXAMPLES = (
     Hang(4, 2, 7, ("nccl:broadcast", "nccl:all_reduce", "nccl:all_reduce", "nccl:all_reduce", "nccl:all_reduce",

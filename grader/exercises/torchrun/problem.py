@@ -17,10 +17,12 @@ Grader-only hooks, active only when the grader sets their environment
 variable in its own runs (without them, forward does nothing extra):
 - PAUSE_ENV: the model's forward waits at a known point of the first attempt so
   that the grader can act between two snapshots (inspect the snapshot file).
-- PAUSE_STEP_ENV: the same at the training forward of a step the grader chose
-  (the first attempt only); each worker says it got there with a file in the
-  grader's folder, and the grader kills one while all wait: the kill lands at
-  that step every time, whatever the load.
+- PAUSE_STEP_ENV: a folder of the grader's. Every worker stops at each of its
+  training forwards, says so with a file there and waits for the grader's go:
+  meanwhile the grader reads the snapshot (every snapshot's age is checked),
+  and at the step it chose it kills a worker instead: the kill lands at that
+  step every time, whatever the load. Which step that is lives only in the
+  grader: nothing here or in the environment tells the script.
 - SEEN_ENV: each worker's model counts the samples its training forwards (grad
   enabled) took, so that the grader sees every worker train on its own shard: a
   script where rank 0 trains on every global batch alone, without DDP, reaches
@@ -45,7 +47,7 @@ MOMENTUM = 0.9  # momentum makes the optimizer state part of what a snapshot mus
 
 PAUSE_ENV = "TORCHRUN_EXERCISE_PAUSE"  # "<log path>:<epochs>:<go file>", set by the grader
 PAUSE_LIMIT_S = 120.0  # a paused worker never waits longer than this
-PAUSE_STEP_ENV = "TORCHRUN_EXERCISE_PAUSE_STEP"  # "<step>:<folder>", set by the grader
+PAUSE_STEP_ENV = "TORCHRUN_EXERCISE_PAUSE_STEP"  # "<folder>", set by the grader
 SEEN_ENV = "TORCHRUN_EXERCISE_SEEN"  # a folder, set by the grader: rank<RANK>.seen gets one line per forward
 
 
@@ -124,27 +126,34 @@ class _Pause:
             time.sleep(0.02)
 
 
-class _StepPause:
-    """At this process's training forward number `step` (0-based: `step` steps done), on the first
-    attempt only: create <folder>/rank<RANK>.paused, then wait (bounded) to be killed. The forward
-    that waits is not counted in SEEN_ENV's file: it never trains."""
+def arrived(folder: str, attempt: int, forward: int, rank: str) -> str:
+    """The file a worker creates when it reaches its training forward `forward` (0-based) of `attempt`."""
+    return os.path.join(folder, f"at.{attempt}.{forward}.rank{rank}")
 
-    def __init__(self, step: int, folder: str):
-        self.step, self.folder, self.forwards = step, folder, 0
+
+def go(folder: str, attempt: int, forward: int) -> str:
+    """The file the grader creates to let the workers run that forward."""
+    return os.path.join(folder, f"go.{attempt}.{forward}")
+
+
+class _StepPause:
+    """At each training forward of this process, on every attempt (TORCHELASTIC_RESTART_COUNT): create
+    arrived(...), then wait (bounded) for go(...). The forward counted in SEEN_ENV's file is the one the
+    grader let run: one where a worker was killed instead never trains."""
+
+    def __init__(self, folder: str):
+        self.folder, self.forwards = folder, 0
+        self.attempt = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") or 0)
+        self.rank = os.environ.get("RANK", "unknown")
 
     @classmethod
     def from_env(cls):
-        spec = os.environ.get(PAUSE_STEP_ENV)
-        if not spec or os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") != "0":
-            return None
-        step, folder = spec.split(":", 1)
-        return cls(int(step), folder)
+        folder = os.environ.get(PAUSE_STEP_ENV)
+        return cls(folder) if folder else None
 
     def count_and_maybe_wait(self) -> None:
-        self.forwards += 1
-        if self.forwards != self.step + 1:
-            return
-        open(os.path.join(self.folder, f"rank{os.environ.get('RANK', 'unknown')}.paused"), "w").close()
-        deadline = time.monotonic() + PAUSE_LIMIT_S
-        while time.monotonic() < deadline:
-            time.sleep(0.05)
+        forward, self.forwards = self.forwards, self.forwards + 1
+        open(arrived(self.folder, self.attempt, forward, self.rank), "w").close()
+        release, deadline = go(self.folder, self.attempt, forward), time.monotonic() + PAUSE_LIMIT_S
+        while not os.path.exists(release) and time.monotonic() < deadline:
+            time.sleep(0.005)

@@ -29,10 +29,16 @@ def where(step: int) -> str:
     return f"epoch {epoch}, batch {batch}"
 
 
+def resumed_at(epochs: int, p: int, batch: int) -> tuple:
+    """Resumed from a snapshot at progress p, but at `batch` of its epoch (0: the epoch's start, trained
+    twice up to p; p's own batch: right; one more: a batch skipped)."""
+    full = uninterrupted(epochs)
+    return full[:p] + full[p // STEPS * STEPS + batch:]
+
+
 def from_epoch_start(epochs: int, p: int) -> tuple:
     """Resumed at the first batch of the snapshot's epoch: its first batches trained twice."""
-    full = uninterrupted(epochs)
-    return full[:p] + full[p // STEPS * STEPS:]
+    return resumed_at(epochs, p, 0)
 
 
 def offset_forgotten(epochs: int, p: int) -> tuple:
@@ -42,12 +48,23 @@ def offset_forgotten(epochs: int, p: int) -> tuple:
     return full[:p] + tuple((epoch, j) for j in range(STEPS - batch)) + full[(epoch + 1) * STEPS:]
 
 
+def skipped_in_later_epochs(epochs: int, p: int) -> tuple:
+    """Resumed at the right batch, but every later epoch skips its first batches_run batches too."""
+    full = uninterrupted(epochs)
+    epoch, batch = divmod(p, STEPS)
+    return full[:(epoch + 1) * STEPS] + tuple(
+        step for later in range(epoch + 1, epochs) for step in full[later * STEPS + batch:(later + 1) * STEPS])
+
+
 def faulty(epochs: int, kill_step: int) -> dict[str, tuple]:
     """Every faulty mid-epoch resume from a snapshot taken in the kill's epoch before the kill:
     what an epoch-level resume that loads model, optimizer and epoch right may still do."""
     first = kill_step // STEPS * STEPS + 1
     found = {}
     for p in range(first, kill_step + 1):
-        found[f"from_epoch_start@{p}"] = from_epoch_start(epochs, p)
+        for batch in range(STEPS):
+            if batch != p % STEPS:
+                found[f"resumed_at_batch_{batch}@{p}"] = resumed_at(epochs, p, batch)
         found[f"offset_forgotten@{p}"] = offset_forgotten(epochs, p)
+        found[f"skipped_in_later_epochs@{p}"] = skipped_in_later_epochs(epochs, p)
     return found

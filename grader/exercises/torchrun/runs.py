@@ -68,8 +68,12 @@ class ScriptRun:
     acted: bool = False  # the grader did its mid-run action (kill, link)
     log_when_acted: list[int] | None = None
     snapshot_when_acted: bool = False
+    # linked: the snapshot's content when the grader linked it; killed: when the log got its first line
+    snapshot_as_acted: object = None
     kill_step: int | None = None  # killed scenario: the step (0-based) at which the workers were paused and killed
     snapshot_at_kill: object = None  # killed scenario: the snapshot's content at that moment
+    # killed scenario: (attempt, training forward of that attempt, the snapshot's content as it began)
+    snapshots: list[tuple[int, int, object]] = field(default_factory=list)
     log: list[int] | None = None
     final: object = None  # a state dict, None (missing) or an error text
     snapshot: object = None
@@ -138,37 +142,49 @@ def _logged(path: str) -> int:
     return len(read_log(path) or [])
 
 
-def kill_steps(epochs: int, every: int) -> list[int]:
-    """The steps the killed scenario may stop at: after epoch 0, where a snapshot taken only at epoch
-    ends is at least `every` steps old, so a script that ignores --snapshot-every shows."""
-    return [k for k in range(problem.STEPS_PER_EPOCH, epochs * problem.STEPS_PER_EPOCH)
-            if k % problem.STEPS_PER_EPOCH >= every]
+# The crash run's kill: the training forward of step 7 (epoch 1, batch 3), the same in every grading. A later
+# epoch follows (a resume that also skips batches in it shows), and the snapshot the solution took at step 6
+# is mid-epoch (a resume at the epoch's start or at the wrong batch shows). The step is never given to the
+# script: the workers stop at every step and only the grader knows where it kills.
+KILL_STEP = 7
 
 
 def killed(source: str, job: Job, epochs: int, every: int) -> ScriptRun:
-    """Two workers, --max-restarts=1; SIGKILL local rank 1 at a step drawn here (kill_steps).
+    """Two workers, --max-restarts=1; SIGKILL local rank 1 at KILL_STEP.
 
-    The given model pauses every worker of the first attempt at the training forward of that
-    step (problem.PAUSE_STEP_ENV); once rank 0 says it is there, its snapshot is read (rank 0 writes
-    nothing while it waits) and the kill lands. No timing is involved: the same step every time.
+    The given model stops every worker at each training forward of every attempt until the grader lets it
+    go (problem.PAUSE_STEP_ENV). While they wait the grader reads the snapshot's progress (rank 0 writes
+    nothing meanwhile): at each step before the kill and after the restart (run.snapshots), and at
+    KILL_STEP, where the kill lands instead. No timing is involved: the same steps every time.
     """
     directory = job.directory
     isolation.write_job(directory, source)
     run = ScriptRun(epochs, job.seed)
-    run.kill_step = random.SystemRandom().choice(kill_steps(epochs, every))
-    log = os.path.join(directory, LOG)
+    run.kill_step = KILL_STEP
+    log, snapshot = os.path.join(directory, LOG), os.path.join(directory, SNAPSHOT)
     grader_dir = os.path.dirname(directory)  # outside the script's directory
     paused, seen = os.path.join(grader_dir, "paused"), os.path.join(grader_dir, "seen")
     os.mkdir(paused)
     os.mkdir(seen)
     cmd = standalone_command("train.py", WORKERS, max_restarts=1)
-    extra = {problem.PAUSE_STEP_ENV: f"{run.kill_step}:{paused}", problem.SEEN_ENV: seen}
+    extra = {problem.PAUSE_STEP_ENV: paused, problem.SEEN_ENV: seen}
     with job.torchrun(cmd, directory, KILL_RUN_TIMEOUT_S, extra, script_args(epochs)) as proc:
-        if proc.wait_until(lambda: os.path.exists(os.path.join(paused, "rank0.paused"))):
-            run.log_when_acted = read_log(log) or []
-            run.snapshot_at_kill = load(os.path.join(directory, SNAPSHOT))
-            run.snapshot_when_acted = run.snapshot_at_kill is not None
-            run.acted = proc.kill_worker(local_rank=1)
+        for attempt in (0, 1):
+            forward = 0
+            while proc.wait_until(lambda: os.path.exists(problem.arrived(paused, attempt, forward, "0"))):
+                run.snapshots.append((attempt, forward, load(snapshot)))
+                if attempt == 0 and run.snapshot_as_acted is None and _logged(log):
+                    run.snapshot_as_acted = run.snapshots[-1][2]  # the snapshot the log's first line came with
+                if attempt == 0 and forward == KILL_STEP:
+                    run.log_when_acted = read_log(log) or []
+                    run.snapshot_at_kill = run.snapshots[-1][2]
+                    run.snapshot_when_acted = run.snapshot_at_kill is not None
+                    run.acted = proc.kill_worker(local_rank=1)
+                    break
+                open(problem.go(paused, attempt, forward), "w").close()
+                forward += 1
+            if not run.acted:
+                break  # the first attempt ended (or timed out) before the kill
         run.absorb(proc)
     run.seen = read_seen(seen)
     return run.collect(directory)
@@ -176,8 +192,8 @@ def killed(source: str, job: Job, epochs: int, every: int) -> ScriptRun:
 
 def linked(source: str, job: Job, epochs: int, link_after: int) -> ScriptRun:
     """Two workers; once the log lists `link_after` epochs (the workers paused), hard-link
-    the snapshot to LINK, then let the run go on. An atomic os.replace leaves the link's
-    content alone; a snapshot rewritten in place changes it."""
+    the snapshot to LINK and read it, then let the run go on. An atomic os.replace leaves the
+    link's content as it was read; a snapshot rewritten in place changes it."""
     directory = job.directory
     isolation.write_job(directory, source)
     run = ScriptRun(epochs, job.seed)
@@ -194,6 +210,7 @@ def linked(source: str, job: Job, epochs: int, link_after: int) -> ScriptRun:
             run.snapshot_when_acted = os.path.exists(snapshot)
             if run.snapshot_when_acted:
                 os.link(snapshot, os.path.join(directory, LINK))
+                run.snapshot_as_acted = load(os.path.join(directory, LINK))  # the linked file, whatever replaces it
                 run.acted = True
         open(go, "w").close()  # release the paused workers
         run.absorb(proc)
