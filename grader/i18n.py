@@ -1,4 +1,4 @@
-"""The grader's own text in the student's language (issue 28): gettext, one domain, named placeholders.
+"""The grader's own text in the student's language: gettext, one domain, named placeholders.
 
     from grader.i18n import _, N_, ngettext
     _("`{task}` is not defined in your answers", task=task)

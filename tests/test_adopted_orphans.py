@@ -1,4 +1,4 @@
-"""A double fork with setsid escapes kill_tree (issue 21 §1): the grading parent adopts such orphans
+"""A double fork with setsid escapes kill_tree: the grading parent adopts such orphans
 (Linux's child subreaper) while it grades, and kills those still running when it is done."""
 import os
 import subprocess

@@ -1,4 +1,4 @@
-"""`make grade`: the parent is the only source of truth for graded/ (issue 12 §1, batch side).
+"""`make grade`: the parent is the only source of truth for graded/ (batch side).
 
 Student code runs in the ranks as the same OS user as the grader, so it can
 write graded/<assignment>/<student>.json, with the right sha256 and grader

@@ -1,4 +1,4 @@
-"""The "✓ in the notebook, ✗ in the grader" flag sees what check() really writes (issue 12 §5).
+"""The "✓ in the notebook, ✗ in the grader" flag sees what check() really writes.
 
 check() shows its verdict as a display (display_data updated in place, with
 text/plain and text/html), not as printed text. A submission notebook is

@@ -1,4 +1,4 @@
-"""The tamper guard watches what the checks use, derived from their code (issue 24 item 5).
+"""The tamper guard watches what the checks use, derived from their code.
 
 The rule: every torch and standard-library module that a module under
 grader/exercises/ imports (found here by a full `ast` walk of each file) is

@@ -1,4 +1,4 @@
-"""The grader speaks the student's language (issue 28 part 2, grader/i18n.py).
+"""The grader speaks the student's language (grader/i18n.py).
 
 - every grader catalog compiles, is complete, is in step with the source, and keeps each message's
   placeholders and inline code;

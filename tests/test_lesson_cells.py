@@ -1,4 +1,4 @@
-"""Every English lesson's code cells stay short enough to read (issue 25): none over 40 lines unless it is a
+"""Every English lesson's code cells stay short enough to read: none over 40 lines unless it is a
 `%%writefile` script, and none that draws over 10 lines, so a figure is one call of a grader.lessons helper
 next to the computation it shows.
 

@@ -2,8 +2,8 @@
 leaves the kernel's own warm-up (torch._dynamo) for after the first check.
 
 Both processes import torch (about 2 s each here); started together they share the two
-cores, one after the other they add up, and the first check waits for the sum (issue 23
-item 2, measured by benchmarks/bench_notebook.py). No rank is launched here.
+cores, one after the other they add up, and the first check waits for the sum
+(measured by benchmarks/bench_notebook.py). No rank is launched here.
 """
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Port locks (issue 21 §6): private to the grading user, refused when unsafe, removed when released.
+"""Port locks: private to the grading user, refused when unsafe, removed when released.
 
 The lock folder used to be a shared, predictable /tmp/ddp-grader-ports (1777): a student could create it
 first, read which ports the grader was about to hand a run, bind them first, or make the grader chmod

@@ -1,4 +1,4 @@
-"""Issue 15 part 3: a student's server holds no answers, and still grades.
+"""A student's server holds no answers, and still grades.
 
 `python -m grader student-build` is installed into a fresh venv that cannot see the
 instructor's grader (torch and the rest come from the course venv's site-packages as a

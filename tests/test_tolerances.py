@@ -1,4 +1,4 @@
-"""Tolerances come from the run's hardware plan (issue 24 item 9).
+"""Tolerances come from the run's hardware plan.
 
 Every comparison a check makes takes its backend from the plan of its runs
 (`g.assert_close`, `g.close`, `g.tolerance`, or an explicit backend argument that

@@ -1,4 +1,4 @@
-"""The course in other languages (issue 28): catalogs in step with the English lessons, builds that
+"""The course in other languages: catalogs in step with the English lessons, builds that
 change only prose, and an English change that shows up as fuzzy instead of silently wrong."""
 import glob
 import json

@@ -1,4 +1,4 @@
-"""The grading parent's own state (issue 21 §1, parent side): read once, sealed, put back without following links.
+"""The grading parent's own state (parent side): read once, sealed, put back without following links.
 
 - The course configuration (nbgrader_config.py, which is Python) is read once; a rewrite afterwards
   changes nothing the run does.

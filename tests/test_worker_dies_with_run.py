@@ -1,4 +1,4 @@
-"""A grading worker never outlives the grading run that started it (issue 21 §1: nothing stays behind).
+"""A grading worker never outlives the grading run that started it (nothing stays behind).
 
 A `make grade` killed with SIGKILL runs no cleanup: its workers are orphaned. A worker waiting for its next
 job exits when its job pipe closes, unless something else still holds that pipe (a process the run left

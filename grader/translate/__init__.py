@@ -1,4 +1,4 @@
-"""The course in other languages, from gettext catalogs (issue 28).
+"""The course in other languages, from gettext catalogs.
 
     python -m grader translate            update the catalogs from the English notebooks, then build
     python -m grader translate --status   per language and notebook: translated, fuzzy, missing

@@ -67,7 +67,7 @@ def test_average_crashing_on_missing_grad(solution):
     _, bad = grade_mutant(solution, "        if param.grad is None:  # frozen or unused: nothing to average\n            continue\n",
                           "", "average_gradients")
     assert set(bad) == {"averaged_gradients_three_ranks_frozen_layer"}
-    # a hidden check shows the grader's words only, not the CheckFailed its rank code raised (issue 21.2)
+    # a hidden check shows the grader's words only, not the CheckFailed its rank code raised
     assert "your code failed a hidden test" in bad["averaged_gradients_three_ranks_frozen_layer"]
 
 
@@ -233,7 +233,7 @@ def test_pipeline_sending_a_non_contiguous_activation(solution):
     _, bad = grade_mutant(solution, "dist.send(activation.detach().contiguous(), dst=1)",
                           "dist.send(activation.detach(), dst=1)", "pipeline_step")
     assert set(bad) == {"pipeline_3d_activation_cross_entropy"}
-    # the diagnosis comes from inside a rank: a hidden check does not show it (issue 21.2)
+    # the diagnosis comes from inside a rank: a hidden check does not show it
     assert "hidden test of `pipeline_step`" in bad["pipeline_3d_activation_cross_entropy"]
 
 
@@ -242,14 +242,14 @@ def test_pipeline_activation_buffer_with_the_targets_dtype(solution):
                           "activation = torch.empty(shape.tolist(), dtype=targets.dtype, device=targets.device)",
                           "pipeline_step")
     assert set(bad) == {"pipeline_3d_activation_cross_entropy"}  # float targets hide it
-    assert "hidden test of `pipeline_step`" in bad["pipeline_3d_activation_cross_entropy"]  # issue 21.2
+    assert "hidden test of `pipeline_step`" in bad["pipeline_3d_activation_cross_entropy"]
 
 
 def test_pipeline_own_loss_instead_of_loss_fn(solution):
     _, bad = grade_mutant(solution, "loss = loss_fn(stage(activation), targets)",
                           "loss = torch.nn.functional.mse_loss(stage(activation), targets)", "pipeline_step")
     assert "never called loss_fn" in bad["pipeline_loss_matches"]
-    assert "hidden test of `pipeline_step`" in bad["pipeline_3d_activation_cross_entropy"]  # issue 21.2
+    assert "hidden test of `pipeline_step`" in bad["pipeline_3d_activation_cross_entropy"]
 
 
 def test_pipeline_waiting_for_the_gradient_before_sending(solution):

@@ -52,7 +52,7 @@ MUTANTS = [  # (task, old, new, check, phrase)
     ("BucketedDDP", ("        for i in range(len(self.buckets)):\n"
      "            if i not in self._pending:  # holds a parameter that forward did not use\n"
      "                self._launch(i)\n"), "", "bucketed_gradients_match_ddp", "never becomes ready"),
-    # issue 22 §4: each of these names the mistake
+    # each of these names the mistake
     ("train_with_accumulation", "        last = (i + 1) % accumulation_steps == 0\n",
      "        optimizer.zero_grad()\n        last = (i + 1) % accumulation_steps == 0\n",
      "accumulation_matches_big_batch_step", "zero_grad() ran before every micro-batch"),
@@ -66,7 +66,7 @@ MUTANTS = [  # (task, old, new, check, phrase)
     ("train_uneven", "            optimizer.zero_grad()\n            loss_fn(model(inputs.to(device)),",
      "            loss_fn(model(inputs.to(device)),",
      "uneven_matches_join_semantics", "zero_grad() was not called"),
-    # issue 22 §2: the broadcast at construction and the tied weight travelling once
+    # the broadcast at construction and the tied weight travelling once
     ("BucketedDDP", BUCKETED_BROADCAST, "        self.world_size = dist.get_world_size()\n",
      "bucketed_gradients_match_ddp", "parameters right after BucketedDDP(...) are not rank 0's"),
     ("BucketedDDP", BUCKETED_BROADCAST, BUCKETED_BROADCAST.replace(" + list(module.buffers())", ""),
@@ -170,7 +170,7 @@ def test_laziest_answers_score_zero(task, code, phrase):
     assert_lazy_answer_earns_nothing(EXERCISE, task, code, phrase)
 
 
-# --- issue 22 §4: per-step state not reset ----------------------------------------------------
+# --- per-step state not reset ----------------------------------------------------
 
 def test_bucketed_state_not_reset_is_named_from_the_second_step():
     reset = "        self._pending.clear()\n        self._ready = [0] * len(self.buckets)\n"
@@ -181,7 +181,7 @@ def test_bucketed_state_not_reset_is_named_from_the_second_step():
     assert "reset the per-step state" in message and "step 1" not in message, message
 
 
-# --- issue 22 §1: every spelling of the all-reduce is counted -----------------------------------
+# --- every spelling of the all-reduce is counted -----------------------------------
 
 LAUNCH = "self._pending[i] = (dist.all_reduce(flat, async_op=True), flat)"
 SPELLINGS = {  # a correct BucketedDDP whose all-reduce is written another way: (module-level import, the launch)

@@ -95,7 +95,7 @@ def test_laziest_answers_earn_nothing(code, phrase):
     assert_lazy_answer_earns_nothing(EXERCISE, "MiniFSDP", code, phrase)
 
 
-# --- collectives in any spelling (issue 22 §1): the dispatcher sees them all --------------------------------------
+# --- collectives in any spelling: the dispatcher sees them all --------------------------------------
 GATHER = "    dist.all_gather_single(out, local.contiguous())\n"
 SCATTER = "        dist.reduce_scatter_single(mine, grad)  # sum over ranks, this rank's chunk only\n"
 FULL = "            dist.all_gather_single(out, shard.detach())\n"
@@ -168,7 +168,7 @@ def test_disguised_all_reduce_earns_no_more_than_the_honest_mistake(name):
     assert "fsdp_traffic_is_gathers_and_reduce_scatters" in failed(disguised)
 
 
-# --- messages that name the rule (issue 22 §4) ---------------------------------------------------------------------
+# --- messages that name the rule ---------------------------------------------------------------------
 PAD = "                flat = torch.cat([flat, flat.new_zeros(chunk * self.world - flat.numel())])\n"
 
 

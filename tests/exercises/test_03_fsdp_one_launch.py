@@ -1,4 +1,4 @@
-"""03_syncbn_sharded, MiniFSDP: the six public checks are judged from one launch (issue 23: every warm task under
+"""03_syncbn_sharded, MiniFSDP: the six public checks are judged from one launch (every warm task under
 1 s), and that launch changes no verdict: when it fails, each check makes its own runs, so a crash in one training
 run costs only the check that needs that run, with that run's own message. Real ranks; launches are counted."""
 import pytest

@@ -1,4 +1,4 @@
-"""Issue 22 §2-3: exercise 4's train_script cannot read the grader's answer, and how it writes
+"""Exercise 4's train_script cannot read the grader's answer, and how it writes
 its files earns nothing unless it trains.
 
 The script's torchrun job runs in a Python that cannot import `grader` (isolation.py) with a
@@ -154,7 +154,7 @@ if __name__ == "__main__":
 
 
 def _reads_the_grader() -> str:
-    """The strongest form of issue 22's script: the grader's own reference, for this run's seed."""
+    """The strongest form of such a script: the grader's own reference, for this run's seed."""
     return ("from grader.exercises.torchrun import reference\n\n"
             "def STATE(epochs, model):\n    return reference.reference_state(epochs, problem.SEED)\n"
             + _ARGS_AND_WRITERS)
