@@ -2,7 +2,7 @@
 #   make demo    grade the bundled sample submissions and print the grades (the main job)
 #   make test    the whole test suite (what CI runs)
 #   make lab     JupyterLab on the course
-#   make bench   benchmarks (engine vs fresh torchrun; make grade vs plain nbgrader autograde)
+#   make bench   benchmarks (engine vs fresh torchrun; make grade vs plain nbgrader autograde; a hung task)
 #   make grade   autograde every collected submission of ASSIGNMENT, in parallel, into the gradebook
 #                (each in a bubblewrap sandbox; SANDBOX=0 for none)
 #   make report  the class report of ASSIGNMENT (markdown and a PNG plot)
@@ -62,6 +62,7 @@ bench: install
 	$(BIN)/python benchmarks/bench_engine.py
 	$(BIN)/python benchmarks/bench_grading.py
 	$(BIN)/python benchmarks/bench_notebook.py
+	$(BIN)/python benchmarks/bench_hang.py
 
 # Each submission in bubblewrap sandboxes (apt-get install bubblewrap); SANDBOX=0 grades unsandboxed (a trusted class
 # only: the grade table and the report say so).

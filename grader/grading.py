@@ -32,9 +32,10 @@ class RunCheckFailed(CheckFailed):
     """A run of the student's code failed (crash, hang, early exit, missing task, tampering): raised by
     Grading.run. kind names the failure for a hidden check's fixed message; hint is the check's own."""
 
-    def __init__(self, message: str, kind: str, hint: str = ""):
+    def __init__(self, message: str, kind: str, hint: str = "", hang: tuple[str, str] | None = None):
         super().__init__(message)
         self.kind, self.hint = kind, hint
+        self.hang = hang  # a public run that hung: (its ranks' stacks, the message without them)
 
 
 class Student:
@@ -96,6 +97,7 @@ class Grading:
         self.outputs: list[list[str]] = []  # what each rank printed, per run (keep_output)
         self.tampered = False
         self.hung = False
+        self.hang: tuple[str, str] | None = None  # the runner's: a public run that hung (RunCheckFailed.hang)
         self.hidden = False  # a hidden check: its runs' failure() shows no text of the ranks (runner sets it)
         self.rank_texts: list[str] = []  # every string the ranks sent (values, errors, output): never shown in hidden
         self.load_report: LoadReport | None = None
@@ -196,7 +198,9 @@ class Grading:
         """Run fn(ctx, student, *args) on every rank; a failure becomes a CheckFailed."""
         result = self.run_raw(fn, *args, world_size=world_size, timeout=timeout, init_group=init_group)
         if not result.ok:
-            raise RunCheckFailed(describe_failure(result, hint), failure_kind(result), hint)
+            hang = (result.failure(), describe_failure(result, hint, stacks_shown=False)) \
+                if result.hung and not result.hidden else None
+            raise RunCheckFailed(describe_failure(result, hint), failure_kind(result), hint, hang)
         return [r.value for r in result.ranks]
 
 
@@ -237,7 +241,9 @@ def failure_kind(result: RunResult) -> str:
     return "hung" if result.hung else "exited"
 
 
-def describe_failure(result: RunResult, hint: str = "") -> str:
+def describe_failure(result: RunResult, hint: str = "", stacks_shown: bool = True) -> str:
+    """What a failed run says to the student. stacks_shown=False: a hang without its ranks' stacks (another
+    check of the task answered from the same hang shows them)."""
     errors = [r.error for r in result.ranks if r.status == "error" and r.error]
     if result.hidden:  # a hidden test: the kind of failure, never what a rank raised, printed or claimed
         text = _(HIDDEN_FAILURE[failure_kind(result)])
@@ -254,7 +260,7 @@ def describe_failure(result: RunResult, hint: str = "") -> str:
         return _(HIDDEN_FAILURE["not_implemented"]) + (f" ({where})" if where else "")
     text = result.failure()
     if result.hung:
-        text = hang_heading(result) + "\n" + text
+        text = hang_heading(result) + ("\n" + text if stacks_shown else "")
     return f"{hint}\n{text}" if hint else text
 
 

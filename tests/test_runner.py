@@ -90,8 +90,41 @@ def test_a_task_that_hangs_costs_one_timeout_and_shows_its_stack_once():
     assert not first.passed and first.hung and "waiting in all_reduce" in first.message
     for other in rest:
         assert not other.passed and "already hung in hang_check_0" in other.message
-        assert "waiting in" not in other.message  # the stack is shown once
+        assert "hung: waiting in" not in other.message and "stack (most recent" not in other.message  # once
     assert elapsed < 3 * 2 + 20, f"{elapsed:.0f} s: more than about one timeout"
+
+
+def test_side_by_side_a_hung_run_is_answered_once_and_a_different_run_still_runs():
+    ex = make_exercise()
+
+    @ex.check("hangs", points=1)
+    def hangs_other_run(g):
+        assert g.run(_call, "fine") == [1, 1]  # a different run: it still runs, and passes
+
+    launched = []
+    from grader import shared_runs
+    original = shared_runs.run_distributed
+
+    def counted(fn, world_size, args, *rest, **options):
+        launched.append(args[2])
+        return original(fn, world_size, args, *rest, **options)
+
+    shared_runs.run_distributed = counted
+    try:
+        report = run_checks(ex, ANSWERS, task="hangs", timeout=3, side_by_side=3)
+    finally:
+        shared_runs.run_distributed = original
+    checks = by_name(report)
+    assert launched.count(("hangs",)) == 1, launched  # one hang, one timeout
+    assert checks["hangs_other_run"].passed
+    hung = [checks[f"hang_check_{i}"] for i in range(3)]
+    assert all(c.hung and not c.passed and c.points == 0 for c in hung)
+    with_stacks = [c for c in hung if "waiting in all_reduce" in c.message]
+    assert [c.name for c in with_stacks] == ["hang_check_0"], [c.message for c in hung]  # the stacks shown once
+    headline = hung[0].message.splitlines()[0]
+    for other in hung[1:]:
+        assert other.message.splitlines()[0] == headline  # the same message, without the stacks again
+        assert "already hung in hang_check_0" in other.message
 
 
 def test_side_by_side_gives_the_same_results_in_the_same_order():
