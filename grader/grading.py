@@ -12,13 +12,14 @@ import contextlib
 import functools
 import os
 import shutil
+import signal
 import tempfile
 import threading
 from typing import Callable
 
 from grader import tolerances
 from grader.checks import CheckFailed
-from grader.engine import RunResult, run_distributed, stacks
+from grader.engine import RunResult, divergence, flight, run_distributed, stacks
 from grader.engine.plan import HardwarePlan, current_plan
 from grader.i18n import N_, _
 from grader.submission import LoadReport, Submission
@@ -69,6 +70,7 @@ class Student:
 
 def _call_with_student(ctx, submission: Submission, fn: Callable, args: tuple):
     """Runs in every rank: load the answers, verify, run the check's rank code."""
+    flight.serve(ctx.workdir, ctx.rank)  # if the run fails: this rank's collectives, for the message
     namespace, report = submission.load()
     if ctx.guard is not None:
         ctx.guard.verify("while your answers loaded")
@@ -220,7 +222,7 @@ def rank_texts(result: RunResult) -> list[str]:
                 walk(v, depth + 1)
 
     for r in result.ranks:
-        walk([r.value, r.error, r.output, r.stack, stacks.frame_strings(r.stack)])
+        walk([r.value, r.error, r.output, r.stack, stacks.frame_strings(r.stack), r.calls])
     return found
 
 
@@ -259,9 +261,16 @@ def describe_failure(result: RunResult, hint: str = "", stacks_shown: bool = Tru
         where = errors[0]["student_frames"][-1] if errors[0]["student_frames"] else ""
         return _(HIDDEN_FAILURE["not_implemented"]) + (f" ({where})" if where else "")
     text = result.failure()
+    steps = divergence.explain(result) if result.hung or _aborted(result) else []
     if result.hung:
-        text = hang_heading(result) + ("\n" + text if stacks_shown else "")
+        text = "\n".join([hang_heading(result), *steps]) + ("\n\n" + text if stacks_shown else "")
+    elif steps:
+        text = "\n".join(steps) + "\n\n" + text
     return f"{hint}\n{text}" if hint else text
+
+
+def _aborted(result: RunResult) -> bool:
+    return any(r.status == "exited" and r.exitcode == -signal.SIGABRT for r in result.ranks)
 
 
 def hang_heading(result: RunResult) -> str:
