@@ -36,7 +36,7 @@ class RunCheckFailed(CheckFailed):
     def __init__(self, message: str, kind: str, hint: str = "", hang: tuple[str, str] | None = None):
         super().__init__(message)
         self.kind, self.hint = kind, hint
-        self.hang = hang  # a public run that hung: (its ranks' stacks, the message without them)
+        self.hang = hang  # a public run that hung or aborted: (its ranks' details, the message without them)
 
 
 class Student:
@@ -99,7 +99,7 @@ class Grading:
         self.outputs: list[list[str]] = []  # what each rank printed, per run (keep_output)
         self.tampered = False
         self.hung = False
-        self.hang: tuple[str, str] | None = None  # the runner's: a public run that hung (RunCheckFailed.hang)
+        self.hang: tuple[str, str] | None = None  # the runner's: a public run that hung or aborted (RunCheckFailed)
         self.hidden = False  # a hidden check: its runs' failure() shows no text of the ranks (runner sets it)
         self.rank_texts: list[str] = []  # every string the ranks sent (values, errors, output): never shown in hidden
         self.load_report: LoadReport | None = None
@@ -200,9 +200,10 @@ class Grading:
         """Run fn(ctx, student, *args) on every rank; a failure becomes a CheckFailed."""
         result = self.run_raw(fn, *args, world_size=world_size, timeout=timeout, init_group=init_group)
         if not result.ok:
-            hang = (result.failure(), describe_failure(result, hint, stacks_shown=False)) \
-                if result.hung and not result.hidden else None
-            raise RunCheckFailed(describe_failure(result, hint), failure_kind(result), hint, hang)
+            shown = self._keep_output  # the ranks' output is shown beside the message (the notebook)
+            hang = (result.failure(), describe_failure(result, hint, stacks_shown=False, output_shown=shown)) \
+                if (result.hung or _aborted(result)) and not result.hidden else None
+            raise RunCheckFailed(describe_failure(result, hint, output_shown=shown), failure_kind(result), hint, hang)
         return [r.value for r in result.ranks]
 
 
@@ -243,9 +244,10 @@ def failure_kind(result: RunResult) -> str:
     return "hung" if result.hung else "exited"
 
 
-def describe_failure(result: RunResult, hint: str = "", stacks_shown: bool = True) -> str:
-    """What a failed run says to the student. stacks_shown=False: a hang without its ranks' stacks (another
-    check of the task answered from the same hang shows them)."""
+def describe_failure(result: RunResult, hint: str = "", stacks_shown: bool = True, output_shown: bool = False) -> str:
+    """What a failed run says to the student. stacks_shown=False: a hang or an abort without each rank's
+    details (another check of the task, answered by the same run, shows them). output_shown: the ranks' output
+    is shown beside the message, so an aborted rank's last output (gloo's C++ text) is not repeated in it."""
     errors = [r.error for r in result.ranks if r.status == "error" and r.error]
     if result.hidden:  # a hidden test: the kind of failure, never what a rank raised, printed or claimed
         text = _(HIDDEN_FAILURE[failure_kind(result)])
@@ -260,13 +262,29 @@ def describe_failure(result: RunResult, hint: str = "", stacks_shown: bool = Tru
     if errors and errors[0]["type"] == "NotImplementedError":
         where = errors[0]["student_frames"][-1] if errors[0]["student_frames"] else ""
         return _(HIDDEN_FAILURE["not_implemented"]) + (f" ({where})" if where else "")
-    text = result.failure()
+    text = _without_abort_output(result) if output_shown else result.failure()
     steps = divergence.explain(result) if result.hung or _aborted(result) else []
     if result.hung:
         text = "\n".join([hang_heading(result), *steps]) + ("\n\n" + text if stacks_shown else "")
     elif steps:
-        text = "\n".join(steps) + "\n\n" + text
+        text = "\n".join(steps) + ("\n\n" + text if stacks_shown else "")
+    elif not stacks_shown:
+        text = text.split("\n", 1)[0]
     return f"{hint}\n{text}" if hint else text
+
+
+def _without_abort_output(result: RunResult) -> str:
+    """result.failure(), an aborted rank's last output (gloo's C++ text) left to the output shown beside it."""
+    parts = []
+    for r in result.ranks:
+        if r.status in ("ok", "stopped"):
+            continue
+        text = r.describe()
+        if r.status == "exited" and r.exitcode == -signal.SIGABRT and "\nits last output:\n" in text:
+            text = text.split("\nits last output:\n", 1)[0] + "\n" + _(
+                "(gloo's own words, in C++, are rank {rank}'s output below, folded)", rank=r.rank)
+        parts.append(text)
+    return "\n\n".join(parts) or "no failure"
 
 
 def _aborted(result: RunResult) -> bool:

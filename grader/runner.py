@@ -54,7 +54,7 @@ def run_checks(exercise: Exercise, submission: Submission, task: str | None = No
     lock = threading.Lock() if parallel > 1 else None
     hung_in = dict(hung_in or {})  # task -> the check whose run hung
     runs = SharedRuns()  # checks asking for the same run share one launch (shared_runs.py)
-    hangs: dict[str, tuple[str, str]] = {}  # check -> (stacks of the run that hung, its message without them)
+    hangs: dict[str, tuple[str, str]] = {}  # check -> (details of a run that hung or aborted, the message without)
     stacks_shown: dict[tuple[str, str], str] = {}  # (task, stacks) -> the check that shows them
 
     run_tasks = tuple(dict.fromkeys(c.task for c in checks))
@@ -99,15 +99,19 @@ def run_checks(exercise: Exercise, submission: Submission, task: str | None = No
 
 
 def _show_stacks_once(result: CheckResult, hang: tuple[str, str] | None, shown: dict) -> None:
-    """A hang whose stacks an earlier check of the task showed: the same message, without them again."""
+    """A hang or an abort whose details an earlier check of the task showed: the same message, without
+    them again (nor the ranks' output: the same run printed the same)."""
     if hang is None or result.hidden or result.tampered:
         return
     stack_text, without = hang
     first = shown.setdefault((result.task, stack_text), result.name)
     if first != result.name:
-        result.message = without + "\n" + _("`{task}` already hung in {check} (above, with the stacks): this "
-                                            "check asks for the same run and is answered from that hang",
-                                            task=result.task, check=first)
+        result.message = without + "\n" + (_(
+            "`{task}` already hung in {check} (above, with the stacks): this check asks for the same run and is "
+            "answered from that hang", task=result.task, check=first) if result.hung else _(
+            "the same run failed the same way in {check} (above, with each rank's details and output)",
+            check=first))
+        result.outputs = []
 
 
 def _definitions(submission: Submission, world_size: int, timeout: float):

@@ -25,6 +25,7 @@ class _Step:
     kind: str
     frames: tuple  # (file, line, function), innermost first
     done: bool = True
+    alone: bool = False  # known from the rank's stack only (it died): its last collective, not its sequence
 
     @property
     def mine(self) -> tuple | None:
@@ -50,7 +51,7 @@ def _steps(report) -> list[_Step] | None:
     frames = stacks.main_frames(report.stack or "")
     torch_call = next((f for f in frames if "torch" + "/distributed/" in f[0].replace("\\", "/")
                        and f[2] != "wrapper"), None)
-    return [_Step(torch_call[2], tuple(frames), False)] if torch_call else None
+    return [_Step(torch_call[2], tuple(frames), False, alone=True)] if torch_call else None
 
 
 def explain(result) -> list[str]:
@@ -61,9 +62,15 @@ def explain(result) -> list[str]:
     if len(known) < 2 and not any(s and not s[-1].done and s[-1].mine for s in known.values()):
         return []
     lines = []
-    first = _first_difference(known)
-    if first is not None:
-        lines.append(_say_difference(first, known, result))
+    if any(s[-1].alone for s in known.values()):  # a rank that died: its last collective met the others' last
+        last = {rank: s[-1:] for rank, s in known.items()}
+        first = _first_difference(last)
+        if first is not None:
+            lines.append(_say_difference(first, last, result))
+    else:
+        first = _first_difference(known)
+        if first is not None:
+            lines.append(_say_difference(first, known, result))
     summary = []
     for rank, own in sorted(known.items()):
         mine = [s for s in own if s.mine]
@@ -97,7 +104,7 @@ def _say_difference(i: int, known: dict, result) -> str:
             status = next((r.status for r in result.ranks if r.rank == rank), "")
             if theirs is not None:
                 gone.append(f"rank {rank} had gone on to the next step: its {theirs.kind} there was the grader's, "
-                            "after your code returned (the two paired up, and the ranks fell out of step)")
+                            "after your code returned (the two met, and the ranks fell out of step)")
             elif status == "ok":
                 gone.append(f"rank {rank} went on to the next step and finished")
             else:
