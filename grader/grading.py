@@ -263,7 +263,7 @@ def describe_failure(result: RunResult, hint: str = "", stacks_shown: bool = Tru
         where = errors[0]["student_frames"][-1] if errors[0]["student_frames"] else ""
         return _(HIDDEN_FAILURE["not_implemented"]) + (f" ({where})" if where else "")
     text = _without_abort_output(result) if output_shown else result.failure()
-    steps = divergence.explain(result) if result.hung or _aborted(result) else []
+    steps = _explained(result) if result.hung or _aborted(result) else []
     if result.hung:
         text = "\n".join([hang_heading(result), *steps]) + ("\n\n" + text if stacks_shown else "")
     elif steps:
@@ -285,6 +285,14 @@ def _without_abort_output(result: RunResult) -> str:
                 "(gloo's own words, in C++, are rank {rank}'s output below, folded)", rank=r.rank)
         parts.append(text)
     return "\n\n".join(parts) or "no failure"
+
+
+def _explained(result: RunResult) -> list[str]:
+    """divergence.explain: a record it cannot read (the ranks' own text) only makes the message say less."""
+    try:
+        return divergence.explain(result)
+    except Exception:
+        return []
 
 
 def _aborted(result: RunResult) -> bool:

@@ -13,6 +13,7 @@ shows it (grading.describe_failure).
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from grader.engine import flight, stacks
@@ -45,7 +46,7 @@ def _steps(report) -> list[_Step] | None:
     """A rank's collectives in order (the default group's, then the others'), or for a rank without a record
     that ended or hung in a collective, that one collective alone (from its stack)."""
     recorded = flight.calls(getattr(report, "calls", ""))
-    if recorded:
+    if recorded is not None and (recorded or report.status == "ok"):  # a rank that finished may have made none
         ordered = sorted(recorded, key=lambda c: (c.group != "0", c.group, c.seq))
         return [_Step(c.kind, c.frames, c.done) for c in ordered]
     frames = stacks.main_frames(report.stack or "")
@@ -62,11 +63,15 @@ def explain(result) -> list[str]:
     if len(known) < 2 and not any(s and not s[-1].done and s[-1].mine for s in known.values()):
         return []
     lines = []
-    if any(s[-1].alone for s in known.values()):  # a rank that died: its last collective met the others' last
+    if any(s and s[-1].alone for s in known.values()):  # a rank that died: its last collective met the others' last
         last = {rank: s[-1:] for rank, s in known.items()}
         first = _first_difference(last)
         if first is not None:
             lines.append(_say_difference(first, last, result))
+        elif all(last.values()):
+            called = "; ".join(f"rank {rank} called {s[0].said()}" for rank, s in sorted(last.items()))
+            lines.append(f"the same collective on every rank, with tensors of different sizes{_sizes(result)}: "
+                         f"{called} (do the ranks go through their tensors in the same order, with the same shapes?)")
     else:
         first = _first_difference(known)
         if first is not None:
@@ -117,3 +122,15 @@ def _say_difference(i: int, known: dict, result) -> str:
 
 def _ranks(ranks: list[int]) -> str:
     return f"rank {ranks[0]}" if len(ranks) == 1 else "ranks " + ", ".join(map(str, ranks))
+
+
+_GLOO_SIZES = re.compile(r"op\.preamble\.length <= op\.nbytes\. (\d+) vs (\d+)")
+
+
+def _sizes(result) -> str:
+    """gloo's words on the sizes, from an aborted rank's output: " (gloo got 48 bytes where it expected 4)"."""
+    for r in result.ranks:
+        found = _GLOO_SIZES.search(r.output or "")
+        if found:
+            return f" (gloo's rank {r.rank} received {found[1]} bytes where it expected {found[2]})"
+    return ""
