@@ -46,7 +46,8 @@ test: install $(VENV)/.installed-test
 # Student and instructor on one laptop: each exercise is (re)released to the local exchange
 # (.nbgrader/exchange, or $NBGRADER_EXCHANGE) when it changed, so that Nbgrader > Assignment List
 # fetches it (into ddp-course/<id>/) and submits it; Validate sits in each notebook's toolbar;
-# Nbgrader > Formgrader is the instructor's side (collect, autograde, feedback).
+# Nbgrader > Formgrader is the instructor's side (collect, autograde, feedback). The file browser opens in
+# ddp-course/ and does not list solutions/ nor the grader's hidden tests (deploy/lab/jupyter_server_config.py).
 # COURSE_LANG=es (nl, ja): an exercise translated into that language is released from translated/<lang>/ instead.
 EXCHANGE = $(or $(NBGRADER_EXCHANGE),$(CURDIR)/.nbgrader/exchange)
 lab: install
@@ -56,7 +57,9 @@ lab: install
 	  cmp -s $$from/$$a/$$a.ipynb $(EXCHANGE)/ddp-course/outbound/$$a/$$a.ipynb || \
 	    $(BIN)/nbgrader release_assignment $$a --force --log-level=ERROR --CourseDirectory.release_directory=$$from || exit 1; \
 	done
-	$(BIN)/jupyter lab --ServerApp.root_dir=$(CURDIR) $(if $(filter 0,$(shell id -u)),--allow-root)
+	@mkdir -p ddp-course  # where the Assignment List fetches to: the browser opens there
+	$(BIN)/jupyter lab --ServerApp.root_dir=$(CURDIR) --config=deploy/lab/jupyter_server_config.py \
+	  --LabApp.default_url=/lab/tree/ddp-course $(if $(filter 0,$(shell id -u)),--allow-root)
 
 bench: install
 	$(BIN)/python benchmarks/bench_engine.py
