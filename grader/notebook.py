@@ -56,7 +56,7 @@ def checker(exercise_id: str, world_size: int = 2, timeout: float = 30.0):
         view.finish(stray.text())
         start_warming()  # after the first check, not before: until it, the cores are the forkserver's
         failed = [r.name for r in report.checks if not r.passed]
-        reasons = [_reason(r) for r in report.checks if not r.passed]
+        reasons = _reasons([r for r in report.checks if not r.passed])
         earned[task, hidden] = report.score
         if os.environ.get("NBGRADER_EXECUTION") == "autograde":
             # nbgrader's autograde reads a number as the cell's partial credit: the task's points so
@@ -76,11 +76,21 @@ def checker(exercise_id: str, world_size: int = 2, timeout: float = 30.0):
 REASON_LINES = 8  # of a failed check's message in the cell's error (its summary: a hang's stacks come after)
 
 
-def _reason(result) -> str:
-    """A failed check's name and why, for the error that ends its cell (the summary of a long message)."""
+def _reason(result, said: set[str] | None = None) -> str:
+    """A failed check's name and why, for the error that ends its cell (the summary of a long message), without
+    the lines an earlier check's reason already said (`said`, updated: checks answered by the same hang)."""
     lines = result.message.split("\n\n", 1)[0].splitlines()
+    if said is not None:
+        fresh = [line for line in lines if line not in said]
+        said.update(lines)
+        lines = fresh or lines[-1:]
     shown = lines[:REASON_LINES] + (["..."] if len(lines) > REASON_LINES else [])
     return f"\n- {result.name}: " + "\n  ".join(shown or [_("failed")])
+
+
+def _reasons(failed_results) -> list[str]:
+    said: set[str] = set()
+    return [_reason(r, said) for r in failed_results]
 
 
 class _Points(float):

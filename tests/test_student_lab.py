@@ -9,7 +9,7 @@ from jupyter_server.services.contents.filemanager import FileContentsManager
 from traitlets.config import Config
 
 from grader.checks import CheckResult
-from grader.notebook import _reason
+from grader.notebook import _reason, _reasons
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CONFIG = os.path.join(ROOT, "deploy", "lab", "jupyter_server_config.py")
@@ -59,5 +59,10 @@ def test_a_failed_check_cells_error_says_why_in_full_without_pointing_above():
     assert "cell 25, line 5" in reason and "frames" not in reason  # the summary, not the stacks
     wrong = CheckResult("c", "t", False, 0, 1, "\n".join(f"line {i}" for i in range(20)))
     assert _reason(wrong).count("line ") == 8 and _reason(wrong).endswith("...")
+    again = CheckResult("checkpoint_has_unwrapped_keys", "save_checkpoint", False, 0, 1,
+                        hung.message.split("\n\n")[0] + "\n`save_checkpoint` already hung in checkpoint_written_by_rank0_only")
+    first, second = _reasons([hung, again])
+    assert "cell 25, line 5" in first and second == ("\n- checkpoint_has_unwrapped_keys: `save_checkpoint` already hung "
+                                                       "in checkpoint_written_by_rank0_only")  # said once
     with open(os.path.join(ROOT, "grader", "notebook.py")) as f:
         assert "shown above" not in f.read()
