@@ -120,7 +120,8 @@ def _run_once(payload: bytes, plan: HardwarePlan, timeout: float, init_group: bo
         _collect(reports, procs, conns, timeout, trusted)
         failed = any(r.status != "ok" for r in reports)
         if failed:
-            live = [r.rank for r in reports if procs[r.rank].exitcode is None]
+            live = [r.rank for r in reports if procs[r.rank].exitcode is None] if any(
+                r.status == "hung" or r.exitcode == -signal.SIGABRT for r in reports) else []  # a crash says enough
             flight.request(rundir, live)  # each live rank's collectives, written while its stack is dumped
             _dump_stacks(reports, procs, rundir)
             _read_calls_and_abort_stacks(reports, live, rundir)
