@@ -87,7 +87,7 @@ def main() -> int:
         hung = sum(c.hung and not c.passed for c in report.checks)
         number = cell.strip("<>").replace("cell ", "")
         names_line = any(f"cell {number}, line" in m for m in messages)
-        stacks = sum("stack (most recent call last)" in m or "stacks of the ranks" in m for m in messages)
+        stacks = sum(" hung: waiting in " in m or " hung: busy in " in m for m in messages)
         print(f"hang of {TASK} (exercise 2, `if rank == 0: dist.barrier()`), {len(report.checks)} checks: "
               f"{seconds:.1f} s (target {TARGET_S:.0f} s: {'ok' if seconds <= TARGET_S else 'MISSED'}); "
               f"{hung} answered as hung, 0 points each: {report.score == 0}; names the student's cell and line: "
