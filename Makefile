@@ -3,7 +3,7 @@
 #   make test    the whole test suite (what CI runs)
 #   make test-fast  the fast tier: every layer, one real run per exercise, the linter (under 2 minutes)
 #   make lab     JupyterLab on the course
-#   make bench   benchmarks (engine vs fresh torchrun; make grade vs plain nbgrader autograde)
+#   make bench   benchmarks (engine vs fresh torchrun; make grade vs plain nbgrader autograde; a hung task)
 #   make grade   autograde every collected submission of ASSIGNMENT, in parallel, into the gradebook
 #                (each in a bubblewrap sandbox; SANDBOX=0 for none)
 #   make report  the class report of ASSIGNMENT (markdown and a PNG plot)
@@ -55,7 +55,8 @@ test-fast: install $(VENV)/.installed-test
 # Student and instructor on one laptop: each exercise is (re)released to the local exchange
 # (.nbgrader/exchange, or $NBGRADER_EXCHANGE) when it changed, so that Nbgrader > Assignment List
 # fetches it (into ddp-course/<id>/) and submits it; Validate sits in each notebook's toolbar;
-# Nbgrader > Formgrader is the instructor's side (collect, autograde, feedback).
+# Nbgrader > Formgrader is the instructor's side (collect, autograde, feedback). The file browser opens in
+# ddp-course/ and does not list solutions/ nor the grader's hidden tests (deploy/lab/jupyter_server_config.py).
 # COURSE_LANG=es (nl, ja): an exercise translated into that language is released from translated/<lang>/ instead.
 EXCHANGE = $(or $(NBGRADER_EXCHANGE),$(CURDIR)/.nbgrader/exchange)
 lab: install
@@ -65,12 +66,15 @@ lab: install
 	  cmp -s $$from/$$a/$$a.ipynb $(EXCHANGE)/ddp-course/outbound/$$a/$$a.ipynb || \
 	    $(BIN)/nbgrader release_assignment $$a --force --log-level=ERROR --CourseDirectory.release_directory=$$from || exit 1; \
 	done
-	$(BIN)/jupyter lab --ServerApp.root_dir=$(CURDIR) $(if $(filter 0,$(shell id -u)),--allow-root)
+	@mkdir -p ddp-course  # where the Assignment List fetches to: the browser opens there
+	$(BIN)/jupyter lab --ServerApp.root_dir=$(CURDIR) --config=deploy/lab/jupyter_server_config.py \
+	  --LabApp.default_url=/lab/tree/ddp-course $(if $(filter 0,$(shell id -u)),--allow-root)
 
 bench: install
 	$(BIN)/python benchmarks/bench_engine.py
 	$(BIN)/python benchmarks/bench_grading.py
 	$(BIN)/python benchmarks/bench_notebook.py
+	$(BIN)/python benchmarks/bench_hang.py
 
 # Each submission in bubblewrap sandboxes (apt-get install bubblewrap); SANDBOX=0 grades unsandboxed (a trusted class
 # only: the grade table and the report say so).

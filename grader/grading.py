@@ -12,13 +12,14 @@ import contextlib
 import functools
 import os
 import shutil
+import signal
 import tempfile
 import threading
 from typing import Callable
 
 from grader import tolerances
 from grader.checks import CheckFailed
-from grader.engine import RunResult, run_distributed, stacks
+from grader.engine import RunResult, divergence, flight, run_distributed, stacks
 from grader.engine.plan import HardwarePlan, current_plan
 from grader.i18n import N_, _
 from grader.submission import LoadReport, Submission
@@ -32,9 +33,10 @@ class RunCheckFailed(CheckFailed):
     """A run of the student's code failed (crash, hang, early exit, missing task, tampering): raised by
     Grading.run. kind names the failure for a hidden check's fixed message; hint is the check's own."""
 
-    def __init__(self, message: str, kind: str, hint: str = ""):
+    def __init__(self, message: str, kind: str, hint: str = "", hang: tuple[str, str] | None = None):
         super().__init__(message)
         self.kind, self.hint = kind, hint
+        self.hang = hang  # a public run that hung or aborted: (its ranks' details, the message without them)
 
 
 class Student:
@@ -68,6 +70,7 @@ class Student:
 
 def _call_with_student(ctx, submission: Submission, fn: Callable, args: tuple):
     """Runs in every rank: load the answers, verify, run the check's rank code."""
+    flight.serve(ctx.workdir, ctx.rank)  # if the run fails: this rank's collectives, for the message
     namespace, report = submission.load()
     if ctx.guard is not None:
         ctx.guard.verify("while your answers loaded")
@@ -96,6 +99,7 @@ class Grading:
         self.outputs: list[list[str]] = []  # what each rank printed, per run (keep_output)
         self.tampered = False
         self.hung = False
+        self.hang: tuple[str, str] | None = None  # the runner's: a public run that hung or aborted (RunCheckFailed)
         self.hidden = False  # a hidden check: its runs' failure() shows no text of the ranks (runner sets it)
         self.rank_texts: list[str] = []  # every string the ranks sent (values, errors, output): never shown in hidden
         self.load_report: LoadReport | None = None
@@ -196,7 +200,10 @@ class Grading:
         """Run fn(ctx, student, *args) on every rank; a failure becomes a CheckFailed."""
         result = self.run_raw(fn, *args, world_size=world_size, timeout=timeout, init_group=init_group)
         if not result.ok:
-            raise RunCheckFailed(describe_failure(result, hint), failure_kind(result), hint)
+            shown = self._keep_output  # the ranks' output is shown beside the message (the notebook)
+            hang = (result.failure(), describe_failure(result, hint, stacks_shown=False, output_shown=shown)) \
+                if (result.hung or _aborted(result)) and not result.hidden else None
+            raise RunCheckFailed(describe_failure(result, hint, output_shown=shown), failure_kind(result), hint, hang)
         return [r.value for r in result.ranks]
 
 
@@ -216,7 +223,7 @@ def rank_texts(result: RunResult) -> list[str]:
                 walk(v, depth + 1)
 
     for r in result.ranks:
-        walk([r.value, r.error, r.output, r.stack, stacks.frame_strings(r.stack)])
+        walk([r.value, r.error, r.output, r.stack, stacks.frame_strings(r.stack), r.calls])
     return found
 
 
@@ -237,7 +244,10 @@ def failure_kind(result: RunResult) -> str:
     return "hung" if result.hung else "exited"
 
 
-def describe_failure(result: RunResult, hint: str = "") -> str:
+def describe_failure(result: RunResult, hint: str = "", stacks_shown: bool = True, output_shown: bool = False) -> str:
+    """What a failed run says to the student. stacks_shown=False: a hang or an abort without each rank's
+    details (another check of the task, answered by the same run, shows them). output_shown: the ranks' output
+    is shown beside the message, so an aborted rank's last output (gloo's C++ text) is not repeated in it."""
     errors = [r.error for r in result.ranks if r.status == "error" and r.error]
     if result.hidden:  # a hidden test: the kind of failure, never what a rank raised, printed or claimed
         text = _(HIDDEN_FAILURE[failure_kind(result)])
@@ -252,10 +262,41 @@ def describe_failure(result: RunResult, hint: str = "") -> str:
     if errors and errors[0]["type"] == "NotImplementedError":
         where = errors[0]["student_frames"][-1] if errors[0]["student_frames"] else ""
         return _(HIDDEN_FAILURE["not_implemented"]) + (f" ({where})" if where else "")
-    text = result.failure()
+    text = _without_abort_output(result) if output_shown else result.failure()
+    steps = _explained(result) if result.hung or _aborted(result) else []
     if result.hung:
-        text = hang_heading(result) + "\n" + text
+        text = "\n".join([hang_heading(result), *steps]) + ("\n\n" + text if stacks_shown else "")
+    elif steps:
+        text = "\n".join(steps) + ("\n\n" + text if stacks_shown else "")
+    elif not stacks_shown:
+        text = text.split("\n", 1)[0]
     return f"{hint}\n{text}" if hint else text
+
+
+def _without_abort_output(result: RunResult) -> str:
+    """result.failure(), an aborted rank's last output (gloo's C++ text) left to the output shown beside it."""
+    parts = []
+    for r in result.ranks:
+        if r.status in ("ok", "stopped"):
+            continue
+        text = r.describe()
+        if r.status == "exited" and r.exitcode == -signal.SIGABRT and "\nits last output:\n" in text:
+            text = text.split("\nits last output:\n", 1)[0] + "\n" + _(
+                "(gloo's own words, in C++, are rank {rank}'s output below, folded)", rank=r.rank)
+        parts.append(text)
+    return "\n\n".join(parts) or "no failure"
+
+
+def _explained(result: RunResult) -> list[str]:
+    """divergence.explain: a record it cannot read (the ranks' own text) only makes the message say less."""
+    try:
+        return divergence.explain(result)
+    except Exception:
+        return []
+
+
+def _aborted(result: RunResult) -> bool:
+    return any(r.status == "exited" and r.exitcode == -signal.SIGABRT for r in result.ranks)
 
 
 def hang_heading(result: RunResult) -> str:

@@ -24,7 +24,7 @@ from grader.engine import warm_up
 from grader.engine.processes import preload
 from grader.exercises import find, get_exercise
 from grader.hints import hinter  # noqa: F401 (the notebook imports check and hint from here)
-from grader.i18n import ngettext
+from grader.i18n import _, ngettext
 from grader.notebook_view import CheckView, captured_stderr, in_kernel
 from grader.submission import from_namespace
 
@@ -56,19 +56,41 @@ def checker(exercise_id: str, world_size: int = 2, timeout: float = 30.0):
         view.finish(stray.text())
         start_warming()  # after the first check, not before: until it, the cores are the forkserver's
         failed = [r.name for r in report.checks if not r.passed]
+        reasons = _reasons([r for r in report.checks if not r.passed])
         earned[task, hidden] = report.score
         if os.environ.get("NBGRADER_EXECUTION") == "autograde":
             # nbgrader's autograde reads a number as the cell's partial credit: the task's points so
             # far (the hidden tests' call comes last in the cell, so it returns visible + hidden)
             return _Points(earned.get((task, False), 0) + earned.get((task, True), 0))
         if failed:
-            raise ChecksFailed(ngettext("{task}: {failed} of {n} check failed ({names}); the reasons are shown above",
-                                        "{task}: {failed} of {n} checks failed ({names}); the reasons are shown above",
+            # The reasons in full here too: nbgrader's Validate shows this text alone, not the view above.
+            raise ChecksFailed(ngettext("{task}: {failed} of {n} check failed ({names})",
+                                        "{task}: {failed} of {n} checks failed ({names})",
                                         len(report.checks), task=task, failed=len(failed),
-                                        names=", ".join(failed))) from None
+                                        names=", ".join(failed)) + "".join(reasons)) from None
         # nothing returned: the last line of a cell would print it under the ✓ lines
 
     return check
+
+
+REASON_LINES = 8  # of a failed check's message in the cell's error (its summary: a hang's stacks come after)
+
+
+def _reason(result, said: set[str] | None = None) -> str:
+    """A failed check's name and why, for the error that ends its cell (the summary of a long message), without
+    the lines an earlier check's reason already said (`said`, updated: checks answered by the same hang)."""
+    lines = result.message.split("\n\n", 1)[0].splitlines()
+    if said is not None:
+        fresh = [line for line in lines if line not in said]
+        said.update(lines)
+        lines = fresh or lines[-1:]
+    shown = lines[:REASON_LINES] + (["..."] if len(lines) > REASON_LINES else [])
+    return f"\n- {result.name}: " + "\n  ".join(shown or [_("failed")])
+
+
+def _reasons(failed_results) -> list[str]:
+    said: set[str] = set()
+    return [_reason(r, said) for r in failed_results]
 
 
 class _Points(float):
@@ -81,7 +103,7 @@ class ChecksFailed(AssertionError):
 
     def _render_traceback_(self) -> list[str]:
         # IPython shows these lines instead of a traceback through the grader: the
-        # reasons are in the output above, the grader's frames would only bury them.
+        # grader's frames would only bury the reasons.
         return [f"\x1b[31mAssertionError\x1b[0m: {self}"]
 
 

@@ -208,8 +208,13 @@ class CheckView:
         for label, text in rank_outputs(result):
             n = len(text.splitlines())
             parts.append(_folded(ngettext("{label} printed {n} line", "{label} printed {n} lines", n, label=label),
-                                 text, open_=n <= SHOWN_OUTPUT_LINES))
+                                 text, open_=n <= SHOWN_OUTPUT_LINES and not _abort_text(text)))
         return "".join(parts)
+
+
+def _abort_text(text: str) -> bool:
+    """A C++ library's last words (gloo's enforce, an uncaught C++ exception): raw, the message says it first."""
+    return "terminate called after throwing" in text or "EnforceNotMet" in text
 
 
 def _folded(summary: str, text: str, open_: bool) -> str:

@@ -25,7 +25,8 @@ MIN_SECRET = 12  # shorter lines of a hidden module ("return out") are not secre
 
 HIDDEN_TEXT_NOTE = N_("(what came from your code's run is not shown in hidden tests: [...] above, or left out)")
 NOT_SHOWN = "[...]"
-HEADINGS = {"in your code (most recent call last):", "its last output:", "stack (most recent call last):"}  # of
+HEADINGS = {"in your code (most recent call last):", "its last output:", "stack (most recent call last):",
+            "your code (most recent call last):", "(none of these frames is in your code)"}  # of
 # what a rank raised, printed or where it waited (grader.engine): nothing to head once that is left out
 SECRET_NOTE = N_("[text of the grader's hidden tests, not shown]")
 GRADER = Path(__file__).resolve().parent

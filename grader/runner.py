@@ -7,8 +7,9 @@ Rules it applies to every check, wherever it is run from:
 - a missing or crashing task fails its own checks only;
 - a check that could not run on this hardware (CheckSkipped) is credited only
   when every other check of its task passes, and says so;
-- once a check of a task has hung, the task's later checks are reported as not
-  run because of that hang (the task costs one timeout, the stack shows once);
+- a run that hangs is answered once: the task's other checks asking for the same run get that hang
+  (the same message, 0 points; shared_runs.py), and its stacks show in the first of them only; a check
+  that asks for a different run still runs it (hung_in: a task that hung in an earlier phase);
 - a submission that changed the grader while a check ran gets 0 for that check;
 - a hidden check's message comes from the parent only, never from what student code raised or printed,
   and its ranks' output is not kept; a public check's message and output are capped (grader.result_text).
@@ -53,6 +54,8 @@ def run_checks(exercise: Exercise, submission: Submission, task: str | None = No
     lock = threading.Lock() if parallel > 1 else None
     hung_in = dict(hung_in or {})  # task -> the check whose run hung
     runs = SharedRuns()  # checks asking for the same run share one launch (shared_runs.py)
+    hangs: dict[str, tuple[str, str]] = {}  # check -> (details of a run that hung or aborted, the message without)
+    stacks_shown: dict[tuple[str, str], str] = {}  # (task, stacks) -> the check that shows them
 
     run_tasks = tuple(dict.fromkeys(c.task for c in checks))
 
@@ -70,9 +73,10 @@ def run_checks(exercise: Exercise, submission: Submission, task: str | None = No
             if grading.read_shared_launch and not result.passed:
                 # A failure seen in a launch shared with other runs is confirmed by the check's own runs, which
                 # alone decide: nothing another run left in those ranks can cost a check its points.
-                result = _run_one(check, grading_for(share=False), hung_in.get(check.task))
-        if result.hung:
-            hung_in.setdefault(check.task, check.name)
+                grading = grading_for(share=False)
+                result = _run_one(check, grading, hung_in.get(check.task))
+        if grading.hang:
+            hangs[check.name] = grading.hang
         return result
 
     pending = [None] * len(checks)
@@ -83,6 +87,7 @@ def run_checks(exercise: Exercise, submission: Submission, task: str | None = No
         for i, check in enumerate(checks):
             pending[i] = futures[i].result() if futures else one(check)
             for final in _finalize(checks, pending, len(results), credit):
+                _show_stacks_once(final, hangs.get(final.name), stacks_shown)
                 results.append(final)
                 if on_result:
                     on_result(final)
@@ -91,6 +96,22 @@ def run_checks(exercise: Exercise, submission: Submission, task: str | None = No
         pool.shutdown(wait=False, cancel_futures=True)
         runs.close()
     return Report(exercise.id, results)
+
+
+def _show_stacks_once(result: CheckResult, hang: tuple[str, str] | None, shown: dict) -> None:
+    """A hang or an abort whose details an earlier check of the task showed: the same message, without
+    them again (nor the ranks' output: the same run printed the same)."""
+    if hang is None or result.hidden or result.tampered:
+        return
+    stack_text, without = hang
+    first = shown.setdefault((result.task, stack_text), result.name)
+    if first != result.name:
+        result.message = without + "\n" + (_(
+            "`{task}` already hung in {check} (above, with the stacks): this check asks for the same run and is "
+            "answered from that hang", task=result.task, check=first) if result.hung else _(
+            "the same run failed the same way in {check} (above, with each rank's details and output)",
+            check=first))
+        result.outputs = []
 
 
 def _definitions(submission: Submission, world_size: int, timeout: float):
@@ -158,6 +179,8 @@ def _run_one(check: Check, grading: Grading, hung_in: str | None = None) -> Chec
             passed = True
         except RunCheckFailed as exc:
             message, kind = str(exc), exc.kind
+            if exc.hang:
+                grading.hang = exc.hang[0], result_text.public_message(exc.hang[1])
         except CheckFailed as exc:
             message = str(exc)
         except CheckSkipped as exc:

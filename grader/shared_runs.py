@@ -10,9 +10,11 @@ Checks whose runs pass files to each other (a checkpoint saved by one run, loade
 folder by name (folder()): the same path for every check of the submission, so that their first run is the
 same run, shared; close() removes the folders when the checks are done.
 
-Only a run in which every rank reported a value is shared. A failed run (a crash, a hang, an early
-exit, tampering) is never reused: the next check that asks launches it again, exactly as when every
-check had its own launch, so no failure, and no bad luck, counts for more checks than before.
+Only a run in which every rank reported a value, or that hung, is shared. A run that failed otherwise (a
+crash, an early exit, tampering) is never reused: the next check that asks launches it again, exactly as
+when every check had its own launch. A hang is shared: the same ranks running the same code would wait the
+same way, so the task's other checks asking for that run are answered from it (the same message, 0 points)
+instead of each waiting out a timeout of its own; a check asking for a different run still runs it.
 """
 from __future__ import annotations
 
@@ -55,7 +57,7 @@ class SharedRuns:
                 return copy.deepcopy(entry.result)
             self.launches += 1
             result = run_distributed(fn, world_size, args, kwargs, **options)
-            if result.ok or share_failure:
+            if result.ok or share_failure or result.hung:
                 entry.result = copy.deepcopy(result)
             return result
 

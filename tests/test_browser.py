@@ -13,6 +13,8 @@ Screenshots: artifacts/browser/*.png (with the server's log).
 
 Then, in the same kernel, the student's language (issue 28): with COURSE_LANG=es the same mistake's check
 shows its framing and its message in Spanish (grader/i18n.py reads the variable when it writes the text).
+Then a hang (save_checkpoint's barrier under `if rank == 0`): every check of the task answered from one hang,
+the message naming the student's barrier by cell and line, the stacks shown once.
 """
 from __future__ import annotations
 
@@ -281,4 +283,49 @@ def test_a_spanish_student_sees_the_check_in_spanish(lab, course, browser_page):
         _shot(page, "06-check-fail-es")
     except Exception:
         _shot(page, "failure-es")
+        raise
+
+
+HANG_ANSWER = '''import os
+os.environ.pop("COURSE_LANG", None)  # the test above set it
+import torch
+import torch.distributed as dist
+
+def save_checkpoint(model, path):
+    if dist.get_rank() == 0:
+        torch.save(model.module.state_dict(), path)
+        dist.barrier()  # only rank 0 waits: rank 1 goes on
+'''
+
+
+def test_a_hang_is_answered_once_in_the_students_own_line(lab, course, browser_page):
+    """The same kernel: save_checkpoint with its barrier under `if rank == 0` (issue 39). Every check of the task
+    fails from one hang (how long it takes is measured by benchmarks/bench_hang.py, never asserted here); the
+    message names the student's barrier, its cell and line; the stacks are shown once."""
+    from playwright.sync_api import expect
+
+    page = browser_page
+    n = len(get_exercise(EXERCISE).checks_for("save_checkpoint", hidden=False))
+    barrier_line = next(i for i, line in enumerate(HANG_ANSWER.splitlines(), 1) if "only rank 0 waits" in line)
+    try:
+        page.locator(".lm-TabBar-tab", has_text=f"{EXERCISE}.ipynb").click()
+        answer = _code_cell(page, "def save_checkpoint(")
+        _write_answer(page, answer, HANG_ANSWER)
+        _run(page, answer)
+        check = _code_cell(page, 'check("save_checkpoint")')
+        _run(page, check)
+        out = check.locator(".jp-OutputArea")
+        expect(out).to_contain_text("AssertionError: save_checkpoint", timeout=300_000)  # a bound, not a verdict
+        text = out.inner_text()
+        assert re.search(rf"rank 0 called barrier \(your save_checkpoint, cell In\[\d+\], line {barrier_line}\) "
+                         r"that rank 1 never called in your code", text), text
+        assert text.count("rank 0 hung: waiting in") == 1, text  # the stacks once, not once per check
+        view = text.split("AssertionError:")[0]  # the checks' view; the cell's error after it lists them again
+        assert view.count("already hung in") == n - 1, text
+        assert "site-packages" not in text and str(course["root"]) not in text  # no absolute paths
+        expect(out.locator(".grader-fail")).to_have_count(n)
+        check.scroll_into_view_if_needed()
+        _shot(page, "07-hang-answered-once")
+    except Exception:
+        _shot(page, "failure-hang")
         raise

@@ -78,5 +78,5 @@ def test_a_hang_and_rank_output_are_shown_without_stderr(tmp_path):
     text = outputs_text(nb.cells[2])
     html = "".join(o.get("data", {}).get("text/html", "") for o in outputs)
     assert "✗ cleanup: cleanup_waits_then_destroys" in text
-    assert "rank 0 hung: waiting in barrier" in text and "<Cell In[2]>" in text
+    assert "rank 0 hung: waiting in barrier" in text and "cell In[2], line 6" in text  # the cell as Jupyter names it
     assert "cleaning up on rank 1" in html  # each rank's output, shown per rank

@@ -27,6 +27,9 @@ ALLOWED = {  # (file under grader/, the private names it uses) -> why it needs t
         "multiprocessing has no public way to adopt a forkserver forked from this process (one torch import "
         "per grading worker, not two); start_here() falls back to a fresh forkserver when a Python lacks these "
         "names (getattr/hasattr), so a change there costs speed, never a grade",
+    ("engine/flight.py", ("_C", "_distributed_c10d", "_dump_fr_trace")):
+        "torch's Flight Recorder (every collective of a rank, with the frames that called it) has no public dump "
+        "in Python; a torch without it only makes a hang's message say less (serve writes an error), never a grade",
     ("exercises/dispatch_mode.py", ("_python_dispatch",)):
         "TorchDispatchMode has no public home; the checks take it from this one module (collectives, live bytes, "
         "FSDP2's traffic): a dispatch mode is the only place that sees every spelling of an operator",

@@ -22,6 +22,11 @@ def hangs():
     if dist.get_rank() == 0:
         dist.all_reduce(torch.ones(1))  # rank 1 never joins
     return 1
+
+def sums_on_rank_0_only():
+    if dist.get_rank() == 0:
+        dist.all_reduce(torch.ones(1))  # rank 1 goes on to the next step
+    return 1
 ''')])
 
 pytestmark = pytest.mark.skipif(torch.cuda.device_count() >= 2, reason="CPU-only: the answers all-reduce CPU tensors; with 2+ GPUs the plan is nccl, which refuses them")
@@ -90,8 +95,71 @@ def test_a_task_that_hangs_costs_one_timeout_and_shows_its_stack_once():
     assert not first.passed and first.hung and "waiting in all_reduce" in first.message
     for other in rest:
         assert not other.passed and "already hung in hang_check_0" in other.message
-        assert "waiting in" not in other.message  # the stack is shown once
+        assert "hung: waiting in" not in other.message and "stack (most recent" not in other.message  # once
     assert elapsed < 3 * 2 + 20, f"{elapsed:.0f} s: more than about one timeout"
+
+
+def test_side_by_side_a_hung_run_is_answered_once_and_a_different_run_still_runs():
+    ex = make_exercise()
+
+    @ex.check("hangs", points=1)
+    def hangs_other_run(g):
+        assert g.run(_call, "fine") == [1, 1]  # a different run: it still runs, and passes
+
+    launched = []
+    from grader import shared_runs
+    original = shared_runs.run_distributed
+
+    def counted(fn, world_size, args, *rest, **options):
+        launched.append(args[2])
+        return original(fn, world_size, args, *rest, **options)
+
+    shared_runs.run_distributed = counted
+    try:
+        report = run_checks(ex, ANSWERS, task="hangs", timeout=3, side_by_side=3)
+    finally:
+        shared_runs.run_distributed = original
+    checks = by_name(report)
+    assert launched.count(("hangs",)) == 1, launched  # one hang, one timeout
+    assert checks["hangs_other_run"].passed
+    hung = [checks[f"hang_check_{i}"] for i in range(3)]
+    assert all(c.hung and not c.passed and c.points == 0 for c in hung)
+    with_stacks = [c for c in hung if "waiting in all_reduce" in c.message]
+    assert [c.name for c in with_stacks] == ["hang_check_0"], [c.message for c in hung]  # the stacks shown once
+    headline = hung[0].message.splitlines()[0]
+    for other in hung[1:]:
+        assert other.message.splitlines()[0] == headline  # the same message, without the stacks again
+        assert "already hung in hang_check_0" in other.message
+
+
+def _then_a_bigger_sum(ctx, student):
+    student.task("sums_on_rank_0_only")()
+    import torch.distributed as dist
+    dist.all_reduce(torch.ones(13))  # the next step: rank 0's sum of 1 meets this sum of 13 and gloo aborts
+    return 1
+
+
+def test_a_gloo_abort_names_the_students_line_and_prints_gloos_text_once():
+    from grader.notebook_view import CheckView
+
+    ex = Exercise("abort_test", tasks=["sums_on_rank_0_only"])
+    for i in range(3):
+        @ex.check("sums_on_rank_0_only", points=1)
+        def aborts(g):
+            g.run(_then_a_bigger_sum)
+        ex.checks[-1].name = f"aborts_{i}"
+    report = run_checks(ex, ANSWERS, task="sums_on_rank_0_only", timeout=10, side_by_side=3, keep_output=True)
+    assert report.score == 0 and all(not c.passed for c in report.checks)
+    line = next(i for i, text in enumerate(ANSWERS.cells[0].source.splitlines(), 1) if "goes on to the next" in text)
+    for check in report.checks:
+        assert f"(your sums_on_rank_0_only, cell 1, line {line})" in check.message, check.message
+    shown = "\n".join([c.message for c in report.checks] + [o for c in report.checks for run in c.outputs for o in run])
+    assert shown.count("EnforceNotMet") == 1, shown  # gloo's C++ text once: in the first check's rank output
+    assert "SIGABRT" in report.checks[0].message and "folded" in report.checks[0].message
+    view = CheckView("sums_on_rank_0_only", 3, rich=False)
+    view.results = report.checks
+    page = view._repr_html_()
+    assert page.count("EnforceNotMet") == 1 and '<details style="margin:0 0 4px 2em"><summary' in page  # closed
 
 
 def test_side_by_side_gives_the_same_results_in_the_same_order():

@@ -27,7 +27,7 @@ from typing import Callable
 
 import cloudpickle
 
-from grader.engine import stacks, worker
+from grader.engine import flight, stacks, worker
 from grader.engine.plan import HardwarePlan, current_plan
 from grader.engine.processes import RankProcess, forkserver_context, free_port, kill_tree, read_output, release_port
 from grader.engine.results import RankReport, RunResult, exit_meaning
@@ -120,7 +120,11 @@ def _run_once(payload: bytes, plan: HardwarePlan, timeout: float, init_group: bo
         _collect(reports, procs, conns, timeout, trusted)
         failed = any(r.status != "ok" for r in reports)
         if failed:
+            live = [r.rank for r in reports if procs[r.rank].exitcode is None] if any(
+                r.status == "hung" or r.exitcode == -signal.SIGABRT for r in reports) else []  # a crash says enough
+            flight.request(rundir, live)  # each live rank's collectives, written while its stack is dumped
             _dump_stacks(reports, procs, rundir)
+            _read_calls_and_abort_stacks(reports, live, rundir)
         _release_and_reap(reports, procs, conns, notes, failed)
     finally:
         for proc in procs:
@@ -212,6 +216,21 @@ def _dump_stacks(reports, procs, rundir) -> None:
             try:
                 with open(path) as f:
                     r.stack = f.read() or r.stack
+            except OSError:
+                pass
+
+
+def _read_calls_and_abort_stacks(reports, live, rundir) -> None:
+    """The live ranks' collective records (flight.py), and the stack a rank that died wrote as it died
+    (faulthandler on SIGABRT: where a gloo abort found it)."""
+    deadline = time.monotonic() + STACK_WAIT_S
+    for r in reports:
+        if r.rank in live:
+            r.calls = flight.collect(rundir, r.rank, deadline)
+        elif r.status == "exited" and not r.stack:
+            try:
+                with open(os.path.join(rundir, f"rank{r.rank}.stack"), errors="replace") as f:
+                    r.stack = f.read(200_000)
             except OSError:
                 pass
 

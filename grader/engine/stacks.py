@@ -103,12 +103,55 @@ def busy_frame(dump: str) -> dict | None:
 
 
 def student_frame_line(frame: dict) -> str:
-    return _frame_line(frame["file"], int(frame["line"]), frame["name"], None)
+    return _frame_line(frame["file"], int(frame["line"]), frame["name"], None).replace(
+        frame["file"], course_path(frame["file"]), 1)
+
+
+_COURSE_DIR = os.path.dirname(_GRADER_DIR)
+_CELL = re.compile(r"^<[Cc]ell (\S+)>$")  # a cell of a notebook read from disk (<cell 29>) or a kernel's (<Cell In[7]>)
+
+
+def course_path(filename: str) -> str:
+    """A frame's file as the student knows it: "cell 29" for a notebook cell, a path relative to the course
+    (grader/...), or to the installed packages (torch/...), never absolute."""
+    cell = _CELL.match(filename)
+    if cell:
+        return f"cell {cell[1]}"
+    if filename.startswith("<"):
+        return filename
+    path = os.path.abspath(filename)
+    for root in sorted(_LIBRARY_DIRS, key=len, reverse=True):
+        if root != _GRADER_DIR and path.startswith(root + os.sep):
+            return os.path.relpath(path, root)
+    if "site-packages" + os.sep in path:
+        return path.split("site-packages" + os.sep, 1)[1]
+    if path.startswith(_COURSE_DIR + os.sep):
+        return os.path.relpath(path, _COURSE_DIR)
+    return os.path.basename(path)
+
+
+def place(filename: str, line: int) -> str:
+    """"cell 29, line 4" (a notebook cell) or "grader/grading.py:75"."""
+    shown = course_path(filename)
+    return f"{shown}, line {line}" if _CELL.match(filename) or is_student_file(filename) else f"{shown}:{line}"
+
+
+def fold_frames(frames: list[tuple[str, int, str]]) -> str:
+    """The student's frames first, one a line (most recent call last), with their code; every other frame
+    (the grader's, torch's) folded into one line. frames: (file, line, function), innermost first."""
+    mine = [f for f in reversed(frames) if is_student_file(f[0])]
+    others = [f for f in reversed(frames) if not is_student_file(f[0])]
+    lines = ["your code (most recent call last):" if mine else "(none of these frames is in your code)"]
+    lines += ["  " + _frame_line(f[0], f[1], f[2], None).replace(f[0], course_path(f[0]), 1) for f in mine]
+    if others:
+        lines.append(f"  [{len(others)} frame(s) of the grader and torch, folded: "
+                     + ", ".join(f"{place(f[0], f[1])} {f[2]}" for f in others) + "]")
+    return "\n".join(lines)
 
 
 def summarize_stack(dump: str) -> str:
     """Turn a faulthandler dump into 'waiting in X, called from your code at Y', or 'busy in your code
-    at Y' when the rank is not waiting inside torch."""
+    at Y' when the rank is not waiting inside torch; then its frames, the student's first (fold_frames)."""
     frames = _main_frames(dump)
     if not frames:
         return dump.strip() or "(no stack: the process did not answer)"
@@ -121,10 +164,12 @@ def summarize_stack(dump: str) -> str:
         parts = [f"waiting in {innermost['name']} ({os.path.basename(innermost['file'])}:{innermost['line']})"]
         if student:
             parts.append("called from your code at " + student_frame_line(student[0]))
-    lines = "\n".join(
-        "  " + _frame_line(f["file"], int(f["line"]), f["name"], None) for f in reversed(frames)
-    )
-    return ", ".join(parts) + "\nstack (most recent call last):\n" + lines
+    return ", ".join(parts) + "\n" + fold_frames([(f["file"], int(f["line"]), f["name"]) for f in frames])
+
+
+def main_frames(dump: str) -> list[tuple[str, int, str]]:
+    """A dump's main-thread frames as (file, line, function), innermost first."""
+    return [(f["file"], int(f["line"]), f["name"]) for f in _main_frames(dump)]
 
 
 _COLLECTIVE_TIMEOUT = re.compile(r"Timed out waiting (?P<ms>\d+)ms for (?P<op>\w+)")

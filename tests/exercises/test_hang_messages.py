@@ -72,3 +72,77 @@ def test_every_rank_busy_in_the_students_code():
     message = bad["wrap_model_broadcasts_rank0_parameters"]
     assert "every rank is busy in your code" in message.splitlines()[0], message
     assert "rank 0 hung: busy in your code at" in message and "rank 1 hung: busy in your code at" in message
+
+
+# --- the hang or mismatch in the student's terms: which collective, in which line of theirs ---------------------
+
+def _line_of(source: str, code: str) -> int:
+    """The line number of the student's line holding `code` (its last occurrence: the mutated definition)."""
+    numbers = [i for i, line in enumerate(source.splitlines(), start=1) if code in line]
+    assert numbers, code
+    return numbers[-1]
+
+
+def _names_the_line(message: str, function: str, line: int) -> None:
+    divergence = message.split("\n\n", 1)[0]  # what is said before any rank's details
+    assert f"your {function}, submission.py, line {line})" in divergence, message
+    assert "/work/" not in message and "site-packages" not in message, message  # paths relative, never absolute
+    assert message.count("terminate called after throwing") <= 1, message  # gloo's C++ text at most once
+
+
+def test_exercise_1_a_reduce_on_rank_0_only_names_the_students_line():
+    source = mutate(solution_source("01_parallelism"), "        dist.all_reduce(param.grad, op=dist.ReduceOp.SUM)\n",
+                    "        if dist.get_rank() == 0:\n"
+                    "            dist.all_reduce(param.grad, op=dist.ReduceOp.SUM)  # rank 1 never joins\n")
+    bad = failed(grade_source("01_parallelism", source, task="average_gradients", timeout=5,
+                              checks=["averaged_gradients_match_full_batch"]))
+    message = bad["averaged_gradients_match_full_batch"]
+    _names_the_line(message, "average_gradients", _line_of(source, "rank 1 never joins"))
+    assert "that rank 1 never called in your code" in message, message
+
+
+def test_exercise_2_a_barrier_on_rank_0_only_names_the_students_line_once_per_task():
+    code = '''
+    def save_checkpoint(model, path):
+        if dist.get_rank() == 0:
+            torch.save(model.module.state_dict(), path)
+            dist.barrier()  # only rank 0 waits
+    '''
+    source = replace_definition(solution_source(EX), "save_checkpoint", code)
+    report = grade_source(EX, source, task="save_checkpoint", timeout=5)
+    bad = failed(report)
+    assert len(bad) == len(report.checks) and report.score == 0
+    line = _line_of(source, "only rank 0 waits")
+    for message in bad.values():
+        _names_the_line(message, "save_checkpoint", line)
+        assert "that rank 1 never called in your code; rank 1 had gone on to the next step" in message, message
+    assert sum("rank 0 hung: waiting in" in m for m in bad.values()) == 1, bad  # the stacks shown once
+
+
+def test_exercise_2_an_all_reduce_on_rank_0_only_before_ddp_names_the_students_line():
+    wrap = '''
+    def wrap_model(model, device):
+        import torch
+        import torch.distributed as dist
+        from torch.nn.parallel import DistributedDataParallel as DDP
+        if dist.get_rank() == 0:
+            dist.all_reduce(torch.ones(1))  # rank 1 goes straight to DDP
+        return DDP(model.to(device))
+    '''
+    source = replace_definition(solution_source(EX), "wrap_model", wrap)
+    bad = failed(grade_source(EX, source, task="wrap_model", timeout=5,
+                              checks=["wrap_model_broadcasts_rank0_parameters"]))
+    message = bad["wrap_model_broadcasts_rank0_parameters"]
+    _names_the_line(message, "wrap_model", _line_of(source, "rank 1 goes straight to DDP"))
+    assert f"your wrap_model, submission.py, line {_line_of(source, 'return DDP(model.to(device))')})" in message
+
+
+def test_exercise_3_global_stats_reduced_on_rank_0_only_name_the_students_line():
+    source = mutate(solution_source("03_syncbn_sharded"),
+                    "        dist.all_reduce(total, op=dist.ReduceOp.SUM)\n",
+                    "        if dist.get_rank() == 0:\n"
+                    "            dist.all_reduce(total, op=dist.ReduceOp.SUM)  # rank 1 skips the sum\n")
+    bad = failed(grade_source("03_syncbn_sharded", source, task="global_batch_stats", timeout=5,
+                              checks=["stats_of_the_concatenated_batch"]))
+    message = bad["stats_of_the_concatenated_batch"]
+    _names_the_line(message, "forward", _line_of(source, "rank 1 skips the sum"))
