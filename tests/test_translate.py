@@ -232,3 +232,13 @@ def test_every_catalog_passes_msgfmt_check(lang):
     for path in paths:
         done = subprocess.run(["msgfmt", "-c", "-o", os.devnull, path], capture_output=True, text=True, timeout=60)
         assert done.returncode == 0, f"msgfmt -c {os.path.relpath(path, ROOT)}:\n{done.stderr}"
+
+
+@pytest.mark.parametrize("lang", LANGUAGES)
+def test_a_translated_exercise_points_to_the_lesson_in_its_language(lang):
+    for english in glob.glob(os.path.join(ROOT, "exercises", "*", "*.ipynb")):
+        named = set(re.findall(r"`lessons/([\w.-]+\.ipynb)`", "".join(_markdown(english))))
+        built = "".join(_markdown(target(english, lang)))
+        for lesson in named:
+            assert f"`lessons/{lang}/{lesson}`" in built, f"{target(english, lang)} does not name lessons/{lang}/{lesson}"
+            assert os.path.exists(os.path.join(ROOT, "lessons", lang, lesson)), f"lessons/{lang}/{lesson} is not built"

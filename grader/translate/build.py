@@ -13,6 +13,7 @@ from __future__ import annotations
 import glob
 import json
 import os
+import re
 
 import nbformat
 
@@ -43,6 +44,9 @@ def _lines(text: str) -> list[str]:
     return text.splitlines(keepends=True)
 
 
+LESSON_PATH = re.compile(r"`lessons/([\w.-]+\.ipynb)`")  # a lesson named in an exercise's text
+
+
 def translated_notebook(english_path: str, lang: str, locale_dir: str = LOCALE, catalog=None) -> tuple[dict, int]:
     """The notebook in `lang` (from `catalog`, else its catalog under `locale_dir`), and how many of its
     entries are shown in English."""
@@ -50,9 +54,13 @@ def translated_notebook(english_path: str, lang: str, locale_dir: str = LOCALE, 
         notebook = json.load(f)
     find = lookup(catalog if catalog is not None else read(po_path(lang, english_path, locale_dir), lang))
     english = 0
+    release = os.path.basename(os.path.dirname(os.path.abspath(english_path))) == \
+        os.path.splitext(os.path.basename(english_path))[0]
     for cell in notebook["cells"]:
         if cell["cell_type"] == "markdown":
             text, kept = translate("".join(cell["source"]), find)
+            if release:  # an exercise points to the lesson in its own language (lessons/<lang>/ is built too)
+                text = LESSON_PATH.sub(lambda m: f"`lessons/{lang}/{m.group(1)}`", text)
             cell["source"] = _lines(text)
             english += kept
     if english:
