@@ -18,7 +18,6 @@ import hashlib
 import json
 import os
 import re
-import sys
 
 from grader import cells
 from grader.digest import grader_digest
@@ -27,7 +26,8 @@ from grader.exercises import get_exercise
 from grader.gradebook.course import Course
 from grader.gradebook import sandbox as sandboxes
 from grader.gradebook.nurseries import Nurseries, use_nursery
-from grader.gradebook.pool import Job, Workers, private_channel, run_pool
+from grader.gradebook import channel
+from grader.gradebook.pool import Job, Workers, run_pool
 from grader.gradebook.preflight import check_ready
 from grader.gradebook.results import ResultStore
 from grader.gradebook.snapshot import Snapshot
@@ -119,15 +119,13 @@ def merge_phases(public: dict, hidden: dict | None) -> dict:
 
 
 def worker_main(assignment: str, timeout: float, world_size: int, version: str) -> int:
-    """Read 'student<TAB>private copy<TAB>submitted path<TAB>token<TAB>phase<TAB>hung JSON' lines on
-    stdin; send back 'token<TAB>result JSON' for each on the private channel (pool.py)."""
-    channel = private_channel()
-    for line in sys.stdin:
+    """Read 'student<TAB>private copy<TAB>submitted path<TAB>token<TAB>phase<TAB>hung JSON' lines; send back
+    'token<TAB>result JSON' for each (both on the descriptors channel.take() made private)."""
+    for line in channel.job_lines():
         student, path, shown_as, token, phase, hung = line.rstrip("\n").split("\t")
         result = grade_one(assignment, student, path or None, timeout, world_size, version, shown_as, phase,
                            json.loads(hung))
-        channel.write(f"{token}\t{json.dumps(result, ensure_ascii=False)}\n")
-        channel.flush()
+        channel.send(f"{token}\t{json.dumps(result, ensure_ascii=False)}")
     return 0
 
 
