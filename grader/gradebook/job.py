@@ -2,7 +2,8 @@
 
 Three processes, each dying with its parent (PR_SET_PDEATHSIG):
 - the job's first process, in the nursery's namespaces: tells the parent its pid (SCM_CREDENTIALS: the
-  kernel translates it into the parent's PID namespace, so the parent can kill the job), reads the
+  kernel translates it into the parent's PID namespace, so the parent can kill the job, and move it into
+  the job's own cgroups before it answers with a go byte), reads the
   submission from the parent's descriptor, unshares a user (its own uid mapped, non-root), mount, PID,
   network, IPC and UTS namespace, and waits for
 - PID 1 of the new PID namespace, the job's reaper: it mounts the namespace's own /proc, fresh tmpfs on
@@ -41,6 +42,8 @@ def run(args, header: dict, fds: list[int]) -> int:
     hello = struct.pack("3i", os.getpid(), os.getuid(), os.getgid())
     with socket.socket(fileno=os.dup(result)) as channel:
         channel.sendmsg([b"H"], [(socket.SOL_SOCKET, socket.SCM_CREDENTIALS, hello)])
+        if channel.recv(1) != b"G":  # the parent's go: this process is in the job's cgroups now (job_limits.py)
+            return 1
     data = None
     if submission_fd:
         with os.fdopen(submission_fd[0], "rb") as f:

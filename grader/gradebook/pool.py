@@ -85,19 +85,33 @@ class Workers:
     or one sandboxed worker per job; then a job line names the submission as the sandbox shows it."""
 
     def __init__(self, worker_args: list[str], sandbox: Callable[[list[str], Job], "object"] | None = None,
-                 nurseries=None):
+                 nurseries=None, limits=None):
         self.argv = [sys.executable, "-m", "grader.gradebook.grade_worker", *worker_args]
         self.sandbox = sandbox
         self.nurseries = nurseries  # sandboxed: each job forked from its phase's nursery (nurseries.py)
+        self.limits = limits  # sandboxed: job_limits.JobLimits, a cgroup per job where the machine allows
 
     def start(self, job: Job | None) -> subprocess.Popen:
+        group = self.limits.new_group() if self.limits is not None and self.sandbox is not None else None
+        try:
+            proc = self._start(job, group)
+        except BaseException:
+            if group is not None:
+                group.close()
+            raise
+        proc.group, proc.student = group, job.student if job else None
+        return proc
+
+    def _start(self, job: Job | None, group) -> subprocess.Popen:
         if self.nurseries is not None:
-            return self.nurseries.start(job.path, job.phase == "public")
+            return self.nurseries.start(job.path, job.phase == "public", group)
         argv, env, stderr = self.argv, None, None
         if self.sandbox is not None:
             box = self.sandbox(self.argv, job)
             argv, env = box.argv, box.env
             stderr = None if os.environ.get("GRADER_SANDBOX_STDERR") else subprocess.DEVNULL
+            if group is not None:
+                argv = group.join_argv(argv)
         return subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=stderr, text=True,
                                 bufsize=1, encoding="utf-8", start_new_session=True, env=env)
 
@@ -157,6 +171,16 @@ def run_pool(queue: list[Job], workers: Workers, jobs: int, on_result: Callable[
         if proc.pid is not None:  # None: a nursery job that never started
             kill_tree(proc.pid)  # the worker, its forkserver and any rank still running (a sandbox: everything in it)
         proc.wait(timeout=10)
+        release(proc)
+
+    def release(proc):  # the job's cgroups: what it ran into is told to its author; what it left is killed
+        group = getattr(proc, "group", None)
+        if group is None:
+            return
+        for limit in group.exceeded():
+            on_stray(proc.student, f"this submission's code ran into its job's limit on {limit}; a check that failed "
+                                   "then may have failed because of it")
+        group.close()
 
     def message(proc, line: str) -> None:
         job = running[proc]
@@ -228,4 +252,5 @@ def run_pool(queue: list[Job], workers: Workers, jobs: int, on_result: Callable[
             if proc.pid is not None:
                 kill_tree(proc.pid)
             proc.wait(timeout=10)
+            release(proc)
         bar.close()
