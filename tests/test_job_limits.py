@@ -60,6 +60,10 @@ def _grade(base: str, attackers: tuple[str, ...], nursery: str) -> tuple[dict, s
     results = {}
     for student in HONEST + attackers:
         path = os.path.join(course.results_dir(A), f"{student}.json")
+        if not os.path.exists(path):  # its grading did not finish (the hog's worker itself killed): the grade
+            rows = [line for line in done.stdout.splitlines() if line.startswith(student + " ")]  # table's row
+            results[student] = {"report": {"score": 0, "checks": []}, "flags": rows}
+            continue
         with open(path) as f:
             results[student] = json.load(f)
     return results, done.stdout + done.stderr
