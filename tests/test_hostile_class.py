@@ -55,7 +55,7 @@ ATTACKS = sorted(name for name in (os.path.basename(p)[:-3] for p in glob.glob(o
 # attacks the sandbox refuses at the attempt (the check message says `refused`); the others (a process left
 # behind) start, and are judged by their effect: nothing left running, nothing forged trusted
 REFUSED = {"read_solutions", "read_hidden", "read_classmate", "read_ssh", "write_config", "write_gradebook",
-           "write_journal", "write_graded", "network", "raise_hidden"}
+           "write_journal", "write_graded", "network", "raise_hidden", "forge_result", "flood_result"}
 LEFT_BEHIND = {"leftover", "graded_after", "bind_ports"}
 MARKER = "HOSTILE-LEFTOVER"
 EXERCISE = get_exercise(A)

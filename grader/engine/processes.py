@@ -223,7 +223,21 @@ def kill_tree(pid: int) -> None:
 
 
 _PR_SET_PDEATHSIG = 1
+_PR_SET_DUMPABLE = 4
 _PR_SET_CHILD_SUBREAPER = 36
+
+
+def not_dumpable() -> None:
+    """Make this process non-dumpable (PR_SET_DUMPABLE 0): a process of its uid without CAP_SYS_PTRACE can then
+    neither read its memory (/proc/PID/mem) nor take its descriptors (pidfd_getfd), nor ptrace it. Its forks
+    inherit that; a process it execs does not. Raises OSError if refused: a worker must not run student code
+    without it."""
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(_PR_SET_DUMPABLE, 0, 0, 0, 0) != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"prctl(PR_SET_DUMPABLE, 0): {os.strerror(err)}")
 
 
 def die_with_parent() -> bool:

@@ -26,8 +26,10 @@ from grader.engine.processes import adopting_orphans
 from grader.exercises import get_exercise
 from grader.gradebook.course import Course
 from grader.gradebook import sandbox as sandboxes
+from grader.gradebook.job_limits import JobLimits
 from grader.gradebook.nurseries import Nurseries, use_nursery
-from grader.gradebook.pool import Job, Workers, private_channel, run_pool
+from grader.gradebook import channel
+from grader.gradebook.pool import Job, Workers, run_pool
 from grader.gradebook.preflight import check_ready
 from grader.gradebook.results import ResultStore
 from grader.gradebook.snapshot import Snapshot
@@ -119,15 +121,13 @@ def merge_phases(public: dict, hidden: dict | None) -> dict:
 
 
 def worker_main(assignment: str, timeout: float, world_size: int, version: str) -> int:
-    """Read 'student<TAB>private copy<TAB>submitted path<TAB>token<TAB>phase<TAB>hung JSON' lines on
-    stdin; send back 'token<TAB>result JSON' for each on the private channel (pool.py)."""
-    channel = private_channel()
-    for line in sys.stdin:
+    """Read 'student<TAB>private copy<TAB>submitted path<TAB>token<TAB>phase<TAB>hung JSON' lines; send back
+    'token<TAB>result JSON' for each (both on the descriptors channel.take() made private)."""
+    for line in channel.job_lines():
         student, path, shown_as, token, phase, hung = line.rstrip("\n").split("\t")
         result = grade_one(assignment, student, path or None, timeout, world_size, version, shown_as, phase,
                            json.loads(hung))
-        channel.write(f"{token}\t{json.dumps(result, ensure_ascii=False)}\n")
-        channel.flush()
+        channel.send(f"{token}\t{json.dumps(result, ensure_ascii=False)}")
     return 0
 
 
@@ -221,10 +221,14 @@ def grade_assignment(course: Course, assignment: str, jobs: int = 2, timeout: fl
                 os.chmod(path, 0o644)  # the sandbox's worker (nobody) reads it; its folder stays private
             queue.append(Job(student, path, submissions[student], "public" if sandbox else "all"))
         worker_args = [assignment, "--timeout", str(timeout), "--world-size", str(world_size), "--version", version]
+        limits = JobLimits.here() if sandbox and queue else None
+        if limits is not None and limits.missing:
+            print(f"grader: no limit per job here ({limits.missing}): each process and the sandboxes' uid are "
+                  "bounded, not each job", file=sys.stderr)
         nurseries = Nurseries(worker_args, jobs + 2) if sandbox and queue and use_nursery() else None
         workers = Workers(worker_args,
                           (lambda argv, job: sandboxes.Sandbox(argv, job.path, job.phase == "public", jobs + 1))
-                          if sandbox else None, nurseries)
+                          if sandbox else None, nurseries, limits)
         try:
             with adopting_orphans():  # what a submission left behind (double fork, setsid) dies with the run
                 run_pool(queue, workers, jobs, on_result, guard.flag, guard.tick, progress, len(submissions),
@@ -232,6 +236,8 @@ def grade_assignment(course: Course, assignment: str, jobs: int = 2, timeout: fl
         finally:
             if nurseries is not None:
                 nurseries.close()
+            if limits is not None:
+                limits.close()
         guard.tick(set())  # put back anything changed after the last tick (no one left to name)
     finally:
         snapshot.close()

@@ -4,7 +4,8 @@ pool.py starts one per worker (one per sandboxed job). It is not `python -m grad
 the CLI's command registry imports modules grading never needs (nbformat's schema validator alone
 costs about 2 CPU-seconds per start, paid twice per sandboxed submission). Before it loads the
 exercise's hidden checks or reads a job, it imports torch and the public checks once and forks the
-ranks' forkserver from itself (engine/forked_forkserver.py): one torch import per worker, not two.
+ranks' forkserver from itself (engine/forked_forkserver.py): one torch import per worker, not two. Before
+all that it takes its stdin and stdout private (channel.py): nothing it starts holds the result channel.
 """
 from __future__ import annotations
 
@@ -21,7 +22,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     from grader.engine import forked_forkserver, processes
+    from grader.gradebook import channel
 
+    channel.take(0, 1)  # non-dumpable, job lines and results on private descriptors: before anything starts
     processes.die_with_parent()  # a killed grading run leaves no worker behind, even if its job pipe stays open
     from grader.exercises import find
 

@@ -2,14 +2,16 @@
 
 Three processes, each dying with its parent (PR_SET_PDEATHSIG):
 - the job's first process, in the nursery's namespaces: tells the parent its pid (SCM_CREDENTIALS: the
-  kernel translates it into the parent's PID namespace, so the parent can kill the job), reads the
+  kernel translates it into the parent's PID namespace, so the parent can kill the job, and move it into
+  the job's own cgroups before it answers with a go byte), reads the
   submission from the parent's descriptor, unshares a user (its own uid mapped, non-root), mount, PID,
   network, IPC and UTS namespace, and waits for
 - PID 1 of the new PID namespace, the job's reaper: it mounts the namespace's own /proc, fresh tmpfs on
   /tmp, HOME and /dev/shm, the submission on a read-only tmpfs at sandbox.SUBMISSION, brings `lo` up,
   drops every capability (no_new_privs is set already), forks the worker and reaps every orphan until the
   worker ends; then it exits, and the kernel kills whatever the job left in its PID namespace;
-- the worker: fd 0 is the job-line pipe, fd 1 the result socket; it forks the ranks' forkserver and
+- the worker: it takes the job-line pipe and the result socket on private descriptors (channel.py), with fd 0
+  on /dev/null and fd 1 on stderr, forks the ranks' forkserver and
   grades its one job (batch.worker_main), as grade_worker.py does after its cold start.
 
 /proc: a process in a new user namespace may mount proc only if a proc mount it can see is fully visible
@@ -40,6 +42,8 @@ def run(args, header: dict, fds: list[int]) -> int:
     hello = struct.pack("3i", os.getpid(), os.getuid(), os.getgid())
     with socket.socket(fileno=os.dup(result)) as channel:
         channel.sendmsg([b"H"], [(socket.SOL_SOCKET, socket.SCM_CREDENTIALS, hello)])
+        if channel.recv(1) != b"G":  # the parent's go: this process is in the job's cgroups now (job_limits.py)
+            return 1
     data = None
     if submission_fd:
         with os.fdopen(submission_fd[0], "rb") as f:
@@ -127,15 +131,10 @@ def _parents_below_root(path: str) -> list[str]:
 
 
 def _worker(args, result: int, job_line: int) -> int:
-    import sys
-
     ns.die_with_parent()
-    os.dup2(job_line, 0)
-    os.dup2(result, 1)
-    os.close(job_line)
-    os.close(result)
-    sys.stdin = open(0, "r", encoding="utf-8", closefd=False)
-    sys.stdout = open(1, "w", buffering=1, encoding="utf-8", closefd=False)
+    from grader.gradebook import channel
+
+    channel.take(job_line, result)  # nothing the worker starts (the resource tracker, ranks) holds either
     from grader.engine import forked_forkserver
     from grader.gradebook.batch import worker_main
 

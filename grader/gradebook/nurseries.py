@@ -9,7 +9,8 @@ fd 1, read here as pool.py reads a worker's stdout), the read end of its job-lin
 the job line into .stdin as before), and the parent's private copy of the submission, opened read-only.
 The job's first process answers with one byte carrying SCM_CREDENTIALS; the kernel translates its pid
 into ours, so kill_tree(proc.pid) reaches it and every descendant (its reaper's death ends the job's PID
-namespace). A nursery that is dead or does not answer is killed, and the next job starts a new one; a job
+namespace). It is moved into the job's cgroups (job_limits.py), where there are some, and only then sent
+the go byte it waits for. A nursery that is dead or does not answer is killed, and the next job starts a new one; a job
 that could not be started reads as ended at once, so pool.py reports it lost, as for a dead worker.
 """
 from __future__ import annotations
@@ -25,17 +26,16 @@ import sys
 from grader.engine import kill_tree
 from grader.gradebook.sandbox import Sandbox
 
-NURSERY_ENV = "GRADER_NURSERY"  # "0": one sandbox per job; "1": nurseries; unset: nurseries when run as root
+NURSERY_ENV = "GRADER_NURSERY"  # "0": one bubblewrap sandbox per job; anything else: nurseries (the default)
 HELLO_S = 120.0  # a liveness bound on a fork under load, never a verdict
 _UCRED = struct.calcsize("3i")
 
 
 def use_nursery() -> bool:
-    """Nurseries by default when the grader runs as root (bwrap builds the sandbox as root, the nursery and its
-    jobs run as nobody: the setup tested here); as another user the nursery's sandbox is a user namespace and
-    each job nests one more in it, which no test here has run: opt in with GRADER_NURSERY=1."""
-    value = os.environ.get(NURSERY_ENV)
-    return value == "1" if value in ("0", "1") else os.geteuid() == 0
+    """Nurseries unless GRADER_NURSERY=0, as root and as any other user: as root bwrap builds the sandbox and the
+    nursery and its jobs run as nobody; as another user the nursery's sandbox is a user namespace and each job
+    nests one more in it (tests/test_result_channel.py grades a class so, as a fresh non-root account)."""
+    return os.environ.get(NURSERY_ENV) != "0"
 
 
 class JobProcess:
@@ -72,10 +72,12 @@ class Nursery:
             self.proc = subprocess.Popen(box.argv, stdin=theirs.fileno(), stdout=subprocess.DEVNULL, stderr=stderr,
                                          env=box.env, start_new_session=True)
 
-    def start(self, submission: str | None) -> JobProcess | None:
-        """The job's process, or None if this nursery could not start it (dead, or not answering)."""
+    def start(self, submission: str | None, group=None) -> JobProcess | None:
+        """The job's process, or None if this nursery could not start it (dead, or not answering). group: the
+        job's cgroups (job_limits.JobGroup), which its first process enters before it forks anything."""
         if self.proc.poll() is not None:
             return None
+        pid = 0
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         ours.setsockopt(socket.SOL_SOCKET, socket.SO_PASSCRED, 1)
         line_r, line_w = os.pipe()
@@ -91,9 +93,14 @@ class Nursery:
                        if level == socket.SOL_SOCKET and kind == socket.SCM_CREDENTIALS)
             if hello != b"H" or pid <= 0:  # at EOF (the job or its nursery died first) SO_PASSCRED still hands
                 raise OSError("no hello from the job")  # credentials, with pid 0: killing "0" is our own group
+            if group is not None:
+                group.add(pid)
+            ours.sendall(b"G")
         except (OSError, StopIteration):
             os.close(line_w)
             ours.close()
+            if pid > 0:
+                kill_tree(pid)  # answered, but could not be put in its cgroups: it never runs
             return None
         finally:
             theirs.close()  # (closing twice is harmless)
@@ -116,12 +123,12 @@ class Nurseries:
         self.by_kind = {masked: Nursery(worker_args, masked, jobs) for masked in (True, False)}  # both start now:
         # the hidden phase's cold start overlaps the first public jobs
 
-    def start(self, path: str | None, masked: bool) -> JobProcess:
+    def start(self, path: str | None, masked: bool, group=None) -> JobProcess:
         for _ in range(2):  # a dead nursery is replaced once per job
             nursery = self.by_kind.get(masked)
             if nursery is None:
                 nursery = self.by_kind[masked] = Nursery(self.worker_args, masked, self.jobs)
-            proc = nursery.start(path)
+            proc = nursery.start(path, group)
             if proc is not None:
                 return proc
             nursery.close()

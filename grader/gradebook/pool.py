@@ -1,10 +1,12 @@
 """Long-lived grading workers (`python -m grader.gradebook.grade_worker`) and the parent's side of them.
 
 Each job line the parent sends carries a fresh random token; the worker sends
-its result back as one JSON line with that token, on a private copy of its
-stdout (fd 1 itself points at stderr before any student code runs, so ranks
-forked from the worker's forkserver do not inherit the channel). A line with a
-wrong token, another student or a second result is ignored and reported.
+its result back as one JSON line with that token. The worker takes both of its
+descriptors private before it starts anything (channel.py: non-dumpable, fd 0
+and 1 replaced), so no process of the job holds or can take them. A line with a
+wrong token, another student or a second result is ignored and reported. The
+parent reads every worker without blocking, at most RESULT_LIMIT bytes a line:
+a worker that sends more without a newline is stopped and its student flagged.
 
 Unsandboxed, a worker is long-lived and grades job after job, keeping its
 forkserver warm. Sandboxed (sandbox.py), each job gets a fresh worker that sees
@@ -34,14 +36,37 @@ from grader.engine import kill_tree
 from grader.gradebook.sandbox import SUBMISSION
 
 SUBMISSION_BOUND_S = 900  # a whole submission, every check bounded already; this only guards the worker
+RESULT_LIMIT = 16 << 20  # bytes of one result line; a result is tens of KiB (each output is bounded: OUTPUT_LIMIT)
 
 
-def private_channel():
-    """The worker's result channel: fd 1 moved to a non-inheritable descriptor; fd 1 becomes stderr."""
-    channel = os.dup(1)  # os.dup: not inherited by processes started later
-    os.dup2(2, 1)
-    sys.stdout = open(1, "w", buffering=1, closefd=False)
-    return os.fdopen(channel, "w", buffering=1, encoding="utf-8")
+class Lines:
+    """What one worker sent, read without ever blocking: its complete lines, each at most RESULT_LIMIT bytes."""
+
+    def __init__(self, stream):
+        self.fd, self.pending, self.scanned = stream.fileno(), bytearray(), 0
+        os.set_blocking(self.fd, False)
+
+    def read(self) -> tuple[list[str], bool]:
+        """(complete lines now readable, whether the worker's end is closed). Raises OverflowError once more
+        than RESULT_LIMIT bytes came without a newline."""
+        try:
+            data = os.read(self.fd, 1 << 20)
+        except BlockingIOError:
+            return [], False
+        except OSError:
+            data = b""
+        if not data:
+            return [], True
+        self.pending += data
+        lines = []
+        while (end := self.pending.find(b"\n", self.scanned)) >= 0:
+            lines.append(self.pending[:end].decode("utf-8", "replace"))
+            del self.pending[:end + 1]
+            self.scanned = 0
+        self.scanned = len(self.pending)
+        if len(self.pending) > RESULT_LIMIT:
+            raise OverflowError(len(self.pending))
+        return lines, False
 
 
 @dataclass
@@ -60,19 +85,33 @@ class Workers:
     or one sandboxed worker per job; then a job line names the submission as the sandbox shows it."""
 
     def __init__(self, worker_args: list[str], sandbox: Callable[[list[str], Job], "object"] | None = None,
-                 nurseries=None):
+                 nurseries=None, limits=None):
         self.argv = [sys.executable, "-m", "grader.gradebook.grade_worker", *worker_args]
         self.sandbox = sandbox
         self.nurseries = nurseries  # sandboxed: each job forked from its phase's nursery (nurseries.py)
+        self.limits = limits  # sandboxed: job_limits.JobLimits, a cgroup per job where the machine allows
 
     def start(self, job: Job | None) -> subprocess.Popen:
+        group = self.limits.new_group() if self.limits is not None and self.sandbox is not None else None
+        try:
+            proc = self._start(job, group)
+        except BaseException:
+            if group is not None:
+                group.close()
+            raise
+        proc.group, proc.student = group, job.student if job else None
+        return proc
+
+    def _start(self, job: Job | None, group) -> subprocess.Popen:
         if self.nurseries is not None:
-            return self.nurseries.start(job.path, job.phase == "public")
+            return self.nurseries.start(job.path, job.phase == "public", group)
         argv, env, stderr = self.argv, None, None
         if self.sandbox is not None:
             box = self.sandbox(self.argv, job)
             argv, env = box.argv, box.env
             stderr = None if os.environ.get("GRADER_SANDBOX_STDERR") else subprocess.DEVNULL
+            if group is not None:
+                argv = group.join_argv(argv)
         return subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=stderr, text=True,
                                 bufsize=1, encoding="utf-8", start_new_session=True, env=env)
 
@@ -103,7 +142,7 @@ def run_pool(queue: list[Job], workers: Workers, jobs: int, on_result: Callable[
         else:
             job = queue.pop(0) if workers.sandbox else None
             proc = workers.start(job)
-        selector.register(proc.stdout, selectors.EVENT_READ, proc)
+        selector.register(proc.stdout, selectors.EVENT_READ, (proc, Lines(proc.stdout)))
         running[proc] = None
         feed(proc, job)
 
@@ -132,6 +171,16 @@ def run_pool(queue: list[Job], workers: Workers, jobs: int, on_result: Callable[
         if proc.pid is not None:  # None: a nursery job that never started
             kill_tree(proc.pid)  # the worker, its forkserver and any rank still running (a sandbox: everything in it)
         proc.wait(timeout=10)
+        release(proc)
+
+    def release(proc):  # the job's cgroups: what it ran into is told to its author; what it left is killed
+        group = getattr(proc, "group", None)
+        if group is None:
+            return
+        for limit in group.exceeded():
+            on_stray(proc.student, f"this submission's code ran into its job's limit on {limit}; a check that failed "
+                                   "then may have failed because of it")
+        group.close()
 
     def message(proc, line: str) -> None:
         job = running[proc]
@@ -152,6 +201,13 @@ def run_pool(queue: list[Job], workers: Workers, jobs: int, on_result: Callable[
         if workers.sandbox is None:
             feed(proc)
 
+    def overflow(proc):  # more than a result, without a newline: only student code writes that
+        if running.get(proc) is not None:
+            on_stray(running[proc]["job"].student, f"more than {RESULT_LIMIT >> 20} MiB without a line end reached "
+                                                   "the grader's result channel while this submission was graded: "
+                                                   "its grading was stopped")
+        lost(proc)
+
     def lost(proc):  # the worker ended or was stopped before its result: the submission stays ungraded
         if running.get(proc) is not None:
             bar.update(1)
@@ -169,11 +225,16 @@ def run_pool(queue: list[Job], workers: Workers, jobs: int, on_result: Callable[
     try:
         while running:
             for key, _ in selector.select(timeout=1.0):
-                proc = key.data
-                line = proc.stdout.readline()
-                if line:
-                    message(proc, line.rstrip("\n"))
-                else:  # the worker ended: finished, or died on a submission
+                proc, lines = key.data
+                try:
+                    complete, ended = lines.read()
+                except OverflowError:
+                    overflow(proc)
+                    continue
+                for line in complete:
+                    if proc in running:
+                        message(proc, line)
+                if ended and proc in running:  # the worker ended: finished, or died on a submission
                     lost(proc)
             for proc, job in list(running.items()):
                 if job and time.monotonic() - job["since"] > SUBMISSION_BOUND_S:
@@ -191,4 +252,5 @@ def run_pool(queue: list[Job], workers: Workers, jobs: int, on_result: Callable[
             if proc.pid is not None:
                 kill_tree(proc.pid)
             proc.wait(timeout=10)
+            release(proc)
         bar.close()

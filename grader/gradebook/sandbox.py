@@ -17,7 +17,8 @@ The command built for one grading worker, when the grader runs as root (the usua
             --ro-bind EMPTY <grader>/.../hidden_*           public phase: the hidden checks (and their .pyc)
                                                             are empty files
             --ro-bind <private copy> /grading/submission.ipynb   that one submission, read-only
-            --proc /proc --dev /dev --tmpfs /dev/shm        the PID namespace's own /proc; a minimal /dev
+            --proc /proc --dev /dev                         the PID namespace's own /proc; a minimal /dev
+            --perms 1777 --size B --tmpfs /dev/shm          private, size-limited /dev/shm,
             --perms 1777 --size B --tmpfs /tmp              private, size-limited /tmp and HOME
             --perms 1777 --size B --tmpfs /home/grading
             --chdir /tmp
@@ -36,7 +37,8 @@ settings, and the phase marker GRADER_HIDDEN_MASKED=1 in the public phase), so N
 reach it. Limits: RLIMIT_NPROC counts every process and thread of the real uid, all sandboxes together (they all run
 as nobody), so it is a fork-bomb brake sized for the concurrent sandboxes (`jobs` grading, one starting: pool.py);
 memory is bounded per process with RLIMIT_DATA (RLIMIT_AS breaks torch, which reserves large virtual ranges) and
-/tmp's size. bwrap is PID 1 of the
+the size of /tmp, HOME and /dev/shm. Where the grader can make cgroups, each job also gets its own (job_limits.py):
+pids.max and a memory bound for the whole job, so one job's fork bomb or hog takes nothing from the others. bwrap is PID 1 of the
 sandbox's PID namespace: when the grader kills it, the kernel kills everything inside, double forks included.
 Results come back on the worker's stdout only (pool.py); the parent alone writes `graded/` and the gradebook.
 
@@ -180,7 +182,7 @@ class Sandbox:
                 args += ["--ro-bind", _empty_file(), path]
         if submission is not None:
             args += ["--perms", "0755", "--dir", os.path.dirname(SUBMISSION), "--ro-bind", submission, SUBMISSION]
-        args += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/dev/shm"]
+        args += ["--proc", "/proc", "--dev", "/dev", "--perms", "1777", "--size", str(TMP_BYTES), "--tmpfs", "/dev/shm"]
         if nursery:  # each job mounts its own /proc and tmpfs here (job.py says why the host's /proc is needed)
             args += ["--perms", "0755", "--dir", os.path.dirname(SUBMISSION), "--perms", "0755", "--dir",
                      NURSERY_DIR, "--ro-bind", "/proc", os.path.join(NURSERY_DIR, "proc")]

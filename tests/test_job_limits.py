@@ -1,0 +1,95 @@
+"""Limits per job, not per user: a fork bomb or a memory hog in one job takes no point from a classmate graded
+beside it, and is reported to its author naming the limit it ran into.
+
+Two classes of 02_ddp_basics are graded the same way (the default nurseries, then GRADER_NURSERY=0, two jobs at
+once): ada and bo answer everything; in the second, three classmates answer only pick_device, which attacks from
+inside its ranks: fork_bomb spawns processes until refused, memory_hog fills /dev/shm, /tmp and HOME and then
+anonymous memory (tests/hostile/limits/), forge_result forges a result on the channel (tests/hostile/). Asserted:
+ada's and bo's check results are identical in both classes (full marks), the bomb and the hog score 0 and are
+flagged naming their limit, the class finishes, and nothing of it is left running, nor any cgroup of it. The job's
+memory bound is set to 2 GiB here (GRADER_JOB_MEMORY) so that the hog stays small on a shared machine.
+"""
+import glob
+import json
+import os
+import string
+import subprocess
+import sys
+
+import psutil
+import pytest
+
+from grader.gradebook import roundtrip
+from grader.gradebook.job_limits import JobLimits
+from samples.make_samples import solution_answers
+from tests.helpers import ROOT, needs_bwrap
+from tests.test_hostile_class import _forged, _pick_device
+from tests.test_instructor_workflow import A, notebook_with, place
+
+HONEST = ("ada", "bo")
+LIMITS = os.path.join(ROOT, "tests", "hostile", "limits")
+MEMORY = 2 << 30
+pytestmark = [needs_bwrap, pytest.mark.timeout(1800)]
+
+
+def _attacker(name: str, course) -> dict:
+    """pick_device running tests/hostile/limits/NAME.py's attack (or tests/hostile/NAME.py's), as the hostile class
+    builds it."""
+    folder = LIMITS if os.path.exists(os.path.join(LIMITS, f"{name}.py")) else os.path.dirname(LIMITS)
+    values = {"course": course.root, "repo": ROOT, "grader": "", "home": "", "port": 1, "forged": repr(_forged(name))}
+    with open(os.path.join(folder, f"{name}.py")) as f:
+        attack = string.Template(f.read()).substitute(values, me=name)
+    wrapper = _pick_device("control", values)
+    wrapper = wrapper[wrapper.index("\n\ndef pick_device"):].replace("ATTACK control", f"ATTACK {name}")
+    return notebook_with({"pick_device_answer": attack + wrapper})
+
+
+def _grade(base: str, attackers: tuple[str, ...], nursery: str) -> tuple[dict, str]:
+    course = roundtrip.make_course(base, [A])
+    roundtrip.nbgrader(["generate_assignment", A, "--force"], course.root, course.root)
+    for student in HONEST:
+        place(course, student, notebook_with(solution_answers()))
+    for name in attackers:
+        place(course, name, _attacker(name, course))
+    env = dict(os.environ, HOME=base, GRADER_NURSERY=nursery, GRADER_JOB_MEMORY=str(MEMORY))
+    env.pop("XDG_STATE_HOME", None)
+    done = subprocess.run([sys.executable, "-m", "grader", "grade", A, "--root", course.root, "--jobs", "2",
+                           "--timeout", "20", "--quiet"], cwd=ROOT, env=env, capture_output=True, text=True,
+                          timeout=1500)
+    assert done.returncode == 0, done.stdout + done.stderr
+    results = {}
+    for student in HONEST + attackers:
+        path = os.path.join(course.results_dir(A), f"{student}.json")
+        if not os.path.exists(path):  # its grading did not finish (the hog's worker itself killed): the grade
+            rows = [line for line in done.stdout.splitlines() if line.startswith(student + " ")]  # table's row
+            results[student] = {"report": {"score": 0, "checks": []}, "flags": rows}
+            continue
+        with open(path) as f:
+            results[student] = json.load(f)
+    return results, done.stdout + done.stderr
+
+
+def _checks(result: dict) -> list:
+    return [(c["name"], c["passed"], c["points"]) for c in result["report"]["checks"]]
+
+
+def _left() -> list:
+    return [p.info for p in psutil.process_iter(["pid", "cmdline", "uids", "status"])
+            if p.info["cmdline"] == ["sleep", "30"] and p.info["status"] != psutil.STATUS_ZOMBIE]
+
+
+@pytest.mark.skipif(bool(JobLimits.probe()), reason=JobLimits.probe() or "-")
+@pytest.mark.parametrize("nursery", ["1", "0"])
+def test_a_bomb_and_a_hog_take_nothing_from_classmates(tmp_path, nursery):
+    calm, _ = _grade(str(tmp_path / "calm"), (), nursery)
+    attackers = ("fork_bomb", "memory_hog", "forge_result")
+    stormy, output = _grade(str(tmp_path / "stormy"), attackers, nursery)
+    for student in HONEST:
+        assert calm[student]["report"]["score"] == stormy[student]["report"]["score"] == 44, output
+        assert _checks(calm[student]) == _checks(stormy[student]), output
+        assert not stormy[student]["flags"], stormy[student]["flags"]
+    assert {s: stormy[s]["report"]["score"] for s in attackers} == {s: 0 for s in attackers}, output
+    assert any("pids.max" in f for f in stormy["fork_bomb"]["flags"]), stormy["fork_bomb"]["flags"]
+    assert any("memory" in f and "limit" in f for f in stormy["memory_hog"]["flags"]), stormy["memory_hog"]["flags"]
+    assert not psutil.wait_procs([psutil.Process(p["pid"]) for p in _left()], timeout=10)[1], _left()
+    assert not glob.glob("/sys/fs/cgroup/*/**/ddp-grader-*", recursive=True)
