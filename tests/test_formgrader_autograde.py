@@ -24,7 +24,7 @@ import pytest
 
 from grader.gradebook import roundtrip
 from grader.gradebook.inject import autograde_config
-from grader.gradebook.refuse_autograde import REFUSAL
+from grader.gradebook.refuse_autograde import ALLOW, REFUSAL
 from samples.make_samples import solution_answers
 from tests.helpers import ROOT
 from tests.servers import stop_tree, wait_until_up
@@ -122,6 +122,16 @@ def test_plain_nbgrader_autograde_refuses_in_one_line(course):
     assert len(errors) == 1 and REFUSAL in errors[0], proc.stderr
     assert "Traceback" not in proc.stderr, proc.stderr
     nothing_ran(probes, autograded)
+
+
+def test_the_refusal_needs_an_explicit_flag_to_lift(course):
+    """The flag an instructor types for notebooks they trust; the same command without it refused (above)."""
+    course, probes, _ = course
+    proc = subprocess.run([sys.executable, "-m", "nbgrader", "autograde", A, "--force", ALLOW,
+                           "--ExecutePreprocessor.timeout=120"], cwd=course.root, capture_output=True, text=True,
+                          timeout=600, env=dict(os.environ, PATH=BIN + os.pathsep + os.environ.get("PATH", "")))
+    assert REFUSAL not in proc.stderr, proc.stderr
+    assert os.path.exists(probes[0]), proc.stderr[-2000:]
 
 
 def test_make_grade_s_own_autograde_is_not_refused(course):
