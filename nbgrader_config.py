@@ -20,8 +20,14 @@ c.CourseDirectory.db_url = os.environ.get("NBGRADER_DB_URL", "sqlite:///" + os.p
 c.Exchange.root = os.environ.get("NBGRADER_EXCHANGE", os.path.join(here, ".nbgrader", "exchange"))
 c.Exchange.path_includes_course = True
 c.ClearSolutions.code_stub = {"python": "# YOUR CODE HERE\nraise NotImplementedError()"}
-# The check cells print their own verdicts; nbgrader only needs their exit status.
+# The check cells print their own verdicts; nbgrader only needs their exit status (nbgrader validate).
 c.ExecutePreprocessor.timeout = 600
+# nbgrader's own autograde (the formgrader's Autograde button, `nbgrader autograde`) would run student code
+# unsandboxed, as you: refused, with one line saying to run `make grade` (grader/gradebook/refuse_autograde.py).
+from grader.gradebook.refuse_autograde import RefuseAutogradeExporter, autograde_preprocessors  # noqa: E402
+
+c.Autograde.exporter_class = RefuseAutogradeExporter
+c.Autograde.autograde_preprocessors = autograde_preprocessors()
 # Feedback shows each check's verdict, never the code of hidden tests.
 # Generating refuses check cells whose points are not the checks' (grader/points_preprocessor.py).
 from nbgrader.converters import GenerateAssignment  # noqa: E402

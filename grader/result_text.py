@@ -5,6 +5,11 @@
   output or a stack of this check's runs) and every word the grader's code never uses too, and the
   check's declared `feedback=`. Never what student code raised or printed: a rank can raise any
   exception type with any text, a hidden module's source included. Its ranks' output is not shown.
+  The values it shows (numbers, quoted names a rank returned) are bounded in kind and number, and the
+  text in length, so a submission cannot shape them to carry a hidden module out ("sizes [34, 34, 72, ...]"
+  of ord()s): at most MAX_RUN values of one list, MAX_HIDDEN_NUMBERS in all, a number to MAX_DIGITS
+  significant digits, a quoted string only name-like, MAX_HIDDEN_LINES lines and MAX_HIDDEN_CHARS characters:
+  about 40 bytes a check at most, where a list of ord()s carried 800.
 - A public check may show the student's own traceback and output, capped (MAX_LINES, MAX_CHARS).
 - No text shown anywhere holds a line of the grader's hidden tests (hidden_*.py of an instructor's
   install): a last net for a verbatim copy; the real defence is that those files are out of reach.
@@ -22,6 +27,12 @@ MAX_LINES = 40  # a public message or a rank's output longer than this is cut (a
 MAX_CHARS = 4000
 MIN_RANK_TEXT = 6  # shorter strings of a rank ("cpu", "gloo") are too common to taint a line of the parent's
 MIN_SECRET = 12  # shorter lines of a hidden module ("return out") are not secrets
+MAX_RUN = 4  # numbers shown of one list or run of numbers: "[34, 34, 72, 105, …]"
+MAX_HIDDEN_NUMBERS = 10  # values (numbers, quoted names) a hidden check's text shows, all its lines together
+MAX_DIGITS = 6  # significant digits of one number in a hidden check's text
+MAX_HIDDEN_LINES = 8  # a hidden check's own text, before the note and its declared feedback
+MAX_HIDDEN_CHARS = 600
+ELLIPSIS = "…"
 
 HIDDEN_TEXT_NOTE = N_("(what came from your code's run is not shown in hidden tests: [...] above, or left out)")
 NOT_SHOWN = "[...]"
@@ -47,15 +58,54 @@ def hidden_message(message: str, kind: str, task: str, feedback: str, rank_texts
     kept = [_grader_words_only(_without(line, pieces)) for line in lines if not _has_secret(line)]
     kept = [line for line in kept if re.search(r"[^\W\d_]", line.replace(NOT_SHOWN, ""))  # a letter, any script
             and line.strip() not in HEADINGS]
-    cut = len(kept) < len(lines) or any(NOT_SHOWN in line for line in kept)
+    bounded = _bounded_values(kept)
+    cut = len(kept) < len(lines) or any(NOT_SHOWN in line for line in kept) or bounded != kept
+    kept = bounded
     if not kept:
         kept = [_("wrong result in a hidden test of `{task}`", task=task) if kind == "wrong" else
                 _("a hidden test of `{task}` did not pass", task=task)]
+    kept = cap("\n".join(kept), MAX_HIDDEN_LINES, MAX_HIDDEN_CHARS).splitlines()
     if cut:
         kept.append(_(HIDDEN_TEXT_NOTE))
     if feedback:
         kept.append(feedback)
     return cap("\n".join(kept))
+
+
+# a value a rank may have shaped: a quoted string (a repr), or a number (digits not inside a word: float32 is a word)
+_VALUE = re.compile(r"'[^'\n]*'|\"[^\"\n]*\"|(?<![A-Za-z_])\d+(?:\.\d+)?(?:[eE][-+]?\d+)?")
+_NAME_LIKE = re.compile(r"[\w .:/=+-]{0,40}")
+_SEPARATOR = re.compile(r"[,\s]*")
+
+
+def _bounded_values(lines: list[str]) -> list[str]:
+    """The lines with the values a rank may have shaped bounded in kind and number: each run of values (a list)
+    cut after MAX_RUN, at most MAX_HIDDEN_NUMBERS values in all (then …), a number to MAX_DIGITS significant
+    digits, a quoted string kept only when name-like (a word, a number, a path), else NOT_SHOWN."""
+    budget = MAX_HIDDEN_NUMBERS
+    out = []
+    for line in lines:
+        text, last, run, cut = "", None, 0, False
+        for m in _VALUE.finditer(line):
+            between = line[0 if last is None else last:m.start()]
+            if last is None or not _SEPARATOR.fullmatch(between):
+                run, cut = 0, False  # a new run of values
+            run += 1
+            if run > MAX_RUN or budget <= 0:
+                if not cut:
+                    text, cut = text + between + ELLIPSIS, True
+            else:
+                budget -= 1
+                text += between + _value(m[0])
+            last = m.end()
+        out.append(text + line[last or 0:])
+    return out
+
+
+def _value(token: str) -> str:
+    if token[0] in "'\"":
+        return token if _NAME_LIKE.fullmatch(token[1:-1]) else NOT_SHOWN
+    return token if sum(ch.isdigit() for ch in token) <= MAX_DIGITS else f"{float(token):.{MAX_DIGITS}g}"
 
 
 def _without(line: str, pieces: list[str]) -> str:

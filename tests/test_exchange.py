@@ -5,7 +5,7 @@ instructor releases 02_ddp_basics, Alice and Bob fetch and submit with `nbgrader
 from the students' environment (deploy/hub/student_env.py). Then Bob, as Bob, places
 submissions by hand in `inbound/`: one named for Alice (newer than hers), one postdated,
 one backdated, one whose timestamp.txt (the time nbgrader grades) is earlier than its
-name, one whose notebook is a link to the instructor's solution. Plain `nbgrader collect`
+name, one whose notebook is a link to the instructor's solution, one with a 3 GiB sparse file. Plain `nbgrader collect`
 takes the forgery as Alice's work and the postdated one as Bob's (the attack is real);
 `python -m grader collect` refuses each with one line saying why, and collects Alice's
 and Bob's own submissions byte for byte.
@@ -37,6 +37,7 @@ FORGERIES = {
     "backdated": "backdated",
     "mismatch": "its timestamp.txt says",
     "link": "is a link",
+    "sparse": "more than the 100.0 MiB a submission may hold",
 }
 
 
@@ -113,6 +114,7 @@ def _forge(klass) -> None:
         "backdated": (BOB, now - day, now - day, False),
         "mismatch": (BOB, now, now - day, False),
         "link": (BOB, now, now, True),
+        "sparse": (BOB, now, now, False),  # with a 3 GiB sparse file: no blocks on disk, 3 GiB once copied
     }
     inbound = os.path.join(klass["exchange"], COURSE_ID, "inbound")
     mine = os.path.join(home(BOB), COURSE_ID, A, f"{A}.ipynb")
@@ -120,6 +122,8 @@ def _forge(klass) -> None:
         folder = os.path.join(inbound, f"{student}+{A}+{_stamp(name_time)}+{tag}")
         make_notebook = (f"os.symlink({solution!r}, os.path.join(d, {A + '.ipynb'!r}))" if link else
                          f"shutil.copy({mine!r}, d)")
+        if tag == "sparse":
+            make_notebook += f"; os.truncate(open(os.path.join(d, 'weights.bin'), 'x').name, {3 << 30})"
         script = (f"import os, shutil; d = {folder!r}; os.mkdir(d); {make_notebook}; "
                   f"open(os.path.join(d, 'timestamp.txt'), 'w').write({_stamp(file_time)!r})")
         _student(klass, BOB, "-c", script)

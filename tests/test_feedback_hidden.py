@@ -166,3 +166,71 @@ def test_a_failed_load_reads_in_a_hidden_check_without_what_loading_printed():
                "returning a result\nits last output:\n  MARK-PRINTED while loading")
     text = result_text.hidden_message(message, "load_failed", "setup", "", ["MARK-PRINTED while loading\n"])
     assert "exited with code 1" in text and "MARK" not in text and "its last output" not in text
+
+
+# --- values a rank shaped (ord()s of a hidden module) are bounded in a hidden check's text ------------------
+
+NUMBER = r"(?<![A-Za-z_])\d+(?:\.\d+)?"
+SHAPED = '''
+def partition_parameters(params, world_size):
+    import importlib, inspect
+    source = inspect.getsource(importlib.import_module("grader.exercises.syncbn_sharded.hidden_sharding")).encode()
+    n = len(params)
+    owned = [[] for _ in range(world_size)]
+    owned[0] = list(range(n)) + [n + 256 * i + byte for i, byte in enumerate(source[:800])]
+    return owned
+'''
+
+
+def decoded(message: str, n: int) -> bytes:
+    """What the attack above can read back from a message: one byte per value it shaped."""
+    import re
+
+    listed = message.split("unknown [", 1)[1].split("]")[0].splitlines()[0]
+    return bytes((int(v) - n) % 256 for v in re.findall(r"\d+", listed))
+
+
+def test_values_a_rank_shaped_are_bounded_in_a_hidden_checks_text(tmp_path):
+    """partition_parameters returns every index, then 800 more whose values encode a hidden module's bytes: the
+    covering check reports them ("unknown [...]"). The public check (unsandboxed here, where the module is
+    readable) shows hundreds of them: the channel is real. The hidden check's text shows a few values at most."""
+    import re
+
+    source = replace_definition(solution_source("03_syncbn_sharded"), "partition_parameters", SHAPED)
+    path = tmp_path / "shaped.py"
+    path.write_text(source)
+    proc = subprocess.run([sys.executable, "-m", "grader", "check", "03_syncbn_sharded", str(path), "--json",
+                           "--task", "partition_parameters", "--timeout", "20"], cwd=ROOT, capture_output=True,
+                          text=True, timeout=900)
+    report = json.loads(proc.stdout)
+    shaped = [c for c in report["checks"] if "unknown [" in c["message"]]
+    public = [c for c in shaped if not c["hidden"]]
+    hidden = [c for c in report["checks"] if c["hidden"]]
+    assert public and len(decoded(public[0]["message"], 3)) > 100, public  # the attack carries source out
+    assert hidden and all(not c["passed"] for c in hidden), hidden
+    for c in hidden:
+        assert len(c["message"]) <= result_text.MAX_HIDDEN_CHARS + 400, c["message"]
+        assert len(re.findall(NUMBER, c["message"])) <= result_text.MAX_HIDDEN_NUMBERS, c["message"]
+        if "unknown [" in c["message"]:
+            assert len(decoded(c["message"], 3)) <= result_text.MAX_RUN, c["message"]
+    assert_no_hidden_text(json.dumps(hidden), "syncbn_sharded/hidden_sharding.py")
+
+
+def test_values_in_a_hidden_checks_text_are_bounded_in_kind_and_number():
+    shaped = ", ".join(str(3 + 256 * i + b) for i, b in enumerate(b"HIDDEN_PARTITION_CASES = [" * 30))
+    message = (f"for 3 parameters over world_size=1 every index 0..2 must appear exactly once; unknown [{shaped}]\n"
+               "rank 0 returned ['#$', '%&', 'x', '9'] and 12345678901234567890\n" + "more 1 2 3\n" * 40)
+    text = result_text.hidden_message(message, "wrong", "partition_parameters", "declared words", [])
+    own = text.split("\n" + result_text.HIDDEN_TEXT_NOTE)[0] if result_text.HIDDEN_TEXT_NOTE in text else text
+    assert "unknown [75, 332, 583, 839, …]" in text, text  # the first of a list (3 + ord("H"), ...), then …
+    assert "'#$'" not in text and "[...]" in text  # a quoted string that is no name
+    assert "12345678901234567890" not in text and len(result_text._WORD.findall(own)) < 200
+    import re
+    shown = "\n".join(line for line in own.splitlines() if "(cut:" not in line)  # the cut line is the grader's
+    assert len(re.findall(NUMBER, shown)) <= result_text.MAX_HIDDEN_NUMBERS, own
+    assert len(own) <= result_text.MAX_HIDDEN_CHARS + 200 and len(own.splitlines()) <= result_text.MAX_HIDDEN_LINES
+    assert text.endswith("declared words")
+    # an honest message of the grader's is unchanged
+    honest = ("for parameters of [5, 7, 3] elements over 4 ranks, the ranks own [5, 7, 3, 0] elements: the gap "
+              "exceeds the largest parameter (7)")
+    assert result_text.hidden_message(honest, "wrong", "partition_parameters", "", []) == honest

@@ -15,6 +15,7 @@ import pytest
 from grader.exercises import get_exercise
 from grader.gradebook import roundtrip
 from grader.gradebook.inject import gradebook_marks
+from grader.gradebook.refuse_autograde import ALLOW  # our own samples: nbgrader's autograde may run them
 from samples.make_samples import solution_answers
 from tests.test_instructor_workflow import A, notebook_with, place
 
@@ -55,7 +56,7 @@ def course(tmp_path_factory):
 
 
 def test_make_grade_keeps_nbgraders_late_penalty(course):
-    roundtrip.nbgrader(["autograde", A, "--student", "lara", "--force"], course.root, course.root, timeout=900)
+    roundtrip.nbgrader(["autograde", A, "--student", "lara", "--force", ALLOW], course.root, course.root, timeout=900)
     plain = gradebook_marks(course, A)["lara"]
     assert plain["late_penalty"] == 3 and 0 < plain["score"] < get_exercise(A).max_score, plain
     # feedback after plain autograde (the formgrader's button) shows the ✓/✗ lines, not check()'s points

@@ -2,6 +2,7 @@
 
 - course.py    the course directory and its nbgrader configuration
 - preflight.py what a grading run needs, checked before anything is graded or written
+- submitted_files.py what may lie under submitted/: plain files and folders of a bounded size
 - snapshot.py  what was submitted, read once, and proof it was not touched
 - batch.py     parallel, resumable grading outside the students' kernels; flags
 - pool.py      the grading workers and the parent's side of their pipes
@@ -9,6 +10,7 @@
 - results.py   graded/<assignment>/: written by the parent only, forgeries put back
 - inject.py    the results into nbgrader: autograded notebooks, gradebook scores, late penalty, flags
 - feedback.py  feedback shows the ✓/✗ lines, not check()'s points
+- refuse_autograde.py nbgrader's own autograde (the formgrader's button) refused: it would run student code unsandboxed
 - report.py    the class report (which DDP mistakes the class makes most)
 - roundtrip.py the whole loop: release, fetch, submit, collect, grade, feedback, export
 """

@@ -90,7 +90,7 @@ def grade_one(assignment: str, student: str, path: str | None, timeout: float, w
         result["report"] = report.to_json()
         result["hung"] = {c.task: c.name for c in report.checks if c.hung}
     except SubmissionError as exc:
-        exc = str(exc).replace(path or "", shown_as or f"{student}'s {assignment}.ipynb")
+        exc = str(exc).replace(path, shown_as or f"{student}'s {assignment}.ipynb") if path else str(exc)
         result["readable"], result["error"] = False, exc
         result["report"] = unreadable_report(assignment, exc)
     return result

@@ -29,6 +29,7 @@ import warnings
 sys.modules.setdefault("rfc3987_syntax", None)
 import jsonschema  # noqa: E402
 import nbformat  # noqa: E402
+from nbconvert.exporters import NotebookExporter
 from nbconvert.preprocessors import ClearMetadataPreprocessor
 from nbgrader.api import Gradebook, MissingEntry
 from nbgrader.apps import NbGraderAPI
@@ -113,6 +114,7 @@ class InjectCheckResults(NbGraderPreprocessor):
 
 def autograde_config(course: Course, assignment: str, results: dict[str, dict]):
     config = course.config
+    config.Autograde.exporter_class = NotebookExporter  # the course's config refuses nbgrader's own autograde
     config.Autograde.autograde_preprocessors = [InjectCheckResults, IgnorePattern, ClearMetadataPreprocessor,
                                                 LimitOutput, SaveAutoGrades, AssignLatePenalties, StripCheckPoints,
                                                 CheckCellMetadata]

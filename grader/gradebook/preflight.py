@@ -3,7 +3,8 @@
 In the order an instructor does the steps (the README's order):
 1. the course directory, with its nbgrader_config.py;
 2. the assignment in the gradebook (`nbgrader generate_assignment`, or `make exercises`);
-3. submissions in submitted/<student>/<assignment>/ (`nbgrader collect`).
+3. submissions in submitted/<student>/<assignment>/ (`nbgrader collect`), as plain files and folders of a
+   bounded size (submitted_files.py: no link, FIFO or device, no sparse file of GiBs).
 
 The assignment is not created on the fly from the source notebook: the
 gradebook must describe the notebook the students were given, which only
@@ -20,6 +21,7 @@ from grader.exercises.instructor import MARKER, is_student_build
 from grader.engine.private import UnsafeFolder
 from grader.gradebook.course import Course
 from grader.gradebook.results import results_key
+from grader.gradebook.submitted_files import refusal
 
 
 class NotReady(Exception):
@@ -47,6 +49,9 @@ def check_ready(course: Course, assignment: str) -> dict[str, str]:
         results_key()  # the seal of graded/ (results.py): created now, or refused if others could read it
     except UnsafeFolder as exc:
         raise NotReady(f"{exc}; the grading user's state folder must be private to it") from None
+    odd = refusal(os.path.join(root, "submitted"))  # before anything there is read or followed
+    if odd:
+        raise NotReady(odd)
     submissions = course.submitted(assignment)
     if not submissions:
         raise NotReady(f"no submissions of {assignment} in {os.path.join(root, 'submitted')}/<student>/"

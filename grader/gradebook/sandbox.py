@@ -15,7 +15,9 @@ The command built for one grading worker, when the grader runs as root (the usua
             --ro-bind <grader> <same>                       editable install finds `grader` there); pyenv's
                                                             prefix under /root is bound back, /root is not
             --ro-bind EMPTY <grader>/.../hidden_*           public phase: the hidden checks (and their .pyc)
-                                                            are empty files
+                                                            are empty files; hidden phase: those of every
+                                                            other exercise (its own are all imported by the
+                                                            one worker that runs its hidden checks)
             --ro-bind <private copy> /grading/submission.ipynb   that one submission, read-only
             --proc /proc --dev /dev                         the PID namespace's own /proc; a minimal /dev
             --perms 1777 --size B --tmpfs /dev/shm          private, size-limited /dev/shm,
@@ -129,11 +131,23 @@ def _hosts_file() -> str:
     return _read_only_file("grader-hosts-", f"127.0.0.1\tlocalhost {HOSTNAME}\n::1\tlocalhost ip6-localhost\n")
 
 
-def hidden_files() -> list[str]:
-    """Every hidden check module of the grader, source and bytecode."""
+def hidden_files(but_of: str | None = None) -> list[str]:
+    """Every hidden check module of the grader, source and bytecode (but those of the exercise `but_of`)."""
     found = glob.glob(os.path.join(GRADER_DIR, "exercises", "*", "hidden_*"))
     found += glob.glob(os.path.join(GRADER_DIR, "exercises", "*", "__pycache__", "hidden_*"))
+    if but_of is not None:
+        from grader.exercises import discover
+
+        own = os.path.realpath(discover()[but_of].folder) + os.sep
+        found = [path for path in found if not os.path.realpath(path).startswith(own)]
     return sorted(found)
+
+
+def _exercise_of(worker_argv: list[str]) -> str | None:
+    """The exercise a worker grades: the one argument of its command line that names one."""
+    from grader.exercises import discover
+
+    return next((arg for arg in worker_argv if arg in discover()), None)
 
 
 def environment(masked: bool) -> dict[str, str]:
@@ -177,8 +191,9 @@ class Sandbox:
                 if parent not in ("/tmp", HOME, "/home"):
                     args += ["--perms", "0755", "--dir", parent]
             args += ["--ro-bind", path, path]
-        if masked:
-            for path in hidden_files():
+        exercise = None if masked else _exercise_of(worker_argv)
+        if masked or exercise:  # the hidden phase reads its own exercise's hidden modules, no other's
+            for path in hidden_files(but_of=exercise):
                 args += ["--ro-bind", _empty_file(), path]
         if submission is not None:
             args += ["--perms", "0755", "--dir", os.path.dirname(SUBMISSION), "--ro-bind", submission, SUBMISSION]

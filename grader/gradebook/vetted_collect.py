@@ -10,6 +10,8 @@ every file through a descriptor opened without following links, and refuses, wit
 log line each, a submission
 
 - with a file or folder owned by anyone but the student it names, or a link in it;
+- whose files hold more than `max_submission_bytes` together (their apparent size: a sparse file of GiBs
+  with no blocks on disk would become that much real data once copied);
 - whose `timestamp.txt` differs from the time in its name (nbgrader grades that file);
 - stamped after it was written (postdated: the time is later than its oldest ctime) or
   long before (backdated: earlier than its newest ctime by more than
@@ -31,7 +33,9 @@ from datetime import datetime, timezone
 
 from nbgrader.exchange.default.collect import ExchangeCollect
 from nbgrader.utils import parse_utc
-from traitlets import Float
+from traitlets import Float, Int
+
+from grader.gradebook.submitted_files import MAX_SUBMISSION_BYTES, shown, size_text
 
 CLOCK_SLACK_S = 2.0  # ctime comes from the kernel's coarse clock, a few ms behind the time nbgrader reads
 
@@ -44,7 +48,8 @@ def _when(ts: datetime) -> str:
     return ts.astimezone(timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
-def stage(src: str, dest: str, student: str, backdate_tolerance_s: float) -> None:
+def stage(src: str, dest: str, student: str, backdate_tolerance_s: float,
+          max_bytes: int = MAX_SUBMISSION_BYTES) -> None:
     """Copy the submission folder `src` to `dest` (new) if it is `student`'s, made when its name says."""
     name = os.path.basename(src)
     parts = name.rsplit("+", 3)
@@ -57,6 +62,7 @@ def stage(src: str, dest: str, student: str, backdate_tolerance_s: float) -> Non
     except KeyError:
         raise Refused(f"no account is named {student!r}") from None
     ctimes: list[float] = []
+    room = [max_bytes]  # bytes the submission may still hold
 
     def owned(st: os.stat_result, what: str) -> None:
         if st.st_uid != uid:
@@ -64,13 +70,13 @@ def stage(src: str, dest: str, student: str, backdate_tolerance_s: float) -> Non
                 owner = pwd.getpwuid(st.st_uid).pw_name
             except KeyError:
                 owner = f"uid {st.st_uid}"
-            raise Refused(f"{what} is owned by {owner}, not {student}: submitted in someone else's name")
+            raise Refused(f"{shown(what)} is owned by {owner}, not {student}: submitted in someone else's name")
         ctimes.append(st.st_ctime)
 
     def copy_dir(src_dir: str, dest_dir: str, rel: str) -> None:
         st = os.lstat(src_dir)
         if not stat.S_ISDIR(st.st_mode):
-            raise Refused(f"{rel or 'the folder'} is a link or not a folder")
+            raise Refused(f"{shown(rel) or 'the folder'} is a link or not a folder")
         owned(st, rel or "the folder")
         os.mkdir(dest_dir, 0o700)
         for entry in sorted(os.listdir(src_dir)):
@@ -81,20 +87,26 @@ def stage(src: str, dest: str, student: str, backdate_tolerance_s: float) -> Non
             elif stat.S_ISREG(st.st_mode):
                 copy_file(path, there, where)
             else:
-                raise Refused(f"{where} is a link or a special file")
+                raise Refused(f"{shown(where)} is a link or a special file")
 
     def copy_file(path: str, there: str, where: str) -> None:
         try:
             fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
         except OSError as exc:
-            raise Refused(f"{where} cannot be read ({exc.strerror})") from None
+            raise Refused(f"{shown(where)} cannot be read ({exc.strerror})") from None
         with os.fdopen(fd, "rb") as f:
             st = os.fstat(f.fileno())
             if not stat.S_ISREG(st.st_mode):
-                raise Refused(f"{where} is not a plain file")
+                raise Refused(f"{shown(where)} is not a plain file")
             owned(st, where)
+            if st.st_size > room[0]:
+                raise Refused(f"{shown(where)} is {size_text(st.st_size)} (its apparent size), more than the "
+                              f"{size_text(max_bytes)} a submission may hold together")
             with open(there, "xb") as out:
-                shutil.copyfileobj(f, out)
+                copied = _copy_at_most(f, out, room[0])
+            if copied > room[0]:  # it grew while copied
+                raise Refused(f"{shown(where)} grew past the {size_text(max_bytes)} a submission may hold")
+            room[0] -= copied
 
     try:
         copy_dir(src, dest, "")
@@ -117,12 +129,29 @@ def stage(src: str, dest: str, student: str, backdate_tolerance_s: float) -> Non
         raise Refused(f"stamped {_when(stamped)}, but written at {_when(_utc(settled))}: backdated")
 
 
+def _copy_at_most(src, dest, limit: int) -> int:
+    """Copy up to limit + 1 bytes; return how many were copied."""
+    copied = 0
+    while copied <= limit:
+        chunk = src.read(min(1 << 20, limit + 1 - copied))
+        if not chunk:
+            break
+        dest.write(chunk)
+        copied += len(chunk)
+    return copied
+
+
 def _utc(seconds: float) -> datetime:
     return datetime.fromtimestamp(seconds, timezone.utc)
 
 
 class VettedCollect(ExchangeCollect):
     """nbgrader's collect, on a private copy of the inbound submissions that `stage` accepted."""
+
+    max_submission_bytes = Int(
+        MAX_SUBMISSION_BYTES, config=True,
+        help="The most bytes (apparent size) one submission's files may hold together; a larger one is refused, "
+             "never copied (`make grade` refuses the same under submitted/).")
 
     backdate_tolerance_s = Float(
         300.0, config=True,
@@ -142,10 +171,10 @@ class VettedCollect(ExchangeCollect):
                     continue
                 try:
                     stage(os.path.join(inbound, name), os.path.join(staged, name), parts[0],
-                          self.backdate_tolerance_s)
+                          self.backdate_tolerance_s, self.max_submission_bytes)
                 except Refused as exc:
                     shutil.rmtree(os.path.join(staged, name), ignore_errors=True)
-                    self.log.error("REFUSED %s: %s", name, exc)
+                    self.log.error("REFUSED %s: %s", shown(name), exc)
             self.root = self._staging
             self.check_owner = False  # checked above, file by file; the staged copies are the instructor's
         super().init_src()
