@@ -105,7 +105,7 @@ def _run_once(payload: bytes, plan: HardwarePlan, timeout: float, init_group: bo
             parent_end, child_end = ctx.Pipe(duplex=True)
             spec = worker.RankSpec(
                 rank=rank, world_size=world_size, backend=plan.backend, device=plan.device(rank),
-                hide_gpus=plan.hides_gpus, guard=not trusted, init_group=init_group,
+                hide_gpus=plan.hides_gpus, visible=plan.visible, guard=not trusted, init_group=init_group,
                 master_addr="127.0.0.1", master_port=port,
                 store_path=os.path.join(rundir, "store"), workdir=workdir,
                 output_path=os.path.join(rundir, f"rank{rank}.out"),

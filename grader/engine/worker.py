@@ -50,6 +50,7 @@ class RankSpec:
     backend: str
     device: str  # "cuda:r" or "cpu", from the run's hardware plan
     hide_gpus: bool  # fewer GPUs than ranks: the rank sees none (CUDA_VISIBLE_DEVICES="")
+    visible: str | None  # else this grading job's own GPUs (CUDA_VISIBLE_DEVICES), None: as inherited
     guard: bool  # untrusted code runs: watch it for tampering (integrity.Guard)
     init_group: bool
     master_addr: str
@@ -126,6 +127,18 @@ def _init_process_group(spec: RankSpec, torch, dist) -> None:
     )
 
 
+def _dumpable() -> None:
+    """NVIDIA's driver renames its threads through /proc/self/task/<tid>/comm in cuInit, and a non-dumpable
+    process's /proc files belong to root: a rank is dumpable again (what a grading worker hides from student
+    code lives in the worker, which stays non-dumpable; the ranks of one run are the same student's code)."""
+    try:
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(4, ctypes.c_ulong(1), 0, 0, 0)  # PR_SET_DUMPABLE
+    except (OSError, AttributeError):
+        pass
+
+
 def main(spec: RankSpec, conn) -> None:
     """Entry point of every rank (runs in a child of the forkserver)."""
     try:
@@ -141,6 +154,9 @@ def main(spec: RankSpec, conn) -> None:
 
     if spec.hide_gpus:  # before anything here touches CUDA: the student's `torch.cuda.is_available()` is then False
         os.environ["CUDA_VISIBLE_DEVICES"] = ""
+    elif spec.visible is not None:  # this job's own GPUs, seen as cuda:0..
+        os.environ["CUDA_VISIBLE_DEVICES"] = spec.visible
+    _dumpable()
     os.environ.update(
         MASTER_ADDR=spec.master_addr,
         MASTER_PORT=str(spec.master_port),

@@ -26,6 +26,7 @@ from grader.engine.processes import adopting_orphans
 from grader.exercises import get_exercise
 from grader.gradebook.course import Course
 from grader.gradebook import sandbox as sandboxes
+from grader.gradebook.gpu_gate import check_gpus
 from grader.gradebook.nurseries import Nurseries, use_nursery
 from grader.gradebook.pool import Job, Workers, private_channel, run_pool
 from grader.gradebook.preflight import check_ready
@@ -168,19 +169,22 @@ class _Guard:
 
 def grade_assignment(course: Course, assignment: str, jobs: int = 2, timeout: float = 30.0, world_size: int = 2,
                      progress: bool = True, shard: tuple[int, int] | None = None,
-                     sandbox: bool = True) -> dict[str, dict]:
+                     sandbox: bool = True, no_gpu: bool = False) -> dict[str, dict]:
     """Grade every collected submission (or shard (i, n): every n-th student from the i-th, in name order);
     returns student -> result. sandbox: each submission's public checks, then its hidden ones, in a sandbox
     (sandbox.py): a job forked from that phase's nursery (nursery.py), or with GRADER_NURSERY=0 a bubblewrap
     sandbox of its own; False grades in long-lived workers outside any sandbox, and every result
-    says so. Raises preflight.NotReady or sandbox.SandboxMissing, before anything is graded or written."""
+    says so. Raises preflight.NotReady, sandbox.SandboxMissing or gpu_gate.GpuUnusable (NVIDIA GPUs CUDA cannot
+    use where the ranks run; no_gpu: grade on CPU), before anything is graded or written."""
     if sandbox:
         sandboxes.require()
     submissions = check_ready(course, assignment)
+    version = grader_digest(assignment)
+    worker_args = [assignment, "--timeout", str(timeout), "--world-size", str(world_size), "--version", version]
+    check_gpus(worker_args, sandbox, sandbox and use_nursery(), no_gpu)
     if shard is not None:
         submissions = {s: submissions[s] for s in sorted(submissions)[shard[0]::shard[1]]}
     # earlier results, read before any student code runs (a shard watches only its own students' files)
-    version = grader_digest(assignment)
     store = ResultStore(course.results_dir(assignment), list(submissions) if shard else None, version)
     watched = course.instructor_files()  # nbgrader_config.py, the SQLite gradebook, its journal and WAL
     snapshot = Snapshot(list(submissions.values()) + list(watched))
@@ -220,7 +224,6 @@ def grade_assignment(course: Course, assignment: str, jobs: int = 2, timeout: fl
             if path is not None:
                 os.chmod(path, 0o644)  # the sandbox's worker (nobody) reads it; its folder stays private
             queue.append(Job(student, path, submissions[student], "public" if sandbox else "all"))
-        worker_args = [assignment, "--timeout", str(timeout), "--world-size", str(world_size), "--version", version]
         nurseries = Nurseries(worker_args, jobs + 2) if sandbox and queue and use_nursery() else None
         workers = Workers(worker_args,
                           (lambda argv, job: sandboxes.Sandbox(argv, job.path, job.phase == "public", jobs + 1))
@@ -246,11 +249,18 @@ def grade_assignment(course: Course, assignment: str, jobs: int = 2, timeout: fl
         result["run_flags"] = list(dict.fromkeys(result.get("run_flags", []) + guard.flags.get(student, [])))
         result["in_notebook"] = in_notebook_results(snapshot.content[path])
         result["flags"] = _flags(result)
+        result["plans"] = plans_of(result)
         if student in accepted:
             store.accept(student, result)  # flags kept with the result: the report and later runs see them
         results[student] = result
     guard.tick(set())
     return results
+
+
+def plans_of(result: dict) -> list[str]:
+    """The hardware plans a submission's runs used, as its checks say them (the worker's plans, never a rank's)."""
+    checks = (result.get("report") or {}).get("checks") or []
+    return list(dict.fromkeys(p for c in checks for p in str(c.get("plan") or "").split("; ") if p))
 
 
 def _flags(result: dict) -> list[str]:
