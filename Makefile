@@ -19,7 +19,8 @@ export PATH := $(BIN):$(PATH)
 ASSIGNMENTS = $(shell $(BIN)/python -m grader list --ids 2>/dev/null)  # found by discovery: grader/exercises/<name>/
 ASSIGNMENT ?= 02_ddp_basics
 COURSE ?= $(CURDIR)
-JOBS ?= $(shell nproc 2>/dev/null || echo 2)
+# JOBS empty: one job per core, and with GPUs no more than the groups of GPUs (each job has its own)
+JOBS ?=
 
 .PHONY: install demo test lab bench grade report exercises translations selfcheck clean hub student collect
 
@@ -67,7 +68,7 @@ bench: install
 # only: the grade table and the report say so).
 SANDBOX ?= 1
 grade: install
-	$(BIN)/python -m grader grade $(ASSIGNMENT) --root $(COURSE) --jobs $(JOBS) $(if $(filter 0,$(SANDBOX)),--no-sandbox)
+	$(BIN)/python -m grader grade $(ASSIGNMENT) --root $(COURSE) $(if $(JOBS),--jobs $(JOBS)) $(if $(filter 0,$(SANDBOX)),--no-sandbox)
 
 report: install
 	$(BIN)/python -m grader report $(ASSIGNMENT) --root $(COURSE)

@@ -22,11 +22,13 @@ import sys
 
 from grader import cells
 from grader.digest import grader_digest
+from grader.engine.plan import assign_gpus
 from grader.engine.processes import adopting_orphans
 from grader.exercises import get_exercise
 from grader.gradebook.course import Course
 from grader.gradebook import sandbox as sandboxes
 from grader.gradebook.gpu_gate import check_gpus
+from grader.gradebook.gpu_share import GpuShare
 from grader.gradebook.nurseries import Nurseries, use_nursery
 from grader.gradebook.pool import Job, Workers, private_channel, run_pool
 from grader.gradebook.preflight import check_ready
@@ -120,11 +122,14 @@ def merge_phases(public: dict, hidden: dict | None) -> dict:
 
 
 def worker_main(assignment: str, timeout: float, world_size: int, version: str) -> int:
-    """Read 'student<TAB>private copy<TAB>submitted path<TAB>token<TAB>phase<TAB>hung JSON' lines on
-    stdin; send back 'token<TAB>result JSON' for each on the private channel (pool.py)."""
+    """Read 'student<TAB>private copy<TAB>submitted path<TAB>token<TAB>phase<TAB>hung JSON<TAB>GPUs JSON' lines
+    on stdin; send back 'token<TAB>result JSON' for each on the private channel (pool.py). GPUs: the job's own
+    (gpu_share.py), null when not shared out."""
     channel = private_channel()
     for line in sys.stdin:
-        student, path, shown_as, token, phase, hung = line.rstrip("\n").split("\t")
+        student, path, shown_as, token, phase, hung, *gpus = line.rstrip("\n").split("\t")
+        devices = json.loads(gpus[0]) if gpus else None
+        assign_gpus(None if devices is None else tuple(str(d) for d in devices))
         result = grade_one(assignment, student, path or None, timeout, world_size, version, shown_as, phase,
                            json.loads(hung))
         channel.write(f"{token}\t{json.dumps(result, ensure_ascii=False)}\n")
@@ -167,7 +172,7 @@ class _Guard:
                                             if others else "; only this submission was being graded then"))
 
 
-def grade_assignment(course: Course, assignment: str, jobs: int = 2, timeout: float = 30.0, world_size: int = 2,
+def grade_assignment(course: Course, assignment: str, jobs: int | None = 2, timeout: float = 30.0, world_size: int = 2,
                      progress: bool = True, shard: tuple[int, int] | None = None,
                      sandbox: bool = True, no_gpu: bool = False) -> dict[str, dict]:
     """Grade every collected submission (or shard (i, n): every n-th student from the i-th, in name order);
@@ -181,7 +186,9 @@ def grade_assignment(course: Course, assignment: str, jobs: int = 2, timeout: fl
     submissions = check_ready(course, assignment)
     version = grader_digest(assignment)
     worker_args = [assignment, "--timeout", str(timeout), "--world-size", str(world_size), "--version", version]
-    check_gpus(worker_args, sandbox, sandbox and use_nursery(), no_gpu)
+    gate = check_gpus(worker_args, sandbox, sandbox and use_nursery(), no_gpu)
+    share = share_gpus(gate.gpus, assignment, world_size, jobs)
+    jobs = share.jobs
     if shard is not None:
         submissions = {s: submissions[s] for s in sorted(submissions)[shard[0]::shard[1]]}
     # earlier results, read before any student code runs (a shard watches only its own students' files)
@@ -227,7 +234,7 @@ def grade_assignment(course: Course, assignment: str, jobs: int = 2, timeout: fl
         nurseries = Nurseries(worker_args, jobs + 2) if sandbox and queue and use_nursery() else None
         workers = Workers(worker_args,
                           (lambda argv, job: sandboxes.Sandbox(argv, job.path, job.phase == "public", jobs + 1))
-                          if sandbox else None, nurseries)
+                          if sandbox else None, nurseries, share if share.gpus else None)
         try:
             with adopting_orphans():  # what a submission left behind (double fork, setsid) dies with the run
                 run_pool(queue, workers, jobs, on_result, guard.flag, guard.tick, progress, len(submissions),
@@ -255,6 +262,15 @@ def grade_assignment(course: Course, assignment: str, jobs: int = 2, timeout: fl
         results[student] = result
     guard.tick(set())
     return results
+
+
+def share_gpus(gpus: int, assignment: str, world_size: int, jobs: int | None) -> GpuShare:
+    """How the GPUs CUDA counts where the ranks run are shared out among the jobs (jobs None: the default)."""
+    widest = max([world_size] + [c.world_size or 0 for c in get_exercise(assignment).checks])
+    share = GpuShare.plan(gpus, world_size, widest, os.cpu_count() or 1, jobs)
+    if share.gpus:
+        print(f"grading on {share.describe()}", file=sys.stderr)  # up front, in one line
+    return share
 
 
 def plans_of(result: dict) -> list[str]:

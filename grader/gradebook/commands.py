@@ -91,7 +91,9 @@ def register(sub) -> None:
                                          "into nbgrader's gradebook")
     grade.add_argument("assignment")
     grade.add_argument("--root", default=".", help="the course directory (default: the current one)")
-    grade.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="submissions graded at once")
+    grade.add_argument("--jobs", type=int, default=None,
+                       help="submissions graded at once (default: one per core; with GPUs, no more than the groups "
+                            "of GPUs a job gets: each job has its own)")
     grade.add_argument("--timeout", type=float, default=30.0, help="seconds before a run counts as hung")
     grade.add_argument("--world-size", type=int, default=2)
     grade.add_argument("--quiet", action="store_true", help="no progress bar")
