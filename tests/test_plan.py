@@ -145,3 +145,16 @@ def test_cuda_is_counted_in_a_child_never_here():
     assert count.count == (torch.cuda.device_count() if torch.cuda.is_available() else 0)
     if count.count == 0:
         assert count.error  # says why: no driver, no device, cuInit's error
+
+
+@pytest.mark.parametrize("gpus,job,nodes", [(1, None, ["", ""]), (2, None, ["0", "1"]), (8, None, ["0", "1"]),
+                                            (8, ("4", "5", "6"), ["4", "5"])])
+def test_exercise_4s_two_torchrun_nodes_never_share_a_gpu(fake_gpus, gpus, job, nodes):
+    """Two agents of one worker each: both workers have LOCAL_RANK 0, so each agent must see its own GPU (or none,
+    for gloo), never both cuda:0 of the same devices."""
+    from grader.exercises.torchrun.isolation import node_gpus
+
+    fake_gpus(gpus)
+    plans.assign_gpus(job)
+    assert [node_gpus(i, 2, 1)["CUDA_VISIBLE_DEVICES"] for i in range(2)] == nodes
+    assert node_gpus(0, 1, 2)["CUDA_VISIBLE_DEVICES"] == ("" if gpus < 2 else ",".join((job or ("0", "1"))[:2]))

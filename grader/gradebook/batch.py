@@ -139,6 +139,7 @@ def worker_main(assignment: str, timeout: float, world_size: int, version: str) 
 
 def _valid(result: dict | None, digest: str | None, version: str, sandboxed: bool) -> bool:
     return bool(result) and result.get("sha256") == digest and result.get("grader") == version \
+        and not result.get("regrade") \
         and (result.get("sandboxed", False) or not sandboxed)  # a sandboxed run regrades unsandboxed results
 
 
@@ -257,6 +258,7 @@ def grade_assignment(course: Course, assignment: str, jobs: int | None = 2, time
         result["in_notebook"] = in_notebook_results(snapshot.content[path])
         result["flags"] = _flags(result)
         result["plans"] = plans_of(result)
+        result["regrade"] = any(c.get("unrunnable") for c in (result.get("report") or {}).get("checks") or [])
         if student in accepted:
             store.accept(student, result)  # flags kept with the result: the report and later runs see them
         results[student] = result

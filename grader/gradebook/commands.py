@@ -30,6 +30,11 @@ def _grade(args) -> int:
     problems = write_results(course, args.assignment, results)
     scores = gradebook_scores(course, args.assignment)
     print(format_grades(results, scores, problems, gradebook_marks(course, args.assignment)))
+    regrade = sorted(s for s, r in results.items() if r.get("regrade"))
+    if regrade:  # the machine failed them: nobody's answer, and not a grade to keep
+        print(f"python -m grader grade: {len(regrade)} submission(s) had checks that could not run on this machine "
+              f"(GPU or process group setup; they pay nothing), regrade them: {', '.join(regrade)}", file=sys.stderr)
+        return 1
     return 0
 
 
@@ -51,6 +56,8 @@ def format_grades(results: dict, scores: dict, problems: dict | None = None, mar
         mark = (marks or {}).get(student, {})
         notes = ([f"late: -{mark['late_penalty']:g} (nbgrader's late penalty)"] if mark.get("late_penalty") else [])
         notes += [f"FLAGGED: {f}" for f in result.get("flags", [])]
+        if result.get("regrade"):
+            notes.append("could not run on this machine: regrade")
         if [p for p in plans[student] if p not in common]:
             notes.append("ran on: " + "; ".join(plans[student]))
         if not result.get("readable", True) and result.get("error"):
