@@ -22,7 +22,9 @@ def probe_rank(ctx) -> dict:
     """In the rank: the facts the driver needs, then CUDA's own count (initializing CUDA here only)."""
     import ctypes
 
-    seen: dict = {"device": str(ctx.device)}
+    from grader.engine import cuda_watch
+
+    seen: dict = {"device": str(ctx.device), "cuda_before_fork": list(cuda_watch.inherited)}
     try:
         with open(f"/proc/self/task/{threading.get_native_id()}/comm", "w") as f:
             f.write("cuda-probe")
@@ -60,7 +62,14 @@ def probe(timeout: float = 120.0) -> dict:
             "rank": rank}
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
+    """argv: modules to import first, as the process that forks ranks does (a grading worker's public checks)."""
+    from grader.engine import forked_forkserver, processes
+
+    modules = argv if argv is not None else sys.argv[1:]
+    if modules:  # as grade_worker does: the public checks imported, then the ranks' forkserver forked from here
+        processes.preload(modules)
+        forked_forkserver.start_here()
     out = sys.stdout
     out.write(json.dumps(probe()) + "\n")
     out.flush()

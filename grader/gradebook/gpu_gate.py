@@ -60,11 +60,13 @@ def probe_where_graded(worker_args: list[str], sandbox: bool, nursery: bool) -> 
         finally:
             box.close()
     else:
-        argv, env = PROBE_ARGV, None
+        from grader.exercises import find
+
+        argv, env = PROBE_ARGV + list(find(worker_args[0]).public), None  # imported first, as grade_worker does
         if sandbox:
             from grader.gradebook.sandbox import Sandbox
 
-            built = Sandbox(PROBE_ARGV, None, True, 1)
+            built = Sandbox(argv, None, True, 1)
             argv, env = built.argv, built.env
         try:
             done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=PROBE_BOUND_S)

@@ -146,7 +146,7 @@ def _worker(args, result: int, job_line: int, probe: bool = False) -> int:
     if probe:  # gpu_gate.py: what a rank of this job sees of CUDA, before any submission is graded
         from grader.engine import cuda_probe
 
-        return cuda_probe.main()
+        return cuda_probe.main([])  # the nursery imported the public checks; this job forked the forkserver
     return worker_main(args.assignment, args.timeout, args.world_size, args.version)
 
 

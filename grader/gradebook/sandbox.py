@@ -138,8 +138,8 @@ def hidden_files() -> list[str]:
 
 
 # What the CUDA driver, NCCL and torch read from the environment: kept (an instructor's NCCL_SOCKET_IFNAME, a
-# driver found through LD_LIBRARY_PATH); GRADER_FAKE_GPUS is the tests' stand-in GPU count.
-DRIVER_ENV = ("LD_LIBRARY_PATH", "GRADER_FAKE_GPUS", "PYTORCH_NVML_BASED_CUDA_CHECK")
+# driver found through LD_LIBRARY_PATH); GRADER_FAKE_GPUS and GRADER_CUDA_WATCH are the tests' hooks.
+DRIVER_ENV = ("LD_LIBRARY_PATH", "GRADER_FAKE_GPUS", "GRADER_CUDA_WATCH", "PYTORCH_NVML_BASED_CUDA_CHECK")
 DRIVER_ENV_PREFIXES = ("CUDA_", "NCCL_", "NVIDIA_", "CUBLAS_", "CUDNN_", "TORCH_NCCL_")
 
 
