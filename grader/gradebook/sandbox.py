@@ -157,11 +157,13 @@ def environment(masked: bool) -> dict[str, str]:
     return env
 
 
-def gpu_nodes(dev: str = "/dev") -> list[str]:
-    """The NVIDIA device nodes to bind in, the folder /dev/nvidia-caps (MIG) and nvidia-uvm (CUDA's memory
-    manager) among them; found again for every sandbox, so a node the driver created since is there too."""
-    names = sorted(n for n in _listdir(dev) if n.startswith("nvidia"))
-    return [os.path.join(dev, n) for n in names]
+DEV, SYS = "/dev", "/sys"  # where the host's device nodes and sysfs are found (a test points them at fake trees)
+
+
+def gpu_nodes() -> list[str]:
+    """The NVIDIA device nodes to bind in (names under /dev), the folder nvidia-caps (MIG) and nvidia-uvm (CUDA's
+    memory manager) among them; found again for every sandbox, so a node the driver created since is there too."""
+    return sorted(n for n in _listdir(DEV) if n.startswith("nvidia"))
 
 
 def _listdir(path: str) -> list[str]:
@@ -220,13 +222,13 @@ class Sandbox:
             args += [a for parent in _parents(folder) if parent not in ("/tmp", HOME, "/home")
                      for a in ("--perms", "0755", "--dir", parent)] + ["--ro-bind", folder, folder]
         args += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/dev/shm"]
-        if os.path.isdir("/sys"):
-            args += ["--ro-bind", "/sys", "/sys"]
+        if os.path.isdir(SYS):
+            args += ["--ro-bind", SYS, "/sys"]
         if nursery:  # each job mounts its own /proc and tmpfs here (job.py says why the host's /proc is needed)
             args += ["--perms", "0755", "--dir", os.path.dirname(SUBMISSION), "--perms", "0755", "--dir",
                      NURSERY_DIR, "--bind", "/proc", os.path.join(NURSERY_DIR, "proc")]  # writable: see job.py
-        for device in gpu_nodes():  # GPUs, when the machine has them
-            args += ["--dev-bind", device, device]
+        for name in gpu_nodes():  # GPUs, when the machine has them
+            args += ["--dev-bind", os.path.join(DEV, name), f"/dev/{name}"]
         args += ["--chdir", "/tmp"]
         if root:  # bwrap set the sandbox up as root; the worker runs as nobody, without capabilities
             args += ["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups", "--inh-caps=-all",
