@@ -8,6 +8,7 @@
 #   make report  the class report of ASSIGNMENT (markdown and a PNG plot)
 #   make exercises  stamp the check cells' points from the checks, regenerate exercises/ (the release) from solutions/
 #   make selfcheck  grade the solutions and known-wrong submissions on this machine's hardware
+#   make gpucheck  the GPU path on this machine (driver, fork safety, nccl, sandboxes, GPU-only checks), a verdict a line
 #   make student  build/student: the grader for students' servers, without hidden checks or answers
 #   make hub     JupyterHub for the class on 127.0.0.1:8000 (root; deploy/hub/jupyterhub_config.py)
 #   make collect  collect ASSIGNMENT from the exchange, refusing forged, postdated or backdated submissions
@@ -22,7 +23,7 @@ COURSE ?= $(CURDIR)
 # JOBS empty: one job per core, and with GPUs no more than the groups of GPUs (each job has its own)
 JOBS ?=
 
-.PHONY: install demo test lab bench grade report exercises translations selfcheck clean hub student collect
+.PHONY: install demo test lab bench grade report exercises translations selfcheck gpucheck clean hub student collect
 
 install: $(VENV)/.installed
 
@@ -89,6 +90,10 @@ translations: install
 
 selfcheck: install
 	$(BIN)/python -m grader selfcheck
+
+# The GPU path on this machine, a verdict a line (README: GPUs); green on CPU, where its GPU steps say "no GPU".
+gpucheck: install
+	$(BIN)/python -m grader gpucheck
 
 # An installable folder for students' images (pip install build/student): README, Student servers.
 student: install

@@ -59,7 +59,7 @@ def probe(timeout: float = 120.0) -> dict:
     result = run_distributed(probe_rank, 1, plan=plan, init_group=False, trusted=True, timeout=timeout)
     rank = result.ranks[0].value if result.ok else {"failed": result.failure()}
     return {"plan": plan.describe(), "gpus": plan.gpus, "cuda_error": counted.error, "driver": counted.driver,
-            "rank": rank}
+            "plans": {w: current_plan(w).describe() for w in (1, 2, 3)}, "rank": rank}
 
 
 def main(argv: list[str] | None = None) -> int:
