@@ -40,12 +40,24 @@ def nvidia_present(dev: str = "/dev") -> bool:
         return fake > 0
     if os.path.exists(os.path.join(dev, "nvidiactl")):
         return True
-    try:
-        import torch
+    return _nvml_count() > 0
 
-        return torch.cuda._device_count_nvml() > 0
-    except Exception:
-        return False
+
+def _nvml_count() -> int:
+    """GPUs NVML counts (libnvidia-ml, the driver's management library; it does not initialize CUDA)."""
+    import ctypes
+
+    try:
+        nvml = ctypes.CDLL("libnvidia-ml.so.1")
+        count = ctypes.c_uint(0)
+        if nvml.nvmlInit_v2() != 0:
+            return 0
+        try:
+            return count.value if nvml.nvmlDeviceGetCount_v2(ctypes.byref(count)) == 0 else 0
+        finally:
+            nvml.nvmlShutdown()
+    except (OSError, AttributeError):  # no NVIDIA driver here
+        return 0
 
 
 def probe_where_graded(worker_args: list[str], sandbox: bool, nursery: bool) -> dict:
