@@ -119,7 +119,7 @@ def run_pool(queue: list[Job], workers: Workers, jobs: int, on_result: Callable[
         running[proc] = {"job": job, "token": secrets.token_hex(16), "since": time.monotonic(), "gpus": devices}
         window.add(job.student)
         fields = [job.student, workers.path_seen(job), job.shown_as, running[proc]["token"], job.phase,
-                  json.dumps(job.hung), json.dumps(devices)]
+                  json.dumps(job.hung)] + ([json.dumps(devices)] if devices is not None else [])  # its own GPUs
         try:
             proc.stdin.write("\t".join(fields) + "\n")
             proc.stdin.flush()
