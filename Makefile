@@ -10,6 +10,7 @@
 #   make test-exercise ASSIGNMENT=05_x  the tests a new or changed exercise must pass
 #   make exercises  stamp the check cells' points from the checks, regenerate exercises/ (the release) from solutions/
 #   make selfcheck  grade the solutions and known-wrong submissions on this machine's hardware
+#   make gpucheck  the GPU path on this machine (driver, fork safety, nccl, sandboxes, GPU-only checks), a verdict a line
 #   make student  build/student: the grader for students' servers, without hidden checks or answers
 #   make hub     JupyterHub for the class on 127.0.0.1:8000 (root; deploy/hub/jupyterhub_config.py)
 #   make collect  collect ASSIGNMENT from the exchange, refusing forged, postdated or backdated submissions
@@ -21,9 +22,10 @@ export PATH := $(BIN):$(PATH)
 ASSIGNMENTS = $(shell $(BIN)/python -m grader list --ids 2>/dev/null)  # found by discovery: grader/exercises/<name>/
 ASSIGNMENT ?= 02_ddp_basics
 COURSE ?= $(CURDIR)
-JOBS ?= $(shell nproc 2>/dev/null || echo 2)
+# JOBS empty: one job per core, and with GPUs no more than the groups of GPUs (each job has its own)
+JOBS ?=
 
-.PHONY: install demo test test-fast test-exercise lab bench grade report exercises translations selfcheck clean hub student collect
+.PHONY: install demo test test-fast test-exercise lab bench grade report exercises translations selfcheck gpucheck clean hub student collect
 
 install: $(VENV)/.installed
 
@@ -80,7 +82,7 @@ bench: install
 # only: the grade table and the report say so).
 SANDBOX ?= 1
 grade: install
-	$(BIN)/python -m grader grade $(ASSIGNMENT) --root $(COURSE) --jobs $(JOBS) $(if $(filter 0,$(SANDBOX)),--no-sandbox)
+	$(BIN)/python -m grader grade $(ASSIGNMENT) --root $(COURSE) $(if $(JOBS),--jobs $(JOBS)) $(if $(filter 0,$(SANDBOX)),--no-sandbox)
 
 report: install
 	$(BIN)/python -m grader report $(ASSIGNMENT) --root $(COURSE)
@@ -121,6 +123,10 @@ translations: install
 
 selfcheck: install
 	$(BIN)/python -m grader selfcheck
+
+# The GPU path on this machine, a verdict a line (docs/hardware.md); green on CPU, where its GPU steps say "no GPU".
+gpucheck: install
+	$(BIN)/python -m grader gpucheck
 
 # An installable folder for students' images (pip install build/student): docs/hub.md, "Student servers hold no answers".
 student: install

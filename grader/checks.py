@@ -59,6 +59,7 @@ class CheckResult:
     tampered: bool = False  # the submission changed the grader while this check ran
     hung: bool = False  # a run of this check did not finish in time
     outputs: list[list[str]] = field(default_factory=list)  # what each rank printed, per run (if kept)
+    unrunnable: bool = False  # the machine could not run it (its GPU or process group): 0 points, regrade
 
     def lines(self) -> list[str]:
         """The plain-text verdict: a ✓/✗ line, the message under a ✗, a skip note under a ✓."""
@@ -140,7 +141,7 @@ class Report:
 
     def to_json(self) -> dict:
         keys = ("name", "task", "passed", "points", "max_points", "message", "hidden", "notes", "plan",
-                "skipped", "tampered")
+                "skipped", "tampered", "unrunnable")
         return {"exercise": self.exercise, "score": self.score, "max_score": self.max_score,
                 "checks": [{k: v for k, v in asdict(c).items() if k in keys} for c in self.checks]}
 

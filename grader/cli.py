@@ -3,6 +3,7 @@
     python -m grader check EXERCISE SUBMISSION [--json] [--world-size N] [--timeout S] [--task NAME]
     python -m grader list [--json]          the exercises and their settings (the registry)
     python -m grader selfcheck              grade solutions and known-wrong submissions on this hardware
+    python -m grader gpucheck               does the course's GPU path work here (a verdict a line)
     python -m grader student-build OUT_DIR  an installable grader without hidden checks or answers
     python -m grader points [ID ...] [--check]  stamp (or verify) the check cells' points from the checks
     python -m grader new-exercise ID --task NAME  scaffold an exercise: package, solution notebook, tests
@@ -25,6 +26,7 @@ from grader.submission import SubmissionError, read_submission
 
 OTHER_COMMANDS = [
     "grader.selfcheck",  # python -m grader selfcheck
+    "grader.gpucheck",  # python -m grader gpucheck: the GPU path on this machine, a verdict a line
     "grader.progress",  # python -m grader progress: which tasks of which assignments pass
     "grader.gradebook.commands",  # python -m grader grade | report
     "grader.gradebook.collect",  # python -m grader collect: nbgrader collect, refusing forged submissions

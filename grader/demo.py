@@ -52,7 +52,7 @@ def main(assignment: str = "02_ddp_basics", root: str | None = None, jobs: int |
     step("collected; grading in parallel with real 2-process runs (gloo on CPU, nccl with enough GPUs), "
          + ("each submission in a bubblewrap sandbox" if sandbox else
             f"UNSANDBOXED: bwrap is not installed ({sandboxes.INSTALL_HINT}; make grade needs it)"))
-    results = grade_assignment(course, assignment, jobs=jobs or os.cpu_count() or 1, sandbox=sandbox)
+    results = grade_assignment(course, assignment, jobs=jobs, sandbox=sandbox)  # None: per core, or per GPU group
     problems = write_results(course, assignment, results)
     feedback = roundtrip.feedback(course, assignment)
     csv = roundtrip.export(course)

@@ -20,13 +20,18 @@ from typing import Callable
 from grader import tolerances
 from grader.checks import CheckFailed
 from grader.engine import RunResult, divergence, flight, run_distributed, stacks
-from grader.engine.plan import HardwarePlan, current_plan
+from grader.engine.plan import HardwarePlan, current_plan, plan_for
 from grader.i18n import N_, _
 from grader.submission import LoadReport, Submission
 
 
 class MissingTask(Exception):
     pass
+
+
+class MachineFailed(Exception):
+    """The machine could not run the check (a GPU or process group that could not be set up, before any student
+    code ran): it pays nothing, says so, and the submission is listed for regrading."""
 
 
 class RunCheckFailed(CheckFailed):
@@ -110,6 +115,7 @@ class Grading:
         self.tasks: tuple[str, ...] = ()  # the tasks graded in this run (runner sets): their runs may share launches
         self.share_launches = True  # False: every run of this check its own (the runner's confirmation of a failure)
         self.read_shared_launch = False  # a run's values came from a launch shared with other runs (one_launch.py)
+        self.machine_failure = ""  # a run the machine could not set up (runner: "could not run on this machine")
 
     def plan(self, world_size: int | None = None) -> HardwarePlan:
         """The hardware plan a run of this check gets (backend, device per rank)."""
@@ -140,7 +146,7 @@ class Grading:
     def preflight(self) -> None:
         """Execute the answers once, alone, to learn what they define."""
         result = run_distributed(_load_only, 1, (self.submission,), timeout=self.timeout, init_group=False,
-                                 trusted=False)
+                                 trusted=False, plan=plan_for(1, 0))  # no GPU: no CUDA context just to load
         self.rank_texts += rank_texts(result)
         value = result.ranks[0].value if result.ok else None
         if result.ok and isinstance(value, dict) and set(value) == {"defined", "problems"}:
@@ -176,6 +182,9 @@ class Grading:
             self.outputs.append([r.output for r in result.ranks])
         self.tampered |= result.tampered
         self.hung |= result.hung
+        if result.unavailable:  # never a verdict: whatever the check would make of it
+            self.machine_failure = self.machine_failure or result.failure()
+            raise MachineFailed(self.machine_failure)
         return result
 
     @contextlib.contextmanager

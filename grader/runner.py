@@ -29,7 +29,7 @@ from typing import Callable
 
 from grader import result_text
 from grader.checks import Check, CheckFailed, CheckResult, CheckSkipped, Exercise, Report
-from grader.grading import Grading, RunCheckFailed
+from grader.grading import Grading, MachineFailed, RunCheckFailed
 from grader.i18n import _
 from grader.shared_runs import SharedRuns
 from grader.submission import Submission
@@ -177,6 +177,8 @@ def _run_one(check: Check, grading: Grading, hung_in: str | None = None) -> Chec
         try:
             check.fn(grading)
             passed = True
+        except MachineFailed:
+            pass  # said below, whatever the check did with it
         except RunCheckFailed as exc:
             message, kind = str(exc), exc.kind
             if exc.hang:
@@ -197,9 +199,13 @@ def _run_one(check: Check, grading: Grading, hung_in: str | None = None) -> Chec
     if grading.tampered and not said:
         message = _("your code changed the grader or torch while this check ran, so it scores 0") \
             + (f"\n{message}" if message and not check.hidden else "")
-    passed = passed and not grading.tampered
+    if grading.machine_failure and not grading.tampered:
+        message = _("could not run on this machine: {why}\n(nothing is paid for it; the submission is listed for "
+                    "regrading)", why=grading.machine_failure)
+    passed = passed and not grading.tampered and not grading.machine_failure
     outputs = [] if check.hidden else [[result_text.public_output(o) for o in run] for run in grading.outputs]
     return CheckResult(check.name, check.task, passed, check.points if passed else 0, check.points, message,
                        check.hidden, list(grading.notes), round(time.monotonic() - start, 3),
                        plan="; ".join(grading.plans), skipped=skipped and not grading.tampered,
-                       tampered=grading.tampered, hung=grading.hung and not passed, outputs=outputs)
+                       tampered=grading.tampered, hung=grading.hung and not passed, outputs=outputs,
+                       unrunnable=bool(grading.machine_failure))

@@ -7,15 +7,21 @@ It prints the hardware plan for each world size the checks use, then grades,
 on the hardware present, every exercise's solution (expected: full marks) and
 known-wrong submissions (the untouched student release, expected: 0; and a
 typical mistake, expected: less than full marks), each score next to the
-expected one. Exit 0 only when every score is as expected.
+expected one. Then it grades each solution again through `make grade`'s own
+path (a course, its sandboxes, nurseries when root) and compares the plan of
+every run with the one expected for this hardware. Exit 0 only when every
+score and plan is as expected.
 """
 from __future__ import annotations
 
+import json
 import os
+import shutil
+import subprocess
 import sys
 import tempfile
 
-from grader.engine.plan import current_plan, visible_gpus
+from grader.engine.plan import current_plan, plan_for, visible_gpus, widest_job
 from grader.exercises import exercise_ids, get_exercise
 from grader.runner import run_checks
 from grader.submission import read_notebook, read_python_file
@@ -77,8 +83,56 @@ def main(exercises: list[str] | None = None) -> int:
             skipped = [c for c in report.checks if c.skipped]
             for c in skipped:
                 print(f"      {c.name}: {'; '.join(c.notes) or c.message.splitlines()[0]}")
+    for exercise_id in exercises or exercise_ids():
+        wrong += not graded_as_make_grade_does(exercise_id)
     print("selfcheck: " + ("every score as expected" if not wrong else f"{wrong} score(s) NOT as expected"))
     return 0 if not wrong else 1
+
+
+def expected_plans(exercise_id: str, gpus: int) -> set[str]:
+    """The plans a grading job's runs get on this hardware: its own GPUs (gpu_share.py), per world size."""
+    sizes = {2} | {c.world_size or 2 for c in get_exercise(exercise_id).checks}
+    width = widest_job(gpus, 2, max(sizes))
+    return {plan_for(w, width).describe() for w in sizes | {1}}
+
+
+def graded_as_make_grade_does(exercise_id: str) -> bool:
+    """The solution, submitted to a course and graded by `python -m grader grade` (sandboxed, nurseries when
+    root): full marks, and every run on a plan this hardware should give. Prints one line."""
+    from grader.gradebook import roundtrip
+    from grader.gradebook import sandbox as sandboxes
+
+    label = "solution, sandboxed (make grade)"
+    if not sandboxes.available():
+        print(f"BAD {exercise_id:<20} {label:<40} not run: bwrap is missing ({sandboxes.INSTALL_HINT})")
+        return False
+    root = tempfile.mkdtemp(prefix="selfcheck-course-")
+    try:
+        course = roundtrip.make_course(root, [exercise_id])
+        roundtrip.release(course, exercise_id)
+        notebook = roundtrip.fetch(course, exercise_id, "solution")
+        shutil.copy(os.path.join(ROOT, get_exercise(exercise_id).notebook), notebook)
+        roundtrip.submit(course, exercise_id, "solution")
+        roundtrip.collect(course, exercise_id)
+        done = subprocess.run([sys.executable, "-m", "grader", "grade", exercise_id, "--root", root, "--quiet"],
+                              capture_output=True, text=True, timeout=3600, cwd=ROOT)
+        path = os.path.join(root, "graded", exercise_id, "solution.json")
+        if done.returncode != 0 or not os.path.exists(path):
+            why = (done.stderr.strip().splitlines() or ["no result"])[-1]
+            print(f"BAD {exercise_id:<20} {label:<40} make grade exited {done.returncode}: {why}")
+            return False
+        with open(path) as f:
+            result = json.load(f)
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+    report = result.get("report") or {}
+    plans, expected = result.get("plans") or [], expected_plans(exercise_id, visible_gpus())
+    ok = report.get("score") == report.get("max_score") and bool(plans) and set(plans) <= expected
+    print(f"{'ok ' if ok else 'BAD'} {exercise_id:<20} {label:<40} {report.get('score', 0):g}/"
+          f"{report.get('max_score', 0):g}  ran on: {'; '.join(plans) or 'nothing'}", flush=True)
+    if set(plans) - expected:
+        print(f"      expected on this hardware: {'; '.join(sorted(expected))}")
+    return ok
 
 
 def register(sub) -> None:

@@ -16,7 +16,7 @@ From the bottom:
   4 tools      what people run: grader.gradebook.*, grader.progress.*, grader.cli and __main__, grader.lessons.*,
                grader.notebook and notebook_view (the notebook's check()), grader.hints (its hint()), grader.digest,
                grader.points and points_preprocessor, grader.scaffold*, grader.student_build, grader.selfcheck,
-               grader.demo, grader.translate.*.
+               grader.gpucheck, grader.demo, grader.translate.*.
 
 Within a layer any import is allowed, but no circle (anywhere). A new top-level grader module must be
 placed in LAYERS; one under a listed package (grader.engine., grader.exercises., ...) is placed already.
@@ -41,7 +41,7 @@ LAYERS = {  # a module, or a package (all its modules): the longest match decide
     "grader.lessons": TOOLS, "grader.notebook": TOOLS, "grader.notebook_view": TOOLS, "grader.digest": TOOLS,
     "grader.hints": TOOLS,
     "grader.points": TOOLS, "grader.points_preprocessor": TOOLS, "grader.translate": TOOLS, "grader.scaffold": TOOLS, "grader.scaffold_templates": TOOLS,
-    "grader.student_build": TOOLS, "grader.selfcheck": TOOLS, "grader.demo": TOOLS,
+    "grader.student_build": TOOLS, "grader.selfcheck": TOOLS, "grader.demo": TOOLS, "grader.gpucheck": TOOLS,
 }
 PACKAGES = ("grader.engine", "grader.exercises", "grader.gradebook", "grader.progress", "grader.lessons",
             "grader.translate")

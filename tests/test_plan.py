@@ -73,3 +73,88 @@ def test_two_ranks_on_two_gpus_run_nccl():
 def test_the_default_plan_follows_this_machine():
     gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
     assert current_plan(2) == plan_for(2, gpus)
+
+
+# GPUs shared out among grading jobs, with GRADER_FAKE_GPUS standing for the GPUs CUDA counts (tests only).
+from grader.engine import plan as plans  # noqa: E402
+from grader.engine.cuda_count import cuda_devices  # noqa: E402
+from grader.gradebook.batch import share_gpus  # noqa: E402
+
+
+@pytest.fixture
+def fake_gpus(monkeypatch):
+    def use(n):
+        monkeypatch.setenv("GRADER_FAKE_GPUS", str(n))
+        monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+        cuda_devices.cache_clear()
+    yield use
+    cuda_devices.cache_clear()
+    plans.assign_gpus(None)
+
+
+# gpus -> (GPUs per job, --jobs default on 16 cores, the groups): the exercise's widest run is 3 ranks
+SHARES = {1: (0, 16, []), 2: (2, 1, [("0", "1")]), 8: (3, 2, [("0", "1", "2"), ("3", "4", "5")])}
+
+
+@pytest.mark.parametrize("gpus", sorted(SHARES))
+def test_each_job_gets_its_own_gpus_and_jobs_follow_them(fake_gpus, monkeypatch, gpus):
+    fake_gpus(gpus)
+    monkeypatch.setattr(os, "cpu_count", lambda: 16)
+    share = share_gpus(plans.visible_gpus(), "02_ddp_basics", 2, None)
+    width, jobs, groups = SHARES[gpus]
+    assert (share.width, share.jobs, share.free) == (width, jobs, groups)
+    taken = [share.take() for _ in range(jobs)]
+    flat = [d for group in taken if group for d in group]
+    assert len(flat) == len(set(flat)), "two jobs on one GPU"
+    assert share.take() == (), "a job beyond the groups sees no GPU (gloo), never another job's"
+    share.give(taken[0])
+    assert share.take() == taken[0]
+    assert share_gpus(gpus, "02_ddp_basics", 2, 5).jobs == 5  # --jobs given: kept
+
+
+@pytest.mark.parametrize("gpus", [1, 2, 8])
+def test_a_jobs_plans_follow_the_plan_table_for_its_own_gpus(fake_gpus, gpus):
+    fake_gpus(gpus)
+    assert [current_plan(w).backend for w in (1, 2, 3)] == [
+        "nccl" if gpus >= w else "gloo" for w in (1, 2, 3)]
+    width = SHARES[gpus][0]
+    group = share_gpus(gpus, "02_ddp_basics", 2, None).take()
+    plans.assign_gpus(group)
+    for w in (1, 2, 3):  # the README's plan table, for the job's own GPUs
+        plan = current_plan(w)
+        assert plan.backend == ("nccl" if width >= w else "gloo") and plan.gpus == width
+        assert plan.visible == ",".join(group or ())
+
+
+def test_a_job_without_gpus_runs_gloo_and_its_ranks_see_none(fake_gpus):
+    """A job given no GPUs on a machine that has some: its ranks see none, whatever CUDA_VISIBLE_DEVICES was."""
+    fake_gpus(8)
+    plans.assign_gpus(())
+    plan = current_plan(2)
+    assert plan == plan_for(2, 0, "") and plan.hides_gpus
+    warm_up()
+    result = run_distributed(_what_the_rank_sees, 2, plan=plan)
+    assert result.ok, result.failure()
+    assert {v["visible"] for v in result.values} == {""} and {v["backend"] for v in result.values} == {"gloo"}
+
+
+def test_cuda_is_counted_in_a_child_never_here():
+    """The plan asks CUDA itself (what a rank will see: MIG, a driver that cannot start), in a child process."""
+    cuda_devices.cache_clear()
+    count = cuda_devices()
+    assert count.count == (torch.cuda.device_count() if torch.cuda.is_available() else 0)
+    if count.count == 0:
+        assert count.error  # says why: no driver, no device, cuInit's error
+
+
+@pytest.mark.parametrize("gpus,job,nodes", [(1, None, ["", ""]), (2, None, ["0", "1"]), (8, None, ["0", "1"]),
+                                            (8, ("4", "5", "6"), ["4", "5"])])
+def test_exercise_4s_two_torchrun_nodes_never_share_a_gpu(fake_gpus, gpus, job, nodes):
+    """Two agents of one worker each: both workers have LOCAL_RANK 0, so each agent must see its own GPU (or none,
+    for gloo), never both cuda:0 of the same devices."""
+    from grader.exercises.torchrun.isolation import node_gpus
+
+    fake_gpus(gpus)
+    plans.assign_gpus(job)
+    assert [node_gpus(i, 2, 1)["CUDA_VISIBLE_DEVICES"] for i in range(2)] == nodes
+    assert node_gpus(0, 1, 2)["CUDA_VISIBLE_DEVICES"] == ("" if gpus < 2 else ",".join((job or ("0", "1"))[:2]))

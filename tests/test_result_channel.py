@@ -11,7 +11,6 @@ with a worker that floods its real channel.
 """
 import json
 import os
-import shutil
 import subprocess
 import sys
 import time

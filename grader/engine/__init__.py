@@ -9,11 +9,16 @@
 - preload.py:   what the forkserver imports once (processes.preload: the public checks, named by their loader)
 - stacks.py:    tracebacks and hung stacks, the student's frames first
 """
-from grader.engine.launcher import run_distributed
-from grader.engine.plan import HardwarePlan, current_plan, plan_for
-from grader.engine.processes import free_port, kill_tree, release_port, reserved_port, warm_up
-from grader.engine.results import RankReport, RunFailed, RunResult
-from grader.engine.worker import DistContext
+from grader.engine import cuda_watch
+from grader.engine.cuda_count import use_nvml_check
+
+use_nvml_check()  # every grader process and its children: torch.cuda.is_available() asks NVML, so it is fork-safe
+cuda_watch.install()  # tests only (GRADER_CUDA_WATCH=1): recorders on torch's CUDA entry points
+from grader.engine.launcher import run_distributed  # noqa: E402
+from grader.engine.plan import HardwarePlan, current_plan, plan_for  # noqa: E402
+from grader.engine.processes import free_port, kill_tree, release_port, reserved_port, warm_up  # noqa: E402
+from grader.engine.results import RankReport, RunFailed, RunResult  # noqa: E402
+from grader.engine.worker import DistContext  # noqa: E402
 
 __all__ = ["run_distributed", "RunResult", "RankReport", "RunFailed", "DistContext", "HardwarePlan",
            "plan_for", "current_plan", "free_port", "release_port", "reserved_port", "kill_tree", "warm_up"]

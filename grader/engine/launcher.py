@@ -105,7 +105,7 @@ def _run_once(payload: bytes, plan: HardwarePlan, timeout: float, init_group: bo
             parent_end, child_end = ctx.Pipe(duplex=True)
             spec = worker.RankSpec(
                 rank=rank, world_size=world_size, backend=plan.backend, device=plan.device(rank),
-                hide_gpus=plan.hides_gpus, guard=not trusted, init_group=init_group,
+                hide_gpus=plan.hides_gpus, visible=plan.visible, guard=not trusted, init_group=init_group,
                 master_addr="127.0.0.1", master_port=port,
                 store_path=os.path.join(rundir, "store"), workdir=workdir,
                 output_path=os.path.join(rundir, f"rank{rank}.out"),
@@ -144,8 +144,9 @@ def _run_once(payload: bytes, plan: HardwarePlan, timeout: float, init_group: bo
 def _collect(reports, procs, conns, timeout, trusted) -> None:
     """Wait for every rank's report; stop at the first failure or the deadline.
 
-    The timeout counts from the moment every rank has started, so a cold
-    forkserver (importing torch on a loaded machine) never eats into it.
+    The timeout counts from the moment every rank is ready (its device set and its
+    process group set up), so a cold forkserver (importing torch on a loaded
+    machine) or a busy GPU's NCCL setup never eats into it.
     """
     waiting = {i for i in range(len(procs))}
     not_started = set(waiting)
@@ -172,7 +173,7 @@ def _collect(reports, procs, conns, timeout, trusted) -> None:
                         f"rank {i} sent back something the grader refuses to load: {str(exc).splitlines()[0]}")))
             if message is not None:
                 kind, body = message
-                if kind == "started":
+                if kind == "ready":  # its device and process group are set up
                     not_started.discard(i)
                     if not not_started:
                         deadline = time.monotonic() + timeout
@@ -180,6 +181,9 @@ def _collect(reports, procs, conns, timeout, trusted) -> None:
                 if kind == "ok":
                     reports[i].status = "ok"
                     reports[i].value = body
+                elif kind == "unavailable" and i in not_started:  # the machine failed it, before any student code
+                    reports[i].status = "unavailable"
+                    reports[i].error = body
                 elif stacks.collective_timeout(body):  # gloo gave up waiting: a hang, the others go on to the deadline
                     reports[i].status = "hung"
                     reports[i].error = body
@@ -192,7 +196,7 @@ def _collect(reports, procs, conns, timeout, trusted) -> None:
                 reports[i].status = "exited"
                 reports[i].exitcode = procs[i].exitcode
                 waiting.discard(i)
-        if any(r.status in ("error", "exited") for r in reports):
+        if any(r.status in ("error", "exited", "unavailable") for r in reports):
             for i in waiting:
                 reports[i].status = "stopped"
             return

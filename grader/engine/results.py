@@ -11,7 +11,8 @@ from grader.engine.plan import HardwarePlan
 
 @dataclass
 class RankReport:
-    """What one rank did. status: ok | error | hung | exited | stopped."""
+    """What one rank did. status: ok | error | hung | exited | stopped | unavailable (the machine could not set
+    it up: its GPU or process group, before any student code)."""
 
     rank: int
     status: str = "pending"
@@ -27,6 +28,11 @@ class RankReport:
         raised, printed or named may be shown: the kind of failure only."""
         if kind_only:
             return self._describe_hidden()
+        if self.status == "unavailable":
+            return f"rank {self.rank} could not run on this machine: " + _first_line(self.error)
+        if self.status == "error" and self.error.get("type") == "OutOfMemoryError":
+            return (f"rank {self.rank} ran out of GPU memory in your code (are tensors kept across steps, or is the "
+                    "batch too large for one GPU?): " + stacks.format_exception(self.error))
         if self.status == "error":
             return f"rank {self.rank} raised " + stacks.format_exception(self.error)
         if self.status == "hung" and self.error:  # gloo's own timeout fired first: a hang all the same
@@ -51,6 +57,10 @@ class RankReport:
         return self.status == "hung" and not self.error and stacks.busy_frame(self.stack) is not None
 
     def _describe_hidden(self) -> str:
+        if self.status == "unavailable":
+            return f"rank {self.rank} could not run on this machine"
+        if self.status == "error" and self.error.get("type") == "OutOfMemoryError":
+            return f"rank {self.rank}: your code ran out of GPU memory"
         if self.status == "error":
             return f"rank {self.rank}: your code raised an exception (hidden tests do not show its text)"
         if self.status == "hung":
@@ -61,6 +71,11 @@ class RankReport:
         if self.status == "stopped":
             return f"rank {self.rank} was stopped because another rank failed"
         return f"rank {self.rank}: {self.status}"
+
+
+def _first_line(error: dict | None) -> str:
+    text = f"{(error or {}).get('type', '')}: {(error or {}).get('message', '')}".strip(": ")
+    return (text.splitlines() or ["an unknown error"])[0][:300]
 
 
 def exit_meaning(code: int | None) -> str:
@@ -93,6 +108,11 @@ class RunResult:
     @property
     def tampered(self) -> bool:
         return any(r.error and r.error.get("type") == "Tampered" for r in self.ranks)
+
+    @property
+    def unavailable(self) -> bool:
+        """The machine could not run it (a GPU or process group that could not be set up): nobody's answer."""
+        return any(r.status == "unavailable" for r in self.ranks)
 
     @property
     def ok(self) -> bool:

@@ -50,6 +50,7 @@ class RankSpec:
     backend: str
     device: str  # "cuda:r" or "cpu", from the run's hardware plan
     hide_gpus: bool  # fewer GPUs than ranks: the rank sees none (CUDA_VISIBLE_DEVICES="")
+    visible: str | None  # else this grading job's own GPUs (CUDA_VISIBLE_DEVICES), None: as inherited
     guard: bool  # untrusted code runs: watch it for tampering (integrity.Guard)
     init_group: bool
     master_addr: str
@@ -93,7 +94,7 @@ def _redirect_output(path: str) -> None:
 def _watch_launcher(spec: RankSpec) -> None:
     """Kill this rank's whole process group if the launcher dies or the run
     outlives any reasonable bound: no process is ever left behind."""
-    hard_deadline = time.monotonic() + spec.timeout + 120.0
+    hard_deadline = time.monotonic() + spec.timeout + 300.0  # the launcher's startup bound (180 s) included
     while True:
         time.sleep(0.5)
         try:
@@ -112,10 +113,10 @@ def _watch_launcher(spec: RankSpec) -> None:
 
 # The group's own timeout lies well beyond the run's: the launcher's bound always fires first, so a hang
 # reaches the check as a hang with every rank's stack, never as gloo's "Timed out waiting ...ms" in one rank.
-GROUP_TIMEOUT_MARGIN_S = 60.0  # below _watch_launcher's hard deadline (timeout + 120 s)
+GROUP_TIMEOUT_MARGIN_S = 60.0  # below _watch_launcher's hard deadline (timeout + 300 s)
 
 
-def _init_process_group(spec: RankSpec, torch, dist) -> None:
+def _init_process_group(spec: RankSpec, torch, dist, device) -> None:
     store = dist.FileStore(spec.store_path, spec.world_size)
     dist.init_process_group(
         spec.backend,
@@ -123,7 +124,20 @@ def _init_process_group(spec: RankSpec, torch, dist) -> None:
         rank=spec.rank,
         world_size=spec.world_size,
         timeout=timedelta(seconds=max(spec.timeout, 1.0) + GROUP_TIMEOUT_MARGIN_S),
+        **({"device_id": device} if device.type == "cuda" else {}),  # NCCL sets up now, before the clock starts
     )
+
+
+def _dumpable() -> None:
+    """NVIDIA's driver renames its threads through /proc/self/task/<tid>/comm in cuInit, and a non-dumpable
+    process's /proc files belong to root: a rank is dumpable again (what a grading worker hides from student
+    code lives in the worker, which stays non-dumpable; the ranks of one run are the same student's code)."""
+    try:
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(4, ctypes.c_ulong(1), 0, 0, 0)  # PR_SET_DUMPABLE
+    except (OSError, AttributeError):
+        pass
 
 
 def main(spec: RankSpec, conn) -> None:
@@ -137,10 +151,12 @@ def main(spec: RankSpec, conn) -> None:
     faulthandler.enable(file=stack_file, all_threads=True)
     faulthandler.register(signal.SIGUSR1, file=stack_file, all_threads=True)
     threading.Thread(target=_watch_launcher, args=(spec,), daemon=True).start()
-    conn.send_bytes(encode(("started", None)))  # the launcher's timeout starts now
 
     if spec.hide_gpus:  # before anything here touches CUDA: the student's `torch.cuda.is_available()` is then False
         os.environ["CUDA_VISIBLE_DEVICES"] = ""
+    elif spec.visible is not None:  # this job's own GPUs, seen as cuda:0..
+        os.environ["CUDA_VISIBLE_DEVICES"] = spec.visible
+    _dumpable()
     os.environ.update(
         MASTER_ADDR=spec.master_addr,
         MASTER_PORT=str(spec.master_port),
@@ -152,13 +168,21 @@ def main(spec: RankSpec, conn) -> None:
     )
     os.chdir(spec.workdir)
 
-    import torch
-    import torch.distributed as dist
+    # Bound now, before student code runs: a later swap of these names changes nothing here.
+    send, describe, exit_now, encode_ = conn.send_bytes, stacks.describe_exception, os._exit, encode
+    try:  # the machine's part: a failure here is never the student's (launcher: "could not run on this machine")
+        import torch
+        import torch.distributed as dist
 
-    torch.set_num_threads(spec.threads)
-    device = torch.device(spec.device)
-    if device.type == "cuda":
-        torch.cuda.set_device(device)
+        torch.set_num_threads(spec.threads)
+        device = torch.device(spec.device)
+        if device.type == "cuda":
+            torch.cuda.set_device(device)
+        if spec.init_group:
+            _init_process_group(spec, torch, dist, device)
+    except BaseException as exc:
+        _report_and_leave(("unavailable", describe(exc)), send, conn, encode_, exit_now)
+    send(encode_(("ready", None)))  # the launcher's timeout starts now: the device and the group are set up
     ctx = DistContext(
         rank=spec.rank,
         local_rank=spec.rank,
@@ -169,12 +193,8 @@ def main(spec: RankSpec, conn) -> None:
         master_port=spec.master_port,
         workdir=spec.workdir,
     )
-    # Bound now, before student code runs: a later swap of these names changes nothing here.
-    send, describe, exit_now, encode_ = conn.send_bytes, stacks.describe_exception, os._exit, encode
     guard = None
     try:
-        if spec.init_group:
-            _init_process_group(spec, torch, dist)
         fn, args, kwargs = cloudpickle.loads(spec.payload)
         if spec.guard:
             guard = integrity.Guard()
@@ -190,10 +210,14 @@ def main(spec: RankSpec, conn) -> None:
             raise TypeError(f"the value returned by rank {spec.rank} could not be sent back: {exc}") from None
     except BaseException as exc:  # SystemExit, KeyboardInterrupt and integrity.Tampered too
         message = encode_(("error", describe(exc)))
+    _report_and_leave(message, send, conn, encode_, exit_now)
+
+
+def _report_and_leave(message, send, conn, encode_, exit_now) -> None:
     try:
         sys.stdout.flush()
         sys.stderr.flush()
-        send(message)
+        send(message if isinstance(message, bytes) else encode_(message))
         conn.recv()  # the release: every rank has reported (or the launcher gave up)
     except BaseException:
         pass

@@ -22,11 +22,14 @@ import sys
 
 from grader import cells
 from grader.digest import grader_digest
+from grader.engine.plan import assign_gpus
 from grader.engine.processes import adopting_orphans
 from grader.exercises import get_exercise
 from grader.gradebook.course import Course
 from grader.gradebook import sandbox as sandboxes
 from grader.gradebook.job_limits import JobLimits
+from grader.gradebook.gpu_gate import check_gpus
+from grader.gradebook.gpu_share import GpuShare
 from grader.gradebook.nurseries import Nurseries, use_nursery
 from grader.gradebook import channel
 from grader.gradebook.pool import Job, Workers, run_pool
@@ -121,10 +124,13 @@ def merge_phases(public: dict, hidden: dict | None) -> dict:
 
 
 def worker_main(assignment: str, timeout: float, world_size: int, version: str) -> int:
-    """Read 'student<TAB>private copy<TAB>submitted path<TAB>token<TAB>phase<TAB>hung JSON' lines; send back
-    'token<TAB>result JSON' for each (both on the descriptors channel.take() made private)."""
+    """Read 'student<TAB>private copy<TAB>submitted path<TAB>token<TAB>phase<TAB>hung JSON<TAB>GPUs JSON' lines;
+    send back 'token<TAB>result JSON' for each (both on the descriptors channel.take() made private). GPUs: the
+    job's own (gpu_share.py), null when not shared out."""
     for line in channel.job_lines():
-        student, path, shown_as, token, phase, hung = line.rstrip("\n").split("\t")
+        student, path, shown_as, token, phase, hung, *gpus = line.rstrip("\n").split("\t")
+        devices = json.loads(gpus[0]) if gpus else None
+        assign_gpus(None if devices is None else tuple(str(d) for d in devices))
         result = grade_one(assignment, student, path or None, timeout, world_size, version, shown_as, phase,
                            json.loads(hung))
         channel.send(f"{token}\t{json.dumps(result, ensure_ascii=False)}")
@@ -133,6 +139,7 @@ def worker_main(assignment: str, timeout: float, world_size: int, version: str) 
 
 def _valid(result: dict | None, digest: str | None, version: str, sandboxed: bool) -> bool:
     return bool(result) and result.get("sha256") == digest and result.get("grader") == version \
+        and not result.get("regrade") \
         and (result.get("sandboxed", False) or not sandboxed)  # a sandboxed run regrades unsandboxed results
 
 
@@ -166,21 +173,26 @@ class _Guard:
                                             if others else "; only this submission was being graded then"))
 
 
-def grade_assignment(course: Course, assignment: str, jobs: int = 2, timeout: float = 30.0, world_size: int = 2,
+def grade_assignment(course: Course, assignment: str, jobs: int | None = 2, timeout: float = 30.0, world_size: int = 2,
                      progress: bool = True, shard: tuple[int, int] | None = None,
-                     sandbox: bool = True) -> dict[str, dict]:
+                     sandbox: bool = True, no_gpu: bool = False) -> dict[str, dict]:
     """Grade every collected submission (or shard (i, n): every n-th student from the i-th, in name order);
     returns student -> result. sandbox: each submission's public checks, then its hidden ones, in a sandbox
     (sandbox.py): a job forked from that phase's nursery (nursery.py), or with GRADER_NURSERY=0 a bubblewrap
     sandbox of its own; False grades in long-lived workers outside any sandbox, and every result
-    says so. Raises preflight.NotReady or sandbox.SandboxMissing, before anything is graded or written."""
+    says so. Raises preflight.NotReady, sandbox.SandboxMissing or gpu_gate.GpuUnusable (NVIDIA GPUs CUDA cannot
+    use where the ranks run; no_gpu: grade on CPU), before anything is graded or written."""
     if sandbox:
         sandboxes.require()
     submissions = check_ready(course, assignment)
+    version = grader_digest(assignment)
+    worker_args = [assignment, "--timeout", str(timeout), "--world-size", str(world_size), "--version", version]
+    gate = check_gpus(worker_args, sandbox, sandbox and use_nursery(), no_gpu)
+    share = share_gpus(gate.gpus, assignment, world_size, jobs)
+    jobs = share.jobs
     if shard is not None:
         submissions = {s: submissions[s] for s in sorted(submissions)[shard[0]::shard[1]]}
     # earlier results, read before any student code runs (a shard watches only its own students' files)
-    version = grader_digest(assignment)
     store = ResultStore(course.results_dir(assignment), list(submissions) if shard else None, version)
     watched = course.instructor_files()  # nbgrader_config.py, the SQLite gradebook, its journal and WAL
     snapshot = Snapshot(list(submissions.values()) + list(watched))
@@ -220,7 +232,6 @@ def grade_assignment(course: Course, assignment: str, jobs: int = 2, timeout: fl
             if path is not None:
                 os.chmod(path, 0o644)  # the sandbox's worker (nobody) reads it; its folder stays private
             queue.append(Job(student, path, submissions[student], "public" if sandbox else "all"))
-        worker_args = [assignment, "--timeout", str(timeout), "--world-size", str(world_size), "--version", version]
         limits = JobLimits.here() if sandbox and queue else None
         if limits is not None and limits.missing:
             print(f"grader: no limit per job here ({limits.missing}): each process and the sandboxes' uid are "
@@ -228,7 +239,7 @@ def grade_assignment(course: Course, assignment: str, jobs: int = 2, timeout: fl
         nurseries = Nurseries(worker_args, jobs + 2) if sandbox and queue and use_nursery() else None
         workers = Workers(worker_args,
                           (lambda argv, job: sandboxes.Sandbox(argv, job.path, job.phase == "public", jobs + 1))
-                          if sandbox else None, nurseries, limits)
+                          if sandbox else None, nurseries, limits, share if share.gpus else None)
         try:
             with adopting_orphans():  # what a submission left behind (double fork, setsid) dies with the run
                 run_pool(queue, workers, jobs, on_result, guard.flag, guard.tick, progress, len(submissions),
@@ -252,11 +263,28 @@ def grade_assignment(course: Course, assignment: str, jobs: int = 2, timeout: fl
         result["run_flags"] = list(dict.fromkeys(result.get("run_flags", []) + guard.flags.get(student, [])))
         result["in_notebook"] = in_notebook_results(snapshot.content[path])
         result["flags"] = _flags(result)
+        result["plans"] = plans_of(result)
+        result["regrade"] = any(c.get("unrunnable") for c in (result.get("report") or {}).get("checks") or [])
         if student in accepted:
             store.accept(student, result)  # flags kept with the result: the report and later runs see them
         results[student] = result
     guard.tick(set())
     return results
+
+
+def share_gpus(gpus: int, assignment: str, world_size: int, jobs: int | None) -> GpuShare:
+    """How the GPUs CUDA counts where the ranks run are shared out among the jobs (jobs None: the default)."""
+    widest = max([world_size] + [c.world_size or 0 for c in get_exercise(assignment).checks])
+    share = GpuShare.plan(gpus, world_size, widest, os.cpu_count() or 1, jobs)
+    if share.gpus:
+        print(f"grading on {share.describe()}", file=sys.stderr)  # up front, in one line
+    return share
+
+
+def plans_of(result: dict) -> list[str]:
+    """The hardware plans a submission's runs used, as its checks say them (the worker's plans, never a rank's)."""
+    checks = (result.get("report") or {}).get("checks") or []
+    return list(dict.fromkeys(p for c in checks for p in str(c.get("plan") or "").split("; ") if p))
 
 
 def _flags(result: dict) -> list[str]:

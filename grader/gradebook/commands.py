@@ -11,6 +11,7 @@ from grader.gradebook.course import Course
 def _grade(args) -> int:
     from grader.gradebook.batch import grade_assignment
     from grader.gradebook.inject import gradebook_marks, gradebook_scores, write_results
+    from grader.gradebook.gpu_gate import GpuUnusable
     from grader.gradebook.preflight import NotReady
     from grader.gradebook.sandbox import SandboxMissing
 
@@ -18,8 +19,8 @@ def _grade(args) -> int:
     try:
         results = grade_assignment(course, args.assignment, jobs=args.jobs, timeout=args.timeout,
                                    world_size=args.world_size, progress=not args.quiet, shard=args.shard,
-                                   sandbox=args.sandbox)
-    except (NotReady, SandboxMissing) as exc:
+                                   sandbox=args.sandbox, no_gpu=args.no_gpu)
+    except (NotReady, SandboxMissing, GpuUnusable) as exc:
         print(f"python -m grader grade: {exc}", file=sys.stderr)
         return 2
     if args.shard:  # a shard only fills graded/; one later run without --shard merges into the gradebook
@@ -29,6 +30,11 @@ def _grade(args) -> int:
     problems = write_results(course, args.assignment, results)
     scores = gradebook_scores(course, args.assignment)
     print(format_grades(results, scores, problems, gradebook_marks(course, args.assignment)))
+    regrade = sorted(s for s, r in results.items() if r.get("regrade"))
+    if regrade:  # the machine failed them: nobody's answer, and not a grade to keep
+        print(f"python -m grader grade: {len(regrade)} submission(s) had checks that could not run on this machine "
+              f"(GPU or process group setup; they pay nothing), regrade them: {', '.join(regrade)}", file=sys.stderr)
+        return 1
     return 0
 
 
@@ -39,12 +45,21 @@ UNSANDBOXED = ("graded UNSANDBOXED (--no-sandbox): student code ran as this user
 def format_grades(results: dict, scores: dict, problems: dict | None = None, marks: dict | None = None) -> str:
     """The grade table: nbgrader's score, then the notes: errors, flags (FLAGGED), late penalty."""
     lines = [UNSANDBOXED] if any(r.get("sandboxed") is False for r in results.values()) else []
+    plans = {s: r.get("plans") or [] for s, r in results.items()}
+    every = list(dict.fromkeys(p for ps in plans.values() for p in ps))
+    common = [p for p in every if all(p in ps for ps in plans.values() if ps)]
+    if common:
+        lines.append("ran on: " + "; ".join(common))
     lines += [f"{'student':<12} {'score':>9}  notes"]
     for student, result in sorted(results.items()):
         score, max_score = scores.get(student, (0, 0))
         mark = (marks or {}).get(student, {})
         notes = ([f"late: -{mark['late_penalty']:g} (nbgrader's late penalty)"] if mark.get("late_penalty") else [])
         notes += [f"FLAGGED: {f}" for f in result.get("flags", [])]
+        if result.get("regrade"):
+            notes.append("could not run on this machine: regrade")
+        if [p for p in plans[student] if p not in common]:
+            notes.append("ran on: " + "; ".join(plans[student]))
         if not result.get("readable", True) and result.get("error"):
             notes.insert(0, result["error"])
         if problems and student in problems and result.get("readable"):
@@ -83,7 +98,9 @@ def register(sub) -> None:
                                          "into nbgrader's gradebook")
     grade.add_argument("assignment")
     grade.add_argument("--root", default=".", help="the course directory (default: the current one)")
-    grade.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="submissions graded at once")
+    grade.add_argument("--jobs", type=int, default=None,
+                       help="submissions graded at once (default: one per core; with GPUs, no more than the groups "
+                            "of GPUs a job gets: each job has its own)")
     grade.add_argument("--timeout", type=float, default=30.0, help="seconds before a run counts as hung")
     grade.add_argument("--world-size", type=int, default=2)
     grade.add_argument("--quiet", action="store_true", help="no progress bar")
@@ -93,6 +110,9 @@ def register(sub) -> None:
     grade.add_argument("--no-sandbox", dest="sandbox", action="store_false",
                        help="grade without bubblewrap sandboxes (only for a class you trust): student code runs as "
                             "you, with your files and network; the grade table and the report say so")
+    grade.add_argument("--no-gpu", action="store_true",
+                       help="grade on CPU (gloo) even where the machine has GPUs: the ranks see none; each "
+                            "result's plan says so")
     grade.set_defaults(func=_grade)
 
     report = sub.add_parser("report", help="the class report of an assignment (markdown and a PNG plot)")

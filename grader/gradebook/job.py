@@ -6,7 +6,7 @@ Three processes, each dying with its parent (PR_SET_PDEATHSIG):
   the job's own cgroups before it answers with a go byte), reads the
   submission from the parent's descriptor, unshares a user (its own uid mapped, non-root), mount, PID,
   network, IPC and UTS namespace, and waits for
-- PID 1 of the new PID namespace, the job's reaper: it mounts the namespace's own /proc, fresh tmpfs on
+- PID 1 of the new PID namespace, the job's reaper: it mounts the namespace's own /proc (writable: CUDA), fresh tmpfs on
   /tmp, HOME and /dev/shm, the submission on a read-only tmpfs at sandbox.SUBMISSION, brings `lo` up,
   drops every capability (no_new_privs is set already), forks the worker and reaps every orphan until the
   worker ends; then it exits, and the kernel kills whatever the job left in its PID namespace;
@@ -15,13 +15,15 @@ Three processes, each dying with its parent (PR_SET_PDEATHSIG):
   grades its one job (batch.worker_main), as grade_worker.py does after its cold start.
 
 /proc: a process in a new user namespace may mount proc only if a proc mount it can see is fully visible
-(the kernel's mnt_already_visible). bubblewrap, run as root, covers /proc/sys, /proc/irq, /proc/bus and
+(the kernel's mnt_already_visible), and no less read-only: that mount is writable, so the job's /proc can be. bubblewrap, run as root, covers /proc/sys, /proc/irq, /proc/bus and
 /proc/sysrq-trigger of the sandbox's /proc with read-only binds, which the job's mount namespace inherits
-locked: the mount is refused (EPERM). The nursery's sandbox therefore also binds the host's /proc read-only
-under NURSERY_DIR, which each job covers with an empty tmpfs right after it has mounted its own /proc.
+locked: the mount is refused (EPERM). The nursery's sandbox therefore also binds the host's /proc (writable;
+the nursery runs no student code) under NURSERY_DIR, which each job covers with an empty tmpfs right after it
+has mounted its own /proc.
 """
 from __future__ import annotations
 
+import json
 import os
 import socket
 import struct
@@ -54,16 +56,18 @@ def run(args, header: dict, fds: list[int]) -> int:
     ns.unshare(NAMESPACES)
     ns.map_ids(INSIDE_ID, uid, INSIDE_ID, gid)
     ns.mount("none", "/", None, ns.MS_REC | ns.MS_PRIVATE)
-    reaper = _fork_running(_reaper, args, data, result, job_line, last_cap)
+    reaper = _fork_running(_reaper, args, data, result, job_line, last_cap, header.get("probe") is True)
     os.close(result)
     os.close(job_line)
     _, status = os.waitpid(reaper, 0)
     return os.waitstatus_to_exitcode(status) & 0xFF
 
 
-def _reaper(args, data: bytes | None, result: int, job_line: int, last_cap: int) -> int:
+def _reaper(args, data: bytes | None, result: int, job_line: int, last_cap: int, probe: bool = False) -> int:
     ns.die_with_parent()
-    ns.mount("proc", "/proc", "proc", ns.MS_RDONLY | ns.MS_NOSUID | ns.MS_NODEV | ns.MS_NOEXEC)
+    # writable: NVIDIA's driver names its threads through /proc/self/task/<tid>/comm in cuInit (a process writes
+    # only its own files; /proc/sys stays the host root's, and the job holds no capability)
+    ns.mount("proc", "/proc", "proc", ns.MS_NOSUID | ns.MS_NODEV | ns.MS_NOEXEC)
     ns.mount("tmpfs", sandbox.NURSERY_DIR, "tmpfs", ns.MS_RDONLY | _TMPFS | ns.MS_NOEXEC, "size=4k,mode=0")
     held = _hold_prefixes_under(("/tmp", sandbox.HOME))
     for folder in ("/tmp", sandbox.HOME, "/dev/shm"):
@@ -80,7 +84,7 @@ def _reaper(args, data: bytes | None, result: int, job_line: int, last_cap: int)
     os.chdir("/tmp")
     ns.drop_capabilities(last_cap)
     ns.prctl(ns.PR_SET_DUMPABLE, 0)  # the job's code cannot ptrace or read PID 1 (its /proc files are root's)
-    worker = _fork_running(_worker, args, result, job_line)
+    worker = _fork_running(_worker, args, result, job_line, probe)
     os.close(result)
     os.close(job_line)
     while True:  # PID 1: every orphan of the job comes here
@@ -130,7 +134,7 @@ def _parents_below_root(path: str) -> list[str]:
     return ["/" + "/".join(parts[:i]) for i in range(1, len(parts) + 1)]
 
 
-def _worker(args, result: int, job_line: int) -> int:
+def _worker(args, result: int, job_line: int, probe: bool = False) -> int:
     ns.die_with_parent()
     from grader.gradebook import channel
 
@@ -139,6 +143,11 @@ def _worker(args, result: int, job_line: int) -> int:
     from grader.gradebook.batch import worker_main
 
     forked_forkserver.start_here()
+    if probe:  # gpu_gate.py: what a rank of this job sees of CUDA, before any submission is graded
+        from grader.engine import cuda_probe
+
+        channel.send(json.dumps(cuda_probe.probe()))  # the nursery imported the public checks; forkserver forked
+        return 0
     return worker_main(args.assignment, args.timeout, args.world_size, args.version)
 
 

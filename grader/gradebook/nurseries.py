@@ -72,9 +72,10 @@ class Nursery:
             self.proc = subprocess.Popen(box.argv, stdin=theirs.fileno(), stdout=subprocess.DEVNULL, stderr=stderr,
                                          env=box.env, start_new_session=True)
 
-    def start(self, submission: str | None, group=None) -> JobProcess | None:
+    def start(self, submission: str | None, group=None, probe: bool = False) -> JobProcess | None:
         """The job's process, or None if this nursery could not start it (dead, or not answering). group: the
-        job's cgroups (job_limits.JobGroup), which its first process enters before it forks anything."""
+        job's cgroups (job_limits.JobGroup), which its first process enters before it forks anything. probe: the
+        job runs the CUDA probe rank (engine/cuda_probe.py) instead of grading, and reports on its result channel."""
         if self.proc.poll() is not None:
             return None
         pid = 0
@@ -85,7 +86,7 @@ class Nursery:
         if submission is not None:
             fds.append(os.open(submission, os.O_RDONLY | os.O_CLOEXEC))
         try:
-            socket.send_fds(self.control, [json.dumps({"fds": len(fds)}).encode()], fds)
+            socket.send_fds(self.control, [json.dumps({"fds": len(fds), "probe": probe}).encode()], fds)
             theirs.close()  # before the wait: a job (or nursery) that dies before its hello then reads as EOF at once
             ours.settimeout(HELLO_S)
             hello, ancillary, _, _ = ours.recvmsg(1, socket.CMSG_SPACE(_UCRED))

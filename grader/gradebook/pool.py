@@ -85,11 +85,12 @@ class Workers:
     or one sandboxed worker per job; then a job line names the submission as the sandbox shows it."""
 
     def __init__(self, worker_args: list[str], sandbox: Callable[[list[str], Job], "object"] | None = None,
-                 nurseries=None, limits=None):
+                 nurseries=None, limits=None, gpus=None):
         self.argv = [sys.executable, "-m", "grader.gradebook.grade_worker", *worker_args]
         self.sandbox = sandbox
         self.nurseries = nurseries  # sandboxed: each job forked from its phase's nursery (nurseries.py)
         self.limits = limits  # sandboxed: job_limits.JobLimits, a cgroup per job where the machine allows
+        self.gpus = gpus  # gpu_share.GpuShare: each job's own GPUs, named in its job line (None: no sharing)
 
     def start(self, job: Job | None) -> subprocess.Popen:
         group = self.limits.new_group() if self.limits is not None and self.sandbox is not None else None
@@ -153,10 +154,11 @@ def run_pool(queue: list[Job], workers: Workers, jobs: int, on_result: Callable[
             running[proc] = None
             proc.stdin.close()
             return
-        running[proc] = {"job": job, "token": secrets.token_hex(16), "since": time.monotonic()}
+        devices = workers.gpus.take() if workers.gpus else None
+        running[proc] = {"job": job, "token": secrets.token_hex(16), "since": time.monotonic(), "gpus": devices}
         window.add(job.student)
         fields = [job.student, workers.path_seen(job), job.shown_as, running[proc]["token"], job.phase,
-                  json.dumps(job.hung)]
+                  json.dumps(job.hung)] + ([json.dumps(devices)] if devices is not None else [])  # its own GPUs
         try:
             proc.stdin.write("\t".join(fields) + "\n")
             proc.stdin.flush()
@@ -165,9 +167,13 @@ def run_pool(queue: list[Job], workers: Workers, jobs: int, on_result: Callable[
         except OSError:
             pass  # the worker died before its job (a warm one): its end of stdout reads as lost below
 
+    def give_back(job):  # the job's GPUs, for the next job
+        if job is not None and workers.gpus:
+            workers.gpus.give(job.get("gpus"))
+
     def stop(proc):
         selector.unregister(proc.stdout)
-        del running[proc]
+        give_back(running.pop(proc))
         if proc.pid is not None:  # None: a nursery job that never started
             kill_tree(proc.pid)  # the worker, its forkserver and any rank still running (a sandbox: everything in it)
         proc.wait(timeout=10)
@@ -196,6 +202,7 @@ def run_pool(queue: list[Job], workers: Workers, jobs: int, on_result: Callable[
                                              "while this submission was graded (ignored)")
             return
         running[proc] = None
+        give_back(job)
         if on_result(job["job"], result):
             bar.update(1)
         if workers.sandbox is None:

@@ -50,6 +50,13 @@ def _md(assignment: str, results: list[dict], rows: list[dict]) -> list[str]:
     if unsandboxed:
         lines += [f"**Graded unsandboxed** (`--no-sandbox`): {len(unsandboxed)} of {len(results)} submissions ran as "
                   "the grading user, with its files, environment and network.", ""]
+    plans: dict[str, list[str]] = {}
+    for r in results:
+        for plan in r.get("plans") or []:
+            plans.setdefault(plan, []).append(r["student"])
+    if plans:
+        lines += ["Hardware plans the runs used: " + "; ".join(
+            f"{plan} ({len(who)} of {len(results)})" for plan, who in plans.items()), ""]
     if flagged:
         lines += [f"## Flagged ({len(flagged)}): look at these first", ""]
         lines += [f"- **{r['student']}**: {'; '.join(r['flags'])}" for r in flagged] + [""]

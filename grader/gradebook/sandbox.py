@@ -20,7 +20,10 @@ The command built for one grading worker, when the grader runs as root (the usua
                                                             one worker that runs its hidden checks)
             --ro-bind <private copy> /grading/submission.ipynb   that one submission, read-only
             --proc /proc --dev /dev                         the PID namespace's own /proc; a minimal /dev
-            --perms 1777 --size B --tmpfs /dev/shm          private, size-limited /dev/shm,
+            --perms 1777 --size B --tmpfs /dev/shm          a private, size-limited /dev/shm
+            --ro-bind /sys /sys                             read-only (NVML and NCCL's topology read it)
+            --dev-bind /dev/nvidia* (nvidia-caps, -uvm)     the GPUs and the driver's libraries outside /usr,
+            --ro-bind <driver library folders>              found when the grading run starts (gpu_nodes)
             --perms 1777 --size B --tmpfs /tmp              private, size-limited /tmp and HOME
             --perms 1777 --size B --tmpfs /home/grading
             --chdir /tmp
@@ -34,9 +37,9 @@ another user, the grader builds the same sandbox with `--unshare-all --cap-drop 
 setpriv: the worker keeps that user's uid, which owns nothing of the course it can see.
 
 Nothing else is there: not the course directory, `solutions/`, other submissions, `graded/`, the gradebook,
-/root or /home. The environment is empty (the process is started with only PATH, HOME, LANG and the thread
-settings, and the phase marker GRADER_HIDDEN_MASKED=1 in the public phase), so NBGRADER_DB_URL and the like never
-reach it. Limits: RLIMIT_NPROC counts every process and thread of the real uid, all sandboxes together (they all run
+/root or /home. The environment is empty (the process is started with only PATH, HOME, LANG, the thread
+settings, the CUDA driver's own variables (DRIVER_ENV), PYTORCH_NVML_BASED_CUDA_CHECK=1, and the phase marker
+GRADER_HIDDEN_MASKED=1 in the public phase), so NBGRADER_DB_URL and the like never reach it. Limits: RLIMIT_NPROC counts every process and thread of the real uid, all sandboxes together (they all run
 as nobody), so it is a fork-bomb brake sized for the concurrent sandboxes (`jobs` grading, one starting: pool.py);
 memory is bounded per process with RLIMIT_DATA (RLIMIT_AS breaks torch, which reserves large virtual ranges) and
 the size of /tmp, HOME and /dev/shm. Where the grader can make cgroups, each job also gets its own (job_limits.py):
@@ -47,7 +50,7 @@ Results come back on the worker's stdout only (pool.py); the parent alone writes
 Nurseries (nursery.py, the default as root): the same sandbox, without a submission, holds one long-lived,
 torch-preloaded process per phase; each job is forked from it and enters a user, mount, PID, network, IPC and UTS
 namespace of its own, with fresh /tmp, HOME, /dev/shm, /proc and its submission, before it reads a student byte
-(job.py). The sandbox then also binds the host's /proc read-only under NURSERY_DIR (job.py says why).
+(job.py). The sandbox then also binds the host's /proc under NURSERY_DIR (job.py says why).
 """
 from __future__ import annotations
 
@@ -150,18 +153,53 @@ def _exercise_of(worker_argv: list[str]) -> str | None:
     return next((arg for arg in worker_argv if arg in discover()), None)
 
 
+# What the CUDA driver, NCCL and torch read from the environment: kept (an instructor's NCCL_SOCKET_IFNAME, a
+# driver found through LD_LIBRARY_PATH); GRADER_FAKE_GPUS and GRADER_CUDA_WATCH are the tests' hooks.
+DRIVER_ENV = ("LD_LIBRARY_PATH", "GRADER_FAKE_GPUS", "GRADER_CUDA_WATCH", "PYTORCH_NVML_BASED_CUDA_CHECK")
+DRIVER_ENV_PREFIXES = ("CUDA_", "NCCL_", "NVIDIA_", "CUBLAS_", "CUDNN_", "TORCH_NCCL_")
+
+
 def environment(masked: bool) -> dict[str, str]:
     env = {"PATH": f"{os.path.dirname(sys.executable)}:/usr/bin:/bin", "HOME": HOME, "LANG": "C.UTF-8",
-           "PYTHONDONTWRITEBYTECODE": "1", "PYTHONNOUSERSITE": "1"}
-    for name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "CUDA_VISIBLE_DEVICES"):
-        if name in os.environ:
-            env[name] = os.environ[name]
+           "PYTHONDONTWRITEBYTECODE": "1", "PYTHONNOUSERSITE": "1", "PYTORCH_NVML_BASED_CUDA_CHECK": "1"}
+    for name, value in os.environ.items():
+        if name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", *DRIVER_ENV) or name.startswith(DRIVER_ENV_PREFIXES):
+            env[name] = value
     if re.fullmatch(r"[A-Za-z]{2,3}(_[A-Za-z]{2})?", os.environ.get("COURSE_LANG", "")):
         env["COURSE_LANG"] = os.environ["COURSE_LANG"]  # the feedback's language (grader/i18n.py)
     env[SANDBOXED_ENV] = "1"  # its own loopback: no port locks needed (engine/processes.py)
     if masked:
         env[MASKED_ENV] = "1"
     return env
+
+
+DEV, SYS = "/dev", "/sys"  # where the host's device nodes and sysfs are found (a test points them at fake trees)
+
+
+def gpu_nodes() -> list[str]:
+    """The NVIDIA device nodes to bind in (names under /dev), the folder nvidia-caps (MIG) and nvidia-uvm (CUDA's
+    memory manager) among them; found again for every sandbox, so a node the driver created since is there too."""
+    return sorted(n for n in _listdir(DEV) if n.startswith("nvidia"))
+
+
+def _listdir(path: str) -> list[str]:
+    try:
+        return os.listdir(path)
+    except OSError:
+        return []
+
+
+def driver_folders(covered: list[str], library_path: str | None = None) -> list[str]:
+    """Folders of LD_LIBRARY_PATH (where a driver or NCCL may be found) that the sandbox would otherwise not have:
+    existing, absolute, and not under /usr or a prefix already bound."""
+    library_path = os.environ.get("LD_LIBRARY_PATH", "") if library_path is None else library_path
+    found = []
+    for folder in library_path.split(":"):
+        folder = os.path.realpath(folder) if os.path.isabs(folder) else ""
+        if folder and os.path.isdir(folder) and folder not in found and not any(
+                folder == p or folder.startswith(p.rstrip("/") + "/") for p in ["/usr", *covered]):
+            found.append(folder)
+    return found
 
 
 # As root, no user namespace: bwrap mounts as root (it can reach pyenv's prefix under /root, 0700) and the worker
@@ -197,12 +235,17 @@ class Sandbox:
                 args += ["--ro-bind", _empty_file(), path]
         if submission is not None:
             args += ["--perms", "0755", "--dir", os.path.dirname(SUBMISSION), "--ro-bind", submission, SUBMISSION]
+        for folder in driver_folders(read_only_prefixes()):
+            args += [a for parent in _parents(folder) if parent not in ("/tmp", HOME, "/home")
+                     for a in ("--perms", "0755", "--dir", parent)] + ["--ro-bind", folder, folder]
         args += ["--proc", "/proc", "--dev", "/dev", "--perms", "1777", "--size", str(TMP_BYTES), "--tmpfs", "/dev/shm"]
+        if os.path.isdir(SYS):
+            args += ["--ro-bind", SYS, "/sys"]
         if nursery:  # each job mounts its own /proc and tmpfs here (job.py says why the host's /proc is needed)
             args += ["--perms", "0755", "--dir", os.path.dirname(SUBMISSION), "--perms", "0755", "--dir",
-                     NURSERY_DIR, "--ro-bind", "/proc", os.path.join(NURSERY_DIR, "proc")]
-        for device in sorted(glob.glob("/dev/nvidia*")):  # GPUs, when the machine has them
-            args += ["--dev-bind", device, device]
+                     NURSERY_DIR, "--bind", "/proc", os.path.join(NURSERY_DIR, "proc")]  # writable: see job.py
+        for name in gpu_nodes():  # GPUs, when the machine has them
+            args += ["--dev-bind", os.path.join(DEV, name), f"/dev/{name}"]
         args += ["--chdir", "/tmp"]
         if root:  # bwrap set the sandbox up as root; the worker runs as nobody, without capabilities
             args += ["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups", "--inh-caps=-all",

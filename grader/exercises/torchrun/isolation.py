@@ -23,6 +23,7 @@ import site
 import subprocess
 import sys
 
+from grader.engine.plan import current_plan
 from grader.exercises.torchrun import problem
 from grader.exercises.torchrun.launch import RUN_MODULE, worker_command
 
@@ -67,6 +68,19 @@ def build_site(root: str) -> str:
             if not _leaks_grader(name) and not os.path.lexists(link):  # the first folder wins, as on sys.path
                 os.symlink(os.path.join(folder, name), link)
     return target
+
+
+def node_gpus(node: int, nodes: int, per_node: int) -> dict[str, str]:
+    """CUDA_VISIBLE_DEVICES of one torchrun agent: its own GPUs under the plan for all the job's workers (each
+    worker's LOCAL_RANK then picks a GPU no other worker has: NCCL refuses two ranks on one GPU, and two agents
+    of one worker each would both pick cuda:0), or none when there are fewer GPUs than workers (gloo)."""
+    plan = current_plan(nodes * per_node)
+    if not plan.uses_gpus:
+        return {"CUDA_VISIBLE_DEVICES": ""}
+    names = plan.visible.split(",") if plan.visible else \
+        [d.strip() for d in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if d.strip()]
+    names = names if len(names) >= plan.gpus else [str(i) for i in range(plan.gpus)]
+    return {"CUDA_VISIBLE_DEVICES": ",".join(names[node * per_node:(node + 1) * per_node])}
 
 
 def isolated_env(site_dir: str, extra: dict[str, str] | None = None) -> dict[str, str]:

@@ -48,7 +48,8 @@ class Job:
     seed: int  # problem.SEED in the workers; drawn per run, so no script can know it in advance
 
     def env(self, extra: dict[str, str] | None = None) -> dict[str, str]:
-        return isolation.isolated_env(self.site, {problem.SEED_ENV: str(self.seed), **(extra or {})})
+        return isolation.isolated_env(self.site, {problem.SEED_ENV: str(self.seed),
+                                                  **isolation.node_gpus(0, 1, WORKERS), **(extra or {})})
 
     def torchrun(self, cmd: list[str], cwd: str, timeout: float, extra: dict[str, str] | None,
                  args: list[str]) -> Torchrun:
@@ -232,7 +233,8 @@ def two_nodes(source: str, job: Job, epochs: int, node_command) -> ScriptRun:
     run = ScriptRun(epochs, job.seed)
     with reserved_port() as port:  # released after the run: other runs may use it again
         endpoint = f"127.0.0.1:{port}"
-        procs = [job.torchrun(node_command("train.py", i, endpoint), node, RUN_TIMEOUT_S, None, script_args(epochs))
+        procs = [job.torchrun(node_command("train.py", i, endpoint), node, RUN_TIMEOUT_S,
+                              isolation.node_gpus(i, 2, 1), script_args(epochs))
                  for i, node in enumerate(nodes)]
         try:
             for proc in procs:
