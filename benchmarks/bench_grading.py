@@ -42,7 +42,7 @@ from grader.gradebook.refuse_autograde import ALLOW  # noqa: E402  (the sample c
 from grader.gradebook.nurseries import NURSERY_ENV  # noqa: E402
 
 A = "02_ddp_basics"
-TARGET = 4.0  # the course's target (issue 23): make grade, sandboxed, at least 4x plain nbgrader autograde
+TARGET = 4.0  # the course's target: make grade, sandboxed, at least 4x plain nbgrader autograde
 
 
 def class_of(course, n: int) -> None:

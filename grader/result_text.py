@@ -1,4 +1,4 @@
-"""What a check's result may say (issue 21.2: feedback from the parent).
+"""What a check's result may say (feedback from the parent).
 
 - A hidden check's text comes from the parent only: the fixed sentence of its kind of failure, the
   check's own message with every string the ranks sent replaced by [...] (of a value, an error, an

@@ -11,7 +11,7 @@ the ✓ and the ✗ with its message from the page, save, submit from the
 Assignments tab; then the submission must be in the exchange's inbound folder.
 Screenshots: artifacts/browser/*.png (with the server's log).
 
-Then, in the same kernel, the student's language (issue 28): with COURSE_LANG=es the same mistake's check
+Then, in the same kernel, the student's language: with COURSE_LANG=es the same mistake's check
 shows its framing and its message in Spanish (grader/i18n.py reads the variable when it writes the text).
 Then a hang (save_checkpoint's barrier under `if rank == 0`): every check of the task answered from one hang,
 the message naming the student's barrier by cell and line, the stacks shown once.
@@ -299,7 +299,7 @@ def save_checkpoint(model, path):
 
 
 def test_a_hang_is_answered_once_in_the_students_own_line(lab, course, browser_page):
-    """The same kernel: save_checkpoint with its barrier under `if rank == 0` (issue 39). Every check of the task
+    """The same kernel: save_checkpoint with its barrier under `if rank == 0`. Every check of the task
     fails from one hang (how long it takes is measured by benchmarks/bench_hang.py, never asserted here); the
     message names the student's barrier, its cell and line; the stacks are shown once."""
     from playwright.sync_api import expect

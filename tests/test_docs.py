@@ -62,3 +62,12 @@ def test_every_make_target_and_grader_command_a_page_names_exists(page):
     commands = set(next(a for a in build_parser()._subparsers._group_actions).choices)  # noqa: SLF001
     unknown = sorted(set(GRADER.findall(text)) - commands)
     assert not unknown, f"{page.relative_to(ROOT_PATH)} names grader commands that do not exist: {unknown}"
+
+
+def test_code_cites_no_issue_numbers():
+    """The tracker is not in the repository: a comment says why, not which issue asked for it."""
+    cited = re.compile(r"\b[Ii]ssues? \d+")
+    found = [f"{path.relative_to(ROOT_PATH)}:{n}" for top in ("grader", "tests", "benchmarks", "deploy/hub", "deploy/lab")
+             for path in sorted((ROOT_PATH / top).rglob("*.py")) if "node_modules" not in path.parts
+             for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1) if cited.search(line)]
+    assert not found, f"issue numbers in code: {found[:5]}"

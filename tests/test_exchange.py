@@ -1,4 +1,4 @@
-"""Issue 21.4: an exchange that knows who submitted (grader/gradebook/vetted_collect.py).
+"""An exchange that knows who submitted (grader/gradebook/vetted_collect.py).
 
 Real accounts (useradd; root only) share nbgrader's default exchange, as on the hub: the
 instructor releases 02_ddp_basics, Alice and Bob fetch and submit with `nbgrader submit`

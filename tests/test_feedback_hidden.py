@@ -1,4 +1,4 @@
-"""Feedback from the parent (issue 21.2): what student code raises or prints never carries a hidden test's
+"""Feedback from the parent: what student code raises or prints never carries a hidden test's
 source into a report or into feedback, whatever the exception's type; a hidden check's message is fixed
 text of the grader's; a public check still names the student's own error.
 

@@ -1,4 +1,4 @@
-"""Late submissions keep nbgrader's penalty under `make grade` (issue 17).
+"""Late submissions keep nbgrader's penalty under `make grade`.
 
 A course with nbgrader's late-submission plugin configured (SubMarks, nbgrader's
 documented example: one point per hour late) and a due date: a late, partly

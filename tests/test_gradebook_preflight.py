@@ -1,4 +1,4 @@
-"""`make grade` checks what it needs before grading anything (issue 17).
+"""`make grade` checks what it needs before grading anything.
 
 Each missing step (the course directory and its nbgrader_config.py, the
 assignment in the gradebook, submissions in submitted/) is one clear line on

@@ -1,4 +1,4 @@
-"""A hostile class (issue 21 §7): every submission tries one attack, and none gains anything.
+"""A hostile class: every submission tries one attack, and none gains anything.
 
 One class of 02_ddp_basics is graded with `python -m grader grade` (the sandbox on, its default): two honest
 students with the full solution, one control student, and one student per attack in tests/hostile/. The

@@ -1,5 +1,5 @@
 """grader/ is layered: every import points down (or stays in its layer), and no module imports itself
-back through others (issue 24: "engine → seam → runner → exercises → gradebook/progress/cli").
+back through others ("engine → seam → runner → exercises → gradebook/progress/cli").
 
 From the bottom:
 

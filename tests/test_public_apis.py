@@ -1,4 +1,4 @@
-"""grader/ uses other libraries, and other grader modules, through their public names only (issue 24).
+"""grader/ uses other libraries, and other grader modules, through their public names only.
 
 A private name is one with a leading underscore (not a dunder). No grader module
 - imports from a private module (`torch._C`, `cloudpickle.cloudpickle._x`) or imports a private name
@@ -148,7 +148,7 @@ def test_every_allowed_name_says_why():
 
 
 def test_the_private_apis_this_rule_replaced_are_caught():
-    """The three that issue 24 found: cloudpickle's reducer, nbgrader's clamp, IPython's file map."""
+    """The three the layering review found: cloudpickle's reducer, nbgrader's clamp, IPython's file map."""
     source = (
         "import cloudpickle\n"
         "from nbgrader.preprocessors.latesubmissions import _helper\n"

@@ -1,4 +1,4 @@
-"""Hang messages (issue 22 §4): the check's own hang analysis is what the student reads, never gloo's raw
+"""Hang messages: the check's own hang analysis is what the student reads, never gloo's raw
 "Timed out waiting ...ms"; a rank busy in the student's own code is named, with where, and the others
 are said to wait for it. Real 2-rank runs of exercise 02."""
 from tests.helpers import failed, grade_source, mutate, replace_definition, solution_source
