@@ -30,8 +30,8 @@ MIN_SECRET = 12  # shorter lines of a hidden module ("return out") are not secre
 MAX_RUN = 4  # numbers shown of one list or run of numbers: "[34, 34, 72, 105, …]"
 MAX_HIDDEN_NUMBERS = 10  # values (numbers, quoted names) a hidden check's text shows, all its lines together
 MAX_DIGITS = 6  # significant digits of one number in a hidden check's text
-MAX_HIDDEN_LINES = 8  # a hidden check's own text, before the note and its declared feedback
-MAX_HIDDEN_CHARS = 600
+MAX_HIDDEN_LINES = 12  # a hidden check's own text (the grader's words and the bounded values), before the note
+MAX_HIDDEN_CHARS = 1200  # enough for a diagnosis after its context; the values are what is bounded tightly
 ELLIPSIS = "…"
 
 HIDDEN_TEXT_NOTE = N_("(what came from your code's run is not shown in hidden tests: [...] above, or left out)")

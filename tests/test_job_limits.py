@@ -53,10 +53,18 @@ def _grade(base: str, attackers: tuple[str, ...], nursery: str) -> tuple[dict, s
         place(course, name, _attacker(name, course))
     env = dict(os.environ, HOME=base, GRADER_NURSERY=nursery, GRADER_JOB_MEMORY=str(MEMORY))
     env.pop("XDG_STATE_HOME", None)
-    done = subprocess.run([sys.executable, "-m", "grader", "grade", A, "--root", course.root, "--jobs", "2",
-                           "--timeout", "20", "--quiet"], cwd=ROOT, env=env, capture_output=True, text=True,
-                          timeout=1500)
+    with subprocess.Popen([sys.executable, "-m", "grader", "grade", A, "--root", course.root, "--jobs", "2",
+                           "--timeout", "20", "--quiet"], cwd=ROOT, env=env, stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE, text=True) as proc:
+        try:
+            out, err = proc.communicate(timeout=1500)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            raise
+    done = subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
     assert done.returncode == 0, done.stdout + done.stderr
+    # this run's cgroups are named after its pid (job_limits.py); other tests' runs may be grading meanwhile
+    assert not glob.glob(f"/sys/fs/cgroup/**/ddp-grader-{proc.pid}", recursive=True), "this run left its cgroups"
     results = {}
     for student in HONEST + attackers:
         path = os.path.join(course.results_dir(A), f"{student}.json")
@@ -92,4 +100,19 @@ def test_a_bomb_and_a_hog_take_nothing_from_classmates(tmp_path, nursery):
     assert any("pids.max" in f for f in stormy["fork_bomb"]["flags"]), stormy["fork_bomb"]["flags"]
     assert any("memory" in f and "limit" in f for f in stormy["memory_hog"]["flags"]), stormy["memory_hog"]["flags"]
     assert not psutil.wait_procs([psutil.Process(p["pid"]) for p in _left()], timeout=10)[1], _left()
-    assert not glob.glob("/sys/fs/cgroup/*/**/ddp-grader-*", recursive=True)
+
+
+@pytest.mark.skipif(bool(JobLimits.probe()), reason=JobLimits.probe() or "-")
+def test_a_killed_runs_cgroups_are_removed_by_the_next_run():
+    """A grading run killed outright (no `finally` runs) leaves its empty groups; the next run removes them."""
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    limits = JobLimits.here()
+    try:
+        stale = [os.path.join(os.path.dirname(base), f"ddp-grader-{dead.pid}") for base in set(limits.bases.values())]
+    finally:
+        limits.close()
+    for folder in stale:
+        os.mkdir(folder)
+    JobLimits.here().close()
+    assert not [folder for folder in stale if os.path.exists(folder)]

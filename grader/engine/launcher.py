@@ -30,6 +30,7 @@ import cloudpickle
 from grader.engine import flight, stacks, worker
 from grader.engine.plan import HardwarePlan, current_plan
 from grader.engine.processes import RankProcess, forkserver_context, free_port, kill_tree, read_output, release_port
+from grader.i18n import LANGUAGE_VARIABLES
 from grader.engine.results import RankReport, RunResult, exit_meaning
 
 RELEASE_GRACE_S = 3.0  # how long a rank may take to exit after reporting
@@ -111,6 +112,7 @@ def _run_once(payload: bytes, plan: HardwarePlan, timeout: float, init_group: bo
                 output_path=os.path.join(rundir, f"rank{rank}.out"),
                 stack_path=os.path.join(rundir, f"rank{rank}.stack"),
                 payload=payload, timeout=timeout, launcher_pid=os.getpid(), threads=threads,
+                language=tuple((name, os.environ.get(name)) for name in LANGUAGE_VARIABLES),
             )
             proc = RankProcess(target=worker.main, args=(spec, child_end), name=f"rank{rank}")
             proc.start()

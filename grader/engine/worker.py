@@ -63,6 +63,9 @@ class RankSpec:
     timeout: float
     launcher_pid: int
     threads: int
+    # The parent's language variables at launch (grader/i18n.py), None where unset: a rank's messages follow the
+    # caller's language now, not the one its forkserver inherited when it started.
+    language: tuple[tuple[str, str | None], ...] = ()
 
 
 def encode(message) -> bytes:
@@ -157,6 +160,11 @@ def main(spec: RankSpec, conn) -> None:
     elif spec.visible is not None:  # this job's own GPUs, seen as cuda:0..
         os.environ["CUDA_VISIBLE_DEVICES"] = spec.visible
     _dumpable()
+    for name, value in spec.language:
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value
     os.environ.update(
         MASTER_ADDR=spec.master_addr,
         MASTER_PORT=str(spec.master_port),

@@ -83,6 +83,8 @@ class JobLimits:
 
     @classmethod
     def _made(cls, bases: dict[str, str], version: int) -> "JobLimits":
+        for folder in dict.fromkeys(bases.values()):
+            _remove_stale(os.path.dirname(folder))
         made = []
         try:
             for folder in dict.fromkeys(bases.values()):
@@ -177,6 +179,24 @@ def _events(folder: str, name: str) -> dict[str, int]:
         return {p[0]: int(p[1]) for p in pairs if len(p) == 2 and p[1].isdigit()}
     except OSError:
         return {}
+
+
+def _remove_stale(parent: str) -> None:
+    """The groups of grading runs that died without removing them (killed: no `finally` ran): their pid is gone."""
+    try:
+        entries = [e for e in os.scandir(parent) if e.is_dir() and e.name.startswith("ddp-grader-")]
+    except OSError:
+        return
+    for entry in entries:
+        pid = entry.name.removeprefix("ddp-grader-")
+        if not pid.isdigit() or int(pid) == os.getpid():
+            continue
+        try:
+            os.kill(int(pid), 0)
+        except ProcessLookupError:
+            _remove(entry.path, bound_s=2.0)
+        except OSError:
+            pass  # alive, someone else's
 
 
 def _remove(folder: str, bound_s: float = 10.0) -> None:

@@ -15,8 +15,6 @@ import json
 import os
 import re
 
-import nbformat
-
 from grader.translate.catalogs import ROOT, LOCALE, lookup, notebook_name, po_path, read, status
 from grader.translate.segments import translate
 
@@ -36,6 +34,8 @@ def dumps(notebook: dict) -> str:
     """The notebook as JupyterLab saves it (jupyter_server calls nbformat.write): nbformat's JSON (sorted keys,
     indent 1, UTF-8, multi-line strings as lists of lines) and a final newline, so opening and saving a built
     notebook changes no byte."""
+    import nbformat  # here: every `python -m grader` command imports this module (nbformat costs seconds)
+
     text = nbformat.writes(nbformat.from_dict(notebook), version=nbformat.NO_CONVERT)
     return text if text.endswith("\n") else text + "\n"
 
