@@ -73,7 +73,8 @@ def hidden_message(message: str, kind: str, task: str, feedback: str, rank_texts
 
 
 # a value a rank may have shaped: a quoted string (a repr), or a number (digits not inside a word: float32 is a word)
-_VALUE = re.compile(r"'[^'\n]*'|\"[^\"\n]*\"|(?<![A-Za-z_])\d+(?:\.\d+)?(?:[eE][-+]?\d+)?")
+# a quote opens only where no letter precedes it: the apostrophe of "the activation's shape" opens nothing
+_VALUE = re.compile(r"(?<!\w)'[^'\n]*'(?!\w)|(?<!\w)\"[^\"\n]*\"(?!\w)|(?<![A-Za-z_])\d+(?:\.\d+)?(?:[eE][-+]?\d+)?")
 _NAME_LIKE = re.compile(r"[\w .:/=+-]{0,40}")
 _SEPARATOR = re.compile(r"[,\s]*")
 

@@ -234,3 +234,13 @@ def test_values_in_a_hidden_checks_text_are_bounded_in_kind_and_number():
     honest = ("for parameters of [5, 7, 3] elements over 4 ranks, the ranks own [5, 7, 3, 0] elements: the gap "
               "exceeds the largest parameter (7)")
     assert result_text.hidden_message(honest, "wrong", "partition_parameters", "", []) == honest
+
+
+def test_an_apostrophe_in_the_graders_words_is_no_quoted_value():
+    """"the activation's shape ... the activation's buffer": two apostrophes of the grader's prose are not a quoted
+    string a rank produced, so the sentence between them is kept."""
+    from grader import result_text
+
+    line = "Rank 1 cannot know the activation's shape in advance: rank 0 sends it; the activation's buffer follows"
+    assert result_text._bounded_values([line]) == [line]
+    assert result_text._bounded_values(["got 'fc1.weight' and 'x'"]) == ["got 'fc1.weight' and 'x'"]  # still values
