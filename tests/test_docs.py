@@ -20,7 +20,7 @@ PATH = re.compile(r"`((?:%s)/[^`\s]*)`" % "|".join(re.escape(t) for t in TOP))
 LINK = re.compile(r"\]\(([^)#\s]+)")
 MAKE = re.compile(r"(?:`|^)make ([a-z][a-z-]*)", re.M)  # in code, not the prose verb
 GRADER = re.compile(r"python -m grader ([a-z][a-z-]*)")
-ONLY_IN_A_BUILD = {"grader/STUDENT_BUILD"}  # the student build's marker (make student), absent from the course
+ONLY_IN_A_BUILD = {"grader/STUDENT_BUILD", "deploy/hub/node_modules"}  # made by make student, by npm ci (make hub)
 ILLUSTRATIVE = ("<", "*", "{", "...", "…", "my_topic", "my_task", "05_", "NN_", "$")  # placeholders, examples
 
 
