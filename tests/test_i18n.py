@@ -208,15 +208,13 @@ def test_spanish_mistake_message_of_exercise_2_from_a_real_check(lang):
     assert report.checks[0].plan == current_plan(2).describe() and " en " in report.checks[0].plan
 
 
-def test_a_rank_speaks_the_callers_language_not_the_one_its_forkserver_started_with(lang):
+def test_a_rank_speaks_the_callers_language_not_the_one_its_forkserver_started_with(lang, monkeypatch):
     """The warm forkserver outlives a change of COURSE_LANG (a kernel, a test worker): each run passes the caller's
     language variables to its ranks, so a message made in a rank follows the caller now."""
     source = mutate(solution_source("02_ddp_basics"), "    return DDP(model)\n", "    return model\n")
     lang(COURSE_LANG="es")
     spanish = failed(grade_source("02_ddp_basics", source, task="wrap_model"))["wrap_model_broadcasts_rank0_parameters"]
-    lang()  # nothing set: English
-    import os
-    os.environ.pop("COURSE_LANG", None)
+    monkeypatch.delenv("COURSE_LANG")  # nothing set now: English
     english = failed(grade_source("02_ddp_basics", source, task="wrap_model"))["wrap_model_broadcasts_rank0_parameters"]
     assert "no un DistributedDataParallel" in spanish, spanish
     assert "not a DistributedDataParallel" in english, english

@@ -101,6 +101,7 @@ def _run_once(payload: bytes, plan: HardwarePlan, timeout: float, init_group: bo
     procs, conns = [], []
     started = time.monotonic()
     notes: list[str] = []
+    language = tuple((name, os.environ.get(name)) for name in LANGUAGE_VARIABLES)  # the caller's, now
     try:
         for rank in range(world_size):
             parent_end, child_end = ctx.Pipe(duplex=True)
@@ -112,7 +113,7 @@ def _run_once(payload: bytes, plan: HardwarePlan, timeout: float, init_group: bo
                 output_path=os.path.join(rundir, f"rank{rank}.out"),
                 stack_path=os.path.join(rundir, f"rank{rank}.stack"),
                 payload=payload, timeout=timeout, launcher_pid=os.getpid(), threads=threads,
-                language=tuple((name, os.environ.get(name)) for name in LANGUAGE_VARIABLES),
+                language=language,
             )
             proc = RankProcess(target=worker.main, args=(spec, child_end), name=f"rank{rank}")
             proc.start()
