@@ -39,7 +39,7 @@ from grader.demo import sample_students  # noqa: E402
 from grader.gradebook import roundtrip  # noqa: E402
 from grader.gradebook.inject import gradebook_scores  # noqa: E402
 from grader.gradebook.refuse_autograde import ALLOW  # noqa: E402  (the sample class is ours: trusted)
-from grader.gradebook.nurseries import NURSERY_ENV  # noqa: E402
+from grader.isolation.nursery_client import NURSERY_ENV  # noqa: E402
 
 A = "02_ddp_basics"
 TARGET = 4.0  # the course's target: make grade, sandboxed, at least 4x plain nbgrader autograde

@@ -1,7 +1,7 @@
 """Where one submission's grading time goes (bench_grading.py prints it).
 
 One submission of the assignment is graded by PROBE, a script that does what a grading worker does
-(grade_worker.py) and records a timestamp after each phase: import torch and the public checks,
+(grading_worker.py) and records a timestamp after each phase: import torch and the public checks,
 fork the forkserver, load the exercise (hidden checks too), read the notebook, three empty 2-rank
 launches (the per-launch overhead), then every check, counting its launches. PROBE runs once plain
 and once in the grading sandbox (sandbox.Sandbox, hidden modules readable: one run of every check):
@@ -89,7 +89,7 @@ def probe(argv_of, assignment: str, notebook: str) -> dict:
 def breakdown(assignment: str, notebook: str, sandboxed: bool) -> tuple[list[str], float]:
     """The profile's lines: one submission, plain and (if bwrap is there) sandboxed; and the CPU-seconds its
     checks took, plain (the grader process and its ranks)."""
-    from grader.gradebook import sandbox
+    from grader.isolation import sandbox
 
     kinds = {"plain": lambda argv: (argv, None)}
     if sandboxed:
@@ -114,7 +114,7 @@ def breakdown(assignment: str, notebook: str, sandboxed: bool) -> tuple[list[str
                      f"{r['checks_cpu']:.1f} CPU-s (this process and its ranks)")
     lines += launch_cpu(assignment)
     if sandboxed:
-        from grader.gradebook.nurseries import NURSERY_ENV
+        from grader.isolation.nursery_client import NURSERY_ENV
 
         cold, jobs = nursery_startup(assignment)
         lines.append(f"  with nurseries ({NURSERY_ENV}=1): the cold start above (sandbox, python, torch, the public "
@@ -178,7 +178,7 @@ def nursery_startup(assignment: str, runs: int = 5) -> tuple[float, list[float]]
     """Wall seconds from starting a public-phase nursery to its first job's result, then per job in the warm
     nursery: jobs with no submission (graded as unreadable at once), so only the per-job start is measured."""
     from grader.digest import grader_digest
-    from grader.gradebook.nurseries import Nursery
+    from grader.isolation.nursery_client import Nursery
 
     def one(nursery) -> float:
         start = time.perf_counter()

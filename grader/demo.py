@@ -17,7 +17,7 @@ import shutil
 import time
 
 from grader.gradebook import roundtrip
-from grader.gradebook import sandbox as sandboxes
+from grader.isolation import sandbox as sandboxes
 from grader.gradebook.batch import grade_assignment
 from grader.gradebook.commands import format_grades
 from grader.gradebook.inject import gradebook_marks, gradebook_scores, write_results

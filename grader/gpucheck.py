@@ -48,8 +48,8 @@ def versions(gpus: int) -> None:
 
 
 def fork_safety(worker_args: list[str]) -> None:
-    from grader.gradebook.gpu_gate import probe_where_graded
-    from grader.gradebook.sandbox import available
+    from grader.isolation.gpu_gate import probe_where_graded
+    from grader.isolation.sandbox import available
 
     os.environ["GRADER_CUDA_WATCH"] = "1"
     try:
@@ -86,9 +86,9 @@ def nccl_runs(gpus: int) -> None:
 
 
 def sandboxes(worker_args: list[str], gpus: int) -> None:
-    from grader.gradebook.gpu_gate import probe_where_graded
-    from grader.gradebook.nurseries import use_nursery
-    from grader.gradebook.sandbox import available
+    from grader.isolation.gpu_gate import probe_where_graded
+    from grader.isolation.nursery_client import use_nursery
+    from grader.isolation.sandbox import available
 
     places = [("plain sandbox", True, False)] + ([("nursery job", True, True)] if use_nursery() else [])
     for where, sandbox, nursery in places:

@@ -100,7 +100,7 @@ def graded_as_make_grade_does(exercise_id: str) -> bool:
     """The solution, submitted to a course and graded by `python -m grader grade` (sandboxed, nurseries when
     root): full marks, and every run on a plan this hardware should give. Prints one line."""
     from grader.gradebook import roundtrip
-    from grader.gradebook import sandbox as sandboxes
+    from grader.isolation import sandbox as sandboxes
 
     label = "solution, sandboxed (make grade)"
     if not sandboxes.available():

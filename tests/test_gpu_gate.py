@@ -7,9 +7,10 @@ import sys
 import pytest
 
 from grader.digest import grader_digest
-from grader.gradebook import gpu_gate, roundtrip
-from grader.gradebook import sandbox as sandboxes
-from grader.gradebook.gpu_gate import GpuUnusable, check_gpus, probe_where_graded
+from grader.gradebook import roundtrip
+from grader.isolation import gpu_gate
+from grader.isolation import sandbox as sandboxes
+from grader.isolation.gpu_gate import GpuUnusable, check_gpus, probe_where_graded
 from samples.make_samples import solution_answers
 from tests.helpers import ROOT, needs_bwrap
 from tests.test_instructor_workflow import A, notebook_with, place

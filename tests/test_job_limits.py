@@ -20,7 +20,7 @@ import psutil
 import pytest
 
 from grader.gradebook import roundtrip
-from grader.gradebook.job_limits import JobLimits
+from grader.isolation.job_limits import JobLimits
 from samples.make_samples import solution_answers
 from tests.helpers import ROOT, needs_bwrap
 from tests.test_hostile_class import _forged, _pick_device

@@ -13,7 +13,7 @@ From the bottom:
   2 runner     grader.runner: run_checks, the one check runner; grader.shared_runs (one launch for the checks
                of a submission that ask for the same run).
   3 exercises  grader.exercises.*: the exercises, their checks and references, the shared check helpers.
-  4 tools      what people run: grader.gradebook.*, grader.progress.*, grader.cli and __main__, grader.lessons.*,
+  4 tools      what people run: grader.gradebook.*, grader.isolation.*, grader.progress.*, grader.cli and __main__, grader.lessons.*,
                grader.notebook and notebook_view (the notebook's check()), grader.hints (its hint()), grader.digest,
                grader.points and points_preprocessor, grader.scaffold*, grader.student_build, grader.selfcheck,
                grader.gpucheck, grader.demo, grader.translate.*.
@@ -37,13 +37,13 @@ LAYERS = {  # a module, or a package (all its modules): the longest match decide
     "grader.cells": SEAM, "grader.result_text": SEAM,
     "grader.runner": RUNNER, "grader.shared_runs": RUNNER,
     "grader.exercises": EXERCISES,
-    "grader.gradebook": TOOLS, "grader.progress": TOOLS, "grader.cli": TOOLS, "grader.__main__": TOOLS,
+    "grader.gradebook": TOOLS, "grader.isolation": TOOLS, "grader.progress": TOOLS, "grader.cli": TOOLS, "grader.__main__": TOOLS,
     "grader.lessons": TOOLS, "grader.notebook": TOOLS, "grader.notebook_view": TOOLS, "grader.digest": TOOLS,
     "grader.hints": TOOLS,
     "grader.points": TOOLS, "grader.points_preprocessor": TOOLS, "grader.translate": TOOLS, "grader.scaffold": TOOLS, "grader.scaffold_templates": TOOLS,
     "grader.student_build": TOOLS, "grader.selfcheck": TOOLS, "grader.demo": TOOLS, "grader.gpucheck": TOOLS,
 }
-PACKAGES = ("grader.engine", "grader.exercises", "grader.gradebook", "grader.progress", "grader.lessons",
+PACKAGES = ("grader.engine", "grader.exercises", "grader.gradebook", "grader.isolation", "grader.progress", "grader.lessons",
             "grader.translate")
 
 

@@ -1,4 +1,4 @@
-"""Jobs forked from a sandbox's nursery (grader/gradebook/nursery.py, job.py) are kept apart from each other and
+"""Jobs forked from a sandbox's nursery (grader/isolation/nursery.py, nursery_job.py) are kept apart from each other and
 from the nursery, seen from inside a graded submission's rank.
 
 One class of 02_ddp_basics is graded with the nurseries on (GRADER_NURSERY=1, the default as root), two jobs at
@@ -21,8 +21,8 @@ import pytest
 
 from grader.exercises import get_exercise
 from grader.gradebook import roundtrip
-from grader.gradebook.nurseries import NURSERY_ENV
-from grader.gradebook.sandbox import NOBODY
+from grader.isolation.nursery_client import NURSERY_ENV
+from grader.isolation.sandbox import NOBODY
 from samples.make_samples import solution_answers
 from tests.helpers import ROOT, live_with_marker, probe_report, needs_bwrap
 from tests.test_instructor_workflow import A, notebook_with, place

@@ -4,7 +4,7 @@ nursery loses only its jobs and is replaced.
 The grading run here starts one public-phase nursery as batch.py does (nurseries.Nursery), starts two jobs
 from it and feeds neither (each worker waits for its job line, its forkserver started), hands both job
 pipes' write ends to a sleeping process that outlives the run, and reports the pids. The test kills the
-first job as pool.py kills a hung one (kill_tree of the pid the job reported): every process of that job
+first job as worker_pool.py kills a hung one (kill_tree of the pid the job reported): every process of that job
 ends, the other job lives on. Then it SIGKILLs the run: no cleanup runs, and still the nursery, its
 sandbox and every job's process end (bwrap --die-with-parent, then each process's parent-death signal).
 """
@@ -24,7 +24,7 @@ from tests.helpers import ROOT, needs_bwrap
 A = "01_parallelism"
 RUN = """
 import subprocess, sys, time
-from grader.gradebook.nurseries import Nursery
+from grader.isolation.nursery_client import Nursery
 nursery = Nursery([sys.argv[1], "--version", sys.argv[2]], True, 1)
 jobs = [nursery.start(None) for _ in range(2)]
 holder = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"],
@@ -94,9 +94,9 @@ def test_one_job_dies_alone_and_a_killed_run_leaves_nothing():
 
 
 def test_a_dead_nursery_loses_its_job_and_is_replaced():
-    """The public nursery dies while its job waits for its line: that job reads as ended (pool.py reports the
+    """The public nursery dies while its job waits for its line: that job reads as ended (worker_pool.py reports the
     submission lost, as for a dead worker), and the next job gets a new nursery and its result."""
-    from grader.gradebook.nurseries import Nurseries
+    from grader.isolation.nursery_client import Nurseries
 
     nurseries = Nurseries([A, "--version", grader_digest(A)], 1)
     try:
@@ -117,7 +117,7 @@ def test_a_dead_nursery_loses_its_job_and_is_replaced():
 
 
 DEAD_AT_START = """
-from grader.gradebook.nurseries import Nurseries, Nursery
+from grader.isolation.nursery_client import Nurseries, Nursery
 lone = Nursery(["no_such_assignment", "--version", "x"], True, 1)  # exits at start: the assignment is unknown
 print(lone.start(None))
 nurseries = Nurseries(["no_such_assignment", "--version", "x"], 1)

@@ -7,7 +7,7 @@ import os
 import sys
 import types
 
-from grader.gradebook.pool import Job, Workers, run_pool
+from grader.isolation.worker_pool import Job, Workers, run_pool
 
 WORKER = r"""
 import json, os, sys, time

@@ -20,7 +20,7 @@ import pytest
 
 from grader.exercises import get_exercise
 from grader.gradebook import roundtrip
-from grader.gradebook.pool import RESULT_LIMIT, Job, Workers, run_pool
+from grader.isolation.worker_pool import RESULT_LIMIT, Job, Workers, run_pool
 from samples.make_samples import solution_answers
 from tests import accounts
 from tests.helpers import ROOT, needs_bwrap

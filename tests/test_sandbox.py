@@ -1,4 +1,4 @@
-"""The grading sandbox (grader/gradebook/sandbox.py), seen from inside a graded submission's rank.
+"""The grading sandbox (grader/isolation/sandbox.py), seen from inside a graded submission's rank.
 
 A class of 02_ddp_basics is graded with `python -m grader grade` (sandboxed, its default) as the instructor runs
 it: ada answers with the solution, probe with the solution except `pick_device`, which looks around from inside
@@ -22,8 +22,8 @@ import pytest
 
 from grader.exercises import get_exercise
 from grader.gradebook import roundtrip
-from grader.gradebook import sandbox as sandboxes
-from grader.gradebook.nurseries import use_nursery
+from grader.isolation import sandbox as sandboxes
+from grader.isolation.nursery_client import use_nursery
 from samples.make_samples import solution_answers
 from tests.helpers import ROOT, live_with_marker, probe_report, needs_bwrap
 from tests.test_instructor_workflow import A, notebook_with, place

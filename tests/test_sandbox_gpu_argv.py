@@ -5,8 +5,8 @@ import os
 
 import pytest
 
-from grader.gradebook import sandbox as sandboxes
-from grader.gradebook.sandbox import Sandbox
+from grader.isolation import sandbox as sandboxes
+from grader.isolation.sandbox import Sandbox
 
 NODES = ["nvidia0", "nvidia1", "nvidiactl", "nvidia-uvm", "nvidia-uvm-tools", "nvidia-modeset"]
 
@@ -37,7 +37,7 @@ def _pairs(argv: list[str], option: str) -> list[tuple[str, str]]:
 
 @pytest.mark.parametrize("nursery", [False, True])
 def test_every_nvidia_node_sys_and_the_driver_folder_are_bound(gpu_machine, nursery):
-    box = Sandbox(["python", "-m", "grader.gradebook.grade_worker"], None, True, 2, nursery=nursery)
+    box = Sandbox(["python", "-m", "grader.isolation.grading_worker"], None, True, 2, nursery=nursery)
     bound = _pairs(box.argv, "--dev-bind")
     assert sorted(bound) == sorted((os.path.join(gpu_machine["dev"], n), f"/dev/{n}")
                                    for n in NODES + ["nvidia-caps"])

@@ -1,4 +1,4 @@
-"""The hidden phase's sandbox holds the hidden modules of its own exercise only (grader/gradebook/sandbox.py):
+"""The hidden phase's sandbox holds the hidden modules of its own exercise only (grader/isolation/sandbox.py):
 every other exercise's read as empty files there, as every hidden module does in the public phase.
 
 Within one exercise the hidden modules stay readable: the one worker that runs a submission's hidden checks
@@ -11,7 +11,7 @@ import subprocess
 import sys
 
 from grader.exercises import discover
-from grader.gradebook import sandbox as sandboxes
+from grader.isolation import sandbox as sandboxes
 from tests.helpers import needs_bwrap
 
 pytestmark = [needs_bwrap]
@@ -22,7 +22,7 @@ READ = ("import json, sys; print(json.dumps({p: len(open(p).read()) for p in sys
 
 def sizes_in_sandbox(masked: bool) -> dict[str, int]:
     paths = [path for package in discover().values() for path in package.hidden_files]
-    # the worker's command line names the exercise, as grade_worker's and the nursery's do
+    # the worker's command line names the exercise, as grading_worker's and the nursery's do
     command = [sys.executable, "-c", f"import sys; sys.argv.remove({A!r}); " + READ, A, *paths]
     box = sandboxes.Sandbox(command, None, masked, 1)
     proc = subprocess.run(box.argv, env=box.env, capture_output=True, text=True, timeout=120)

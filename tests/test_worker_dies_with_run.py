@@ -14,11 +14,11 @@ import psutil
 
 from grader.digest import grader_digest
 
-# The grading run: start one worker as pool.py does, hand the job pipe's write end to a sleeping process that
+# The grading run: start one worker as worker_pool.py does, hand the job pipe's write end to a sleeping process that
 # outlives us, report the worker's pid, and wait to be killed.
 RUN = """
 import subprocess, sys, time
-worker = subprocess.Popen([sys.executable, "-m", "grader.gradebook.grade_worker", "01_parallelism",
+worker = subprocess.Popen([sys.executable, "-m", "grader.isolation.grading_worker", "01_parallelism",
                            "--version", sys.argv[1]], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
 holder = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"],
                           pass_fds=[worker.stdin.fileno()], start_new_session=True)

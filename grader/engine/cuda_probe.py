@@ -6,7 +6,7 @@ One real rank (run_distributed, 1 rank, no process group) reports whether it cou
 /proc/self/task/<tid>/comm (NVIDIA's driver does in cuInit, and fails with error 304 when it cannot),
 whether it is dumpable (a non-dumpable process's /proc files belong to root), whether /sys/bus/pci is there
 (NVML and NCCL's topology read it), the driver's environment it kept, and what CUDA counts once initialized.
-`make grade` runs it before grading anything when the machine has NVIDIA devices (gradebook/gpu_gate.py).
+`make grade` runs it before grading anything when the machine has NVIDIA devices (isolation/gpu_gate.py).
 """
 from __future__ import annotations
 
@@ -67,7 +67,7 @@ def main(argv: list[str] | None = None) -> int:
     from grader.engine import forked_forkserver, processes
 
     modules = argv if argv is not None else sys.argv[1:]
-    if modules:  # as grade_worker does: the public checks imported, then the ranks' forkserver forked from here
+    if modules:  # as grading_worker does: the public checks imported, then the ranks' forkserver forked from here
         processes.preload(modules)
         forked_forkserver.start_here()
     out = sys.stdout

@@ -4,7 +4,7 @@ inherits of them, so a test can prove no grader process touches CUDA before it f
 A process that initialized CUDA cannot hand it on to a fork ("Cannot re-initialize CUDA in forked subprocess"):
 one module-level torch.cuda.is_available() in a check would break every rank on a GPU machine, and nothing on a
 CPU machine would show it. Installed by grader.engine's import in every grader process (the kernel's forkserver,
-grade_worker, a nursery, a job: the variable is kept in sandboxes), each wrapper notes its first callers;
+grading_worker, a nursery, a job: the variable is kept in sandboxes), each wrapper notes its first callers;
 at every fork the child keeps what its ancestors had called as `inherited` (a rank reports it: cuda_probe.py).
 """
 from __future__ import annotations

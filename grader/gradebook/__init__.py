@@ -5,8 +5,8 @@
 - submitted_files.py what may lie under submitted/: plain files and folders of a bounded size
 - snapshot.py  what was submitted, read once, and proof it was not touched
 - batch.py     parallel, resumable grading outside the students' kernels; flags
-- pool.py      the grading workers and the parent's side of their pipes
-- sandbox.py   the bubblewrap sandbox each submission's worker runs in (public, then hidden checks)
+               (where student code runs meanwhile, the sandbox and the workers: grader/isolation/)
+- worker_pool.py      the grading workers and the parent's side of their pipes
 - results.py   graded/<assignment>/: written by the parent only, forgeries put back
 - inject.py    the results into nbgrader: autograded notebooks, gradebook scores, late penalty, flags
 - feedback.py  feedback shows the ✓/✗ lines, not check()'s points

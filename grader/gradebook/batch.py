@@ -10,7 +10,7 @@ NBGRADER_EXECUTION) reaches it. What the run needs is checked first
 (results.py), with the digest of what was graded, so a re-run skips what is
 done (idempotent), a run killed halfway resumes, and a result file forged by
 student code is put back and flagged. Worker processes are long-lived
-(pool.py): each keeps its forkserver warm across the submissions it grades.
+(worker_pool.py): each keeps its forkserver warm across the submissions it grades.
 """
 from __future__ import annotations
 
@@ -26,13 +26,13 @@ from grader.engine.plan import assign_gpus
 from grader.engine.processes import adopting_orphans
 from grader.exercises import get_exercise
 from grader.gradebook.course import Course
-from grader.gradebook import sandbox as sandboxes
-from grader.gradebook.job_limits import JobLimits
-from grader.gradebook.gpu_gate import check_gpus
-from grader.gradebook.gpu_share import GpuShare
-from grader.gradebook.nurseries import Nurseries, use_nursery
-from grader.gradebook import channel
-from grader.gradebook.pool import Job, Workers, run_pool
+from grader.isolation import sandbox as sandboxes
+from grader.isolation.job_limits import JobLimits
+from grader.isolation.gpu_gate import check_gpus
+from grader.isolation.gpu_share import GpuShare
+from grader.isolation.nursery_client import Nurseries, use_nursery
+from grader.isolation import result_channel as channel
+from grader.isolation.worker_pool import Job, Workers, run_pool
 from grader.gradebook.preflight import check_ready
 from grader.gradebook.results import ResultStore
 from grader.gradebook.snapshot import Snapshot

@@ -11,9 +11,9 @@ from grader.gradebook.course import Course
 def _grade(args) -> int:
     from grader.gradebook.batch import grade_assignment
     from grader.gradebook.inject import gradebook_marks, gradebook_scores, write_results
-    from grader.gradebook.gpu_gate import GpuUnusable
+    from grader.isolation.gpu_gate import GpuUnusable
     from grader.gradebook.preflight import NotReady
-    from grader.gradebook.sandbox import SandboxMissing
+    from grader.isolation.sandbox import SandboxMissing
 
     course = Course(os.path.abspath(args.root))
     try:

@@ -6,7 +6,7 @@ def _job_processes():
     while pid > 1:  # up to the grading worker (its forkserver, forked from it, has its command line)
         with open(f"/proc/{pid}/cmdline", "rb") as f:
             command = f.read()
-        worker = b"grade_worker" in command or b"gradebook.nursery" in command
+        worker = b"grading_worker" in command or b"isolation.nursery" in command
         if seen and not worker:
             break
         seen |= worker

@@ -1,17 +1,17 @@
-"""The parent's side of the nurseries (nursery.py): one per phase kind, each job a process pool.py can drive.
+"""The parent's side of the nurseries (nursery.py): one per phase kind, each job a process worker_pool.py can drive.
 
     nurseries = Nurseries(worker_args, jobs)
     proc = nurseries.start(job)    # what Workers.start returns: .stdin, .stdout, .pid, .wait()
     nurseries.close()
 
 A job is sent as one SOCK_SEQPACKET message with three descriptors: its result socket (the worker's
-fd 1, read here as pool.py reads a worker's stdout), the read end of its job-line pipe (pool.py writes
+fd 1, read here as worker_pool.py reads a worker's stdout), the read end of its job-line pipe (worker_pool.py writes
 the job line into .stdin as before), and the parent's private copy of the submission, opened read-only.
 The job's first process answers with one byte carrying SCM_CREDENTIALS; the kernel translates its pid
 into ours, so kill_tree(proc.pid) reaches it and every descendant (its reaper's death ends the job's PID
 namespace). It is moved into the job's cgroups (job_limits.py), where there are some, and only then sent
 the go byte it waits for. A nursery that is dead or does not answer is killed, and the next job starts a new one; a job
-that could not be started reads as ended at once, so pool.py reports it lost, as for a dead worker.
+that could not be started reads as ended at once, so worker_pool.py reports it lost, as for a dead worker.
 """
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ import subprocess
 import sys
 
 from grader.engine import kill_tree
-from grader.gradebook.sandbox import Sandbox
+from grader.isolation.sandbox import Sandbox
 
 NURSERY_ENV = "GRADER_NURSERY"  # "0": one bubblewrap sandbox per job; anything else: nurseries (the default)
 HELLO_S = 120.0  # a liveness bound on a fork under load, never a verdict
@@ -39,7 +39,7 @@ def use_nursery() -> bool:
 
 
 class JobProcess:
-    """One job of a nursery, as pool.py sees a worker process."""
+    """One job of a nursery, as worker_pool.py sees a worker process."""
 
     def __init__(self, stdin, stdout: socket.socket, pid: int | None):
         self.stdin, self._socket, self.pid = stdin, stdout, pid
@@ -64,7 +64,7 @@ class JobProcess:
 
 class Nursery:
     def __init__(self, worker_args: list[str], masked: bool, jobs: int):
-        argv = [sys.executable, "-m", "grader.gradebook.nursery", *worker_args]
+        argv = [sys.executable, "-m", "grader.isolation.nursery", *worker_args]
         box = Sandbox(argv, None, masked, jobs, nursery=True)
         self.control, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         stderr = None if os.environ.get("GRADER_SANDBOX_STDERR") else subprocess.DEVNULL
@@ -134,7 +134,7 @@ class Nurseries:
                 return proc
             nursery.close()
             del self.by_kind[masked]
-        ours, theirs = socket.socketpair()  # never started: reads as a worker that ended (pool.py: lost)
+        ours, theirs = socket.socketpair()  # never started: reads as a worker that ended (worker_pool.py: lost)
         theirs.close()
         line_r, line_w = os.pipe()
         os.close(line_r)

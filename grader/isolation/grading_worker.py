@@ -1,11 +1,11 @@
-"""The grading worker's entry: `python -m grader.gradebook.grade_worker ASSIGNMENT --version V [...]`.
+"""The grading worker's entry: `python -m grader.isolation.grading_worker ASSIGNMENT --version V [...]`.
 
-pool.py starts one per worker (one per sandboxed job). It is not `python -m grader _grade-worker`:
+worker_pool.py starts one per worker (one per sandboxed job). It is not `python -m grader _grade-worker`:
 the CLI's command registry imports modules grading never needs (nbformat's schema validator alone
 costs about 2 CPU-seconds per start, paid twice per sandboxed submission). Before it loads the
 exercise's hidden checks or reads a job, it imports torch and the public checks once and forks the
 ranks' forkserver from itself (engine/forked_forkserver.py): one torch import per worker, not two. Before
-all that it takes its stdin and stdout private (channel.py): nothing it starts holds the result channel.
+all that it takes its stdin and stdout private (result_channel.py): nothing it starts holds the result channel.
 """
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ import sys
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m grader.gradebook.grade_worker")
+    parser = argparse.ArgumentParser(prog="python -m grader.isolation.grading_worker")
     parser.add_argument("assignment")
     parser.add_argument("--timeout", type=float, default=30.0)
     parser.add_argument("--world-size", type=int, default=2)
@@ -22,7 +22,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     from grader.engine import forked_forkserver, processes
-    from grader.gradebook import channel
+    from grader.isolation import result_channel as channel
 
     channel.take(0, 1)  # non-dumpable, job lines and results on private descriptors: before anything starts
     processes.die_with_parent()  # a killed grading run leaves no worker behind, even if its job pipe stays open

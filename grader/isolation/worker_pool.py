@@ -1,8 +1,8 @@
-"""Long-lived grading workers (`python -m grader.gradebook.grade_worker`) and the parent's side of them.
+"""Long-lived grading workers (`python -m grader.isolation.grading_worker`) and the parent's side of them.
 
 Each job line the parent sends carries a fresh random token; the worker sends
 its result back as one JSON line with that token. The worker takes both of its
-descriptors private before it starts anything (channel.py: non-dumpable, fd 0
+descriptors private before it starts anything (result_channel.py: non-dumpable, fd 0
 and 1 replaced), so no process of the job holds or can take them. A line with a
 wrong token, another student or a second result is ignored and reported. The
 parent reads every worker without blocking, at most RESULT_LIMIT bytes a line:
@@ -11,7 +11,7 @@ a worker that sends more without a newline is stopped and its student flagged.
 Unsandboxed, a worker is long-lived and grades job after job, keeping its
 forkserver warm. Sandboxed (sandbox.py), each job gets a fresh worker that sees
 that one submission only and ends after it: forked from its phase's nursery into
-namespaces of its own (nursery.py, job.py; the default as root), or, with
+namespaces of its own (nursery.py, nursery_job.py; the default as root), or, with
 GRADER_NURSERY=0, a fresh worker in a bubblewrap sandbox of its own.
 While `jobs` workers grade, the next job's sandbox is started already: its cold
 start (bwrap, the torch import, the forkserver) overlaps their work and their
@@ -33,7 +33,7 @@ from typing import Callable
 from tqdm import tqdm
 
 from grader.engine import kill_tree
-from grader.gradebook.sandbox import SUBMISSION
+from grader.isolation.sandbox import SUBMISSION
 
 SUBMISSION_BOUND_S = 900  # a whole submission, every check bounded already; this only guards the worker
 RESULT_LIMIT = 16 << 20  # bytes of one result line; a result is tens of KiB (each output is bounded: OUTPUT_LIMIT)
@@ -81,14 +81,14 @@ class Job:
 
 
 class Workers:
-    """How workers start: one long-lived `python -m grader.gradebook.grade_worker ARGS` process each (sandbox None),
+    """How workers start: one long-lived `python -m grader.isolation.grading_worker ARGS` process each (sandbox None),
     or one sandboxed worker per job; then a job line names the submission as the sandbox shows it."""
 
     def __init__(self, worker_args: list[str], sandbox: Callable[[list[str], Job], "object"] | None = None,
                  nurseries=None, limits=None, gpus=None):
-        self.argv = [sys.executable, "-m", "grader.gradebook.grade_worker", *worker_args]
+        self.argv = [sys.executable, "-m", "grader.isolation.grading_worker", *worker_args]
         self.sandbox = sandbox
-        self.nurseries = nurseries  # sandboxed: each job forked from its phase's nursery (nurseries.py)
+        self.nurseries = nurseries  # sandboxed: each job forked from its phase's nursery (nursery_client.py)
         self.limits = limits  # sandboxed: job_limits.JobLimits, a cgroup per job where the machine allows
         self.gpus = gpus  # gpu_share.GpuShare: each job's own GPUs, named in its job line (None: no sharing)
 

@@ -1,13 +1,13 @@
 """A sandbox's nursery: one long-lived process per phase that pays the cold start once and forks each job.
 
-    python -m grader.gradebook.nursery ASSIGNMENT --timeout T --world-size N --version V
+    python -m grader.isolation.nursery ASSIGNMENT --timeout T --world-size N --version V
 
 It runs inside a bubblewrap sandbox built like a grading worker's (sandbox.Sandbox(..., nursery=True)) but with
 no submission bound in. It imports torch and the exercise's public checks once (never a hidden check), freezes
 them out of the GC's reach, and then only reads job messages on fd 0 (a SOCK_SEQPACKET socket from the parent,
-nurseries.py): each carries the job's result socket, the read end of its job-line pipe and a read-only
+nursery_client.py): each carries the job's result socket, the read end of its job-line pipe and a read-only
 descriptor of the parent's private copy of the submission. The nursery never reads a student byte and never
-runs student code; it forks, and the child (job.py) isolates itself before it reads the submission.
+runs student code; it forks, and the child (nursery_job.py) isolates itself before it reads the submission.
 """
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ MAX_FDS = 3
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m grader.gradebook.nursery")
+    parser = argparse.ArgumentParser(prog="python -m grader.isolation.nursery")
     parser.add_argument("assignment")
     parser.add_argument("--timeout", type=float, default=30.0)
     parser.add_argument("--world-size", type=int, default=2)
@@ -39,7 +39,7 @@ def main(argv: list[str] | None = None) -> int:
     processes.preload(find(args.assignment).public)  # never a hidden module: every job inherits what is here
     for module in processes.PRELOAD:
         __import__(module)
-    from grader.gradebook import job as jobs  # what a child runs; imported now, never after a fork
+    from grader.isolation import nursery_job as jobs  # what a child runs; imported now, never after a fork
     from grader.gradebook.batch import worker_main  # noqa: F401  (imported here once, for every job)
 
     gc.collect()

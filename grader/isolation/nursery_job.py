@@ -1,4 +1,4 @@
-"""One job forked from a nursery (nursery.py): isolate, then grade one submission as grade_worker.py would.
+"""One job forked from a nursery (nursery.py): isolate, then grade one submission as grading_worker.py would.
 
 Three processes, each dying with its parent (PR_SET_PDEATHSIG):
 - the job's first process, in the nursery's namespaces: tells the parent its pid (SCM_CREDENTIALS: the
@@ -10,9 +10,9 @@ Three processes, each dying with its parent (PR_SET_PDEATHSIG):
   /tmp, HOME and /dev/shm, the submission on a read-only tmpfs at sandbox.SUBMISSION, brings `lo` up,
   drops every capability (no_new_privs is set already), forks the worker and reaps every orphan until the
   worker ends; then it exits, and the kernel kills whatever the job left in its PID namespace;
-- the worker: it takes the job-line pipe and the result socket on private descriptors (channel.py), with fd 0
+- the worker: it takes the job-line pipe and the result socket on private descriptors (result_channel.py), with fd 0
   on /dev/null and fd 1 on stderr, forks the ranks' forkserver and
-  grades its one job (batch.worker_main), as grade_worker.py does after its cold start.
+  grades its one job (batch.worker_main), as grading_worker.py does after its cold start.
 
 /proc: a process in a new user namespace may mount proc only if a proc mount it can see is fully visible
 (the kernel's mnt_already_visible), and no less read-only: that mount is writable, so the job's /proc can be. bubblewrap, run as root, covers /proc/sys, /proc/irq, /proc/bus and
@@ -29,8 +29,8 @@ import socket
 import struct
 import traceback
 
-from grader.gradebook import namespaces as ns
-from grader.gradebook import sandbox
+from grader.isolation import namespaces as ns
+from grader.isolation import sandbox
 
 NAMESPACES = (ns.CLONE_NEWUSER | ns.CLONE_NEWNS | ns.CLONE_NEWPID | ns.CLONE_NEWNET | ns.CLONE_NEWIPC
               | ns.CLONE_NEWUTS)
@@ -136,7 +136,7 @@ def _parents_below_root(path: str) -> list[str]:
 
 def _worker(args, result: int, job_line: int, probe: bool = False) -> int:
     ns.die_with_parent()
-    from grader.gradebook import channel
+    from grader.isolation import result_channel as channel
 
     channel.take(job_line, result)  # nothing the worker starts (the resource tracker, ranks) holds either
     from grader.engine import forked_forkserver

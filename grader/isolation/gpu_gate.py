@@ -63,7 +63,7 @@ def _nvml_count() -> int:
 def probe_where_graded(worker_args: list[str], sandbox: bool, nursery: bool) -> dict:
     """The probe rank's report from where the submissions' ranks run; {"failed": why} when it reported nothing."""
     if sandbox and nursery:
-        from grader.gradebook.nurseries import Nursery
+        from grader.isolation.nursery_client import Nursery
 
         box = Nursery(worker_args, True, 1)
         try:
@@ -74,9 +74,9 @@ def probe_where_graded(worker_args: list[str], sandbox: bool, nursery: bool) -> 
     else:
         from grader.exercises import find
 
-        argv, env = PROBE_ARGV + list(find(worker_args[0]).public), None  # imported first, as grade_worker does
+        argv, env = PROBE_ARGV + list(find(worker_args[0]).public), None  # imported first, as grading_worker does
         if sandbox:
-            from grader.gradebook.sandbox import Sandbox
+            from grader.isolation.sandbox import Sandbox
 
             built = Sandbox(argv, None, True, 1)
             argv, env = built.argv, built.env

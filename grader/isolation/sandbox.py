@@ -30,7 +30,7 @@ The command built for one grading worker, when the grader runs as root (the usua
             setpriv --reuid=65534 --regid=65534             the worker runs as the host's nobody (no user
                     --clear-groups --inh-caps=-all          namespace: it is not root mapped into one), with no
                     --bounding-set=-all --no-new-privs      capabilities and no way to gain any
-            python -m grader.gradebook.grade_worker ...
+            python -m grader.isolation.grading_worker ...
 
 bwrap sets the mounts up as root because nobody could not reach pyenv's prefix under /root (0700). Run as
 another user, the grader builds the same sandbox with `--unshare-all --cap-drop ALL` (a user namespace) and no
@@ -40,17 +40,17 @@ Nothing else is there: not the course directory, `solutions/`, other submissions
 /root or /home. The environment is empty (the process is started with only PATH, HOME, LANG, the thread
 settings, the CUDA driver's own variables (DRIVER_ENV), PYTORCH_NVML_BASED_CUDA_CHECK=1, and the phase marker
 GRADER_HIDDEN_MASKED=1 in the public phase), so NBGRADER_DB_URL and the like never reach it. Limits: RLIMIT_NPROC counts every process and thread of the real uid, all sandboxes together (they all run
-as nobody), so it is a fork-bomb brake sized for the concurrent sandboxes (`jobs` grading, one starting: pool.py);
+as nobody), so it is a fork-bomb brake sized for the concurrent sandboxes (`jobs` grading, one starting: worker_pool.py);
 memory is bounded per process with RLIMIT_DATA (RLIMIT_AS breaks torch, which reserves large virtual ranges) and
 the size of /tmp, HOME and /dev/shm. Where the grader can make cgroups, each job also gets its own (job_limits.py):
 pids.max and a memory bound for the whole job, so one job's fork bomb or hog takes nothing from the others. bwrap is PID 1 of the
 sandbox's PID namespace: when the grader kills it, the kernel kills everything inside, double forks included.
-Results come back on the worker's stdout only (pool.py); the parent alone writes `graded/` and the gradebook.
+Results come back on the worker's stdout only (worker_pool.py); the parent alone writes `graded/` and the gradebook.
 
 Nurseries (nursery.py, the default as root): the same sandbox, without a submission, holds one long-lived,
 torch-preloaded process per phase; each job is forked from it and enters a user, mount, PID, network, IPC and UTS
 namespace of its own, with fresh /tmp, HOME, /dev/shm, /proc and its submission, before it reads a student byte
-(job.py). The sandbox then also binds the host's /proc under NURSERY_DIR (job.py says why).
+(nursery_job.py). The sandbox then also binds the host's /proc under NURSERY_DIR (nursery_job.py says why).
 """
 from __future__ import annotations
 
@@ -77,7 +77,7 @@ DATA_BYTES = 6 << 30  # per process
 TMP_BYTES = 1 << 30  # /tmp and HOME, each (tmpfs: memory)
 _ETC = ["ld.so.cache", "passwd", "group", "nsswitch.conf", "localtime", "os-release"]
 HOSTNAME = "grading"
-NURSERY_DIR = "/run/nursery"  # a nursery's copy of the host's /proc (nursery.py, job.py); every job covers it
+NURSERY_DIR = "/run/nursery"  # a nursery's copy of the host's /proc (nursery.py, nursery_job.py); every job covers it
 GRADER_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
@@ -241,9 +241,9 @@ class Sandbox:
         args += ["--proc", "/proc", "--dev", "/dev", "--perms", "1777", "--size", str(TMP_BYTES), "--tmpfs", "/dev/shm"]
         if os.path.isdir(SYS):
             args += ["--ro-bind", SYS, "/sys"]
-        if nursery:  # each job mounts its own /proc and tmpfs here (job.py says why the host's /proc is needed)
+        if nursery:  # each job mounts its own /proc and tmpfs here (nursery_job.py says why the host's /proc is needed)
             args += ["--perms", "0755", "--dir", os.path.dirname(SUBMISSION), "--perms", "0755", "--dir",
-                     NURSERY_DIR, "--bind", "/proc", os.path.join(NURSERY_DIR, "proc")]  # writable: see job.py
+                     NURSERY_DIR, "--bind", "/proc", os.path.join(NURSERY_DIR, "proc")]  # writable: see nursery_job.py
         for name in gpu_nodes():  # GPUs, when the machine has them
             args += ["--dev-bind", os.path.join(DEV, name), f"/dev/{name}"]
         args += ["--chdir", "/tmp"]
