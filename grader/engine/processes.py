@@ -240,17 +240,21 @@ def not_dumpable() -> None:
         raise OSError(err, f"prctl(PR_SET_DUMPABLE, 0): {os.strerror(err)}")
 
 
-def die_with_parent() -> bool:
+def die_with_parent(required: bool = False) -> bool:
     """Ask Linux to SIGKILL this process when its parent ends (PR_SET_PDEATHSIG): a grading worker must not
     outlive a grading run that was killed (its finally blocks never ran) while something else still holds its
-    job pipe. False when the call is refused (not Linux); exits at once if the parent ended meanwhile."""
+    job pipe. Call it again after any uid change (those clear it). False when the call is refused (not Linux),
+    or OSError with `required` (a sandboxed job must not run half isolated); exits at once if the parent
+    ended meanwhile."""
     import ctypes
 
     parent = os.getppid()
     try:
         done = ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0) == 0
     except (OSError, AttributeError):
-        return False
+        done = False
+    if not done and required:
+        raise OSError(ctypes.get_errno(), "prctl(PR_SET_PDEATHSIG) refused")
     if os.getppid() != parent:  # the parent ended before the call: nobody would send the signal
         os.kill(os.getpid(), signal.SIGKILL)
     return done

@@ -12,7 +12,6 @@ from __future__ import annotations
 import ctypes
 import fcntl
 import os
-import signal
 import socket
 import struct
 
@@ -21,7 +20,7 @@ CLONE_NEWUSER, CLONE_NEWPID, CLONE_NEWNET = 0x10000000, 0x20000000, 0x40000000
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 1, 2, 4, 8
 MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 32, 4096, 16384, 1 << 18
 PR_SET_DUMPABLE = 4
-PR_SET_PDEATHSIG, PR_CAPBSET_DROP, PR_SET_NO_NEW_PRIVS, PR_GET_NO_NEW_PRIVS = 1, 24, 38, 39
+PR_CAPBSET_DROP, PR_SET_NO_NEW_PRIVS, PR_GET_NO_NEW_PRIVS = 24, 38, 39
 PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL = 47, 4
 _SIOCGIFFLAGS, _SIOCSIFFLAGS, _IFF_UP = 0x8913, 0x8914, 0x1
 _CAPABILITY_VERSION_3 = 0x20080522
@@ -83,11 +82,3 @@ def drop_capabilities(last_cap: int) -> None:
     header, data = _CapHeader(_CAPABILITY_VERSION_3, 0), (_CapData * 2)()
     _check(_libc.capset(ctypes.byref(header), data), "capset")
     prctl(PR_SET_NO_NEW_PRIVS, 1)
-
-
-def die_with_parent() -> None:
-    """SIGKILL when the parent ends; exits at once if it ended already (after any uid change: those clear it)."""
-    parent = os.getppid()
-    prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
-    if os.getppid() != parent:
-        os._exit(1)

@@ -29,6 +29,7 @@ import socket
 import struct
 import traceback
 
+from grader.engine import processes
 from grader.isolation import namespaces as ns
 from grader.isolation import sandbox
 
@@ -40,7 +41,7 @@ _TMPFS = ns.MS_NOSUID | ns.MS_NODEV
 
 def run(args, header: dict, fds: list[int]) -> int:
     result, job_line, *submission_fd = fds
-    ns.die_with_parent()
+    processes.die_with_parent(required=True)
     hello = struct.pack("3i", os.getpid(), os.getuid(), os.getgid())
     with socket.socket(fileno=os.dup(result)) as channel:
         channel.sendmsg([b"H"], [(socket.SOL_SOCKET, socket.SCM_CREDENTIALS, hello)])
@@ -64,7 +65,7 @@ def run(args, header: dict, fds: list[int]) -> int:
 
 
 def _reaper(args, data: bytes | None, result: int, job_line: int, last_cap: int, probe: bool = False) -> int:
-    ns.die_with_parent()
+    processes.die_with_parent(required=True)
     # writable: NVIDIA's driver names its threads through /proc/self/task/<tid>/comm in cuInit (a process writes
     # only its own files; /proc/sys stays the host root's, and the job holds no capability)
     ns.mount("proc", "/proc", "proc", ns.MS_NOSUID | ns.MS_NODEV | ns.MS_NOEXEC)
@@ -135,7 +136,7 @@ def _parents_below_root(path: str) -> list[str]:
 
 
 def _worker(args, result: int, job_line: int, probe: bool = False) -> int:
-    ns.die_with_parent()
+    processes.die_with_parent(required=True)
     from grader.isolation import result_channel as channel
 
     channel.take(job_line, result)  # nothing the worker starts (the resource tracker, ranks) holds either

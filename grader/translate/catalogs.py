@@ -53,27 +53,34 @@ HEADER = """The course's {notebook} in {language}, translated from the English n
 Update: `python -m grader translate` (README: "The course in other languages")."""
 
 
+def new_catalog(lang: str, header: str, domain: str | None = None) -> Catalog:
+    """An empty catalog for `lang`, with the course's header; `header` may name {language}."""
+    catalog = Catalog(locale=lang, domain=domain, project=PROJECT, version="1", fuzzy=False,
+                      copyright_holder="the course's authors", msgid_bugs_address="the course's issue tracker",
+                      language_team=f"ddp-course {lang}", last_translator="the course's translators")
+    catalog.header_comment = "# " + header.format(language=catalog.locale.english_name).replace("\n", "\n# ")
+    return catalog
+
+
 def read(path: str, lang: str) -> Catalog:
     if not os.path.exists(path):
-        catalog = Catalog(locale=lang, project=PROJECT, version="1", fuzzy=False, copyright_holder="the course's authors",
-                          msgid_bugs_address="the course's issue tracker", language_team=f"ddp-course {lang}",
-                          last_translator="the course's translators")
-        catalog.header_comment = "# " + HEADER.format(notebook=os.path.basename(path)[:-3],
-                                                      language=catalog.locale.english_name).replace("\n", "\n# ")
-        return catalog
+        notebook = os.path.basename(path)[:-3]
+        return new_catalog(lang, HEADER.replace("{notebook}", notebook))
     with open(path, "rb") as f:
         return read_po(f, locale=lang)
 
 
-def render(catalog: Catalog) -> bytes:
-    """The catalog as a .po file that `msgfmt -c` accepts: lesson prose is no format string (Babel flags any "100% u"
-    as python-format, which msgfmt then checks), and entries gone from the notebook are dropped, not kept as `#~`
-    (an obsolete entry whose English returns would be a second definition)."""
-    for message in catalog:
-        message.flags.discard("python-format")
+def render(catalog: Catalog, line_numbers: bool = True, format_flags: bool = False) -> bytes:
+    """The catalog as a .po file that `msgfmt -c` accepts: entries gone from the source are dropped, not kept as
+    `#~` (an obsolete entry whose English returns would be a second definition). Lesson prose is no format
+    string: without `format_flags`, Babel's python-format guess (any "100% u") is dropped, which msgfmt would
+    check. `line_numbers=False` keeps a catalog still when its source moves a line."""
+    if not format_flags:
+        for message in catalog:
+            message.flags.discard("python-format")
     catalog.obsolete.clear()
     out = io.BytesIO()
-    write_po(out, catalog, width=100, include_previous=True, sort_output=False)
+    write_po(out, catalog, width=100, include_previous=True, sort_output=False, include_lineno=line_numbers)
     return out.getvalue()
 
 

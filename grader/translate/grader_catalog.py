@@ -7,15 +7,14 @@ English until a translator checks it), a removed one is dropped.
 """
 from __future__ import annotations
 
-import io
 import os
 
 from babel.messages.catalog import Catalog
 from babel.messages.extract import extract_from_dir
-from babel.messages.pofile import write_po
 
 from grader.i18n import DOMAIN, LOCALE_DIR, po_path
-from grader.translate.catalogs import PROJECT, write_if_changed
+from grader.translate import catalogs
+from grader.translate.catalogs import PROJECT, new_catalog, write_if_changed
 
 PACKAGE = os.path.dirname(LOCALE_DIR)
 KEYWORDS = {"_": None, "N_": None, "ngettext": (1, 2)}
@@ -43,19 +42,12 @@ def read(lang: str) -> Catalog:
     if os.path.exists(path):
         with open(path, "rb") as f:
             return read_po(f, locale=lang, domain=DOMAIN)
-    catalog = Catalog(locale=lang, domain=DOMAIN, project=PROJECT, version="1", fuzzy=False,
-                      copyright_holder="the course's authors", msgid_bugs_address="the course's issue tracker",
-                      language_team=f"ddp-course {lang}", last_translator="the course's translators")
-    catalog.header_comment = "# " + HEADER.format(language=catalog.locale.english_name).replace("\n", "\n# ")
-    return catalog
+    return new_catalog(lang, HEADER, domain=DOMAIN)
 
 
 def render(catalog: Catalog) -> bytes:
-    """As catalogs.render, without line numbers: an edit elsewhere in a module does not touch the catalog."""
-    catalog.obsolete.clear()  # a `#~` entry whose English returns would be a second definition for msgfmt -c
-    out = io.BytesIO()
-    write_po(out, catalog, width=100, include_previous=True, sort_output=False, include_lineno=False)
-    return out.getvalue()
+    """Without line numbers: an edit elsewhere in a module does not touch the catalog."""
+    return catalogs.render(catalog, line_numbers=False, format_flags=True)
 
 
 def update(lang: str, source: Catalog | None = None) -> bool:
