@@ -51,8 +51,7 @@ def _when(ts: datetime) -> str:
 def stage(src: str, dest: str, student: str, backdate_tolerance_s: float,
           max_bytes: int = MAX_SUBMISSION_BYTES) -> None:
     """Copy the submission folder `src` to `dest` (new) if it is `student`'s, made when its name says."""
-    name = os.path.basename(src)
-    parts = name.rsplit("+", 3)
+    parts = os.path.basename(src).rsplit("+", 3)
     try:
         stamped = parse_utc(parts[2])
     except (IndexError, ValueError, OverflowError):
@@ -61,35 +60,48 @@ def stage(src: str, dest: str, student: str, backdate_tolerance_s: float,
         uid = pwd.getpwnam(student).pw_uid
     except KeyError:
         raise Refused(f"no account is named {student!r}") from None
-    ctimes: list[float] = []
-    room = [max_bytes]  # bytes the submission may still hold
+    copy = _OwnedCopy(student, uid, max_bytes)
+    try:
+        copy.folder(src, dest, "")
+    except PermissionError as exc:
+        raise Refused(f"it cannot be read ({exc.strerror})") from None
+    _check_times(dest, stamped, copy.ctimes, backdate_tolerance_s)
 
-    def owned(st: os.stat_result, what: str) -> None:
-        if st.st_uid != uid:
+
+class _OwnedCopy:
+    """A copy of plain folders and files, each owned by the student, together at most `max_bytes` (apparent size)."""
+
+    def __init__(self, student: str, uid: int, max_bytes: int):
+        self.student, self.uid, self.max_bytes = student, uid, max_bytes
+        self.room = max_bytes  # bytes the submission may still hold
+        self.ctimes: list[float] = []  # when each entry last changed: the times the stamp is checked against
+
+    def owned(self, st: os.stat_result, what: str) -> None:
+        if st.st_uid != self.uid:
             try:
                 owner = pwd.getpwuid(st.st_uid).pw_name
             except KeyError:
                 owner = f"uid {st.st_uid}"
-            raise Refused(f"{shown(what)} is owned by {owner}, not {student}: submitted in someone else's name")
-        ctimes.append(st.st_ctime)
+            raise Refused(f"{shown(what)} is owned by {owner}, not {self.student}: submitted in someone else's name")
+        self.ctimes.append(st.st_ctime)
 
-    def copy_dir(src_dir: str, dest_dir: str, rel: str) -> None:
+    def folder(self, src_dir: str, dest_dir: str, rel: str) -> None:
         st = os.lstat(src_dir)
         if not stat.S_ISDIR(st.st_mode):
             raise Refused(f"{shown(rel) or 'the folder'} is a link or not a folder")
-        owned(st, rel or "the folder")
+        self.owned(st, rel or "the folder")
         os.mkdir(dest_dir, 0o700)
         for entry in sorted(os.listdir(src_dir)):
             path, there, where = os.path.join(src_dir, entry), os.path.join(dest_dir, entry), os.path.join(rel, entry)
             st = os.lstat(path)
             if stat.S_ISDIR(st.st_mode):
-                copy_dir(path, there, where)
+                self.folder(path, there, where)
             elif stat.S_ISREG(st.st_mode):
-                copy_file(path, there, where)
+                self.file(path, there, where)
             else:
                 raise Refused(f"{shown(where)} is a link or a special file")
 
-    def copy_file(path: str, there: str, where: str) -> None:
+    def file(self, path: str, there: str, where: str) -> None:
         try:
             fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
         except OSError as exc:
@@ -98,20 +110,19 @@ def stage(src: str, dest: str, student: str, backdate_tolerance_s: float,
             st = os.fstat(f.fileno())
             if not stat.S_ISREG(st.st_mode):
                 raise Refused(f"{shown(where)} is not a plain file")
-            owned(st, where)
-            if st.st_size > room[0]:
+            self.owned(st, where)
+            if st.st_size > self.room:
                 raise Refused(f"{shown(where)} is {size_text(st.st_size)} (its apparent size), more than the "
-                              f"{size_text(max_bytes)} a submission may hold together")
+                              f"{size_text(self.max_bytes)} a submission may hold together")
             with open(there, "xb") as out:
-                copied = _copy_at_most(f, out, room[0])
-            if copied > room[0]:  # it grew while copied
-                raise Refused(f"{shown(where)} grew past the {size_text(max_bytes)} a submission may hold")
-            room[0] -= copied
+                copied = _copy_at_most(f, out, self.room)
+            if copied > self.room:  # it grew while copied
+                raise Refused(f"{shown(where)} grew past the {size_text(self.max_bytes)} a submission may hold")
+            self.room -= copied
 
-    try:
-        copy_dir(src, dest, "")
-    except PermissionError as exc:
-        raise Refused(f"it cannot be read ({exc.strerror})") from None
+
+def _check_times(dest: str, stamped: datetime, ctimes: list[float], backdate_tolerance_s: float) -> None:
+    """The stamp in the folder's name, its timestamp.txt and the files' change times tell one story."""
     try:
         with open(os.path.join(dest, "timestamp.txt")) as f:
             written = parse_utc(f.read().strip())
