@@ -177,7 +177,7 @@ def ceiling(checks_cpu: float, cores: int, nbgrader_per_submission: float, targe
 def nursery_startup(assignment: str, runs: int = 5) -> tuple[float, list[float]]:
     """Wall seconds from starting a public-phase nursery to its first job's result, then per job in the warm
     nursery: jobs with no submission (graded as unreadable at once), so only the per-job start is measured."""
-    from grader.digest import grader_digest
+    from grader.code_digest import grader_digest
     from grader.isolation.nursery_client import Nursery
 
     def one(nursery) -> float:

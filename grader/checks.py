@@ -94,7 +94,7 @@ class Exercise:
     def check(self, task: str, points: float = 1, hidden: bool = False, world_size: int | None = None,
               feedback: str = ""):
         """Register a check. feedback: what a failed hidden check says besides its kind of failure and the
-        lines of its own message that hold nothing of the student's run (grader.result_text)."""
+        lines of its own message that hold nothing of the student's run (grader.feedback_filter)."""
         if task not in self.tasks:
             raise ValueError(f"{task!r} is not a task of {self.id}")
 

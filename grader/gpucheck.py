@@ -152,7 +152,7 @@ def demo_class(gpus: int) -> None:
 
 
 def main() -> int:
-    from grader.digest import grader_digest
+    from grader.code_digest import grader_digest
 
     start = time.monotonic()
     gpus = cuda_devices().count

@@ -127,7 +127,7 @@ def hinter(exercise_id: str):
 
 
 def _show(text: str) -> None:
-    from grader.notebook_view import in_kernel
+    from grader.notebook_display import in_kernel
 
     if in_kernel():
         from IPython.display import Markdown, display

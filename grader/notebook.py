@@ -11,7 +11,7 @@ not the saved file, so the same line works while editing and as an nbgrader
 test cell.
 
 The checks run through grader.runner.run_checks (like the CLI and `make grade`),
-up to SIDE_BY_SIDE at once; grader.notebook_view shows them (one rich output per
+up to SIDE_BY_SIDE at once; grader.notebook_display shows them (one rich output per
 cell, nothing on stderr).
 """
 from __future__ import annotations
@@ -25,7 +25,7 @@ from grader.engine.processes import preload
 from grader.exercises import find, get_exercise
 from grader.hints import hinter  # noqa: F401 (the notebook imports check and hint from here)
 from grader.i18n import _, ngettext
-from grader.notebook_view import CheckView, captured_stderr, in_kernel
+from grader.notebook_display import CheckView, captured_stderr, in_kernel
 from grader.submission import from_namespace
 
 # Nothing above imports torch: checker() starts the forkserver (which imports torch by itself)

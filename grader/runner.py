@@ -12,7 +12,7 @@ Rules it applies to every check, wherever it is run from:
   that asks for a different run still runs it (hung_in: a task that hung in an earlier phase);
 - a submission that changed the grader while a check ran gets 0 for that check;
 - a hidden check's message comes from the parent only, never from what student code raised or printed,
-  and its ranks' output is not kept; a public check's message and output are capped (grader.result_text).
+  and its ranks' output is not kept; a public check's message and output are capped (grader.feedback_filter).
 
 side_by_side > 1 runs up to that many checks at once, in threads: a check's
 parent-side code (its single-process reference, seeded through torch's global
@@ -27,7 +27,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Callable
 
-from grader import result_text
+from grader import feedback_filter
 from grader.checks import Check, CheckFailed, CheckResult, CheckSkipped, Exercise, Report
 from grader.grading import Grading, MachineFailed, RunCheckFailed
 from grader.i18n import _
@@ -182,7 +182,7 @@ def _run_one(check: Check, grading: Grading, hung_in: str | None = None) -> Chec
         except RunCheckFailed as exc:
             message, kind = str(exc), exc.kind
             if exc.hang:
-                grading.hang = exc.hang[0], result_text.public_message(exc.hang[1])
+                grading.hang = exc.hang[0], feedback_filter.public_message(exc.hang[1])
         except CheckFailed as exc:
             message = str(exc)
         except CheckSkipped as exc:
@@ -191,9 +191,9 @@ def _run_one(check: Check, grading: Grading, hung_in: str | None = None) -> Chec
             message, kind = _("the check itself failed ({error}); please tell the instructor",
                               error=type(exc).__name__ + ": " + str(exc)), "check_bug"
     if message and check.hidden:
-        message = result_text.hidden_message(message, kind, check.task, check.feedback, grading.rank_texts)
+        message = feedback_filter.hidden_message(message, kind, check.task, check.feedback, grading.rank_texts)
     elif message:
-        message = result_text.public_message(message)
+        message = feedback_filter.public_message(message)
     said = message.startswith(("your code changed the grader", _("your code changed the grader or torch in a "
                                                                   "hidden test, so it scores 0")))
     if grading.tampered and not said:
@@ -203,7 +203,7 @@ def _run_one(check: Check, grading: Grading, hung_in: str | None = None) -> Chec
         message = _("could not run on this machine: {why}\n(nothing is paid for it; the submission is listed for "
                     "regrading)", why=grading.machine_failure)
     passed = passed and not grading.tampered and not grading.machine_failure
-    outputs = [] if check.hidden else [[result_text.public_output(o) for o in run] for run in grading.outputs]
+    outputs = [] if check.hidden else [[feedback_filter.public_output(o) for o in run] for run in grading.outputs]
     return CheckResult(check.name, check.task, passed, check.points if passed else 0, check.points, message,
                        check.hidden, list(grading.notes), round(time.monotonic() - start, 3),
                        plan="; ".join(grading.plans), skipped=skipped and not grading.tampered,

@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from grader import result_text
+from grader import feedback_filter
 from grader.exercises.instructor import is_student_build
 from tests.helpers import ROOT, replace_definition, solution_source
 
@@ -77,7 +77,7 @@ def test_the_cli_report_holds_no_hidden_source_and_hidden_checks_say_fixed_text(
             assert not c["passed"] and "hidden test" in c["message"], c
             assert "MARK" not in c["message"] and "MARK" not in " ".join(c["notes"]), c
         messages = "\n".join(c["message"] for c in public)
-        assert result_text.SECRET_NOTE in messages, (task, messages)  # the hidden text was cut out...
+        assert feedback_filter.SECRET_NOTE in messages, (task, messages)  # the hidden text was cut out...
         if task != "average_gradients":
             assert mark in messages, (task, messages)  # ...and the student's own error is still named
     public_raise = "\n".join(c["message"] for c in report["checks"] if c["task"] == "shard_indices")
@@ -116,55 +116,55 @@ def test_the_feedback_html_holds_no_hidden_source(tmp_path):
     assert hidden and all("MARK" not in c["message"] and "hidden test" in c["message"] for c in hidden), hidden
 
 
-# --- the rules themselves (grader.result_text), on text ----------------------------------------------------
+# --- the rules themselves (grader.feedback_filter), on text ----------------------------------------------------
 
 def test_a_hidden_checks_message_keeps_the_parents_words_and_drops_every_string_of_the_ranks():
     rank_sent = ["MARK-VALUE sent back", "a line\nMARK-ERROR of the rank"]
     message = ("rank 1 returned 'MARK-VALUE sent back' (3 items): return a list of ints\n"
                "MARK-ERROR of the rank\nrank 0 took 4 steps for its 5 batches")
-    text = result_text.hidden_message(message, "wrong", "shard_indices", "declared words", rank_sent)
+    text = feedback_filter.hidden_message(message, "wrong", "shard_indices", "declared words", rank_sent)
     assert "MARK" not in text
     assert "(3 items): return a list of ints" in text and "rank 0 took 4 steps for its 5 batches" in text
-    assert result_text.HIDDEN_TEXT_NOTE in text and text.endswith("declared words")
-    only_rank_text = result_text.hidden_message("MARK-ERROR of the rank", "wrong", "shard_indices", "", rank_sent)
+    assert feedback_filter.HIDDEN_TEXT_NOTE in text and text.endswith("declared words")
+    only_rank_text = feedback_filter.hidden_message("MARK-ERROR of the rank", "wrong", "shard_indices", "", rank_sent)
     assert only_rank_text.startswith("wrong result in a hidden test of `shard_indices`")
     assert "MARK" not in only_rank_text
     # a string the grader's public code holds itself (a field name the rank's grader code sent) tells nothing new
-    assert result_text.hidden_message("`restart_count` is 0", "wrong", "read_dist_env", "", ["restart_count"]) \
+    assert feedback_filter.hidden_message("`restart_count` is 0", "wrong", "read_dist_env", "", ["restart_count"]) \
         == "`restart_count` is 0"
 
 
 def test_a_public_message_is_capped_and_says_so():
     long = "\n".join(f"line {i}" for i in range(500))
-    text = result_text.public_message(long)
-    assert len(text.splitlines()) <= result_text.MAX_LINES and len(text) <= result_text.MAX_CHARS
+    text = feedback_filter.public_message(long)
+    assert len(text.splitlines()) <= feedback_filter.MAX_LINES and len(text) <= feedback_filter.MAX_CHARS
     assert "line 0" in text and "cut:" in text and "at most 40 lines" in text
-    assert result_text.public_message("short") == "short"
-    output = result_text.public_output(long)
+    assert feedback_filter.public_message("short") == "short"
+    output = feedback_filter.public_output(long)
     assert "line 0" in output and "line 499" in output and "cut:" in output  # an output keeps its end too
 
 
 def test_hidden_source_is_cut_from_any_text_even_reflowed():
     source = open(os.path.join(ROOT, "grader", "exercises", "parallelism", "hidden_core.py")).read()
     for text in (source, "rank 0 raised RuntimeError: " + source, " ".join(source.split())):
-        shown = result_text.redact(text)
+        shown = feedback_filter.redact(text)
         assert_no_hidden_text(shown, "parallelism/hidden_core.py")
-        assert result_text.SECRET_NOTE in shown
-    assert result_text.redact("rank 0 raised RuntimeError: " + source).startswith("rank 0 raised RuntimeError: ")
-    assert result_text.redact("an ordinary message\nof two lines") == "an ordinary message\nof two lines"
+        assert feedback_filter.SECRET_NOTE in shown
+    assert feedback_filter.redact("rank 0 raised RuntimeError: " + source).startswith("rank 0 raised RuntimeError: ")
+    assert feedback_filter.redact("an ordinary message\nof two lines") == "an ordinary message\nof two lines"
 
 
 def test_a_hidden_checks_message_keeps_no_word_of_the_students_choosing():
     # text that reached the parent outside a run's result (a torchrun job's output): only the grader's words stay
     message = "the run failed\ntorchrun's output:\n    aGlkZGVuIHNvdXJjZQ== zqxjv_leak\n    epoch 1 loss 0.5"
-    text = result_text.hidden_message(message, "wrong", "train_script", "", [])
+    text = feedback_filter.hidden_message(message, "wrong", "train_script", "", [])
     assert "aGlkZGVu" not in text and "zqxjv_leak" not in text and "the run failed" in text and "epoch 1" in text
 
 
 def test_a_failed_load_reads_in_a_hidden_check_without_what_loading_printed():
     message = ("loading your answers failed: it exited with code 1 (did the code call sys.exit or os._exit?) before "
                "returning a result\nits last output:\n  MARK-PRINTED while loading")
-    text = result_text.hidden_message(message, "load_failed", "setup", "", ["MARK-PRINTED while loading\n"])
+    text = feedback_filter.hidden_message(message, "load_failed", "setup", "", ["MARK-PRINTED while loading\n"])
     assert "exited with code 1" in text and "MARK" not in text and "its last output" not in text
 
 
@@ -209,10 +209,10 @@ def test_values_a_rank_shaped_are_bounded_in_a_hidden_checks_text(tmp_path):
     assert public and len(decoded(public[0]["message"], 3)) > 100, public  # the attack carries source out
     assert hidden and all(not c["passed"] for c in hidden), hidden
     for c in hidden:
-        assert len(c["message"]) <= result_text.MAX_HIDDEN_CHARS + 400, c["message"]
-        assert len(re.findall(NUMBER, c["message"])) <= result_text.MAX_HIDDEN_NUMBERS, c["message"]
+        assert len(c["message"]) <= feedback_filter.MAX_HIDDEN_CHARS + 400, c["message"]
+        assert len(re.findall(NUMBER, c["message"])) <= feedback_filter.MAX_HIDDEN_NUMBERS, c["message"]
         if "unknown [" in c["message"]:
-            assert len(decoded(c["message"], 3)) <= result_text.MAX_RUN, c["message"]
+            assert len(decoded(c["message"], 3)) <= feedback_filter.MAX_RUN, c["message"]
     assert_no_hidden_text(json.dumps(hidden), "syncbn_sharded/hidden_sharding.py")
 
 
@@ -220,27 +220,27 @@ def test_values_in_a_hidden_checks_text_are_bounded_in_kind_and_number():
     shaped = ", ".join(str(3 + 256 * i + b) for i, b in enumerate(b"HIDDEN_PARTITION_CASES = [" * 30))
     message = (f"for 3 parameters over world_size=1 every index 0..2 must appear exactly once; unknown [{shaped}]\n"
                "rank 0 returned ['#$', '%&', 'x', '9'] and 12345678901234567890\n" + "more 1 2 3\n" * 40)
-    text = result_text.hidden_message(message, "wrong", "partition_parameters", "declared words", [])
-    own = text.split("\n" + result_text.HIDDEN_TEXT_NOTE)[0] if result_text.HIDDEN_TEXT_NOTE in text else text
+    text = feedback_filter.hidden_message(message, "wrong", "partition_parameters", "declared words", [])
+    own = text.split("\n" + feedback_filter.HIDDEN_TEXT_NOTE)[0] if feedback_filter.HIDDEN_TEXT_NOTE in text else text
     assert "unknown [75, 332, 583, 839, …]" in text, text  # the first of a list (3 + ord("H"), ...), then …
     assert "'#$'" not in text and "[...]" in text  # a quoted string that is no name
-    assert "12345678901234567890" not in text and len(result_text._WORD.findall(own)) < 200
+    assert "12345678901234567890" not in text and len(feedback_filter._WORD.findall(own)) < 200
     import re
     shown = "\n".join(line for line in own.splitlines() if "(cut:" not in line)  # the cut line is the grader's
-    assert len(re.findall(NUMBER, shown)) <= result_text.MAX_HIDDEN_NUMBERS, own
-    assert len(own) <= result_text.MAX_HIDDEN_CHARS + 200 and len(own.splitlines()) <= result_text.MAX_HIDDEN_LINES
+    assert len(re.findall(NUMBER, shown)) <= feedback_filter.MAX_HIDDEN_NUMBERS, own
+    assert len(own) <= feedback_filter.MAX_HIDDEN_CHARS + 200 and len(own.splitlines()) <= feedback_filter.MAX_HIDDEN_LINES
     assert text.endswith("declared words")
     # an honest message of the grader's is unchanged
     honest = ("for parameters of [5, 7, 3] elements over 4 ranks, the ranks own [5, 7, 3, 0] elements: the gap "
               "exceeds the largest parameter (7)")
-    assert result_text.hidden_message(honest, "wrong", "partition_parameters", "", []) == honest
+    assert feedback_filter.hidden_message(honest, "wrong", "partition_parameters", "", []) == honest
 
 
 def test_an_apostrophe_in_the_graders_words_is_no_quoted_value():
     """"the activation's shape ... the activation's buffer": two apostrophes of the grader's prose are not a quoted
     string a rank produced, so the sentence between them is kept."""
-    from grader import result_text
+    from grader import feedback_filter
 
     line = "Rank 1 cannot know the activation's shape in advance: rank 0 sends it; the activation's buffer follows"
-    assert result_text._bounded_values([line]) == [line]
-    assert result_text._bounded_values(["got 'fc1.weight' and 'x'"]) == ["got 'fc1.weight' and 'x'"]  # still values
+    assert feedback_filter._bounded_values([line]) == [line]
+    assert feedback_filter._bounded_values(["got 'fc1.weight' and 'x'"]) == ["got 'fc1.weight' and 'x'"]  # still values

@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from grader.digest import grader_digest
+from grader.code_digest import grader_digest
 from grader.isolation.gpu_gate import PROBE_ARGV, probe_where_graded
 from tests.helpers import ROOT, needs_bwrap
 from tests.test_instructor_workflow import A

@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from grader.digest import grader_digest
+from grader.code_digest import grader_digest
 from grader.gradebook import roundtrip
 from grader.isolation import gpu_gate
 from grader.isolation import sandbox as sandboxes

@@ -13,7 +13,7 @@ import os
 import pytest
 from nbgrader.api import Gradebook
 
-from grader.digest import grader_digest
+from grader.code_digest import grader_digest
 from grader.exercises import get_exercise
 from grader.gradebook import roundtrip
 from grader.gradebook.batch import grade_assignment

@@ -22,7 +22,7 @@ from tests.helpers import ROOT
 from tests.test_instructor_workflow import A, TIMEOUT, notebook_with, place
 
 FAKE_PASS = '''
-import grader.notebook_view as _view
+import grader.notebook_display as _view
 _add = _view.CheckView.add
 def _add_passing(self, result):  # every check shows ✓ in this kernel
     result.passed, result.points, result.message = True, result.max_points, ""

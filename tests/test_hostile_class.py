@@ -34,7 +34,7 @@ from nbgrader.api import Gradebook
 
 from grader.gradebook.results import unseal
 
-from grader.digest import grader_digest
+from grader.code_digest import grader_digest
 from grader.exercises import get_exercise
 from grader.gradebook import roundtrip
 from samples.make_samples import solution_answers

@@ -17,10 +17,10 @@ import pytest
 from babel.messages.mofile import write_mo
 from babel.messages.pofile import read_po
 
-from grader import i18n, result_text
+from grader import feedback_filter, i18n
 from grader.checks import CheckResult
 from grader.i18n import _
-from grader.notebook_view import CheckView
+from grader.notebook_display import CheckView
 from grader.translate import LANGUAGES, grader_catalog
 from tests.helpers import failed, grade_source, mutate, solution_source
 
@@ -160,10 +160,10 @@ def test_spanish_framing_plan_and_hidden_text(lang):
     assert "comprobando setup: 0 de 2 checks hechos" in html
     assert hang_heading(RunResult(ranks=[], plan=plan_for(2, 0), seconds=0.0)).startswith(
         "la ejecución no terminó a tiempo (un deadlock")
-    # a hidden check's text keeps the grader's own words in Spanish (result_text's vocabulary has them)
+    # a hidden check's text keeps the grader's own words in Spanish (feedback_filter's vocabulary has them)
     message = _("the samples come in dataset order: the DistributedSampler must shuffle (shuffle=True)")
-    assert result_text.hidden_message(message, "wrong", "make_dataloader", "", []) == message
-    assert result_text.hidden_message("x", "not_defined", "setup", "", []) == "`setup` no está definida en tus respuestas"
+    assert feedback_filter.hidden_message(message, "wrong", "make_dataloader", "", []) == message
+    assert feedback_filter.hidden_message("x", "not_defined", "setup", "", []) == "`setup` no está definida en tus respuestas"
 
 
 def test_spanish_quick_check_verdict_and_explanation(lang, capsys):

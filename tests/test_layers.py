@@ -9,12 +9,12 @@ From the bottom:
                language) sits here too: every layer, the engine's hardware-plan line included, speaks through it.
   1 seam       grader.checks (checks and results, declared), grader.grading (`g.run`, the one seam between a
                check and the student's code), grader.submission (reading answers), grader.tolerances,
-               grader.cells (nbgrader's cell metadata), grader.result_text (what a result may say).
+               grader.cells (nbgrader's cell metadata), grader.feedback_filter (what a result may say).
   2 runner     grader.runner: run_checks, the one check runner; grader.shared_runs (one launch for the checks
                of a submission that ask for the same run).
   3 exercises  grader.exercises.*: the exercises, their checks and references, the shared check helpers.
   4 tools      what people run: grader.gradebook.*, grader.isolation.*, grader.progress.*, grader.cli and __main__, grader.lessons.*,
-               grader.notebook and notebook_view (the notebook's check()), grader.hints (its hint()), grader.digest,
+               grader.notebook and notebook_display (the notebook's check()), grader.hints (its hint()), grader.code_digest,
                grader.points and points_preprocessor, grader.scaffold*, grader.student_build, grader.selfcheck,
                grader.gpucheck, grader.demo, grader.translate.*.
 
@@ -34,11 +34,11 @@ LAYERS = {  # a module, or a package (all its modules): the longest match decide
     "grader.i18n": ENGINE,
     "grader.engine": ENGINE,
     "grader.checks": SEAM, "grader.grading": SEAM, "grader.submission": SEAM, "grader.tolerances": SEAM,
-    "grader.cells": SEAM, "grader.result_text": SEAM,
+    "grader.cells": SEAM, "grader.feedback_filter": SEAM,
     "grader.runner": RUNNER, "grader.shared_runs": RUNNER,
     "grader.exercises": EXERCISES,
     "grader.gradebook": TOOLS, "grader.isolation": TOOLS, "grader.progress": TOOLS, "grader.cli": TOOLS, "grader.__main__": TOOLS,
-    "grader.lessons": TOOLS, "grader.notebook": TOOLS, "grader.notebook_view": TOOLS, "grader.digest": TOOLS,
+    "grader.lessons": TOOLS, "grader.notebook": TOOLS, "grader.notebook_display": TOOLS, "grader.code_digest": TOOLS,
     "grader.hints": TOOLS,
     "grader.points": TOOLS, "grader.points_preprocessor": TOOLS, "grader.translate": TOOLS, "grader.scaffold": TOOLS, "grader.scaffold_templates": TOOLS,
     "grader.student_build": TOOLS, "grader.selfcheck": TOOLS, "grader.demo": TOOLS, "grader.gpucheck": TOOLS,

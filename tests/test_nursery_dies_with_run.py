@@ -17,7 +17,7 @@ import time
 import psutil
 import pytest
 
-from grader.digest import grader_digest
+from grader.code_digest import grader_digest
 from grader.engine import kill_tree
 from tests.helpers import ROOT, needs_bwrap
 

@@ -214,7 +214,7 @@ def ok(done: subprocess.CompletedProcess) -> str:
 
 
 def digests(copy: Path) -> dict[str, str]:
-    code = f"from grader.digest import grader_digest as d; import json; print(json.dumps({{e: d(e) for e in " \
+    code = f"from grader.code_digest import grader_digest as d; import json; print(json.dumps({{e: d(e) for e in " \
            f"['{ID}', '02_ddp_basics']}}))"
     return json.loads(ok(python(copy, "-c", code)).strip().splitlines()[-1])
 

@@ -12,7 +12,7 @@ import time
 
 import psutil
 
-from grader.digest import grader_digest
+from grader.code_digest import grader_digest
 
 # The grading run: start one worker as worker_pool.py does, hand the job pipe's write end to a sleeping process that
 # outlives us, report the worker's pid, and wait to be killed.

@@ -21,7 +21,7 @@ import re
 import sys
 
 from grader import cells
-from grader.digest import grader_digest
+from grader.code_digest import grader_digest
 from grader.engine.plan import assign_gpus
 from grader.engine.processes import adopting_orphans
 from grader.exercises import get_exercise

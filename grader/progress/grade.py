@@ -6,7 +6,7 @@ import json
 import time
 from dataclasses import asdict, dataclass, field
 
-from grader.digest import grader_digest
+from grader.code_digest import grader_digest
 from grader.exercises import exercise_ids, get_exercise
 from grader.hints import hints_used
 from grader.i18n import _

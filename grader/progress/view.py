@@ -101,7 +101,7 @@ class _ProgressView:
 
 def show_progress(root: str | None = None, assignments: list[str] | None = None, timeout: float = 30.0) -> None:
     """The progress table, in a notebook cell (or printed outside one). Save your notebook first."""
-    from grader.notebook_view import captured_stderr, in_kernel
+    from grader.notebook_display import captured_stderr, in_kernel
 
     if root is None and GRADED_COPY & set(os.path.abspath(os.getcwd()).split(os.sep)):
         print(_("(the progress overview is for the student's own copy; not run in a submitted or graded one)"))

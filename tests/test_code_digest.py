@@ -1,4 +1,4 @@
-"""One digest of everything that grades an exercise (grader/digest.py).
+"""One digest of everything that grades an exercise (grader/code_digest.py).
 
 What a grading run really loads is measured in a fresh interpreter (the exercise loaded, a real
 check run); the digest must cover all of it. In a copy of the grader, changing any shared module
@@ -14,8 +14,8 @@ import sys
 
 import pytest
 
-from grader import digest
-from grader.digest import grader_digest, loaded_modules
+from grader import code_digest
+from grader.code_digest import grader_digest, loaded_modules
 from grader.exercises import discover, exercise_ids
 from tests.helpers import ROOT
 
@@ -61,7 +61,7 @@ def copy(tmp_path, monkeypatch):
     """The grader as it is, copied; the digest reads the copy."""
     target = tmp_path / "grader"
     shutil.copytree(GRADER, target, ignore=shutil.ignore_patterns("__pycache__"))
-    monkeypatch.setattr(digest, "_GRADER", str(target))
+    monkeypatch.setattr(code_digest, "_GRADER", str(target))
     return target
 
 
