@@ -9,20 +9,25 @@ collectives after its peer's event are no fence has not waited (happens_before.C
 """
 from __future__ import annotations
 
+from grader.exercises.collectives import KINDS
+from grader.exercises.happens_before import COLLECTIVES
 from grader.i18n import _
+
+# What a rank may name (its result is the student's process's word): a torch.distributed function or a kind.
+KNOWN = set(COLLECTIVES) | set(KINDS.values()) | {"barrier(async_op=True)"}
 
 
 def unfenced(entries, after: int) -> list[str] | None:
     """The collectives a rank called after the first `after` ones (those its peer had entered at the event it
     must wait for), when there are some and none is a fence; else None. `entries`: Collectives.entries."""
-    later = entries[after:]
-    if not later or any(fence for _name, fence in later):
+    later = list(entries)[after:]
+    if not later or any(fence is True for _name, fence in later):
         return None
-    return list(dict.fromkeys(name for name, _fence in later))
+    return list(dict.fromkeys(str(name) for name, _fence in later))
 
 
 def named(names: list[str]) -> str:
-    return ", ".join(f"dist.{name}" for name in names)
+    return ", ".join(f"dist.{name}" if name in KNOWN else "dist.<collective>" for name in names)
 
 
 def rule(names: list[str]) -> str:

@@ -135,15 +135,16 @@ class Collectives:
 
 def _fence(name: str, real, args, kwargs) -> tuple[str, bool]:
     """(how the call reads, whether it holds this rank's host until every rank has joined it on every backend)."""
+    import torch.distributed as dist
+
     try:
         bound = inspect.signature(real).bind(*args, **kwargs).arguments
-    except (TypeError, ValueError):
-        return name, False  # torch itself will refuse the call
-    if name == "barrier":
-        return ("barrier(async_op=True)", False) if bound.get("async_op") else (name, True)
-    if name == "broadcast_object_list":  # its source sends and goes on; the others read what arrives
-        import torch.distributed as dist
-        if bound.get("group_src") is not None:
-            return name, dist.get_rank(bound.get("group")) != bound["group_src"]
-        return name, dist.get_rank() != (0 if bound.get("src") is None else bound["src"])
+        if name == "barrier":
+            return ("barrier(async_op=True)", False) if bound.get("async_op") else (name, True)
+        if name == "broadcast_object_list":  # its source sends and goes on; the others read what arrives
+            if bound.get("group_src") is not None:
+                return name, dist.get_rank(bound.get("group")) != bound["group_src"]
+            return name, dist.get_rank() != (0 if bound.get("src") is None else bound["src"])
+    except Exception:  # arguments torch itself will refuse: the call raises to the answer, as without us
+        return name, False
     return name, name in OBJECT_COLLECTIVES
