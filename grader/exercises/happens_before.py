@@ -20,10 +20,15 @@ spelling counts; a rank is marked as it enters one, and unmarked when the
 torch.distributed function it called returns (an async_op=True call returns at
 once: the rank is not blocked). A marker left behind by a spelling without such a
 function is harmless: once that collective completes, every rank has joined it.
+
+Holding a rank proves an early return; whether the answer waited in a way that also holds on GPUs is the
+`entries` record (fences.py judges it): under nccl only a barrier blocks the host until every rank has joined
+it, the other collectives return once queued on the GPU, so gloo's blocking all_reduce is no evidence for nccl.
 """
 from __future__ import annotations
 
 import contextlib
+import inspect
 import os
 import time
 
@@ -36,6 +41,9 @@ COLLECTIVES = ("barrier", "monitored_barrier", "all_reduce", "broadcast", "all_g
                "gather", "scatter", "all_to_all", "all_to_all_single", "all_gather_object", "broadcast_object_list",
                "gather_object", "scatter_object_list")
 POINT_TO_POINT = ("send", "recv")  # they pair two ranks, not the group: not counted
+# They read what they received back to the host, so on every backend they hold a rank that receives until
+# every rank has joined them (the one exception, broadcast_object_list's source, is decided per call).
+OBJECT_COLLECTIVES = ("all_gather_object", "gather_object", "scatter_object_list", "broadcast_object_list")
 POLL_S = 0.002  # how often a held rank looks again (not a verdict: the wait ends on evidence)
 
 
@@ -88,21 +96,28 @@ class Collectives:
     def __init__(self, ctx):
         self.ctx = ctx
         self.entered = 0  # collectives entered so far, as the dispatcher saw them
+        # one per collective entered: (what the answer called, whether it holds the host on every backend)
+        self.entries: list[tuple[str, bool]] = []
         self._depth = 0
+        self._calling = None  # (name, fence) of the outermost torch.distributed function being called
 
     def _entering(self, call) -> None:
         if call.kind not in POINT_TO_POINT:
             self.entered += 1
+            self.entries.append(self._calling or (call.kind, False))  # a spelling we did not wrap: no fence known
             mark(self.ctx, "in_collective", str(self.entered))
 
-    def _unmarking(self, real):
+    def _unmarking(self, name, real):
         def call(*args, **kwargs):
+            if self._depth == 0:
+                self._calling = _fence(name, real, args, kwargs)
             self._depth += 1
             try:
                 return real(*args, **kwargs)
             finally:
                 self._depth -= 1
                 if self._depth == 0:
+                    self._calling = None
                     unmark(self.ctx, "in_collective")
         return call
 
@@ -111,8 +126,25 @@ class Collectives:
         """Collectives called inside are counted and marked, in any spelling; student_fn's globals
         are searched for torch.distributed functions imported by name. Everything is restored on exit."""
         try:
-            with replaced(COLLECTIVES, lambda name, real: self._unmarking(real), student_fn), \
+            with replaced(COLLECTIVES, self._unmarking, student_fn), \
                     record_collectives(on_call=self._entering):
                 yield self
         finally:
             unmark(self.ctx, "in_collective")
+
+
+def _fence(name: str, real, args, kwargs) -> tuple[str, bool]:
+    """(how the call reads, whether it holds this rank's host until every rank has joined it on every backend)."""
+    import torch.distributed as dist
+
+    try:
+        bound = inspect.signature(real).bind(*args, **kwargs).arguments
+        if name == "barrier":
+            return ("barrier(async_op=True)", False) if bound.get("async_op") else (name, True)
+        if name == "broadcast_object_list":  # its source sends and goes on; the others read what arrives
+            if bound.get("group_src") is not None:
+                return name, dist.get_rank(bound.get("group")) != bound["group_src"]
+            return name, dist.get_rank() != (0 if bound.get("src") is None else bound["src"])
+    except Exception:  # arguments torch itself will refuse: the call raises to the answer, as without us
+        return name, False
+    return name, name in OBJECT_COLLECTIVES

@@ -52,6 +52,16 @@ MUTANTS = [
     ("save_checkpoint", "        torch.save(model.module.state_dict(), path)\n    dist.barrier()",
      "        torch.save(model.module.state_dict(), path)",
      "checkpoint_complete_before_return", "before rank 0 had finished writing"),
+    # a fence that holds on gloo only (fences.py): judged on CPU as nccl would
+    ("save_checkpoint", "        torch.save(model.module.state_dict(), path)\n    dist.barrier()",
+     "        torch.save(model.module.state_dict(), path)\n    dist.all_reduce(torch.zeros(1))",
+     "checkpoint_complete_before_return", "on NCCL (GPUs) dist.all_reduce returns once it is queued"),
+    ("save_checkpoint", "        torch.save(model.module.state_dict(), path)\n    dist.barrier()",
+     "        torch.save(model.module.state_dict(), path)\n    dist.broadcast(torch.zeros(1), src=0)",
+     "checkpoint_complete_before_return", "only dist.barrier() holds every rank"),
+    ("cleanup", "    dist.barrier()\n    dist.destroy_process_group()",
+     "    dist.all_reduce(torch.zeros(1))\n    dist.destroy_process_group()",
+     "cleanup_waits_then_destroys", "on NCCL (GPUs) dist.all_reduce returns once it is queued"),
     ("load_checkpoint", "torch.load(path, map_location=device)", "torch.load(path)",
      "checkpoint_loads_onto_device", "without map_location"),
     ("MiniDDP", "        param.grad.div_(self.world_size)  # sum of (g / N) over ranks = the average\n", "",
@@ -69,6 +79,22 @@ def test_typical_mistake_fails_with_a_targeted_message(task, old, new, check_nam
     messages = failed(report)
     assert check_name in messages, f"{check_name} passed; results:\n" + "\n".join(report.lines())
     assert phrase in messages[check_name], messages[check_name]
+
+
+# Waits that hold on nccl too (fences.py): a barrier after something else, a collective whose result the waiting
+# rank reads back to the host.
+FENCES = {
+    "all_reduce, then barrier": "dist.all_reduce(torch.zeros(1))\n    dist.barrier()",
+    "broadcast_object_list from rank 0": "dist.broadcast_object_list([None], src=0)",
+}
+
+
+@pytest.mark.parametrize("fence", FENCES.values(), ids=list(FENCES))
+def test_a_fence_that_holds_on_nccl_gets_full_marks(fence):
+    source = mutate(solution_source(EXERCISE), "        torch.save(model.module.state_dict(), path)\n    dist.barrier()",
+                    "        torch.save(model.module.state_dict(), path)\n    " + fence)
+    report = grade_source(EXERCISE, source, task="save_checkpoint")
+    assert report.passed and report.score == report.max_score > 0, "\n".join(report.lines())
 
 
 def test_wrong_setup_rank_is_caught_without_waiting_for_ever():

@@ -117,6 +117,9 @@ MUTANTS = [
     ("save_sharded_checkpoint", "    dist.barrier()  # nobody returns", "    pass  # nobody returns",
      "checkpoint_complete_and_written_once", "returned before the checkpoint file was complete",
      ["resume_matches_uninterrupted_run"]),
+    ("save_sharded_checkpoint", "    dist.barrier()  # nobody returns", "    dist.all_reduce(torch.zeros(1))  #",
+     "checkpoint_complete_and_written_once", "on NCCL (GPUs) dist.all_reduce returns once it is queued",
+     ["resume_matches_uninterrupted_run"]),  # passes on gloo by itself, so judged as on nccl (fences.py)
     ("save_sharded_checkpoint", "optimizer.state_dict()}, path)", "optimizer.optim.state_dict()}, path)",
      "checkpoint_complete_and_written_once", "one rank's shard", []),
     ("save_sharded_checkpoint", "    if dist.get_rank() == 0:\n        torch.save", "    if True:\n        torch.save",

@@ -13,6 +13,7 @@ import torch.distributed as dist
 from grader.checks import CheckFailed
 from grader.i18n import _
 from grader.grading import describe_failure
+from grader.exercises import fences
 from grader.exercises import happens_before as hb
 from grader.exercises import one_launch
 from grader.exercises.ddp_basics.exercise import check
@@ -176,32 +177,40 @@ def process_group_has_right_rank_and_size(g):
 def _in_rank_cleanup(ctx, student):
     """Happens-before evidence, no timing: the last rank enters cleanup only once rank 0 is
     blocked in a collective or has returned; rank 0 records whether the last rank had entered
-    when its own cleanup returned. Without a barrier, rank 0 has provably returned first."""
+    when its own cleanup returned. Without a barrier, rank 0 has provably returned first. Rank 0 also
+    returns what it called: the wait must be a fence (fences.py), the last rank having entered none."""
     last = ctx.world_size - 1
     cleanup = student.task("cleanup")
-    last_had_entered = None
+    last_had_entered, entries = None, []
     if ctx.rank == last:
         hb.wait_until(lambda: hb.blocked_or_returned(ctx, [0], entered_here=0), HOLD_BOUND_S)
         hb.mark(ctx, "entered")
         cleanup()
     elif ctx.rank == 0:
-        with hb.Collectives(ctx).marking(cleanup):
+        watch = hb.Collectives(ctx)
+        with watch.marking(cleanup):
             cleanup()
+        entries = watch.entries
         last_had_entered = hb.marked(ctx, "entered", last)
         hb.mark(ctx, "returned")
     else:
         cleanup()
-    return last_had_entered, dist.is_initialized()
+    return last_had_entered, dist.is_initialized(), entries
 
 
 @check("cleanup", points=0.5)
 def cleanup_waits_then_destroys(g):
     results = g.run(_in_rank_cleanup)
-    for rank, (_unused, still_initialized) in enumerate(results):
+    for rank, (_unused, still_initialized, _unused) in enumerate(results):
         if still_initialized:
             raise CheckFailed(_("rank {rank} still has a process group after cleanup(): call "
                                 "dist.destroy_process_group()",
                                 rank=rank))
+    waited_in = fences.unfenced(results[0][2], 0)
+    if waited_in:
+        raise CheckFailed(_("rank 0 waited for the other ranks only in {collectives} before "
+                            "destroy_process_group(): {rule}. Call dist.barrier() before destroy_process_group()",
+                            collectives=fences.named(waited_in), rule=fences.rule(waited_in)))
     if not results[0][0]:
         raise CheckFailed(_("rank 0 left cleanup() before rank {last} had even entered it: call "
                             "dist.barrier() before destroy_process_group(), so no rank tears down while others "

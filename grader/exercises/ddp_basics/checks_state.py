@@ -10,6 +10,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 
 from grader.checks import CheckFailed
 from grader.i18n import _
+from grader.exercises import fences
 from grader.exercises import happens_before as hb
 from grader.exercises import one_launch
 from grader.exercises.ddp_basics import reference as ref
@@ -35,14 +36,16 @@ def _read_state(path: str):
 def _in_rank_save(ctx, student):
     """Rank 0's torch.save is a slow disk made deterministic: it writes only once every other rank
     is blocked in a collective or has returned. A rank that returns without waiting for the write
-    has then provably looked for the file before it existed (happens_before.py)."""
+    has then provably looked for the file before it existed (happens_before.py). Rank 0 also returns how many
+    collectives it had entered when it wrote, and each rank what it called: the wait must be a fence (fences.py)."""
     path = os.path.join(ctx.workdir, "ckpt.pt")
-    real_save, writes = torch.save, []
+    real_save, writes, written_after = torch.save, [], []
     others = range(1, ctx.world_size)
 
     def held_save(obj, f, *args, **kwargs):
         writes.append(ctx.rank)
         if ctx.rank == 0:
+            written_after.append(watch.entered)
             hb.wait_until(lambda: hb.blocked_or_returned(ctx, others, watch.entered), HOLD_BOUND_S)
         return real_save(obj, f, *args, **kwargs)
 
@@ -64,11 +67,11 @@ def _in_rank_save(ctx, student):
     holds_model = state is not None and len(state) == len(expected) and all(
         torch.is_tensor(v) and torch.equal(v, expected.get(k.removeprefix("module."), torch.empty(0)))
         for k, v in state.items())
-    return len(writes), complete_at_return, keys, holds_model
+    return len(writes), complete_at_return, keys, holds_model, written_after[:1], watch.entries
 
 
 def _require_model_state(results) -> None:
-    _unused, _unused, keys, holds_model = results[0]
+    keys, holds_model = results[0][2:4]
     if keys is None:
         raise CheckFailed(_("no readable checkpoint was written at the given path: torch.save the model's "
                             "state_dict to `path` on rank 0"))
@@ -111,8 +114,15 @@ def checkpoint_has_unwrapped_keys(g):
 def checkpoint_complete_before_return(g):
     results = one_launch.run(g, SAVE_PARTS, _in_rank_save)
     _require_model_state(results)
-    for rank, (_unused, complete, _unused, _unused) in enumerate(results):
-        if not complete:
+    written_after = results[0][4]
+    for rank, result in enumerate(results[1:] if written_after else [], start=1):
+        waited_in = fences.unfenced(result[5], written_after[0])
+        if waited_in:
+            raise CheckFailed(_("rank {rank} waited for rank 0's write only in {collectives}: {rule}. Call "
+                                "dist.barrier() after the save, on every rank",
+                                rank=rank, collectives=fences.named(waited_in), rule=fences.rule(waited_in)))
+    for rank, result in enumerate(results):
+        if not result[1]:
             raise CheckFailed(_("rank {rank} returned from save_checkpoint before rank 0 had finished writing: "
                                 "call dist.barrier() after the save, on every rank",
                                 rank=rank))

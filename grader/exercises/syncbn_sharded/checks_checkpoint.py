@@ -16,7 +16,9 @@ from torch import nn
 
 from grader.checks import CheckFailed
 from grader.grading import describe_failure
+from grader.exercises import fences
 from grader.exercises import happens_before as hb
+from grader.i18n import _
 from grader.exercises.syncbn_sharded import reference as ref
 from grader.exercises.syncbn_sharded.common import assert_close_scaled, cpu
 from grader.exercises.syncbn_sharded.exercise import check
@@ -42,7 +44,7 @@ def _in_rank_checkpoint(ctx, student, resume: bool, held_write: bool):
         nn.functional.mse_loss(model(x), y).backward()
         opt.step()
     path = os.path.join(ctx.workdir, "checkpoint.pt")
-    writes, real_save = [], torch.save
+    writes, real_save, written_after = [], torch.save, []  # written_after: rank 0's collectives at its write
     others = range(1, ctx.world_size)
 
     def recording_save(obj, f, *args, **kwargs):
@@ -50,6 +52,7 @@ def _in_rank_checkpoint(ctx, student, resume: bool, held_write: bool):
         target = os.fspath(f) if isinstance(f, (str, os.PathLike)) else getattr(f, "name", None)
         if isinstance(target, str):
             writes.append(target)
+            written_after.append(watch.entered)
             if ctx.rank == 0 and held_write:
                 # A slow disk made deterministic: write only once every other rank is blocked in a
                 # collective rank 0 has not joined, or has returned (and looked for the file).
@@ -83,7 +86,7 @@ def _in_rank_checkpoint(ctx, student, resume: bool, held_write: bool):
         fresh_opt.step()
         params = [cpu(p) for p in fresh.parameters()]
     return {"writes": writes, "complete_at_return": complete_at_return, "problems": problems,
-            "params": params, "backend": ctx.backend}
+            "params": params, "backend": ctx.backend, "written_after": written_after[:1], "entries": watch.entries}
 
 
 def _checkpoint_problems(path: str, model: nn.Module) -> list[str]:
@@ -140,6 +143,13 @@ def _verify_checkpoint_written(results) -> None:
     for rank, got in enumerate(results):
         if got["problems"]:
             raise CheckFailed("the checkpoint is incomplete: " + "; ".join(got["problems"]))
+    written_after = results[0]["written_after"]  # the wait must be a fence (fences.py), on gloo as on nccl
+    for rank, got in enumerate(results[1:], start=1):
+        waited_in = fences.unfenced(got["entries"], written_after[0])
+        if waited_in:
+            raise CheckFailed(_("rank {rank} waited for rank 0's checkpoint only in {collectives}: {rule}. End "
+                                "with dist.barrier() on every rank, after the save",
+                                rank=rank, collectives=fences.named(waited_in), rule=fences.rule(waited_in)))
     for rank, got in enumerate(results):
         if not got["complete_at_return"]:
             raise CheckFailed(f"rank {rank} returned before the checkpoint file was complete (rank 0 was still "
