@@ -145,6 +145,31 @@ def _dumpable() -> None:
 
 def main(spec: RankSpec, conn) -> None:
     """Entry point of every rank (runs in a child of the forkserver)."""
+    _become_rank(spec)
+    # Bound now, before student code runs: a later swap of these names changes nothing here.
+    send, describe, exit_now, encode_ = conn.send_bytes, stacks.describe_exception, os._exit, encode
+    try:  # the machine's part: a failure here is never the student's (launcher: "could not run on this machine")
+        import torch
+        import torch.distributed as dist
+
+        torch.set_num_threads(spec.threads)
+        device = torch.device(spec.device)
+        if device.type == "cuda":
+            torch.cuda.set_device(device)
+        if spec.init_group:
+            _init_process_group(spec, torch, dist, device)
+    except BaseException as exc:
+        _report_and_leave(("unavailable", describe(exc)), send, conn, encode_, exit_now)
+    send(encode_(("ready", None)))  # the launcher's timeout starts now: the device and the group are set up
+    ctx = DistContext(rank=spec.rank, local_rank=spec.rank, world_size=spec.world_size, backend=spec.backend,
+                      device=device, master_addr=spec.master_addr, master_port=spec.master_port,
+                      workdir=spec.workdir)
+    _report_and_leave(_run_payload(spec, ctx, describe, encode_), send, conn, encode_, exit_now)
+
+
+def _become_rank(spec: RankSpec) -> None:
+    """The process as a rank: its own process group, its output in a file, its stack on request, its
+    environment (GPUs, language, torch.distributed's variables) and working folder."""
     try:
         os.setsid()
     except OSError:
@@ -176,31 +201,9 @@ def main(spec: RankSpec, conn) -> None:
     )
     os.chdir(spec.workdir)
 
-    # Bound now, before student code runs: a later swap of these names changes nothing here.
-    send, describe, exit_now, encode_ = conn.send_bytes, stacks.describe_exception, os._exit, encode
-    try:  # the machine's part: a failure here is never the student's (launcher: "could not run on this machine")
-        import torch
-        import torch.distributed as dist
 
-        torch.set_num_threads(spec.threads)
-        device = torch.device(spec.device)
-        if device.type == "cuda":
-            torch.cuda.set_device(device)
-        if spec.init_group:
-            _init_process_group(spec, torch, dist, device)
-    except BaseException as exc:
-        _report_and_leave(("unavailable", describe(exc)), send, conn, encode_, exit_now)
-    send(encode_(("ready", None)))  # the launcher's timeout starts now: the device and the group are set up
-    ctx = DistContext(
-        rank=spec.rank,
-        local_rank=spec.rank,
-        world_size=spec.world_size,
-        backend=spec.backend,
-        device=device,
-        master_addr=spec.master_addr,
-        master_port=spec.master_port,
-        workdir=spec.workdir,
-    )
+def _run_payload(spec: RankSpec, ctx: DistContext, describe, encode_) -> bytes:
+    """Run the check's function in this rank; the encoded ("ok", value) or ("error", description)."""
     guard = None
     try:
         fn, args, kwargs = cloudpickle.loads(spec.payload)
@@ -213,12 +216,11 @@ def main(spec: RankSpec, conn) -> None:
             if guard is not None:
                 guard.verify("while it was checked")
         try:
-            message = encode_(("ok", value))
+            return encode_(("ok", value))
         except Exception as exc:
             raise TypeError(f"the value returned by rank {spec.rank} could not be sent back: {exc}") from None
     except BaseException as exc:  # SystemExit, KeyboardInterrupt and integrity.Tampered too
-        message = encode_(("error", describe(exc)))
-    _report_and_leave(message, send, conn, encode_, exit_now)
+        return encode_(("error", describe(exc)))
 
 
 def _report_and_leave(message, send, conn, encode_, exit_now) -> None:
