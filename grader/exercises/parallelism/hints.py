@@ -49,16 +49,16 @@ HINTS = {
         "gather columns.",
     ],
     "parallelize_mlp": [
-        "No autograd functions this time: the library does what task 4 did by hand. Decide first how each layer "
-        "is split so that the hidden activation never has to be gathered: one layer by output features, the next "
-        "by input features, and only the second one's partial outputs summed.",
-        "`parallelize_module(module, mesh, plan)` from `torch.distributed.tensor.parallel` takes a plan: a dict "
-        "from a submodule's name to a parallel style. `ColwiseParallel()` places a linear layer's weight "
-        "`Shard(0)`; `RowwiseParallel()` places it `Shard(1)`, replicates its bias and all-reduces its output.",
-        "The styles also convert what flows in and out: a column-wise layer turns the plain input into a "
-        "replicated DTensor (whose backward sums the input gradient: the one backward all-reduce), and a row-wise "
-        "layer returns a plain, replicated tensor by default. So no `DTensor` code of your own is needed: return "
-        "the module `parallelize_module` gives back.",
+        "Start from the lesson's plan and extend it: which layers split by output features, which by input "
+        "features, so that no hidden activation is ever gathered? Then run your plan and count: the check's message "
+        "lists every collective of the forward and of the backward.",
+        "In the backward, each column-parallel layer hands back only a partial gradient of its input, and the "
+        "style that turned the plain input into a replicated DTensor is the one that sums it. Here two layers "
+        "read the same `x`. How many such conversions does your plan make, and how many could it make?",
+        "The tensor-parallel package has a style for a module's inputs, not only for linear layers: "
+        "`PrepareModuleInput` (read its docstring, in particular `use_local_output`). A DTensor that arrives already "
+        "replicated is not converted again by a column-wise layer, and autograd adds partial gradients before "
+        "anything is summed across ranks.",
     ],
     "pipeline_step": [
         "Write the ranks as two branches on `dist.get_rank()` and list the messages in order on paper: rank 0 "
