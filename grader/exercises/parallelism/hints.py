@@ -72,4 +72,16 @@ HINTS = {
         "activation's shape, then call `backward` on the original activation with that gradient. Rank 1 builds "
         "its buffers from the header with `torch.empty(size_tensor.tolist(), device=targets.device)`.",
     ],
+    "pipeline_schedule": [
+        "Three pieces: this rank's layers as a module (which indices does the contract give rank r?), a stage that "
+        "wraps them and knows its index among the stages, and a schedule object chosen by name that drives the "
+        "stage through the microbatches. Only the first stage gets the batch and only the last the targets.",
+        "`torch.distributed.pipelining` has `PipelineStage(module, stage_index, num_stages, device)` and the "
+        "schedules `ScheduleGPipe` and `Schedule1F1B`, both built from a stage, `n_microbatches=` and `loss_fn=`. "
+        "Slicing an `nn.Sequential` (`model[a:b]`) gives a new Sequential that holds the same layer objects, so "
+        "their gradients land in `model`.",
+        "A schedule's `step` is called on every rank: with the input on rank 0, with `target=` and a list passed "
+        "as `losses=` on the last rank (the schedule appends each microbatch's loss to it), with nothing on a "
+        "middle rank. Return that list on the last rank and `[]` elsewhere.",
+    ],
 }
