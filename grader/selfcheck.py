@@ -30,6 +30,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 # A typical mistake per exercise: (anchor in the solution's answers, replacement).
 KNOWN_MISTAKES = {
+    "01_parallelism": ('{"GPipe": ScheduleGPipe, "1F1B": Schedule1F1B}[schedule]', "ScheduleGPipe  # whatever schedule says"),
     "02_ddp_basics": ("loader.sampler.set_epoch(epoch)", "pass  # no set_epoch"),
 }
 

@@ -29,6 +29,7 @@ SERIAL_UNIT = "serial-system"
 FAST_FILES = {
     "test_layers.py", "test_public_apis.py", "test_guard_list.py", "test_cells.py", "test_hints.py",
     "test_tolerances.py", "test_plan.py", "test_docs.py", "test_smoke.py", "test_gradebook_metadata_check.py",
+    "test_independence.py",
 }
 
 

@@ -52,6 +52,9 @@ QUIZZES: dict[str, dict[str, Question]] = {
         "q7": Q("75aa89aede7e", "57e9ced93b3a9f68",
                 N_('Shard(0) to Replicate() is an all-gather: each rank sends its block and receives the other; '
                    'a reduction happens only from Partial() (§4.2).')),
+        "q8": Q("57798a3dac25", "39513cde7cf935f6",
+                N_('1F1B reorders the same work, so the bubble stays (p-1)/(m+p-1); starting a backward after every '
+                   'forward caps the micro-batches in flight at p, hence the activation memory (§4.3).')),
     },
     "02_ddp_basics": {
         "q1": Q("bb82bcefddf1", "57047bb7da5a9713",

@@ -1,5 +1,5 @@
-"""Exercise 01_parallelism, task parallelize_mlp (DeviceMesh + DTensor, column-then-row): the solution
-passes, and each typical mistake and lazy answer fails with a message naming the extra or missing
+"""Exercise 01_parallelism, task parallelize_mlp (DeviceMesh + DTensor, a SwiGLU block column-then-row): the
+solution passes, and each typical mistake and lazy answer fails with a message naming the extra or missing
 collective (real multi-process runs). One grading per answer, module-scoped."""
 from __future__ import annotations
 
@@ -9,29 +9,31 @@ from tests.helpers import failed, grade_source, replace_definition, solution_sou
 
 EXERCISE, TASK = "01_parallelism", "parallelize_mlp"
 VALUES, LAYOUT, HIDDEN = ("dtensor_block_matches_one_process", "dtensor_block_is_column_then_row",
-                          "dtensor_block_three_ranks_gelu_3d")
+                          "dtensor_block_three_ranks_biases_3d")
 
 GATHER_THEN_ROW_BODY = '''
             from torch.distributed.tensor import Replicate
-            return parallelize_module(mlp, mesh, {"fc1": ColwiseParallel(output_layouts=Replicate()),
-                                                  "fc2": RowwiseParallel(input_layouts=Replicate())})'''
+            return parallelize_module(mlp, mesh, {"gate": ColwiseParallel(output_layouts=Replicate()),
+                                                  "up": ColwiseParallel(output_layouts=Replicate()),
+                                                  "down": RowwiseParallel(input_layouts=Replicate())})'''
 GATHER_THEN_ROW = '''
         def parallelize_mlp(mlp, mesh):''' + GATHER_THEN_ROW_BODY
 
 ANSWERS = {
     "solution": None,
-    # the plan the other way round: it only runs with a gather of fc2's output columns
-    "row_then_column": '''
+    # the lesson's plan, one layer more: right numbers and placements, but gate and up each turn x into a
+    # replicated DTensor of their own, so the backward all-reduces the input's gradient twice
+    "lesson_plan_extended": '''
+        def parallelize_mlp(mlp, mesh):
+            return parallelize_module(mlp, mesh, {"gate": ColwiseParallel(), "up": ColwiseParallel(),
+                                                  "down": RowwiseParallel()})''',
+    # all three column-parallel: the hidden activation is gathered before down
+    "all_column": '''
         def parallelize_mlp(mlp, mesh):
             from torch.distributed.tensor import Replicate
-            return parallelize_module(mlp, mesh, {"fc1": RowwiseParallel(input_layouts=Replicate()),
-                                                  "fc2": ColwiseParallel(output_layouts=Replicate())})''',
-    # both column-parallel: the hidden activation is gathered between the layers
-    "both_column": '''
-        def parallelize_mlp(mlp, mesh):
-            from torch.distributed.tensor import Replicate
-            return parallelize_module(mlp, mesh, {"fc1": ColwiseParallel(output_layouts=Replicate()),
-                                                  "fc2": ColwiseParallel(output_layouts=Replicate())})''',
+            return parallelize_module(mlp, mesh, {"gate": ColwiseParallel(output_layouts=Replicate()),
+                                                  "up": ColwiseParallel(output_layouts=Replicate()),
+                                                  "down": ColwiseParallel(output_layouts=Replicate())})''',
     # the laziest answer: nothing parallelized (right numbers, no collective)
     "unchanged": '''
         def parallelize_mlp(mlp, mesh):
@@ -48,7 +50,11 @@ ANSWERS = {
     "parallelized_copy": '''
         def parallelize_mlp(mlp, mesh):
             import copy
-            return parallelize_module(copy.deepcopy(mlp), mesh, {"fc1": ColwiseParallel(), "fc2": RowwiseParallel()})''',
+            from torch.distributed.tensor.parallel import PrepareModuleInput
+            copied = parallelize_module(copy.deepcopy(mlp), mesh, PrepareModuleInput(
+                input_layouts=(Replicate(),), desired_input_layouts=(Replicate(),), use_local_output=False))
+            return parallelize_module(copied, mesh, {"gate": ColwiseParallel(), "up": ColwiseParallel(),
+                                                     "down": RowwiseParallel()})''',
     # gathers the hidden activation, then row-wise: right numbers, an extra all_gather (the twin of the tampers)
     "gather_then_row": GATHER_THEN_ROW,
     # the same, hiding its all_gathers from the grader's recorder by swapping its __torch_dispatch__ (the
@@ -81,17 +87,21 @@ ANSWERS = {
                 calls[:] = [c for c in calls if c.kind != "all_gather"]
             mlp.register_forward_hook(forget)
 ''' + GATHER_THEN_ROW_BODY,
-    # correct alternatives the task text allows: the defaults spelled out, one layer at a time
-    "explicit_layouts": '''
+    # correct alternatives: the input prepared inside the plan (the root's name is ""), and the layers one by one
+    "prepared_in_the_plan": '''
         def parallelize_mlp(mlp, mesh):
-            from torch.distributed.tensor import Replicate, Shard
+            from torch.distributed.tensor.parallel import PrepareModuleInput
             return parallelize_module(mlp, mesh, {
-                "fc1": ColwiseParallel(input_layouts=Replicate(), output_layouts=Shard(-1)),
-                "fc2": RowwiseParallel(input_layouts=Shard(-1), output_layouts=Replicate())})''',
+                "": PrepareModuleInput(input_layouts=(Replicate(),), desired_input_layouts=(Replicate(),)),
+                "gate": ColwiseParallel(), "up": ColwiseParallel(), "down": RowwiseParallel()})''',
     "layer_by_layer": '''
         def parallelize_mlp(mlp, mesh):
-            parallelize_module(mlp.fc1, mesh, ColwiseParallel())
-            parallelize_module(mlp.fc2, mesh, RowwiseParallel())
+            from torch.distributed.tensor.parallel import PrepareModuleInput
+            parallelize_module(mlp, mesh, PrepareModuleInput(input_layouts=(Replicate(),),
+                                                             desired_input_layouts=(Replicate(),),
+                                                             use_local_output=False))
+            for name, style in (("gate", ColwiseParallel()), ("up", ColwiseParallel()), ("down", RowwiseParallel())):
+                parallelize_module(getattr(mlp, name), mesh, style)
             return mlp''',
     # pops the grader's mode off torch's stack for good as the forward starts
     "hide_gathers_popping_the_mode": '''
@@ -111,13 +121,13 @@ def reports():
     for name, code in ANSWERS.items():
         source = solution if code is None else replace_definition(solution, TASK, code)
         # the mistakes' public checks only (they name the mistake); the solution and the lazy answer: all
-        checks = [VALUES, LAYOUT] if name in ("row_then_column", "both_column", "parallelized_copy") else None
+        checks = [VALUES, LAYOUT] if name in ("lesson_plan_extended", "all_column", "parallelized_copy") else None
         report = grade_source(EXERCISE, source, task=TASK, checks=checks)
         out[name] = (report, failed(report))
     return out
 
 
-@pytest.mark.parametrize("answer", ["solution", "explicit_layouts", "layer_by_layer"])
+@pytest.mark.parametrize("answer", ["solution", "prepared_in_the_plan", "layer_by_layer"])
 def test_solution_gets_full_marks(reports, answer):
     report, bad = reports[answer]
     assert bad == {}
@@ -125,15 +135,17 @@ def test_solution_gets_full_marks(reports, answer):
     assert {c.name for c in report.checks} == {VALUES, LAYOUT, HIDDEN}
 
 
-def test_row_then_column_names_the_extra_all_gather(reports):
-    report, bad = reports["row_then_column"]
-    assert set(bad) == {LAYOUT}  # the numbers are right; the communication is not
-    assert "forward made all_reduce" in bad[LAYOUT] and "the extra all_gather" in bad[LAYOUT]
+def test_the_lesson_plan_extended_is_told_its_second_backward_all_reduce(reports):
+    report, bad = reports["lesson_plan_extended"]
+    assert set(bad) == {LAYOUT}  # the numbers and placements are right; the backward's communication is not
+    message = bad[LAYOUT]
+    assert "backward made all_reduce" in message and message.count("all_reduce (") == 2, message
+    assert "gate and up each sum their own partial input gradient" in message and "once" in message
     assert report.score == 3
 
 
-def test_both_column_names_the_gathers(reports):
-    _, bad = reports["both_column"]
+def test_all_column_names_the_gathers(reports):
+    _, bad = reports["all_column"]
     assert set(bad) == {LAYOUT}
     assert "forward made all_gather" in bad[LAYOUT] and "the extra all_gather" in bad[LAYOUT]
     assert "all_reduce" not in bad[LAYOUT].split(";")[0]  # the one all_reduce column-then-row makes is missing

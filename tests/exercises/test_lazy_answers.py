@@ -27,6 +27,8 @@ LAZY = [
      "rank r holds the output rows"),
     ("01_parallelism", "pipeline_step", "def pipeline_step(stage, inputs, targets, loss_fn):\n    return None",
      "never called loss_fn"),
+    ("01_parallelism", "pipeline_schedule",
+     "def pipeline_schedule(model, x, targets, loss_fn, n_microbatches, schedule):\n    return []", "got no gradient"),
     # 02_ddp_basics
     ("02_ddp_basics", "pick_backend", 'def pick_backend():\n    return "gloo"', "not a fixed answer"),
     ("02_ddp_basics", "pick_device", 'def pick_device(local_rank):\n    return torch.device("cpu")',

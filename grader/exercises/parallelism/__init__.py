@@ -6,6 +6,7 @@ single-process reference (reference.py).
     checks_tensor.py       ColumnParallelLinear
     checks_dtensor.py      parallelize_mlp (DeviceMesh and DTensor: column-then-row, collectives counted)
     checks_pipeline.py     pipeline_step; pipeline_diagnosis.py names a failed pipeline's likely mistake
+    checks_schedule.py     pipeline_schedule (GPipe and 1F1B: gradients, losses, the order of the messages)
 
 This file declares the exercise; its checks_*.py and hidden_*.py modules are found by
 grader.exercises.discover() (the contract is in grader/exercises/__init__.py).
@@ -15,6 +16,6 @@ from grader.checks import Exercise
 EXERCISE = Exercise(
     "01_parallelism",
     tasks=["shard_indices", "average_gradients", "ring_all_reduce", "ColumnParallelLinear", "parallelize_mlp",
-           "pipeline_step"],
+           "pipeline_step", "pipeline_schedule"],
 )
 check = EXERCISE.check

@@ -1,15 +1,21 @@
-"""01_parallelism: an MLP block tensor-parallelized with DeviceMesh and DTensor (Megatron's column-then-row).
+"""01_parallelism: a SwiGLU MLP block tensor-parallelized with DeviceMesh and DTensor (column-then-row).
 
-One run per check: every rank builds the same MLP (fc1, act, fc2), hands it to the student's function
-with a 1-D mesh over all ranks, then runs forward and backward on the same input. The rank sends back
-what it measured: the output, the input's and every parameter's full gradient, each parameter's
-placements, and the collectives the forward and the backward made (seen at the dispatcher). The parent
-compares with one process and with what column-then-row communicates: one all-reduce in the forward
-(fc2's partial sums) and one in the backward (the input's gradient), nothing else.
+The lesson parallelizes a plain MLP (fc1, act, fc2); the task is a block it did not show:
+down(silu(gate(x)) * up(x)), two column-parallel layers reading the same input. A plan that treats them as
+two independent column-parallel layers all-reduces the input's gradient twice in backward; the design
+asked for sums their partial gradients first, so one all-reduce remains.
+
+One run per check: every rank builds the same block, hands it to the student's function with a 1-D mesh
+over all ranks, then runs forward and backward on the same input. The rank sends back what it measured:
+the output, the input's and every parameter's full gradient, each parameter's placements, and the
+collectives the forward and the backward made (seen at the dispatcher). The parent compares with one
+process and with what column-then-row communicates: one all-reduce in the forward (down's partial sums)
+and one in the backward (the input's gradient), nothing else.
 """
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from grader.checks import CheckFailed
@@ -19,25 +25,37 @@ from grader.exercises.parallelism.host import host as _host
 
 # parameter -> (placement it must have, what that means); Shard(0) of a Linear weight = its output rows
 LAYOUT = {
-    "fc1.weight": ("Shard(dim=0)", "fc1 column-parallel: each rank holds some of its output features (rows)"),
-    "fc1.bias": ("Shard(dim=0)", "fc1's bias follows its output rows"),
-    "fc2.weight": ("Shard(dim=1)", "fc2 row-parallel: each rank holds the input features fc1's shard produced"),
-    "fc2.bias": ("Replicate()", "fc2's bias is added once, after the partial sums are reduced"),
+    "gate.weight": ("Shard(dim=0)", "gate column-parallel: each rank holds some of its output features (rows)"),
+    "gate.bias": ("Shard(dim=0)", "gate's bias follows its output rows"),
+    "up.weight": ("Shard(dim=0)", "up column-parallel, split like gate: a rank multiplies its own gate and up "
+                  "features elementwise"),
+    "up.bias": ("Shard(dim=0)", "up's bias follows its output rows"),
+    "down.weight": ("Shard(dim=1)", "down row-parallel: each rank holds the input features its gate and up shards "
+                    "produced"),
+    "down.bias": ("Replicate()", "down's bias is added once, after the partial sums are reduced"),
 }
 
 
 # 24 hidden features split evenly over 1, 2, 3, 4, 6 or 8 ranks (--world-size): torch 2.13's RowwiseParallel
-# rebuilds its input from the local shard assuming even shards, so an uneven split fails inside fc2 (measured)
+# rebuilds its input from the local shard assuming even shards, so an uneven split fails inside down (measured);
+# the task text says the hidden size is a multiple of the world size
 HIDDEN = 24
 
 
-def mlp_block(seed: int, d: int, h: int, act: str) -> nn.Module:
+class SwiGLU(nn.Module):
+    """The gated MLP of LLaMA-style transformers: down(silu(gate(x)) * up(x))."""
+
+    def __init__(self, d: int, h: int, bias: bool):
+        super().__init__()
+        self.gate, self.up, self.down = nn.Linear(d, h, bias=bias), nn.Linear(d, h, bias=bias), nn.Linear(h, d, bias=bias)
+
+    def forward(self, x):
+        return self.down(F.silu(self.gate(x)) * self.up(x))
+
+
+def mlp_block(seed: int, d: int, h: int, bias: bool) -> nn.Module:
     torch.manual_seed(seed)
-    block = nn.Sequential()
-    block.add_module("fc1", nn.Linear(d, h))
-    block.add_module("act", nn.GELU() if act == "gelu" else nn.ReLU())
-    block.add_module("fc2", nn.Linear(h, d))
-    return block
+    return SwiGLU(d, h, bias)
 
 
 def block_inputs(seed: int, shape):
@@ -45,9 +63,9 @@ def block_inputs(seed: int, shape):
     return torch.randn(*shape, generator=g), torch.randn(*shape, generator=g)  # input, the loss's weights
 
 
-def one_process(seed, d, h, act, shape) -> dict:
+def one_process(seed, d, h, bias, shape) -> dict:
     """The unsplit block's output and gradients of sum(output * probe)."""
-    block = mlp_block(seed, d, h, act)
+    block = mlp_block(seed, d, h, bias)
     x, probe = block_inputs(seed, shape)
     x.requires_grad_(True)
     y = block(x)
@@ -70,11 +88,11 @@ def _full(t):
     return _host(t.full_tensor() if isinstance(t, DTensor) else t)
 
 
-def _block_in_rank(ctx, student, seed, d, h, act, shape):
+def _block_in_rank(ctx, student, seed, d, h, bias, shape):
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.tensor import DTensor
     mesh = init_device_mesh(ctx.device.type, (ctx.world_size,))
-    block = mlp_block(seed, d, h, act).to(ctx.device)
+    block = mlp_block(seed, d, h, bias).to(ctx.device)
     x, probe = (t.to(ctx.device) for t in block_inputs(seed, shape))
     x.requires_grad_(True)
     model = student.task("parallelize_mlp")(block, mesh)
@@ -106,13 +124,13 @@ def _block_in_rank(ctx, student, seed, d, h, act, shape):
             "forward": [(c.kind, c.nbytes) for c in forward], "backward": [(c.kind, c.nbytes) for c in backward]}
 
 
-def run_block(g, world_size, d, h, act, shape, seed=31):
-    per_rank = g.run(_block_in_rank, seed, d, h, act, shape, world_size=world_size)
-    return per_rank, one_process(seed, d, h, act, shape)
+def run_block(g, world_size, d, h, bias, shape, seed=31):
+    per_rank = g.run(_block_in_rank, seed, d, h, bias, shape, world_size=world_size)
+    return per_rank, one_process(seed, d, h, bias, shape)
 
 
 NOT_PARALLEL = ("no parameter of the returned module is a sharded DTensor: the block is not parallelized (every rank "
-                "holds and computes all of it). Split it with parallelize_module and a plan for fc1 and fc2")
+                "holds and computes all of it). Split it with parallelize_module and a plan for gate, up and down")
 
 
 def check_values(g, per_rank, expected):
@@ -120,18 +138,19 @@ def check_values(g, per_rank, expected):
         if not any("Shard" in placement for placement, _ in got["layout"].values()):
             raise CheckFailed(f"rank {rank}: {NOT_PARALLEL}")  # right numbers from an unsplit block earn nothing
         g.assert_close(got["y"], expected["y"], f"rank {rank}: the block's output",
-                       "every rank must end with fc2(act(fc1(x))) of the unsplit block: fc1 column-parallel, "
-                       "fc2 row-parallel, and the partial outputs summed over ranks")
+                       "every rank must end with down(silu(gate(x)) * up(x)) of the unsplit block: gate and up "
+                       "split alike by output features, down by input features, and down's partial outputs summed "
+                       "over ranks")
         if got["x_grad"] is None:
             raise CheckFailed(f"the input got no gradient on rank {rank}: the output must keep its autograd graph")
         g.assert_close(got["x_grad"], expected["x_grad"], f"rank {rank}: the input's gradient",
-                       "each rank's fc1 shard covers only its hidden features: their input gradients are summed "
-                       "over ranks in backward (ColwiseParallel does it)")
+                       "each rank's gate and up shards cover only its hidden features: the input gradients they "
+                       "give are partial, summed over ranks in backward")
         for name, want in expected["grads"].items():
             have = got["grads"].get(name)
             if have is None:
                 raise CheckFailed(f"rank {rank}: {name} has no gradient (or no parameter of that name): keep "
-                                  "the block's fc1 and fc2 and parallelize them in place")
+                                  "the block's gate, up and down and parallelize them in place")
             g.assert_close(have, want, f"rank {rank}: {name}.grad (gathered over ranks)",
                            "every parameter's gradient, put together from its shards, must equal the unsplit "
                            "block's")
@@ -141,19 +160,29 @@ def _named(calls) -> str:
     return ", ".join(f"{kind} ({nbytes} B)" for kind, nbytes in calls) or "no collective"
 
 
+TWO_INPUT_REDUCES = ("gate and up each sum their own partial input gradient over ranks, one all_reduce each. Both "
+                     "read the same x: make x a replicated DTensor once, for the whole block, before gate and up "
+                     "see it; autograd then adds their two partial gradients on each rank and one all_reduce "
+                     "sums the result")
+
+
 def _collective_mistake(phase: str, calls) -> str | None:
     found = [kind for kind, _ in calls]
     if found == ["all_reduce"]:
         return None
     if not found:
         return (f"the {phase} made no collective: the block is not tensor-parallel (every rank computes all of "
-                "it); column-then-row makes one all_reduce in the forward (fc2's partial outputs) and one in "
+                "it); column-then-row makes one all_reduce in the forward (down's partial outputs) and one in "
                 "the backward (the input's gradient)")
     extra = [k for k in found if k != "all_reduce"]
-    why = (f"the extra {', '.join(sorted(set(extra)))} gathers an activation or its gradient that "
-           "column-then-row never needs: with fc1 column-parallel (ColwiseParallel) and fc2 row-parallel "
-           "(RowwiseParallel), each rank feeds its own hidden features straight into its fc2 shard"
-           if extra else "column-then-row needs exactly one all_reduce here")
+    if extra:
+        why = (f"the extra {', '.join(sorted(set(extra)))} gathers an activation or its gradient that "
+               "column-then-row never needs: with gate and up column-parallel and down row-parallel, each rank "
+               "feeds its own hidden features straight into its down shard")
+    elif phase == "backward" and len(found) == 2:
+        why = TWO_INPUT_REDUCES
+    else:
+        why = "column-then-row needs exactly one all_reduce here"
     return f"the {phase} made {_named(calls)}; {why}"
 
 
@@ -166,8 +195,10 @@ def check_communication(g, per_rank, world_size):
         for name, (placement, meaning) in LAYOUT.items():
             have, local = got["layout"].get(name, ("missing", ()))
             if have == "missing":
-                raise CheckFailed(f"the returned module has no parameter {name}: parallelize the block's fc1 and "
-                                  "fc2 in place and return it")
+                if name.endswith(".bias"):
+                    continue  # the block of this check has no biases
+                raise CheckFailed(f"the returned module has no parameter {name}: parallelize the block's gate, up "
+                                  "and down in place and return it")
             if have != placement and world_size > 1:
                 held = f"placements ({have})" if have else "a plain tensor (every rank holds all of it)"
                 raise CheckFailed(f"rank {rank}: {name} is {held}, shape {local} on this rank; expected {placement}: "
@@ -176,13 +207,14 @@ def check_communication(g, per_rank, world_size):
 
 @EXERCISE.check("parallelize_mlp", points=3)
 def dtensor_block_matches_one_process(g):
-    """The grader's world size (2), 8 -> 24 -> 8 with ReLU: output, input gradient and every parameter's gradient."""
-    per_rank, expected = run_block(g, g.world_size, 8, HIDDEN, "relu", (4, 8))
+    """The grader's world size (2), SwiGLU 8 -> 24 -> 8 without biases: output, input gradient and every
+    parameter's gradient."""
+    per_rank, expected = run_block(g, g.world_size, 8, HIDDEN, False, (4, 8))
     check_values(g, per_rank, expected)
 
 
 @EXERCISE.check("parallelize_mlp", points=3)
 def dtensor_block_is_column_then_row(g):
     """The grader's world size (2): the shards' placements, and one all_reduce in the forward and one in the backward."""
-    per_rank, _ = run_block(g, g.world_size, 8, HIDDEN, "relu", (4, 8))
+    per_rank, _ = run_block(g, g.world_size, 8, HIDDEN, False, (4, 8))
     check_communication(g, per_rank, g.world_size)

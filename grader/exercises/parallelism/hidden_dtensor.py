@@ -6,11 +6,12 @@ from grader.exercises.parallelism.checks_dtensor import run_block, check_values,
 
 
 @EXERCISE.check("parallelize_mlp", points=1, hidden=True, world_size=3)
-def dtensor_block_three_ranks_gelu_3d(g):
-    """3 ranks, 6 -> 12 -> 6 with GELU, a 3-D input (2, 3, 6).
+def dtensor_block_three_ranks_biases_3d(g):
+    """3 ranks, SwiGLU 6 -> 12 -> 6 with biases (gate's and up's sharded, down's replicated), a 3-D input (2, 3, 6).
 
-    The hidden size splits evenly on purpose: in torch 2.13 RowwiseParallel rebuilds its input DTensor from
-    the local shard assuming even shards, so 10 hidden features on 3 ranks fail inside fc2 (measured)."""
-    per_rank, expected = run_block(g, 3, 6, 12, "gelu", (2, 3, 6))
+    The hidden size splits evenly on purpose, as the task text promises: in torch 2.13 RowwiseParallel rebuilds
+    its input DTensor from the local shard assuming even shards, so 10 hidden features on 3 ranks fail inside
+    down (measured)."""
+    per_rank, expected = run_block(g, 3, 6, 12, True, (2, 3, 6))
     check_values(g, per_rank, expected)
     check_communication(g, per_rank, 3)

@@ -49,16 +49,16 @@ HINTS = {
         "gather columns.",
     ],
     "parallelize_mlp": [
-        "No autograd functions this time: the library does what task 4 did by hand. Decide first how each layer "
-        "is split so that the hidden activation never has to be gathered: one layer by output features, the next "
-        "by input features, and only the second one's partial outputs summed.",
-        "`parallelize_module(module, mesh, plan)` from `torch.distributed.tensor.parallel` takes a plan: a dict "
-        "from a submodule's name to a parallel style. `ColwiseParallel()` places a linear layer's weight "
-        "`Shard(0)`; `RowwiseParallel()` places it `Shard(1)`, replicates its bias and all-reduces its output.",
-        "The styles also convert what flows in and out: a column-wise layer turns the plain input into a "
-        "replicated DTensor (whose backward sums the input gradient: the one backward all-reduce), and a row-wise "
-        "layer returns a plain, replicated tensor by default. So no `DTensor` code of your own is needed: return "
-        "the module `parallelize_module` gives back.",
+        "Start from the lesson's plan and extend it: which layers split by output features, which by input "
+        "features, so that no hidden activation is ever gathered? Then run your plan and count: the check's message "
+        "lists every collective of the forward and of the backward.",
+        "In the backward, each column-parallel layer hands back only a partial gradient of its input, and the "
+        "style that turned the plain input into a replicated DTensor is the one that sums it. Here two layers "
+        "read the same `x`. How many such conversions does your plan make, and how many could it make?",
+        "The tensor-parallel package has a style for a module's inputs, not only for linear layers: "
+        "`PrepareModuleInput` (read its docstring, in particular `use_local_output`). A DTensor that arrives already "
+        "replicated is not converted again by a column-wise layer, and autograd adds partial gradients before "
+        "anything is summed across ranks.",
     ],
     "pipeline_step": [
         "Write the ranks as two branches on `dist.get_rank()` and list the messages in order on paper: rank 0 "
@@ -71,5 +71,17 @@ HINTS = {
         "it holds the graph. Receive the gradient into `torch.empty(shape, dtype=..., device=...)` with the "
         "activation's shape, then call `backward` on the original activation with that gradient. Rank 1 builds "
         "its buffers from the header with `torch.empty(size_tensor.tolist(), device=targets.device)`.",
+    ],
+    "pipeline_schedule": [
+        "Three pieces: this rank's layers as a module (which indices does the contract give rank r?), a stage that "
+        "wraps them and knows its index among the stages, and a schedule object chosen by name that drives the "
+        "stage through the microbatches. Only the first stage gets the batch and only the last the targets.",
+        "`torch.distributed.pipelining` has `PipelineStage(module, stage_index, num_stages, device)` and the "
+        "schedules `ScheduleGPipe` and `Schedule1F1B`, both built from a stage, `n_microbatches=` and `loss_fn=`. "
+        "Slicing an `nn.Sequential` (`model[a:b]`) gives a new Sequential that holds the same layer objects, so "
+        "their gradients land in `model`.",
+        "A schedule's `step` is called on every rank: with the input on rank 0, with `target=` and a list passed "
+        "as `losses=` on the last rank (the schedule appends each microbatch's loss to it), with nothing on a "
+        "middle rank. Return that list on the last rank and `[]` elsewhere.",
     ],
 }

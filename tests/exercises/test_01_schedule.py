@@ -1,0 +1,192 @@
+"""Exercise 01_parallelism, task pipeline_schedule (torch.distributed.pipelining, GPipe and 1F1B): the solution
+passes, a hand-written 1F1B in the same order passes too, and each typical mistake and lazy answer fails with a
+message naming it (real multi-process runs). One grading per answer, module-scoped."""
+from __future__ import annotations
+
+import pytest
+
+from grader.exercises.parallelism.checks_schedule import events, expected_order
+from tests.helpers import failed, grade_source, replace_definition, solution_source
+
+EXERCISE, TASK = "01_parallelism", "pipeline_schedule"
+ONE_F_ONE_B, GPIPE, HIDDEN = ("schedule_1f1b_matches_one_process_in_its_order",
+                              "schedule_gpipe_matches_one_process_in_its_order", "schedule_three_stages_uneven")
+
+STEP = '''
+            losses = []
+            if rank == 0:
+                runner.step(x)
+            elif rank == world_size - 1:
+                runner.step(target=targets, losses=losses)
+            else:
+                runner.step()
+            return losses'''
+
+ANSWERS = {
+    "solution": None,
+    # the typical mistake: one schedule whatever the argument says
+    "always_gpipe": '''
+        def pipeline_schedule(model, x, targets, loss_fn, n_microbatches, schedule):
+            rank, world_size = dist.get_rank(), dist.get_world_size()
+            mine = torch.tensor_split(torch.arange(len(model)), world_size)[rank].tolist()
+            stage = PipelineStage(model[mine[0]:mine[-1] + 1], rank, world_size, x.device)
+            runner = ScheduleGPipe(stage, n_microbatches=n_microbatches, loss_fn=loss_fn)''' + STEP,
+    # no microbatching: the schedule runs the whole batch as one microbatch
+    "one_microbatch": '''
+        def pipeline_schedule(model, x, targets, loss_fn, n_microbatches, schedule):
+            rank, world_size = dist.get_rank(), dist.get_world_size()
+            mine = torch.tensor_split(torch.arange(len(model)), world_size)[rank].tolist()
+            stage = PipelineStage(model[mine[0]:mine[-1] + 1], rank, world_size, x.device)
+            kind = {"GPipe": ScheduleGPipe, "1F1B": Schedule1F1B}[schedule]
+            runner = kind(stage, n_microbatches=1, loss_fn=loss_fn)''' + STEP,
+    # the stage built from copies of the layers: model's own parameters never get a gradient
+    "copied_layers": '''
+        def pipeline_schedule(model, x, targets, loss_fn, n_microbatches, schedule):
+            import copy
+            rank, world_size = dist.get_rank(), dist.get_world_size()
+            mine = torch.tensor_split(torch.arange(len(model)), world_size)[rank].tolist()
+            stage = PipelineStage(copy.deepcopy(model[mine[0]:mine[-1] + 1]), rank, world_size, x.device)
+            kind = {"GPipe": ScheduleGPipe, "1F1B": Schedule1F1B}[schedule]
+            runner = kind(stage, n_microbatches=n_microbatches, loss_fn=loss_fn)''' + STEP,
+    # the last rank keeps the losses to itself
+    "no_losses": '''
+        def pipeline_schedule(model, x, targets, loss_fn, n_microbatches, schedule):
+            rank, world_size = dist.get_rank(), dist.get_world_size()
+            mine = torch.tensor_split(torch.arange(len(model)), world_size)[rank].tolist()
+            stage = PipelineStage(model[mine[0]:mine[-1] + 1], rank, world_size, x.device)
+            kind = {"GPipe": ScheduleGPipe, "1F1B": Schedule1F1B}[schedule]
+            runner = kind(stage, n_microbatches=n_microbatches, loss_fn=loss_fn)
+            runner.step(x) if rank == 0 else runner.step(target=targets) if rank == world_size - 1 else runner.step()
+            return []''',
+    # the laziest answers: nothing at all, and the whole model on every rank (right losses, no pipeline)
+    "nothing": '''
+        def pipeline_schedule(model, x, targets, loss_fn, n_microbatches, schedule):
+            return []''',
+    "whole_model_everywhere": '''
+        def pipeline_schedule(model, x, targets, loss_fn, n_microbatches, schedule):
+            loss_fn(model(x), targets).backward()
+            last = dist.get_rank() == dist.get_world_size() - 1
+            return [loss_fn(model(a), b).detach() for a, b in zip(x.tensor_split(n_microbatches),
+                                                                 targets.tensor_split(n_microbatches))] if last else []''',
+    # a correct alternative: the schedules written by hand with send and recv, in torch's order
+    "hand_written": '''
+        def pipeline_schedule(model, x, targets, loss_fn, n_microbatches, schedule):
+            rank, world_size = dist.get_rank(), dist.get_world_size()
+            mine = torch.tensor_split(torch.arange(len(model)), world_size)[rank].tolist()
+            stage = model[mine[0]:mine[-1] + 1]
+            first, last, m = rank == 0, rank == world_size - 1, n_microbatches
+            xs, ts = x.tensor_split(m), targets.tensor_split(m)
+            with torch.no_grad():  # the shapes at each boundary, from the model itself
+                shapes, h = [], xs[0]
+                for layer in model:
+                    h = layer(h)
+                    shapes.append(h.shape)
+            in_shape = xs[0].shape if first else shapes[mine[0] - 1]
+            saved, losses, pending = {}, [], []  # sends do not wait for their receive (as torch's)
+            def forward(i):
+                if first:
+                    inp = xs[i]
+                else:
+                    inp = torch.empty(in_shape)
+                    dist.recv(inp, rank - 1)
+                    inp.requires_grad_()
+                out = stage(inp)
+                if last:
+                    loss = loss_fn(out, ts[i])
+                    losses.append(loss.detach())
+                    out = loss / m
+                else:
+                    pending.append(dist.isend(out.detach().contiguous(), rank + 1))
+                saved[i] = (inp, out)
+            def backward(i):
+                inp, out = saved.pop(i)
+                if last:
+                    out.backward()
+                else:
+                    grad = torch.empty(out.shape)
+                    dist.recv(grad, rank + 1)
+                    out.backward(grad)
+                if not first:
+                    pending.append(dist.isend(inp.grad.contiguous(), rank - 1))
+            order = [("F" if c == "F" else "B") for c in
+                     ("F" * m + "B" * m if schedule == "GPipe" else
+                      "F" * min(m, world_size - rank) + "BF" * (m - min(m, world_size - rank)) +
+                      "B" * min(m, world_size - rank))]
+            nf = nb = 0
+            for step in order:
+                if step == "F":
+                    forward(nf)
+                    nf += 1
+                else:
+                    backward(nb)
+                    nb += 1
+            for request in pending:
+                request.wait()
+            return losses''',
+}
+
+
+@pytest.fixture(scope="module")
+def reports():
+    solution = solution_source(EXERCISE)
+    out = {}
+    for name, code in ANSWERS.items():
+        source = solution if code is None else replace_definition(solution, TASK, code)
+        report = grade_source(EXERCISE, source, task=TASK)
+        out[name] = (report, failed(report))
+    return out
+
+
+@pytest.mark.parametrize("answer", ["solution", "hand_written"])
+def test_solution_gets_full_marks(reports, answer):
+    report, bad = reports[answer]
+    assert bad == {}, bad
+    assert report.score == report.max_score == 6
+    assert {c.name for c in report.checks} == {ONE_F_ONE_B, GPIPE, HIDDEN}
+
+
+def test_one_schedule_for_both_is_told_it_ran_gpipe(reports):
+    report, bad = reports["always_gpipe"]
+    assert set(bad) == {ONE_F_ONE_B, HIDDEN} and report.score == 2
+    assert "FFFFBBBB" in bad[ONE_F_ONE_B] and "FFBFBFBB" in bad[ONE_F_ONE_B]
+    assert "that is GPipe's order" in bad[ONE_F_ONE_B]
+
+
+def test_one_microbatch_is_told_the_count(reports):
+    report, bad = reports["one_microbatch"]
+    assert report.score == 0 and set(bad) == {ONE_F_ONE_B, GPIPE, HIDDEN}
+    assert "expected the 4 microbatches' losses" in bad[GPIPE], bad
+    assert "Number of microbatches (1)" in bad[ONE_F_ONE_B], bad  # torch's own error: 1F1B needs m >= p
+
+
+def test_copied_layers_are_told_their_gradients_are_missing(reports):
+    report, bad = reports["copied_layers"]
+    assert report.score == 0
+    assert "a layer of its stage, got no gradient" in bad[ONE_F_ONE_B]
+
+
+def test_losses_kept_to_the_schedule_are_asked_for(reports):
+    report, bad = reports["no_losses"]
+    assert report.score == 0
+    assert "expected the 4 microbatches' losses" in bad[ONE_F_ONE_B] and "losses=" in bad[ONE_F_ONE_B]
+
+
+@pytest.mark.parametrize("lazy", ["nothing", "whole_model_everywhere"])
+def test_lazy_answers_earn_nothing(reports, lazy):
+    report, bad = reports[lazy]
+    assert report.score == 0 and set(bad) == {ONE_F_ONE_B, GPIPE, HIDDEN}
+    phrase = {"nothing": "got no gradient", "whole_model_everywhere": "a layer of another stage"}[lazy]
+    assert phrase in bad[ONE_F_ONE_B], bad
+
+
+def test_the_orders_read_from_messages():
+    # rank 0 of 2, 1F1B, 3 microbatches: integer metadata first, then activations out and gradients in
+    meta = [("send", 1, "int64"), ("recv", 1, "int64")]
+    sends = [("send", 1, "float32")] * 2 + [("recv", 1, "float32"), ("send", 1, "float32")] + \
+        [("recv", 1, "float32")] * 2
+    assert events(meta + sends, 0, 2) == ("FFBFBB", []) == (expected_order("1F1B", 0, 2, 3), [])
+    # a middle rank counts its sends: activation i onwards, gradient i back
+    middle = [("recv", 0, "float32"), ("send", 2, "float32"), ("recv", 2, "float32"), ("send", 0, "float32")]
+    assert events(middle, 1, 3) == ("FB", [])
+    assert events([("all_reduce", None, "float32")], 0, 2) == ("", ["all_reduce"])
+    assert expected_order("GPipe", 1, 3, 2) == "FFBB" and expected_order("1F1B", 2, 3, 3) == "FBFBFB"
