@@ -35,7 +35,9 @@ HINTS = {
         "snapshot, then `os.replace` it over the snapshot, after every `--snapshot-every` steps and at each epoch's "
         "end, where it then appends the epoch line to the log. At the end rank 0 saves the "
         "plain model's state_dict to `--out`; every rank then calls `dist.barrier` and "
-        "`dist.destroy_process_group`.",
+        "`dist.destroy_process_group`. The checkpoints: `dcp.async_save` hands back a future at once; keep it in a "
+        "variable that outlives the epoch and ask where else the script must wait for it. Which process group "
+        "would its background collectives share with DDP's, and how do you avoid that?",
     ],
     "diagnose_hang": [
         "\"Behind\" is measured in collectives, not in entries or states: every rank numbers the collectives it "
