@@ -178,3 +178,67 @@ def test_a_log_line_at_mid_epoch_snapshots_is_named_and_mkstemp_is_atomic(soluti
 def test_mkstemp_and_os_replace_is_a_correct_alternative(solution):
     report = grade_checks(mutate(solution, *MKSTEMP), ["train_script_replaces_the_snapshot_atomically"])
     assert failed(report) == {} and report.score == 1, report.lines()
+
+
+# --- the checkpoint marker (problem.GATE_ENV) on real threads, without torchrun ---
+
+def _fresh_problem(tmp_path, monkeypatch):
+    """A private copy of problem.py (its counters are per process), with the marker armed."""
+    import importlib.util
+
+    from grader.exercises.torchrun import problem
+
+    monkeypatch.setenv(problem.GATE_ENV, str(tmp_path))
+    monkeypatch.setenv("RANK", "0")
+    spec = importlib.util.spec_from_file_location("problem_copy", problem.__file__)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _events(tmp_path) -> list[str]:
+    path = tmp_path / "rank0.gate"
+    return [line.split()[0] for line in path.read_text().splitlines()] if path.exists() else []
+
+
+def _background_write(problem, then):
+    """Take the model's state, write it from a pool thread (as DCP's async_save does), run `then(future)`."""
+    import concurrent.futures
+    import io
+    import pickle
+
+    model = problem.make_model(0)
+    state = model.state_dict()
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        future = pool.submit(lambda: pickle.dump(state, io.BytesIO()))
+        then(model, future)
+        future.result(timeout=60)
+
+
+def test_the_marker_sees_the_next_step_begin_during_the_write(tmp_path, monkeypatch):
+    import torch
+
+    problem = _fresh_problem(tmp_path, monkeypatch)
+    _background_write(problem, lambda model, future: model(torch.zeros(2, problem.FEATURES)))
+    assert _events(tmp_path) == ["write-began", "next-step-began"]
+
+
+def test_the_marker_sees_the_training_thread_wait_for_the_future(tmp_path, monkeypatch):
+    problem = _fresh_problem(tmp_path, monkeypatch)
+    _background_write(problem, lambda model, future: future.result(timeout=60))
+    assert _events(tmp_path) == ["write-began", "training-waits-for-the-future"]
+
+
+def test_the_marker_ignores_a_write_from_the_training_thread(tmp_path, monkeypatch):
+    import io
+
+    import torch
+
+    problem = _fresh_problem(tmp_path, monkeypatch)
+    torch.save(problem.make_model(0).state_dict(), io.BytesIO())  # torch.save on rank 0: never held
+    assert _events(tmp_path) == []
+    buffer = io.BytesIO()
+    torch.save(problem.make_model(0).state_dict(), buffer)
+    buffer.seek(0)
+    loaded = torch.load(buffer, weights_only=True)  # the marker loads as plain data
+    assert set(loaded) == {"body.0.weight", "body.0.bias", "body.2.weight", "body.2.bias", problem.EXTRA_STATE}
