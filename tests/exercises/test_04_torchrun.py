@@ -242,3 +242,34 @@ def test_the_marker_ignores_a_write_from_the_training_thread(tmp_path, monkeypat
     buffer.seek(0)
     loaded = torch.load(buffer, weights_only=True)  # the marker loads as plain data
     assert set(loaded) == {"body.0.weight", "body.0.bias", "body.2.weight", "body.2.bias", problem.EXTRA_STATE}
+
+
+@pytest.mark.parametrize("gate, loaded, phrase", [
+    ({}, None, "no checkpoint under --checkpoints checkpoints"),  # the laziest: no DCP save at all
+    ({}, {"loaded": {}}, "written by the training thread"),  # a checkpoint, never written in the background
+    ({"0": ["write-began 4 4", "gave-up"]}, {"loaded": {}}, "no training step began while it was"),
+    ({"0": ["write-began 4 4", "training-waits-for-the-future 4"], "1": []}, {"loaded": {}}, "waited for its future"),
+])
+def test_the_order_of_events_names_each_mistake(gate, loaded, phrase):
+    """What the marker wrote (the real-thread tests above) -> the verdict, for every order it can write."""
+    from grader.checks import CheckFailed
+    from grader.exercises.torchrun import runs
+    from grader.exercises.torchrun.checks_script_async import check_order
+
+    run = runs.ScriptRun(3, 1, gate=gate, loaded=loaded)
+    with pytest.raises(CheckFailed, match=phrase):
+        check_order(run)
+    check_order(runs.ScriptRun(3, 1, gate={"0": ["write-began 4 9", "next-step-began 9"], "1": []}, loaded=loaded))
+
+
+@pytest.mark.parametrize("error, phrase", [("missing", "no checkpoint at checkpoints/epoch_2"),
+                                            ("incomplete", "has no .metadata: its save never completed"),
+                                            ("CheckpointException: bad key", "could not be loaded at 3 ranks")])
+def test_a_checkpoint_the_loader_could_not_read_is_named(error, phrase):
+    from grader.checks import CheckFailed
+    from grader.exercises.torchrun import runs
+    from grader.exercises.torchrun.checks_script_async import loaded_checkpoint
+
+    run = runs.ScriptRun(3, 1, loaded={"world_size": 3, "loaded": {runs.checkpoint(2): {"error": error}}})
+    with pytest.raises(CheckFailed, match=phrase):
+        loaded_checkpoint(run, 2, 3)
