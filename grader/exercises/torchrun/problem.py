@@ -23,14 +23,14 @@ variable in its own runs (without them, forward does nothing extra):
   and at the step it chose it kills a worker instead: the kill lands at that
   step every time, whatever the load. Which step that is lives only in the
   grader: nothing here or in the environment tells the script.
-- GATE_ENV: a folder of the grader's. The model carries a marker in its state_dict's extra state, which
-  problem.make_model() notes the training step of when the script takes the state (model.state_dict(),
-  get_state_dict). When a thread other than the training thread writes that marker (an asynchronous
-  checkpoint's writer), the first time in the process, it holds the write until the training thread starts
-  its next training forward, and writes down what happened, in that order: the write began, the next step
-  began (or the training thread was found waiting for the checkpoint's future instead), the write went on.
-  The snapshot then completes after the next step began: a sequence, never a measured time. The marker
-  pickles as an empty OrderedDict (loadable with weights_only) and is dropped by the grader's reads.
+- GATE_ENV: a folder of the grader's. The model's state_dict carries a marker (its extra state) that
+  records the training forward at which the script took the state (model.state_dict(), get_state_dict).
+  When a thread other than the training thread writes the marker (an asynchronous checkpoint's writer),
+  the first time in the process, it holds the write until the training thread starts a later training
+  forward, and notes what happened, in order: the write began; the next step began (or the training thread
+  was found waiting for a future instead); then the write goes on and the checkpoint completes. The verdict
+  is that sequence, never a measured time (the wait is bounded by PAUSE_LIMIT_S, for liveness only). The
+  marker pickles as an empty OrderedDict (loadable with weights_only); the grader's reads drop it.
 - SEEN_ENV: each worker's model counts the samples its training forwards (grad
   enabled) took, so that the grader sees every worker train on its own shard: a
   script where rank 0 trains on every global batch alone, without DDP, reaches
