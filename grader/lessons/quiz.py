@@ -145,6 +145,9 @@ QUIZZES: dict[str, dict[str, Question]] = {
         "q8": Q("9335d6e7ede3", "93f9dfdbd207ae14",
                 N_('LOCAL_RANK 0 exists once per node: with 2 nodes two writers race on the same shared file; guard '
                    'with RANK 0 (§4).')),
+        "q9": Q("482b492ba040", "85b7cf2e4567600f",
+                N_('async_save copies the state into CPU memory before it returns, then writes it from a background '
+                   'thread: the next step waits only for that copy (§2).')),
     },
 }
 

@@ -125,7 +125,7 @@ def save_atomically(obj, path):
 
 def main():
     parser = argparse.ArgumentParser()
-    for name in ("--epochs", "--snapshot-every", "--snapshot", "--out", "--epoch-log"):
+    for name in ("--epochs", "--snapshot-every", "--snapshot", "--out", "--epoch-log", "--checkpoints"):
         parser.add_argument(name, required=True)
     args = parser.parse_args()
     epochs = int(args.epochs)

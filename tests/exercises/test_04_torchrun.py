@@ -129,6 +129,13 @@ MUTANTS = {
         "train_script_on_two_nodes",
         "if rank == 0:  # one writer", 'if int(os.environ["LOCAL_RANK"]) == 0:  # one writer',
         "only global rank 0 may write", "read_dist_env_names_a_missing_variable"),
+    # The blocking dcp.save writes from the training thread: the marker's test on real threads and the verdicts'
+    # test below cover it without another torchrun run (the test budget); this one runs end to end.
+    "checkpoint_future_waited_at_once": (  # async_save(...).result(): training waits for the write all the same
+        "train_script_checkpoints_while_training_goes_on",
+        "process_group=checkpoint_group)  # returns once the state is copied",
+        "process_group=checkpoint_group)\n        pending.result()",
+        "waited for its future", "read_dist_env_names_a_missing_variable"),
     "snapshot_written_in_place": (
         "train_script_replaces_the_snapshot_atomically",
         "    torch.save(obj, tmp)\n    os.replace(tmp, path)", "    torch.save(obj, path)",
@@ -169,3 +176,98 @@ def test_a_log_line_at_mid_epoch_snapshots_is_named_and_mkstemp_is_atomic(soluti
 def test_mkstemp_and_os_replace_is_a_correct_alternative(solution):
     report = grade_checks(mutate(solution, *MKSTEMP), ["train_script_replaces_the_snapshot_atomically"])
     assert failed(report) == {} and report.score == 1, report.lines()
+
+
+# --- the checkpoint marker (problem.GATE_ENV) on real threads, without torchrun ---
+
+def _fresh_problem(tmp_path, monkeypatch):
+    """A private copy of problem.py (its counters are per process), with the marker armed."""
+    import importlib.util
+
+    from grader.exercises.torchrun import problem
+
+    monkeypatch.setenv(problem.GATE_ENV, str(tmp_path))
+    monkeypatch.setenv("RANK", "0")
+    spec = importlib.util.spec_from_file_location("problem_copy", problem.__file__)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _events(tmp_path) -> list[str]:
+    path = tmp_path / "rank0.gate"
+    return [line.split()[0] for line in path.read_text().splitlines()] if path.exists() else []
+
+
+def _background_write(problem, then):
+    """Take the model's state, write it from a pool thread (as DCP's async_save does), run `then(future)`."""
+    import concurrent.futures
+    import io
+    import pickle
+
+    model = problem.make_model(0)
+    state = model.state_dict()
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        future = pool.submit(lambda: pickle.dump(state, io.BytesIO()))
+        then(model, future)
+        future.result(timeout=60)
+
+
+def test_the_marker_sees_the_next_step_begin_during_the_write(tmp_path, monkeypatch):
+    import torch
+
+    problem = _fresh_problem(tmp_path, monkeypatch)
+    _background_write(problem, lambda model, future: model(torch.zeros(2, problem.FEATURES)))
+    assert _events(tmp_path) == ["write-began", "next-step-began"]
+
+
+def test_the_marker_sees_the_training_thread_wait_for_the_future(tmp_path, monkeypatch):
+    problem = _fresh_problem(tmp_path, monkeypatch)
+    _background_write(problem, lambda model, future: future.result(timeout=60))
+    assert _events(tmp_path) == ["write-began", "training-waits-for-the-future"]
+
+
+def test_the_marker_ignores_a_write_from_the_training_thread(tmp_path, monkeypatch):
+    import io
+
+    import torch
+
+    problem = _fresh_problem(tmp_path, monkeypatch)
+    torch.save(problem.make_model(0).state_dict(), io.BytesIO())  # torch.save on rank 0: never held
+    assert _events(tmp_path) == []
+    buffer = io.BytesIO()
+    torch.save(problem.make_model(0).state_dict(), buffer)
+    buffer.seek(0)
+    loaded = torch.load(buffer, weights_only=True)  # the marker loads as plain data
+    assert set(loaded) == {"body.0.weight", "body.0.bias", "body.2.weight", "body.2.bias", problem.EXTRA_STATE}
+
+
+@pytest.mark.parametrize("gate, loaded, phrase", [
+    ({}, None, "no checkpoint under --checkpoints checkpoints"),  # the laziest: no DCP save at all
+    ({}, {"loaded": {}}, "written by the training thread"),  # a checkpoint, never written in the background
+    ({"0": ["write-began 4 4", "gave-up"]}, {"loaded": {}}, "no training step began while it was"),
+    ({"0": ["write-began 4 4", "training-waits-for-the-future 4"], "1": []}, {"loaded": {}}, "waited for its future"),
+])
+def test_the_order_of_events_names_each_mistake(gate, loaded, phrase):
+    """What the marker wrote (the real-thread tests above) -> the verdict, for every order it can write."""
+    from grader.checks import CheckFailed
+    from grader.exercises.torchrun import runs
+    from grader.exercises.torchrun.checks_script_async import check_order
+
+    run = runs.ScriptRun(3, 1, gate=gate, loaded=loaded)
+    with pytest.raises(CheckFailed, match=phrase):
+        check_order(run)
+    check_order(runs.ScriptRun(3, 1, gate={"0": ["write-began 4 9", "next-step-began 9"], "1": []}, loaded=loaded))
+
+
+@pytest.mark.parametrize("error, phrase", [("missing", "no checkpoint at checkpoints/epoch_2"),
+                                            ("incomplete", "has no .metadata: its save never completed"),
+                                            ("CheckpointException: bad key", "could not be loaded at 3 ranks")])
+def test_a_checkpoint_the_loader_could_not_read_is_named(error, phrase):
+    from grader.checks import CheckFailed
+    from grader.exercises.torchrun import runs
+    from grader.exercises.torchrun.checks_script_async import loaded_checkpoint
+
+    run = runs.ScriptRun(3, 1, loaded={"world_size": 3, "loaded": {runs.checkpoint(2): {"error": error}}})
+    with pytest.raises(CheckFailed, match=phrase):
+        loaded_checkpoint(run, 2, 3)

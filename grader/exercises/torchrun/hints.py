@@ -35,15 +35,18 @@ HINTS = {
         "snapshot, then `os.replace` it over the snapshot, after every `--snapshot-every` steps and at each epoch's "
         "end, where it then appends the epoch line to the log. At the end rank 0 saves the "
         "plain model's state_dict to `--out`; every rank then calls `dist.barrier` and "
-        "`dist.destroy_process_group`.",
+        "`dist.destroy_process_group`. The checkpoints: `dcp.async_save` hands back a future at once; keep it in a "
+        "variable that outlives the epoch and ask where else the script must wait for it. Which process group "
+        "would its background collectives share with DDP's, and how do you avoid that?",
     ],
     "diagnose_hang": [
-        "Compare how far each rank got, not the states of its entries: the newest collective a rank called is "
-        "the largest `collective_seq_id` among its entries, 0 when it has none. Entry counts say nothing (the "
-        "buffer keeps only the newest).",
-        "The rank behind is the one whose newest number is the smallest: every other rank called one more "
-        "collective and waits in it. The collective it never called has the next number.",
-        "Find that number in the other ranks' entries and return its `profiling_name` as they recorded it. "
-        "`max(..., default=0)` copes with an empty list; `min` over the ranks with a `key` picks the rank behind.",
+        "\"Behind\" is measured in collectives, not in entries or states: every rank numbers the collectives it "
+        "calls 1, 2, 3, ... in call order, so one number is the same call on every rank. How far did each rank "
+        "get, in those numbers? Print it for the notebook's example first.",
+        "Compare the ranks by their newest entries (a list is oldest first, and the ring buffer drops old entries, "
+        "so its length says nothing). Which way points to the rank the others wait for, given that with NCCL a "
+        "waiting rank may have queued a few more collectives? And how far did a rank with no entries get?",
+        "The collective the rank behind never called is not in its own dump: which number would it have had "
+        "there, and which ranks recorded a call with that number? Its name is the one they recorded, unchanged.",
     ],
 }

@@ -23,6 +23,14 @@ variable in its own runs (without them, forward does nothing extra):
   and at the step it chose it kills a worker instead: the kill lands at that
   step every time, whatever the load. Which step that is lives only in the
   grader: nothing here or in the environment tells the script.
+- GATE_ENV: a folder of the grader's. The model's state_dict carries a marker (its extra state) that
+  records the training forward at which the script took the state (model.state_dict(), get_state_dict).
+  When a thread other than the training thread writes the marker (an asynchronous checkpoint's writer),
+  the first time in the process, it holds the write until the training thread starts a later training
+  forward, and notes what happened, in order: the write began; the next step began (or the training thread
+  was found waiting for a future instead); then the write goes on and the checkpoint completes. The verdict
+  is that sequence, never a measured time (the wait is bounded by PAUSE_LIMIT_S, for liveness only). The
+  marker pickles as an empty OrderedDict (loadable with weights_only); the grader's reads drop it.
 - SEEN_ENV: each worker's model counts the samples its training forwards (grad
   enabled) took, so that the grader sees every worker train on its own shard: a
   script where rank 0 trains on every global batch alone, without DDP, reaches
@@ -30,7 +38,10 @@ variable in its own runs (without them, forward does nothing extra):
 """
 from __future__ import annotations
 
+import collections
 import os
+import sys
+import threading
 import time
 
 import torch
@@ -49,6 +60,8 @@ PAUSE_ENV = "TORCHRUN_EXERCISE_PAUSE"  # "<log path>:<epochs>:<go file>", set by
 PAUSE_LIMIT_S = 120.0  # a paused worker never waits longer than this
 PAUSE_STEP_ENV = "TORCHRUN_EXERCISE_PAUSE_STEP"  # "<folder>", set by the grader
 SEEN_ENV = "TORCHRUN_EXERCISE_SEEN"  # a folder, set by the grader: rank<RANK>.seen gets one line per forward
+GATE_ENV = "TORCHRUN_EXERCISE_GATE"  # a folder, set by the grader: rank<RANK>.gate gets the held write's events
+EXTRA_STATE = "_extra_state"  # the state_dict key of the marker (torch's name for a module's extra state)
 
 
 class Net(nn.Module):
@@ -60,6 +73,8 @@ class Net(nn.Module):
         self._seen = os.environ.get(SEEN_ENV)
 
     def forward(self, x):
+        if torch.is_grad_enabled():
+            _FORWARDS[0] += 1  # before any pause: a held checkpoint write waits for exactly this
         if self._pause is not None:
             self._pause.maybe_wait()
         if self._step_pause is not None and torch.is_grad_enabled():
@@ -70,9 +85,67 @@ class Net(nn.Module):
         return self.body(x)
 
 
+class GatedNet(Net):
+    """Net with the grader's checkpoint marker as its extra state (GATE_ENV); the same parameters."""
+
+    def get_extra_state(self):
+        return _Marker(os.environ[GATE_ENV], _FORWARDS[0])
+
+    def set_extra_state(self, state) -> None:
+        pass  # the marker carries nothing to restore
+
+
 def make_model(seed: int | None = None) -> nn.Module:
     torch.manual_seed(SEED if seed is None else seed)  # the same initial weights in every process
-    return Net()
+    return GatedNet() if os.environ.get(GATE_ENV) else Net()
+
+
+_FORWARDS = [0]  # this process's training forwards so far (GATE_ENV)
+_HELD = threading.Lock()  # one held write per process: the first asynchronous one
+_held_once = [False]
+
+
+def _waiting_for_a_future(frame) -> bool:
+    """The training thread's stack is inside concurrent.futures (Future.result, wait): it waits for a save."""
+    while frame is not None:
+        code = frame.f_code
+        if os.path.join("concurrent", "futures") in code.co_filename and code.co_name in ("result", "wait"):
+            return True
+        frame = frame.f_back
+    return False
+
+
+class _Marker:
+    """Taken with the model's state at training forward `taken_at`; see GATE_ENV."""
+
+    def __init__(self, folder: str, taken_at: int):
+        self.folder, self.taken_at = folder, taken_at
+
+    def __deepcopy__(self, memo):
+        return self  # a checkpoint's staging copies the state: the copy is this marker
+
+    def _note(self, line: str) -> None:
+        with open(os.path.join(self.folder, f"rank{os.environ.get('RANK', 'unknown')}.gate"), "a") as f:
+            f.write(line + "\n")
+
+    def __reduce__(self):
+        main = threading.main_thread()
+        if threading.current_thread() is not main:
+            with _HELD:
+                if not _held_once[0]:
+                    _held_once[0] = True
+                    self._hold(main)
+        return collections.OrderedDict, ()
+
+    def _hold(self, main: threading.Thread) -> None:
+        self._note(f"write-began {self.taken_at} {_FORWARDS[0]}")
+        deadline = time.monotonic() + PAUSE_LIMIT_S  # a liveness bound only: the verdict is the order below
+        while _FORWARDS[0] <= self.taken_at and time.monotonic() < deadline:
+            if _waiting_for_a_future(sys._current_frames().get(main.ident)):
+                self._note(f"training-waits-for-the-future {_FORWARDS[0]}")
+                return
+            time.sleep(0.005)
+        self._note(f"next-step-began {_FORWARDS[0]}" if _FORWARDS[0] > self.taken_at else "gave-up")
 
 
 def make_dataset(seed: int | None = None) -> torch.utils.data.TensorDataset:

@@ -7,7 +7,8 @@ and reads back what it wrote: the final model, the snapshot and the epoch log.
 Verdicts are made from those files and the run's seed, never from torchrun's
 exit code (a DDP worker can abort at teardown on CPU).
 
-    python train.py --epochs E --snapshot-every N --snapshot snapshot.pt --out final.pt --epoch-log epochs.log
+    python train.py --epochs E --snapshot-every N --snapshot snapshot.pt --out final.pt --epoch-log epochs.log \
+        --checkpoints checkpoints
 """
 from __future__ import annotations
 
@@ -26,6 +27,9 @@ from grader.exercises.torchrun.launch import Torchrun
 from grader.exercises.torchrun.reference import standalone_command
 
 SNAPSHOT, FINAL, LOG, LINK = "snapshot.pt", "final.pt", "epochs.log", "snapshot-link.pt"
+CHECKPOINTS = "checkpoints"  # --checkpoints: a folder of torch.distributed.checkpoint checkpoints, epoch_<n> each
+LOADER, LOADED = "dcp_load.py", "dcp-loaded.pt"  # the grader's loader (dcp_load.py) and what it wrote
+LOAD_WORKERS = 3  # the world size the checkpoints are loaded at: not the 2 that saved them
 # Bounds, not expectations: one torchrun of a few tiny epochs takes 5-10 s on 2 idle cores and went
 # past 60 s under a load of 20. A run that reaches its bound pays nothing and says so.
 RUN_TIMEOUT_S = 180.0
@@ -36,7 +40,12 @@ SNAPSHOT_EVERY = 2  # --snapshot-every of every run: a snapshot at least every 2
 
 def script_args(epochs: int) -> list[str]:
     return ["--epochs", str(epochs), "--snapshot-every", str(SNAPSHOT_EVERY), "--snapshot", SNAPSHOT, "--out", FINAL,
-            "--epoch-log", LOG]
+            "--epoch-log", LOG, "--checkpoints", CHECKPOINTS]
+
+
+def checkpoint(epoch: int) -> str:
+    """The checkpoint the script saves after `epoch`, relative to its working directory."""
+    return f"{CHECKPOINTS}/epoch_{epoch}"
 
 
 @dataclass
@@ -82,6 +91,8 @@ class ScriptRun:
     other_files: list[str] = field(default_factory=list)  # what node 1 wrote (two_nodes)
     retried: bool = False  # a first run was lost to a teardown abort and repeated
     seen: dict[str, int] | None = None  # RANK -> samples its training forwards took (linked, killed)
+    gate: dict[str, list[str]] | None = None  # linked: RANK -> the held checkpoint write's events (problem.GATE_ENV)
+    loaded: object = None  # linked: what dcp_load.py loaded from the checkpoints, at LOAD_WORKERS ranks
 
     def complete(self) -> bool:
         """The run got as far as a loadable final model and a full log."""
@@ -119,13 +130,40 @@ def read_log(path: str) -> list[int] | None:
 
 def load(path: str):
     """torch.load with weights only (a student's file is never unpickled freely).
-    Returns the object, None when the file is missing, or an error text."""
+    Returns the object, None when the file is missing, or an error text. The model's checkpoint marker
+    (problem.EXTRA_STATE, in the runs that carry it) is dropped: it is the grader's, not the model's."""
     if not os.path.exists(path):
         return None
     try:
-        return torch.load(path, map_location="cpu", weights_only=True)
+        loaded = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as exc:
         return f"cannot be loaded ({type(exc).__name__}: {str(exc)[:200]})"
+    for state in (loaded, loaded.get("model") if isinstance(loaded, dict) else None):
+        if isinstance(state, dict):
+            state.pop(problem.EXTRA_STATE, None)
+    return loaded
+
+
+def read_gate(folder: str) -> dict[str, list[str]]:
+    """RANK -> the events problem.GATE_ENV's marker wrote there, in order."""
+    events = {}
+    for name in os.listdir(folder):
+        path = os.path.join(folder, name)
+        if name.endswith(".gate") and stat.S_ISREG(os.lstat(path).st_mode):
+            with open(path) as f:
+                events[name[len("rank"):-len(".gate")]] = f.read(1 << 16).split("\n")[:20]
+    return events
+
+
+def load_checkpoints(job: Job, run: ScriptRun, epochs: list[int]) -> None:
+    """Launch the grader's loader (dcp_load.py) at LOAD_WORKERS ranks on the checkpoints of `epochs`."""
+    directory = job.directory
+    shutil.copyfile(os.path.join(os.path.dirname(problem.__file__), LOADER), os.path.join(directory, LOADER))
+    with job.torchrun(standalone_command(LOADER, LOAD_WORKERS), directory, RUN_TIMEOUT_S, None,
+                      [LOADED] + [checkpoint(e) for e in epochs]) as proc:
+        proc.wait()
+        run.output += "--- loading the checkpoints ---\n" + proc.output
+    run.loaded = load(os.path.join(directory, LOADED))
 
 
 def read_seen(folder: str) -> dict[str, int]:
@@ -201,10 +239,12 @@ def linked(source: str, job: Job, epochs: int, link_after: int) -> ScriptRun:
     log = os.path.join(directory, LOG)
     go = os.path.join(directory, "go")
     seen = os.path.join(os.path.dirname(directory), "seen")  # outside the script's directory
+    gate = os.path.join(os.path.dirname(directory), "gate")
     os.mkdir(seen)
+    os.mkdir(gate)
     with job.torchrun(standalone_command("train.py", WORKERS), directory, RUN_TIMEOUT_S,
-                      {problem.PAUSE_ENV: f"{log}:{link_after}:{go}", problem.SEEN_ENV: seen},
-                      script_args(epochs)) as proc:
+                      {problem.PAUSE_ENV: f"{log}:{link_after}:{go}", problem.SEEN_ENV: seen,
+                       problem.GATE_ENV: gate}, script_args(epochs)) as proc:
         if proc.wait_until(lambda: _logged(log) >= link_after):
             run.log_when_acted = read_log(log)
             snapshot = os.path.join(directory, SNAPSHOT)
@@ -216,6 +256,9 @@ def linked(source: str, job: Job, epochs: int, link_after: int) -> ScriptRun:
         open(go, "w").close()  # release the paused workers
         run.absorb(proc)
     run.seen = read_seen(seen)
+    run.gate = read_gate(gate)
+    if os.path.isdir(os.path.join(directory, CHECKPOINTS)):
+        load_checkpoints(job, run, [0, epochs - 1])
     return run.collect(directory)
 
 
@@ -244,7 +287,7 @@ def two_nodes(source: str, job: Job, epochs: int, node_command) -> ScriptRun:
         finally:
             for proc in procs:
                 proc.stop()
-    given = {"train.py", isolation.PROBLEM_FILE, "__pycache__"}
+    given = {"train.py", isolation.PROBLEM_FILE, "__pycache__", CHECKPOINTS}  # every rank writes its checkpoint shard
     run.other_files = sorted(n for n in os.listdir(nodes[1]) if n not in given and not n.startswith("torchrun-"))
     return run.collect(nodes[0])
 
