@@ -4,8 +4,9 @@ Three processes, each dying with its parent (PR_SET_PDEATHSIG):
 - the job's first process, in the nursery's namespaces: tells the parent its pid (SCM_CREDENTIALS: the
   kernel translates it into the parent's PID namespace, so the parent can kill the job, and move it into
   the job's own cgroups before it answers with a go byte), reads the
-  submission from the parent's descriptor, unshares a user (its own uid mapped, non-root), mount, PID,
-  network, IPC and UTS namespace, and waits for
+  submission from the parent's descriptor, takes the job's own uid as root (slot_uids.py), unshares a user
+  (its uid mapped, non-root), mount, PID, network, IPC and UTS namespace, bounds its processes there
+  (job_limits.bound_own_processes), and waits for
 - PID 1 of the new PID namespace, the job's reaper: it mounts the namespace's own /proc (writable: CUDA), fresh tmpfs on
   /tmp, HOME and /dev/shm, the submission on a read-only tmpfs at sandbox.SUBMISSION, brings `lo` up,
   drops every capability (no_new_privs is set already), forks the worker and reaps every orphan until the
@@ -29,6 +30,7 @@ import socket
 import struct
 import traceback
 
+from grader.gradebook import job_limits
 from grader.gradebook import namespaces as ns
 from grader.gradebook import sandbox
 
@@ -52,15 +54,28 @@ def run(args, header: dict, fds: list[int]) -> int:
             data = f.read()
     _keep_only(result, job_line)
     last_cap = int(open("/proc/sys/kernel/cap_last_cap").read())
+    if isinstance(header.get("uid"), int) and header["uid"] > 0:  # as root: the job's own uid (slot_uids.py)
+        _become(header["uid"])
     uid, gid = os.getuid(), os.getgid()
-    ns.unshare(NAMESPACES)
+    ns.unshare(NAMESPACES)  # every capability of the nursery's is gone now; all are this namespace's own
     ns.map_ids(INSIDE_ID, uid, INSIDE_ID, gid)
+    ns.prctl(ns.PR_SET_DUMPABLE, 0)  # no process of the job, the same uid, may ptrace this one
+    job_limits.bound_own_processes()  # RLIMIT_NPROC counted in this user namespace: this job's processes alone
     ns.mount("none", "/", None, ns.MS_REC | ns.MS_PRIVATE)
     reaper = _fork_running(_reaper, args, data, result, job_line, last_cap, header.get("probe") is True)
     os.close(result)
     os.close(job_line)
     _, status = os.waitpid(reaper, 0)
     return os.waitstatus_to_exitcode(status) & 0xFF
+
+
+def _become(uid: int) -> None:
+    """Take the job's own uid and gid (no supplementary group). The nursery holds CAP_SETUID and CAP_SETGID for
+    this alone; the uid map is written next, which a non-dumpable process (as a uid change makes it) may not."""
+    os.setgroups([])
+    os.setresgid(uid, uid, uid)
+    os.setresuid(uid, uid, uid)
+    ns.prctl(ns.PR_SET_DUMPABLE, 1)
 
 
 def _reaper(args, data: bytes | None, result: int, job_line: int, last_cap: int, probe: bool = False) -> int:
