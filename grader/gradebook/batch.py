@@ -236,7 +236,7 @@ def grade_assignment(course: Course, assignment: str, jobs: int | None = 2, time
         limits = JobLimits.here() if sandbox and queue else None
         if limits is not None and limits.missing:
             print(no_cgroup_notice(limits.missing), file=sys.stderr)
-        uids = SlotUids.here(2 * (jobs + 2)) if sandbox and queue and os.geteuid() == 0 else None
+        uids = _slot_uids(jobs) if sandbox and queue and os.geteuid() == 0 else None
         nurseries = Nurseries(worker_args, jobs + 2) if sandbox and queue and use_nursery() else None
         workers = Workers(worker_args,
                           (lambda argv, job, uid=None: sandboxes.Sandbox(argv, job.path, job.phase == "public",
@@ -274,6 +274,14 @@ def grade_assignment(course: Course, assignment: str, jobs: int | None = 2, time
         results[student] = result
     guard.tick(set())
     return results
+
+
+def _slot_uids(jobs: int) -> SlotUids:
+    """As root, a uid of its own for each job running or starting (twice that: a freed one rests)."""
+    try:
+        return SlotUids.here(2 * (jobs + 2))
+    except OSError as exc:
+        raise sandboxes.SandboxMissing(f"cannot reserve a uid of its own for each grading job: {exc}") from None
 
 
 def no_cgroup_notice(why: str) -> str:
