@@ -95,6 +95,8 @@ def _reaper(args, data: bytes | None, result: int, job_line: int, last_cap: int,
             f.write(data)
         os.chmod(sandbox.SUBMISSION, 0o444)
     ns.mount("none", folder, None, ns.MS_REMOUNT | ns.MS_RDONLY | _TMPFS | ns.MS_NOEXEC)
+    for shared in ("/", "/dev"):  # the nursery's own tmpfs, which every job of it sees: read-only to each
+        _read_only(shared)
     ns.loopback_up()
     os.chdir("/tmp")
     ns.drop_capabilities(last_cap)
@@ -109,6 +111,17 @@ def _reaper(args, data: bytes | None, result: int, job_line: int, last_cap: int,
             return 1
         if pid == worker:
             return os.waitstatus_to_exitcode(status) & 0xFF
+
+
+def _read_only(path: str) -> None:
+    """This job's view of the mount at `path` read-only (its own submounts stay as they are). The nursery's sandbox
+    root and /dev are one tmpfs for all its jobs; run as another user than root, bubblewrap made their folders (/,
+    /etc, the parents of the bound prefixes) that user's, which is each job's uid too: a job could leave a file there
+    for the next (an /etc/ld.so.preload for a classmate's processes). The flags the nursery's namespace locked
+    (nosuid, nodev, noexec, atime) are kept, as a remount from a user namespace must."""
+    locked = os.statvfs(path).f_flag & (os.ST_NOSUID | os.ST_NODEV | os.ST_NOEXEC | os.ST_NOATIME | os.ST_NODIRATIME
+                                        | os.ST_RELATIME)
+    ns.mount("none", path, None, ns.MS_REMOUNT | ns.MS_BIND | ns.MS_RDONLY | locked)
 
 
 def _fork_running(fn, *args) -> int:
