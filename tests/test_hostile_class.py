@@ -7,7 +7,11 @@ left as released); each attacker's pick_device runs its attack in every rank of 
 with what it got, so the attempt shows in its own check message. The class is graded twice, as an instructor
 re-runs `make grade`: a forger left behind by the first run would be trusted by the second.
 
-Asserted: honest classmates get exactly full marks, each attacker exactly the control's score (the
+The class is graded as root, and again as an ordinary instructor account the test makes (tests/accounts.py),
+its course, key and Python in its private home. A fork bomb (tests/hostile/limits/) joins the class, and
+reach_instructor goes for a process the grading account runs.
+
+Asserted: honest classmates get exactly full marks (every check), each attacker exactly the control's score (the
 raise_hidden attacker also loses the hidden make_dataloader check its raise fails), the instructor's files are
 unchanged byte for byte and the gradebook rows hold only the grader's scores (nbgrader's Gradebook API),
 nothing of the class is left running, the test's TCP server (standing in for the hub and PostgreSQL) got no
@@ -18,6 +22,7 @@ HOSTILE_CLASS_GRADE_ARGS=--no-sandbox runs the same class unsandboxed: the test 
 assertions fail is the README's list of what the sandbox alone defends (HOSTILE_CLASS_LEAVE_OUT=bind_ports
 there, on a machine other graders share).
 """
+import contextlib
 import glob
 import hashlib
 import json
@@ -27,6 +32,7 @@ import string
 import subprocess
 import sys
 import threading
+import time
 
 import psutil
 import pytest
@@ -38,6 +44,7 @@ from grader.code_digest import grader_digest
 from grader.exercises import get_exercise
 from grader.gradebook import roundtrip
 from samples.make_samples import solution_answers
+from tests import accounts
 from tests.helpers import ROOT, needs_bwrap
 from tests.servers import kill_all
 from tests.test_instructor_workflow import A, notebook_with, place
@@ -55,8 +62,12 @@ ATTACKS = sorted(name for name in (os.path.basename(p)[:-3] for p in glob.glob(o
 # attacks the sandbox refuses at the attempt (the check message says `refused`); the others (a process left
 # behind) start, and are judged by their effect: nothing left running, nothing forged trusted
 REFUSED = {"read_solutions", "read_hidden", "read_classmate", "read_ssh", "write_config", "write_gradebook",
-           "write_journal", "write_graded", "network", "raise_hidden", "forge_result", "flood_result"}
+           "write_journal", "write_graded", "network", "raise_hidden", "forge_result", "flood_result",
+           "reach_instructor", "plant_root"}
 LEFT_BEHIND = {"leftover", "graded_after", "bind_ports"}
+# tests/hostile/limits/: a fork bomb in pick_device's ranks (its own later checks may fail for it: it gains nothing)
+LIMIT_ATTACKS = [name for name in ["fork_bomb"] if name not in LEAVE_OUT]
+INSTRUCTOR = "hostprof"  # the non-root instructor account the class is graded by, the second time
 MARKER = "HOSTILE-LEFTOVER"
 EXERCISE = get_exercise(A)
 MAX = EXERCISE.max_score
@@ -101,7 +112,8 @@ class Listener:
 
 
 def _pick_device(name: str, values: dict) -> str:
-    with open(os.path.join(HOSTILE, f"{name}.py")) as f:
+    path = os.path.join(HOSTILE, f"{name}.py")
+    with open(path if os.path.exists(path) else os.path.join(HOSTILE, "limits", f"{name}.py")) as f:
         attack = string.Template(f.read()).substitute(values, me=name)
     return (f"{attack}\n\ndef pick_device(local_rank: int) -> torch.device:\n"
             f"    try:\n        _outcome = 'GOT: ' + repr(_attack())[:1500]\n"
@@ -156,43 +168,87 @@ def _left_running() -> list[psutil.Process]:
     return found
 
 
-def _grade(root: str, home: str) -> str:
-    env = dict(os.environ, HOME=home)
-    env.pop("XDG_STATE_HOME", None)  # the results key lives in this HOME
-    proc = subprocess.run([sys.executable, "-m", "grader", "grade", A, "--root", root, "--jobs", "2",
-                           "--timeout", "20", "--quiet", *EXTRA_ARGS], cwd=ROOT, env=env, capture_output=True,
-                          text=True, timeout=1500)
+def _grade(root: str, home: str, account: str | None, python: str) -> str:
+    args = [python, "-m", "grader", "grade", A, "--root", root, "--jobs", "2", "--timeout", "20", "--quiet",
+            *EXTRA_ARGS]
+    if account is None:
+        env = dict(os.environ, HOME=home)
+        env.pop("XDG_STATE_HOME", None)  # the results key lives in this HOME
+        proc = subprocess.run(args, cwd=ROOT, env=env, capture_output=True, text=True, timeout=1500)
+    else:  # an ordinary instructor account: its own environment, nothing of root's
+        env = [f"HOME={home}", f"PATH={os.path.dirname(python)}:/usr/bin:/bin",
+               *(f"{k}={v}" for k, v in os.environ.items() if k.startswith("GRADER_"))]
+        proc = subprocess.run(["runuser", "-u", account, "--", "env", "-i", *env, *args], cwd=ROOT,
+                              capture_output=True, text=True, timeout=1500)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     return proc.stdout
 
 
-@pytest.fixture(scope="module")
-def graded(tmp_path_factory):
+def _victim(account: str | None) -> subprocess.Popen:
+    """A process of the grading account, for reach_instructor to signal, trace and read."""
+    return subprocess.Popen(["runuser", "-u", account, "--", "sleep", "3000"] if account else ["sleep", "3000"])
+
+
+@contextlib.contextmanager
+def _instructor(mode: str, base):
+    """(account or None for root, its home, its python): root grades with this venv; "non-root" with a fresh account
+    made here (tests/accounts.py), its course, key and Python in its private home."""
+    if mode == "root":
+        yield None, str(base / "home"), sys.executable
+        return
+    if accounts.missing():
+        pytest.skip(accounts.missing())
+    with accounts.accounts([INSTRUCTOR]):
+        home = accounts.home(INSTRUCTOR)
+        yield INSTRUCTOR, home, accounts.instructor_python(os.path.join(home, "env"))
+
+
+@pytest.fixture(scope="module", params=["root", "non-root"])
+def graded(tmp_path_factory, request):
     base = tmp_path_factory.mktemp("hostile")
-    home = base / "home"
-    (home / ".ssh").mkdir(parents=True)
-    (home / ".ssh" / "id_ed25519").write_text(SSH_KEY)
-    course = roundtrip.make_course(str(base / "course"), [A])
-    roundtrip.nbgrader(["generate_assignment", A, "--force"], course.root, course.root)
-    listener = Listener()
-    values = {"course": course.root, "repo": ROOT, "grader": GRADER, "home": str(home), "port": listener.port}
-    good = solution_answers()
-    for student in HONEST:
-        place(course, student, notebook_with(good))
-    place(course, CONTROL, notebook_with(_answers("control", values)))
-    for name in ATTACKS:
-        place(course, name, notebook_with(_answers(name, dict(values, forged=repr(_forged(name))))))
-    before = _instructor_files(course.root)
-    try:
-        first = _grade(course.root, str(home))
-        left_after_first = [p.info["cmdline"] for p in psutil.wait_procs(_left_running(), timeout=10)[1]]
-        second = _grade(course.root, str(home))
-        left_after_second = [p.info["cmdline"] for p in psutil.wait_procs(_left_running(), timeout=10)[1]]
-    finally:
-        kill_all(_left_running())  # only ever this class's processes: they carry the marker
-        listener.close()
-    yield {"course": course, "home": str(home), "before": before, "first": first, "second": second,
-           "left": left_after_first + left_after_second, "received": listener.received}
+    with _instructor(request.param, base) as (account, home, python):
+        os.makedirs(os.path.join(home, ".ssh"), exist_ok=True)
+        with open(os.path.join(home, ".ssh", "id_ed25519"), "w") as f:
+            f.write(SSH_KEY)
+        os.chmod(os.path.join(home, ".ssh", "id_ed25519"), 0o600)  # the instructor's alone
+        course = roundtrip.make_course(os.path.join(home if account else str(base), "course"), [A])
+        roundtrip.nbgrader(["generate_assignment", A, "--force"], course.root, course.root)
+        listener, victim = Listener(), _victim(account)
+        values = {"course": course.root, "repo": ROOT, "grader": GRADER, "home": home, "port": listener.port,
+                  "victim": victim.pid if not account else _child_pid(victim)}
+        good = solution_answers()
+        for student in HONEST:
+            place(course, student, notebook_with(good))
+        place(course, CONTROL, notebook_with(_answers("control", values)))
+        for name in ATTACKS + LIMIT_ATTACKS:
+            place(course, name, notebook_with(_answers(name, dict(values, forged=repr(_forged(name))))))
+        if account:
+            subprocess.run(["chown", "-R", f"{account}:{account}", home], check=True, timeout=60)
+        before = _instructor_files(course.root)
+        try:
+            first = _grade(course.root, home, account, python)
+            left_after_first = [p.info["cmdline"] for p in psutil.wait_procs(_left_running(), timeout=10)[1]]
+            second = _grade(course.root, home, account, python)
+            left_after_second = [p.info["cmdline"] for p in psutil.wait_procs(_left_running(), timeout=10)[1]]
+            victim_alive = victim.poll() is None
+        finally:
+            kill_all(_left_running())  # only ever this class's processes: they carry the marker
+            listener.close()
+            victim.kill()
+            victim.wait(timeout=10)
+        yield {"course": course, "home": home, "before": before, "first": first, "second": second,
+               "left": left_after_first + left_after_second, "received": listener.received,
+               "victim_alive": victim_alive, "mode": request.param}
+
+
+def _child_pid(runner: subprocess.Popen) -> int:
+    """The pid of the `sleep` that runuser started (runuser waits for it): the account's own process."""
+    for _ in range(100):
+        children = psutil.Process(runner.pid).children()
+        if children:
+            return children[0].pid
+        time.sleep(0.05)
+    raise AssertionError("runuser started no sleep")
 
 
 def _results(course) -> dict[str, dict]:
@@ -218,9 +274,19 @@ def _expected(student: str) -> float:
 
 
 def test_honest_classmates_get_exactly_full_marks_and_are_not_flagged(graded):
+    """Every check passed, as in a class without attackers: the bomb, the forgers and the flood beside them took
+    nothing from them."""
     rows = _gradebook(graded["course"])
     assert {s: (rows[s]["score"], rows[s]["flagged"]) for s in HONEST} == {s: (MAX, False) for s in HONEST}, \
         graded["first"]
+    every_check = [(c.name, True, c.points) for c in EXERCISE.checks]
+    for student in HONEST:
+        checks = _results(graded["course"])[student]["report"]["checks"]
+        assert [(c["name"], c["passed"], c["points"]) for c in checks] == every_check, graded["first"]
+
+
+def test_the_instructors_own_process_is_out_of_reach(graded):
+    assert graded["victim_alive"], "student code killed a process of the grading account"
 
 
 def test_each_attacker_gains_nothing(graded):
@@ -228,6 +294,8 @@ def test_each_attacker_gains_nothing(graded):
     assert HONEST_PART > 0 and rows[CONTROL]["score"] == HONEST_PART, graded["first"]
     gained = {s: rows[s]["score"] for s in ATTACKS if rows[s]["score"] != _expected(s)}
     assert not gained, f"attackers whose score is not their honest part's ({HONEST_PART}): {gained}"
+    gained = {s: rows[s]["score"] for s in LIMIT_ATTACKS if rows[s]["score"] > HONEST_PART}
+    assert not gained, f"attackers who got more than their honest part ({HONEST_PART}): {gained}"
 
 
 def test_the_instructors_files_and_gradebook_rows_are_the_graders(graded):
@@ -237,7 +305,7 @@ def test_the_instructors_files_and_gradebook_rows_are_the_graders(graded):
     assert not changed, f"instructor files changed by the class: {changed}"
     assert not os.path.exists(course.sqlite_gradebook + "-journal"), "a planted journal was left for SQLite"
     rows = _gradebook(course)
-    assert set(rows) == set(HONEST) | {CONTROL} | set(ATTACKS)
+    assert set(rows) == set(HONEST) | {CONTROL} | set(ATTACKS) | set(LIMIT_ATTACKS)
     assert not {s: r["manual"] for s, r in rows.items() if r["manual"]}, "manual scores written by student code"
     assert not os.path.exists("/tmp/forged-gradebook.db")
 
@@ -292,6 +360,6 @@ def test_a_rerun_trusts_nothing_forged_and_regrades_nothing(graded):
         sealed, forged = unseal(f.read(), key)
     assert sealed is not None and not forged, "graded_after.json is not the grader's"
     assert sealed["report"]["score"] == _expected("graded_after")
-    assert {s: r["report"]["score"] for s, r in results.items()} == \
+    assert {s: r["report"]["score"] for s, r in results.items() if s not in LIMIT_ATTACKS} == \
         {s: _expected(s) for s in HONEST + [CONTROL] + ATTACKS}
     assert graded["first"] == graded["second"], "the re-run's grade table differs"

@@ -10,6 +10,9 @@ Debian's Chromium, driven by Playwright as in tests/test_browser.py:
   see ✓ and ✗, and submit;
 - the instructor collects (formgrader), grades (`python -m grader grade`),
   generates and releases feedback; both students fetch their feedback;
+- Bob's answer cell writes a probe into the course directory wherever it runs as the instructor: the formgrader's
+  Autograde button, pressed for him through the hub, refuses in nbgrader's error dialog with the one line that
+  says to run `make grade`, writes no probe, and keeps the autograded notebook `make grade` wrote;
 - a student gets 403 from the formgrader, the instructor 200; the instructor
   is no admin (403 from the hub's admin page);
 - students' servers run the students' environment (deploy/hub/student_env.py,
@@ -264,8 +267,10 @@ def test_a_class_on_the_hub(hub, course, browser):
     from playwright.sync_api import expect
 
     released = os.path.join(ROOT, "exercises", A, f"{A}.ipynb")
+    probe = os.path.join(course["root"], "probe-autograde")  # where only the instructor's uid can write
     answers = {STUDENTS[0]: _source_of(released, "pick_backend_answer").replace(STUB, CORRECT_PICK_BACKEND),
-               STUDENTS[1]: _source_of(released, "pick_backend_answer").replace(STUB, WRONG_PICK_BACKEND)}
+               STUDENTS[1]: _hostile(probe) + _source_of(released, "pick_backend_answer").replace(
+                   STUB, WRONG_PICK_BACKEND)}
     pages = {}
     teacher = _login(browser, hub, INSTRUCTOR)
     try:
@@ -308,6 +313,7 @@ def test_a_class_on_the_hub(hub, course, browser):
         report = _instructor(hub, course, python, "-m", "grader", "grade", A, "--root", course["root"], "--jobs", "2")
         for student in STUDENTS:  # graded: else the feedback step below fails without saying why
             assert os.path.isfile(os.path.join(course["root"], "autograded", student, A, f"{A}.ipynb")), report
+        _autograde_is_refused(teacher, hub, course, probe)
         _instructor(hub, course, python, "-m", "nbgrader", "generate_feedback", A, "--log-level=WARN")
         _instructor(hub, course, python, "-m", "nbgrader", "release_feedback", A, "--log-level=WARN")
 
@@ -338,6 +344,36 @@ def test_a_class_on_the_hub(hub, course, browser):
     points = sum(c.points for c in get_exercise(A).checks_for("pick_backend"))
     assert scores[STUDENTS[0]][0] == points > 0 and scores[STUDENTS[1]][0] == 0, scores
     _students_are_kept_apart(course)
+
+
+def _hostile(probe: str) -> str:
+    """Top-level code in Bob's answer cell: it writes `probe` wherever it runs as the instructor (as Bob, or in the
+    sandbox, the write fails and is ignored)."""
+    return (f"try:\n    open({probe!r}, 'w').write('student code ran as the instructor')\n"
+            "except OSError:\n    pass\n")
+
+
+def _autograde_is_refused(teacher, hub, course, probe: str) -> None:
+    """The formgrader's Autograde button, pressed through the hub for Bob's hostile submission: nbgrader's error
+    dialog says to run `make grade`, nothing was written as the instructor, and the autograded notebook that
+    `make grade` wrote is still there."""
+    from grader.gradebook.refuse_autograde import REFUSAL
+
+    autograded = os.path.join(course["root"], "autograded", STUDENTS[1], A, f"{A}.ipynb")
+    with open(autograded, "rb") as f:
+        before = f.read()
+    teacher.goto(f"{hub['url']}/services/{COURSE_ID}/formgrader/manage_submissions/{A}")
+    row = teacher.locator("tr", has_text=STUDENTS[1])
+    row.locator(".autograde a").click()
+    dialog = teacher.locator("#success-modal, #error-modal")
+    dialog.first.wait_for(timeout=180_000)
+    _shot(teacher, "05b-instructor-autograde-refused")
+    assert teacher.locator("#error-modal").count() == 1, dialog.first.text_content()
+    assert REFUSAL in " ".join(teacher.locator("#error-modal").text_content().split()), \
+        teacher.locator("#error-modal").text_content()
+    assert not os.path.exists(probe), "the formgrader's Autograde ran student code as the instructor"
+    with open(autograded, "rb") as f:
+        assert f.read() == before, "the formgrader's Autograde changed what make grade wrote"
 
 
 def _forge_for_alice(course) -> None:

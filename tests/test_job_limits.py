@@ -20,7 +20,8 @@ import psutil
 import pytest
 
 from grader.gradebook import roundtrip
-from grader.isolation.job_limits import JobLimits
+from grader.exercises import get_exercise
+from grader.isolation.job_limits import OFF_ENV, PROCESSES_PER_JOB, JobLimits
 from samples.make_samples import solution_answers
 from tests.helpers import ROOT, needs_bwrap
 from tests.test_hostile_class import _forged, _pick_device
@@ -44,7 +45,7 @@ def _attacker(name: str, course) -> dict:
     return notebook_with({"pick_device_answer": attack + wrapper})
 
 
-def _grade(base: str, attackers: tuple[str, ...], nursery: str) -> tuple[dict, str]:
+def _grade(base: str, attackers: tuple[str, ...], nursery: str, cgroups: bool = True) -> tuple[dict, str]:
     course = roundtrip.make_course(base, [A])
     roundtrip.nbgrader(["generate_assignment", A, "--force"], course.root, course.root)
     for student in HONEST:
@@ -52,6 +53,8 @@ def _grade(base: str, attackers: tuple[str, ...], nursery: str) -> tuple[dict, s
     for name in attackers:
         place(course, name, _attacker(name, course))
     env = dict(os.environ, HOME=base, GRADER_NURSERY=nursery, GRADER_JOB_MEMORY=str(MEMORY))
+    if not cgroups:
+        env[OFF_ENV] = "0"
     env.pop("XDG_STATE_HOME", None)
     with subprocess.Popen([sys.executable, "-m", "grader", "grade", A, "--root", course.root, "--jobs", "2",
                            "--timeout", "20", "--quiet"], cwd=ROOT, env=env, stdout=subprocess.PIPE,
@@ -99,6 +102,25 @@ def test_a_bomb_and_a_hog_take_nothing_from_classmates(tmp_path, nursery):
     assert {s: stormy[s]["report"]["score"] for s in attackers} == {s: 0 for s in attackers}, output
     assert any("pids.max" in f for f in stormy["fork_bomb"]["flags"]), stormy["fork_bomb"]["flags"]
     assert any("memory" in f and "limit" in f for f in stormy["memory_hog"]["flags"]), stormy["memory_hog"]["flags"]
+    assert not psutil.wait_procs([psutil.Process(p["pid"]) for p in _left()], timeout=10)[1], _left()
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="as root; a non-root account's class is tests/test_hostile_class.py's")
+@pytest.mark.parametrize("nursery", ["1", "0"])
+def test_without_cgroups_a_bomb_takes_nothing_from_classmates(tmp_path, nursery):
+    """No cgroup (GRADER_JOB_CGROUPS=0, as on a machine without any): said once at start, and each job still has a
+    budget of processes of its own (its own uid, RLIMIT_NPROC), so a fork bomb stops there and its classmates, graded
+    beside it, get every check (what a calm class gets: every check passed, as the test above shows). The bomb's
+    own message (the first rank's to fail) tells how many it spawned before the kernel refused."""
+    stormy, output = _grade(str(tmp_path / "stormy"), ("fork_bomb",), nursery, cgroups=False)
+    every_check = [(c.name, True, c.points) for c in get_exercise(A).checks]
+    for student in HONEST:
+        assert _checks(stormy[student]) == every_check and not stormy[student]["flags"], output
+    bomb = " ".join(c["message"] for c in stormy["fork_bomb"]["report"]["checks"] if c["task"] == "pick_device")
+    spawned = int(bomb.split("spawned ")[1].split()[0]) if "spawned " in bomb else None
+    assert spawned is not None and spawned < PROCESSES_PER_JOB and "temporarily unavailable" in bomb, bomb
+    notices = [line for line in output.splitlines() if "no limit per job here" in line]
+    assert len(notices) == 1 and f"{OFF_ENV}=0" in notices[0] and "its own uid" in notices[0], output
     assert not psutil.wait_procs([psutil.Process(p["pid"]) for p in _left()], timeout=10)[1], _left()
 
 

@@ -23,6 +23,7 @@ from grader.exercises import get_exercise
 from grader.gradebook import roundtrip
 from grader.isolation.nursery_client import NURSERY_ENV
 from grader.isolation.sandbox import NOBODY
+from grader.isolation.slot_uids import SlotUids
 from samples.make_samples import solution_answers
 from tests.helpers import ROOT, live_with_marker, probe_report, needs_bwrap
 from tests.test_instructor_workflow import A, notebook_with, place
@@ -174,8 +175,17 @@ def test_a_job_has_no_capabilities_no_new_privileges_and_is_not_root(graded, me)
     host = [int(outside) + seen["uid"] - int(inside) for inside, outside, count in seen["uid_map"]
             if int(inside) <= seen["uid"] < int(inside) + int(count)]
     assert seen["uid"] != 0 and host and host[0] != 0, seen
-    if os.geteuid() == 0:
-        assert host == [NOBODY], seen
+    if os.geteuid() == 0:  # the job's own uid (slot_uids.py): no account's, not nobody, not its classmate's
+        assert SlotUids.start() <= host[0] < SlotUids.start() + 4096 and host[0] != NOBODY, seen
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="per-job uids need root (slot_uids.py)")
+def test_as_root_each_job_runs_as_a_uid_of_its_own(graded):
+    hosts = set()
+    for me in PROBES:
+        seen = probe_report(graded["results"][me])
+        hosts.update(int(outside) for inside, outside, count in seen["uid_map"] if int(inside) == seen["uid"])
+    assert len(hosts) == len(PROBES) and NOBODY not in hosts, hosts
 
 
 @pytest.mark.parametrize("me", PROBES)

@@ -103,7 +103,11 @@ def test_a_dead_nursery_loses_its_job_and_is_replaced():
         orphan = nurseries.start(None, True)
         dead = nurseries.by_kind[True].proc.pid
         kill_tree(dead)
-        assert orphan.stdout.readline() == ""
+        try:
+            ended = orphan.stdout.readline()
+        except ConnectionResetError:  # killed before it read the go byte: a reset (pool.Lines reads it as the end)
+            ended = ""
+        assert ended == ""
         orphan.wait(timeout=60)
         job = nurseries.start(None, True)
         assert nurseries.by_kind[True].proc.pid != dead

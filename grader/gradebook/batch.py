@@ -27,10 +27,11 @@ from grader.engine.processes import adopting_orphans
 from grader.exercises import get_exercise
 from grader.gradebook.course import Course
 from grader.isolation import sandbox as sandboxes
-from grader.isolation.job_limits import JobLimits
+from grader.isolation.job_limits import PROCESSES_PER_JOB, JobLimits
 from grader.isolation.gpu_gate import check_gpus
 from grader.isolation.gpu_share import GpuShare
 from grader.isolation.nursery_client import Nurseries, use_nursery
+from grader.isolation.slot_uids import SlotUids
 from grader.isolation import result_channel as channel
 from grader.isolation.worker_pool import Job, Workers, run_pool
 from grader.gradebook.preflight import check_ready
@@ -234,12 +235,13 @@ def grade_assignment(course: Course, assignment: str, jobs: int | None = 2, time
             queue.append(Job(student, path, submissions[student], "public" if sandbox else "all"))
         limits = JobLimits.here() if sandbox and queue else None
         if limits is not None and limits.missing:
-            print(f"grader: no limit per job here ({limits.missing}): each process and the sandboxes' uid are "
-                  "bounded, not each job", file=sys.stderr)
+            print(no_cgroup_notice(limits.missing), file=sys.stderr)
+        uids = _slot_uids(jobs) if sandbox and queue and os.geteuid() == 0 else None
         nurseries = Nurseries(worker_args, jobs + 2) if sandbox and queue and use_nursery() else None
         workers = Workers(worker_args,
-                          (lambda argv, job: sandboxes.Sandbox(argv, job.path, job.phase == "public", jobs + 1))
-                          if sandbox else None, nurseries, limits, share if share.gpus else None)
+                          (lambda argv, job, uid=None: sandboxes.Sandbox(argv, job.path, job.phase == "public",
+                                                                         jobs + 1, uid=uid))
+                          if sandbox else None, nurseries, limits, share if share.gpus else None, uids)
         try:
             with adopting_orphans():  # what a submission left behind (double fork, setsid) dies with the run
                 run_pool(queue, workers, jobs, on_result, guard.flag, guard.tick, progress, len(submissions),
@@ -249,6 +251,8 @@ def grade_assignment(course: Course, assignment: str, jobs: int | None = 2, time
                 nurseries.close()
             if limits is not None:
                 limits.close()
+            if uids is not None:
+                uids.close()
         guard.tick(set())  # put back anything changed after the last tick (no one left to name)
     finally:
         snapshot.close()
@@ -270,6 +274,21 @@ def grade_assignment(course: Course, assignment: str, jobs: int | None = 2, time
         results[student] = result
     guard.tick(set())
     return results
+
+
+def _slot_uids(jobs: int) -> SlotUids:
+    """As root, a uid of its own for each job running or starting (twice that: a freed one rests)."""
+    try:
+        return SlotUids.here(2 * (jobs + 2))
+    except OSError as exc:
+        raise sandboxes.SandboxMissing(f"cannot reserve a uid of its own for each grading job: {exc}") from None
+
+
+def no_cgroup_notice(why: str) -> str:
+    """The one line said at start where jobs get no cgroup: what still bounds each job, and what does not."""
+    own = "its own uid" if os.geteuid() == 0 else "its own user namespace"
+    return (f"grader: no limit per job here ({why}): each job's processes are bounded by {own} "
+            f"(RLIMIT_NPROC {PROCESSES_PER_JOB}), its memory only per process and by its /tmp and /dev/shm sizes")
 
 
 def share_gpus(gpus: int, assignment: str, world_size: int, jobs: int | None) -> GpuShare:

@@ -11,6 +11,7 @@ The parent (grader/gradebook/batch.py) drives a pool of workers; each grades one
 - nursery_job.py    one job forked from a nursery: own namespaces, then grade one submission
 - namespaces.py     the Linux namespace, mount and capability calls a nursery job makes (libc via ctypes)
 - job_limits.py     a cgroup per job: pids.max and memory.max, so one job's fork bomb or hog costs no classmate
+- slot_uids.py      as root, a uid of its own for each job (a range no account, group or process uses)
 - gpu_gate.py       before grading: can the ranks use this machine's GPUs inside the sandbox? (exit 2 if not)
 - gpu_share.py      each job its own GPUs, never two jobs on one device
 

@@ -26,6 +26,10 @@ def main(argv: list[str] | None = None) -> int:
 
     channel.take(0, 1)  # non-dumpable, job lines and results on private descriptors: before anything starts
     processes.die_with_parent()  # a killed grading run leaves no worker behind, even if its job pipe stays open
+    if processes.in_sandbox():  # its own uid (as root) or user namespace: a budget of processes its own
+        from grader.isolation.job_limits import bound_own_processes
+
+        bound_own_processes()
     from grader.exercises import find
 
     processes.preload(find(args.assignment).public)  # never a hidden module: the forkserver is forked now

@@ -72,10 +72,12 @@ class Nursery:
             self.proc = subprocess.Popen(box.argv, stdin=theirs.fileno(), stdout=subprocess.DEVNULL, stderr=stderr,
                                          env=box.env, start_new_session=True)
 
-    def start(self, submission: str | None, group=None, probe: bool = False) -> JobProcess | None:
+    def start(self, submission: str | None, group=None, probe: bool = False,
+              uid: int | None = None) -> JobProcess | None:
         """The job's process, or None if this nursery could not start it (dead, or not answering). group: the
         job's cgroups (job_limits.JobGroup), which its first process enters before it forks anything. probe: the
-        job runs the CUDA probe rank (engine/cuda_probe.py) instead of grading, and reports on its result channel."""
+        job runs the CUDA probe rank (engine/cuda_probe.py) instead of grading, and reports on its result channel.
+        uid: as root, the job's own uid (slot_uids.py), which it takes before it reads the submission (nursery_job.py)."""
         if self.proc.poll() is not None:
             return None
         pid = 0
@@ -86,7 +88,7 @@ class Nursery:
         if submission is not None:
             fds.append(os.open(submission, os.O_RDONLY | os.O_CLOEXEC))
         try:
-            socket.send_fds(self.control, [json.dumps({"fds": len(fds), "probe": probe}).encode()], fds)
+            socket.send_fds(self.control, [json.dumps({"fds": len(fds), "probe": probe, "uid": uid}).encode()], fds)
             theirs.close()  # before the wait: a job (or nursery) that dies before its hello then reads as EOF at once
             ours.settimeout(HELLO_S)
             hello, ancillary, _, _ = ours.recvmsg(1, socket.CMSG_SPACE(_UCRED))
@@ -124,12 +126,12 @@ class Nurseries:
         self.by_kind = {masked: Nursery(worker_args, masked, jobs) for masked in (True, False)}  # both start now:
         # the hidden phase's cold start overlaps the first public jobs
 
-    def start(self, path: str | None, masked: bool, group=None) -> JobProcess:
+    def start(self, path: str | None, masked: bool, group=None, uid: int | None = None) -> JobProcess:
         for _ in range(2):  # a dead nursery is replaced once per job
             nursery = self.by_kind.get(masked)
             if nursery is None:
                 nursery = self.by_kind[masked] = Nursery(self.worker_args, masked, self.jobs)
-            proc = nursery.start(path, group)
+            proc = nursery.start(path, group, uid=uid)
             if proc is not None:
                 return proc
             nursery.close()

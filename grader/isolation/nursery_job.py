@@ -4,8 +4,9 @@ Three processes, each dying with its parent (PR_SET_PDEATHSIG):
 - the job's first process, in the nursery's namespaces: tells the parent its pid (SCM_CREDENTIALS: the
   kernel translates it into the parent's PID namespace, so the parent can kill the job, and move it into
   the job's own cgroups before it answers with a go byte), reads the
-  submission from the parent's descriptor, unshares a user (its own uid mapped, non-root), mount, PID,
-  network, IPC and UTS namespace, and waits for
+  submission from the parent's descriptor, takes the job's own uid as root (slot_uids.py), unshares a user
+  (its uid mapped, non-root), mount, PID, network, IPC and UTS namespace, bounds its processes there
+  (job_limits.bound_own_processes), and waits for
 - PID 1 of the new PID namespace, the job's reaper: it mounts the namespace's own /proc (writable: CUDA), fresh tmpfs on
   /tmp, HOME and /dev/shm, the submission on a read-only tmpfs at sandbox.SUBMISSION, brings `lo` up,
   drops every capability (no_new_privs is set already), forks the worker and reaps every orphan until the
@@ -30,6 +31,7 @@ import struct
 import traceback
 
 from grader.engine import processes
+from grader.isolation import job_limits
 from grader.isolation import namespaces as ns
 from grader.isolation import sandbox
 
@@ -53,15 +55,28 @@ def run(args, header: dict, fds: list[int]) -> int:
             data = f.read()
     _keep_only(result, job_line)
     last_cap = int(open("/proc/sys/kernel/cap_last_cap").read())
+    if isinstance(header.get("uid"), int) and header["uid"] > 0:  # as root: the job's own uid (slot_uids.py)
+        _become(header["uid"])
     uid, gid = os.getuid(), os.getgid()
-    ns.unshare(NAMESPACES)
+    ns.unshare(NAMESPACES)  # every capability of the nursery's is gone now; all are this namespace's own
     ns.map_ids(INSIDE_ID, uid, INSIDE_ID, gid)
+    ns.prctl(ns.PR_SET_DUMPABLE, 0)  # no process of the job, the same uid, may ptrace this one
+    job_limits.bound_own_processes()  # RLIMIT_NPROC counted in this user namespace: this job's processes alone
     ns.mount("none", "/", None, ns.MS_REC | ns.MS_PRIVATE)
     reaper = _fork_running(_reaper, args, data, result, job_line, last_cap, header.get("probe") is True)
     os.close(result)
     os.close(job_line)
     _, status = os.waitpid(reaper, 0)
     return os.waitstatus_to_exitcode(status) & 0xFF
+
+
+def _become(uid: int) -> None:
+    """Take the job's own uid and gid (no supplementary group). The nursery holds CAP_SETUID and CAP_SETGID for
+    this alone; the uid map is written next, which a non-dumpable process (as a uid change makes it) may not."""
+    os.setgroups([])
+    os.setresgid(uid, uid, uid)
+    os.setresuid(uid, uid, uid)
+    ns.prctl(ns.PR_SET_DUMPABLE, 1)
 
 
 def _reaper(args, data: bytes | None, result: int, job_line: int, last_cap: int, probe: bool = False) -> int:
@@ -81,6 +96,8 @@ def _reaper(args, data: bytes | None, result: int, job_line: int, last_cap: int,
             f.write(data)
         os.chmod(sandbox.SUBMISSION, 0o444)
     ns.mount("none", folder, None, ns.MS_REMOUNT | ns.MS_RDONLY | _TMPFS | ns.MS_NOEXEC)
+    for shared in ("/", "/dev"):  # the nursery's own tmpfs, which every job of it sees: read-only to each
+        _read_only(shared)
     ns.loopback_up()
     os.chdir("/tmp")
     ns.drop_capabilities(last_cap)
@@ -95,6 +112,17 @@ def _reaper(args, data: bytes | None, result: int, job_line: int, last_cap: int,
             return 1
         if pid == worker:
             return os.waitstatus_to_exitcode(status) & 0xFF
+
+
+def _read_only(path: str) -> None:
+    """This job's view of the mount at `path` read-only (its own submounts stay as they are). The nursery's sandbox
+    root and /dev are one tmpfs for all its jobs; run as another user than root, bubblewrap made their folders (/,
+    /etc, the parents of the bound prefixes) that user's, which is each job's uid too: a job could leave a file there
+    for the next (an /etc/ld.so.preload for a classmate's processes). The flags the nursery's namespace locked
+    (nosuid, nodev, noexec, atime) are kept, as a remount from a user namespace must."""
+    locked = os.statvfs(path).f_flag & (os.ST_NOSUID | os.ST_NODEV | os.ST_NOEXEC | os.ST_NOATIME | os.ST_NODIRATIME
+                                        | os.ST_RELATIME)
+    ns.mount("none", path, None, ns.MS_REMOUNT | ns.MS_BIND | ns.MS_RDONLY | locked)
 
 
 def _fork_running(fn, *args) -> int:

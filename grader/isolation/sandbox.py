@@ -27,30 +27,36 @@ The command built for one grading worker, when the grader runs as root (the usua
             --perms 1777 --size B --tmpfs /tmp              private, size-limited /tmp and HOME
             --perms 1777 --size B --tmpfs /home/grading
             --chdir /tmp
-            setpriv --reuid=65534 --regid=65534             the worker runs as the host's nobody (no user
-                    --clear-groups --inh-caps=-all          namespace: it is not root mapped into one), with no
-                    --bounding-set=-all --no-new-privs      capabilities and no way to gain any
+            setpriv --reuid=UID --regid=UID                 the worker runs as its job's own uid, which no
+                    --clear-groups --inh-caps=-all          account, process or other job has (slot_uids.py; no
+                    --bounding-set=-all --no-new-privs      user namespace: it is not root mapped into one), with
+                                                            no capabilities and no way to gain any
             python -m grader.isolation.grading_worker ...
 
-bwrap sets the mounts up as root because nobody could not reach pyenv's prefix under /root (0700). Run as
+bwrap sets the mounts up as root because the job's uid could not reach pyenv's prefix under /root (0700). Run as
 another user, the grader builds the same sandbox with `--unshare-all --cap-drop ALL` (a user namespace) and no
-setpriv: the worker keeps that user's uid, which owns nothing of the course it can see.
+setpriv: the worker keeps that user's uid (no other can be had without root), and the namespaces leave it nothing
+of that user's: no file but the read-only binds below, no process (its own PID namespace), no socket or network.
 
 Nothing else is there: not the course directory, `solutions/`, other submissions, `graded/`, the gradebook,
 /root or /home. The environment is empty (the process is started with only PATH, HOME, LANG, the thread
 settings, the CUDA driver's own variables (DRIVER_ENV), PYTORCH_NVML_BASED_CUDA_CHECK=1, and the phase marker
-GRADER_HIDDEN_MASKED=1 in the public phase), so NBGRADER_DB_URL and the like never reach it. Limits: RLIMIT_NPROC counts every process and thread of the real uid, all sandboxes together (they all run
-as nobody), so it is a fork-bomb brake sized for the concurrent sandboxes (`jobs` grading, one starting: worker_pool.py);
-memory is bounded per process with RLIMIT_DATA (RLIMIT_AS breaks torch, which reserves large virtual ranges) and
+GRADER_HIDDEN_MASKED=1 in the public phase), so NBGRADER_DB_URL and the like never reach it. Limits: RLIMIT_NPROC
+counts every process and thread of a uid in a user namespace; a job of its own uid gets NPROC_PER_SANDBOX here,
+otherwise this is the budget of every job together and each job takes NPROC_PER_SANDBOX of it inside its own user
+namespace (job_limits.bound_own_processes), so one job's fork bomb cannot take a classmate's processes, cgroups
+or not; memory is bounded per process with RLIMIT_DATA (RLIMIT_AS breaks torch, which reserves large virtual ranges) and
 the size of /tmp, HOME and /dev/shm. Where the grader can make cgroups, each job also gets its own (job_limits.py):
 pids.max and a memory bound for the whole job, so one job's fork bomb or hog takes nothing from the others. bwrap is PID 1 of the
 sandbox's PID namespace: when the grader kills it, the kernel kills everything inside, double forks included.
 Results come back on the worker's stdout only (worker_pool.py); the parent alone writes `graded/` and the gradebook.
 
-Nurseries (nursery.py, the default as root): the same sandbox, without a submission, holds one long-lived,
+Nurseries (nursery.py, the default): the same sandbox, without a submission, holds one long-lived,
 torch-preloaded process per phase; each job is forked from it and enters a user, mount, PID, network, IPC and UTS
 namespace of its own, with fresh /tmp, HOME, /dev/shm, /proc and its submission, before it reads a student byte
-(nursery_job.py). The sandbox then also binds the host's /proc under NURSERY_DIR (nursery_job.py says why).
+(nursery_job.py). The sandbox then also binds the host's /proc under NURSERY_DIR (nursery_job.py says why). As root, the nursery
+runs as nobody with CAP_SETUID and CAP_SETGID alone, which each job's first process uses to take its own uid
+before it unshares its user namespace (and with it every capability of the nursery's).
 """
 from __future__ import annotations
 
@@ -121,6 +127,19 @@ def _read_only_file(prefix: str, text: str) -> str:
     os.chmod(path, 0o444)
     atexit.register(os.remove, path)
     return path
+
+
+def _named_uid_files(uid: int) -> dict[str, str]:
+    """/etc/passwd and /etc/group with the job's uid and gid named "grading", for its sandbox."""
+    files = {}
+    for name, entry in (("passwd", f"grading:x:{uid}:{uid}::{HOME}:/usr/sbin/nologin\n"), ("group", f"grading:x:{uid}:\n")):
+        try:
+            with open(f"/etc/{name}") as f:
+                text = f.read()
+        except OSError:
+            text = ""
+        files[name] = _read_only_file(f"grader-{name}-", text.rstrip("\n") + "\n" + entry)
+    return files
 
 
 def _empty_file() -> str:
@@ -211,7 +230,8 @@ class Sandbox:
     """argv and environment of one sandboxed worker."""
 
     def __init__(self, worker_argv: list[str], submission: str | None, masked: bool, jobs: int,
-                 nursery: bool = False):
+                 nursery: bool = False, uid: int | None = None):
+        """uid: as root, the job's own uid (slot_uids.py); a nursery's jobs each take theirs (nursery_job.py)."""
         root = os.geteuid() == 0
         args = [BWRAP, *(_AS_ROOT if root else ["--unshare-all", "--cap-drop", "ALL"]), "--hostname", HOSTNAME,
                 "--die-with-parent", "--new-session", "--ro-bind", "/usr", "/usr"]
@@ -219,8 +239,10 @@ class Sandbox:
             if os.path.islink(f"/{link}"):
                 args += ["--symlink", os.readlink(f"/{link}"), f"/{link}"]
         args += ["--perms", "0755", "--dir", "/etc", "--ro-bind", _hosts_file(), "/etc/hosts"]  # nobody enters /etc
-        args += [a for name in _ETC if os.path.exists(f"/etc/{name}") for a in ("--ro-bind", f"/etc/{name}",
-                                                                                f"/etc/{name}")]
+        etc = {name: f"/etc/{name}" for name in _ETC if os.path.exists(f"/etc/{name}")}
+        if root and uid is not None:  # the job's own uid has a name (getpass.getuser() must not fail)
+            etc.update(_named_uid_files(uid))
+        args += [a for name, path in etc.items() for a in ("--ro-bind", path, f"/etc/{name}")]
         # private /tmp and HOME first: a venv or grader that lies under /tmp (a CI checkout) is bound inside it
         for tmp in ("/tmp", HOME):  # writable by the worker (nobody), like /tmp
             args += ["--perms", "1777", "--size", str(TMP_BYTES), "--tmpfs", tmp]
@@ -247,12 +269,18 @@ class Sandbox:
         for name in gpu_nodes():  # GPUs, when the machine has them
             args += ["--dev-bind", os.path.join(DEV, name), f"/dev/{name}"]
         args += ["--chdir", "/tmp"]
-        if root:  # bwrap set the sandbox up as root; the worker runs as nobody, without capabilities
-            args += ["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups", "--inh-caps=-all",
-                     "--bounding-set=-all", "--no-new-privs", "--"]
+        if root and nursery:  # the nursery runs as nobody, keeping only what it takes to put each job it forks
+            args += ["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups",  # in its own uid
+                     "--inh-caps=-all,+setuid,+setgid", "--ambient-caps=+setuid,+setgid",
+                     "--bounding-set=-all,+setuid,+setgid", "--no-new-privs", "--"]
+        elif root:  # bwrap set the sandbox up as root; the worker runs as its job's own uid, without capabilities
+            args += ["setpriv", f"--reuid={uid or NOBODY}", f"--regid={uid or NOBODY}", "--clear-groups",
+                     "--inh-caps=-all", "--bounding-set=-all", "--no-new-privs", "--"]
         args += worker_argv
-        limits = [f"--nproc={NPROC_PER_SANDBOX * max(1, jobs)}", f"--data={DATA_BYTES}",
-                  f"--fsize={TMP_BYTES}", "--core=0"]
+        # RLIMIT_NPROC: a job of its own uid is bounded here; otherwise this is the budget of every job together, and
+        # each job bounds itself to NPROC_PER_SANDBOX inside its own uid or user namespace (job_limits.py)
+        nproc = NPROC_PER_SANDBOX * (1 if root and uid is not None else max(1, jobs) + 1)
+        limits = [f"--nproc={nproc}", f"--data={DATA_BYTES}", f"--fsize={TMP_BYTES}", "--core=0"]
         self.argv = ["prlimit", *limits, "--", *args]
         self.env = environment(masked)
 

@@ -85,30 +85,39 @@ class Workers:
     or one sandboxed worker per job; then a job line names the submission as the sandbox shows it."""
 
     def __init__(self, worker_args: list[str], sandbox: Callable[[list[str], Job], "object"] | None = None,
-                 nurseries=None, limits=None, gpus=None):
+                 nurseries=None, limits=None, gpus=None, uids=None):
         self.argv = [sys.executable, "-m", "grader.isolation.grading_worker", *worker_args]
         self.sandbox = sandbox
         self.nurseries = nurseries  # sandboxed: each job forked from its phase's nursery (nursery_client.py)
         self.limits = limits  # sandboxed: job_limits.JobLimits, a cgroup per job where the machine allows
         self.gpus = gpus  # gpu_share.GpuShare: each job's own GPUs, named in its job line (None: no sharing)
+        self.uids = uids  # sandboxed as root: slot_uids.SlotUids, each job's own uid
 
     def start(self, job: Job | None) -> subprocess.Popen:
-        group = self.limits.new_group() if self.limits is not None and self.sandbox is not None else None
+        sandboxed = self.sandbox is not None
+        group = self.limits.new_group() if self.limits is not None and sandboxed else None
+        uid = self.uids.take() if self.uids is not None and sandboxed else None
         try:
-            proc = self._start(job, group)
+            proc = self._start(job, group, uid)
         except BaseException:
             if group is not None:
                 group.close()
+            self.give_back_uid(uid)
             raise
-        proc.group, proc.student = group, job.student if job else None
+        proc.group, proc.student, proc.uid = group, job.student if job else None, uid
         return proc
 
-    def _start(self, job: Job | None, group) -> subprocess.Popen:
+    def give_back_uid(self, uid: int | None) -> None:
+        """The job's uid, once every process of the job has been killed (worker_pool.py's release)."""
+        if uid is not None:
+            self.uids.give(uid)
+
+    def _start(self, job: Job | None, group, uid: int | None) -> subprocess.Popen:
         if self.nurseries is not None:
-            return self.nurseries.start(job.path, job.phase == "public", group)
+            return self.nurseries.start(job.path, job.phase == "public", group, uid)
         argv, env, stderr = self.argv, None, None
         if self.sandbox is not None:
-            box = self.sandbox(self.argv, job)
+            box = self.sandbox(self.argv, job, uid) if uid is not None else self.sandbox(self.argv, job)
             argv, env = box.argv, box.env
             stderr = None if os.environ.get("GRADER_SANDBOX_STDERR") else subprocess.DEVNULL
             if group is not None:
@@ -180,6 +189,7 @@ def run_pool(queue: list[Job], workers: Workers, jobs: int, on_result: Callable[
         release(proc)
 
     def release(proc):  # the job's cgroups: what it ran into is told to its author; what it left is killed
+        workers.give_back_uid(getattr(proc, "uid", None))  # its PID namespace ended: nothing of it runs as the uid
         group = getattr(proc, "group", None)
         if group is None:
             return

@@ -1,0 +1,16 @@
+def _attack():
+    # The sandbox's own folders (/, /etc, /dev, the parents of the bound venv): run as an ordinary account, a
+    # nursery's jobs share one tmpfs there, and its folders were that account's, the job's uid too. A file left
+    # there (an /etc/ld.so.preload) would run in every later classmate's processes.
+    import os
+    planted = []
+    for folder in ("/", "/etc", "/dev", "/run", os.path.dirname(os.path.dirname("$grader")), "/home"):
+        try:
+            with open(os.path.join(folder, "planted-by-$me"), "w") as f:
+                f.write("left for the next job")
+            planted.append(folder)
+        except OSError:
+            pass
+    if planted:
+        return planted
+    raise PermissionError("no folder of the sandbox outside the job's own /tmp, HOME and /dev/shm is writable")
