@@ -101,6 +101,20 @@ def test_exercise_1_a_reduce_on_rank_0_only_names_the_students_line():
     assert "that rank 1 never called in your code" in message, message
 
 
+def test_exercise_1_gradients_reduced_in_another_order_on_one_rank_name_the_students_line():
+    """gloo aborts one rank and the other loses its connection: whichever the launcher hears first, the message
+    is the translated one (the lost connection is never shown as the failure)."""
+    source = mutate(solution_source("01_parallelism"), "    for param in model.parameters():\n",
+                    "    params = list(model.parameters())\n"
+                    "    for param in (params[::-1] if dist.get_rank() == 1 else params):  # another order\n")
+    bad = failed(grade_source("01_parallelism", source, task="average_gradients", timeout=5,
+                              checks=["averaged_gradients_match_full_batch"]))
+    message = bad["averaged_gradients_match_full_batch"]
+    line = _line_of(source, "dist.all_reduce(param.grad, op=dist.ReduceOp.SUM)")
+    _names_the_line(message, "average_gradients", line)
+    assert "by peer" not in message, message
+
+
 def test_exercise_2_a_barrier_on_rank_0_only_names_the_students_line_once_per_task():
     code = '''
     def save_checkpoint(model, path):
