@@ -162,6 +162,74 @@ def test_a_gloo_abort_names_the_students_line_and_prints_gloos_text_once():
     assert page.count("EnforceNotMet") == 1 and '<details style="margin:0 0 4px 2em"><summary' in page  # closed
 
 
+def _abort_late(ctx) -> None:
+    """Make this rank's coming gloo abort reach the launcher only after its peer's "connection closed by peer":
+    once gloo's terminate text is in this rank's output, it shuts its sockets (the peer fails at once) while
+    its abort waits (sleep(6) as the SIGABRT handler faulthandler chains to, after writing the stacks)."""
+    import ctypes
+    import faulthandler
+    import os
+    import signal
+    import socket
+    import threading
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.signal.restype = ctypes.c_void_p
+    libc.signal.argtypes = [ctypes.c_int, ctypes.c_void_p]
+    rundir = os.path.dirname(ctx.workdir)
+    faulthandler.disable()  # faulthandler chains to the handler it finds when enabled: sleep(6)
+    libc.signal(signal.SIGABRT, ctypes.cast(libc.sleep, ctypes.c_void_p).value)  # called with 6: 6 s
+    faulthandler.enable(file=open(os.path.join(rundir, f"rank{ctx.rank}.stack"), "a"), all_threads=True)
+
+    def shut_sockets_once_aborting():
+        for _ in range(1200):
+            with open(os.path.join(rundir, f"rank{ctx.rank}.out"), errors="replace") as f:
+                if "terminate called" in f.read():
+                    break
+            time.sleep(0.05)
+        for fd in os.listdir("/proc/self/fd"):
+            try:
+                sock = socket.socket(fileno=os.dup(int(fd)))
+            except OSError:
+                continue
+            with sock:
+                if sock.family in (socket.AF_INET, socket.AF_INET6) and sock.type == socket.SOCK_STREAM:
+                    try:
+                        sock.shutdown(socket.SHUT_RDWR)
+                    except OSError:
+                        pass
+
+    threading.Thread(target=shut_sockets_once_aborting, daemon=True).start()
+
+
+def _then_a_bigger_sum_aborting_late(ctx, student):
+    if ctx.rank == 0:  # the rank whose sum of 1 receives the sum of 13: gloo aborts it
+        _abort_late(ctx)
+    return _then_a_bigger_sum(ctx, student)
+
+
+def test_a_gloo_abort_that_arrives_after_the_peers_lost_connection_reads_the_same():
+    """Whichever rank's failure reaches the launcher first, the message is the translated one: here rank 1's
+    "connection closed by peer" arrives seconds before rank 0's abort, which caused it."""
+    def graded(run):
+        ex = Exercise("abort_order_test", tasks=["sums_on_rank_0_only"])
+
+        @ex.check("sums_on_rank_0_only", points=1)
+        def aborts(g):
+            g.run(run)
+        report = run_checks(ex, ANSWERS, task="sums_on_rank_0_only", timeout=20)
+        assert report.score == 0 and not report.checks[0].passed
+        return report.checks[0]
+
+    late, at_once = graded(_then_a_bigger_sum_aborting_late), graded(_then_a_bigger_sum)
+    line = next(i for i, text in enumerate(ANSWERS.cells[0].source.splitlines(), 1) if "goes on to the next" in text)
+    for check in (late, at_once):
+        assert f"(your sums_on_rank_0_only, cell 1, line {line})" in check.message, check.message
+        assert "rank 0 exited with signal SIGABRT" in check.message, check.message
+        assert "rank 1 raised" not in check.message and "by peer" not in check.message, check.message  # a consequence
+    assert late.message.split("\n\n")[0] == at_once.message.split("\n\n")[0]
+
+
 def test_side_by_side_gives_the_same_results_in_the_same_order():
     seen = []
     one = run_checks(make_exercise(), ANSWERS, tasks=["fine", "broken"])

@@ -39,6 +39,9 @@ STARTUP_TIMEOUT_S = 180.0  # a cold forkserver on a busy 2-core machine
 # What a rank says when another program held or joined the port it was handed (not the student's fault;
 # a wrong submission that says the same is only run again, with the same verdict).
 PORT_CLASH = ("address already in use", "eaddrinuse", "connectfullmesh", "connection closed by peer")
+# What gloo raises in a rank whose peer went away (another rank aborted or died): a consequence, never the cause.
+PEER_LOST = ("connection reset by peer", "connection closed by peer", "broken pipe")
+PEER_WAIT_S = 10.0  # how long a lost peer gets to report or exit (a gloo abort writes its stacks, then dies)
 
 
 def run_distributed(
@@ -149,19 +152,27 @@ def _collect(reports, procs, conns, timeout, trusted) -> None:
 
     The timeout counts from the moment every rank is ready (its device set and its
     process group set up), so a cold forkserver (importing torch on a loaded
-    machine) or a busy GPU's NCCL setup never eats into it.
+    machine) or a busy GPU's NCCL setup never eats into it. A rank that lost its
+    peer (gloo's "connection reset by peer") is not a failure of its own: the
+    others get PEER_WAIT_S to report or exit, so that whichever arrives first, the
+    rank that aborted is the failure and the one that lost it was stopped by it.
     """
     waiting = {i for i in range(len(procs))}
     not_started = set(waiting)
     deadline = time.monotonic() + STARTUP_TIMEOUT_S
+    peers_until = None  # set when a rank lost its peer: the others' bound to say why
     while waiting:
-        remaining = deadline - time.monotonic()
+        now = time.monotonic()
+        if peers_until is not None and now >= peers_until and peers_until < deadline:
+            break  # no peer said why within the bound: the lost connection is the failure
+        remaining = min(deadline, peers_until or deadline) - now
         if remaining <= 0:
             for i in waiting:
                 reports[i].status = "hung"
                 if i in not_started:
                     reports[i].stack = f"(the process did not start within {STARTUP_TIMEOUT_S:.0f} s)"
-            return
+            waiting.clear()
+            break
         objs = [conns[i] for i in waiting] + [procs[i].sentinel for i in waiting]
         ready = multiprocessing.connection.wait(objs, timeout=remaining)
         for i in list(waiting):
@@ -193,16 +204,33 @@ def _collect(reports, procs, conns, timeout, trusted) -> None:
                 else:
                     reports[i].status = "error"
                     reports[i].error = body
+                    if _lost_peer(reports[i]) and peers_until is None:
+                        peers_until = time.monotonic() + PEER_WAIT_S
                 waiting.discard(i)
             elif closed or (procs[i].sentinel in ready and not conns[i].poll()):
                 procs[i].join(timeout=2)
                 reports[i].status = "exited"
                 reports[i].exitcode = procs[i].exitcode
                 waiting.discard(i)
-        if any(r.status in ("error", "exited", "unavailable") for r in reports):
-            for i in waiting:
-                reports[i].status = "stopped"
-            return
+        if any(r.status in ("exited", "unavailable") or (r.status == "error" and not _lost_peer(r)) for r in reports):
+            break
+    for i in waiting:
+        reports[i].status = "stopped"
+    _stopped_by_the_cause(reports)
+
+
+def _lost_peer(report) -> bool:
+    return report.status == "error" and any(
+        clue in str((report.error or {}).get("message", "")).lower() for clue in PEER_LOST)
+
+
+def _stopped_by_the_cause(reports) -> None:
+    """A rank that lost its peer, where another rank failed (aborted, crashed, hung): it was stopped by that
+    failure, as if the failure had been seen first (its gloo text is noise, not the student's mistake)."""
+    if any(r.status not in ("ok", "stopped", "pending") and not _lost_peer(r) for r in reports):
+        for r in reports:
+            if _lost_peer(r):
+                r.status, r.error = "stopped", None
 
 
 def _dump_stacks(reports, procs, rundir) -> None:

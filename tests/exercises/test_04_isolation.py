@@ -64,7 +64,8 @@ def test_a_worker_of_the_isolated_job_cannot_import_the_grader(tmp_path, monkeyp
         assert not any(os.path.isdir(os.path.join(p, "grader")) for p in info["path"] if p), info["path"]
         assert "GRADER_SECRET_FOR_THIS_TEST" not in info["env"]
         assert not [k for k in info["env"] if k.startswith("PYTHON") and k not in
-                    ("PYTHONPATH", "PYTHONUNBUFFERED", "PYTHONNOUSERSITE", "PYTHONDONTWRITEBYTECODE")], info["env"]
+                    ("PYTHONPATH", "PYTHONUNBUFFERED", "PYTHONNOUSERSITE", "PYTHONDONTWRITEBYTECODE",
+                     "PYTHONFAULTHANDLER")], info["env"]
 
 
 def test_the_links_folder_leaves_out_every_way_to_the_grader(tmp_path):

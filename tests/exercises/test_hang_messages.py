@@ -101,6 +101,20 @@ def test_exercise_1_a_reduce_on_rank_0_only_names_the_students_line():
     assert "that rank 1 never called in your code" in message, message
 
 
+def test_exercise_1_gradients_reduced_in_another_order_on_one_rank_name_the_students_line():
+    """gloo aborts one rank and the other loses its connection: whichever the launcher hears first, the message
+    is the translated one (the lost connection is never shown as the failure)."""
+    source = mutate(solution_source("01_parallelism"), "    for param in model.parameters():\n",
+                    "    params = list(model.parameters())\n"
+                    "    for param in (params[::-1] if dist.get_rank() == 1 else params):  # another order\n")
+    bad = failed(grade_source("01_parallelism", source, task="average_gradients", timeout=5,
+                              checks=["averaged_gradients_match_full_batch"]))
+    message = bad["averaged_gradients_match_full_batch"]
+    line = _line_of(source, "dist.all_reduce(param.grad, op=dist.ReduceOp.SUM)")
+    _names_the_line(message, "average_gradients", line)
+    assert "by peer" not in message, message
+
+
 def test_exercise_2_a_barrier_on_rank_0_only_names_the_students_line_once_per_task():
     code = '''
     def save_checkpoint(model, path):
@@ -146,3 +160,57 @@ def test_exercise_3_global_stats_reduced_on_rank_0_only_name_the_students_line()
                               checks=["stats_of_the_concatenated_batch"]))
     message = bad["stats_of_the_concatenated_batch"]
     _names_the_line(message, "forward", _line_of(source, "rank 1 skips the sum"))
+
+
+def test_exercise_3_global_stats_of_different_sizes_name_the_students_line():
+    source = mutate(solution_source("03_syncbn_sharded"),
+                    "        dist.all_reduce(total, op=dist.ReduceOp.SUM)\n",
+                    "        if dist.get_rank() == 1:\n"
+                    "            total = torch.cat([total, total])  # rank 1 sums twice as much\n"
+                    "        dist.all_reduce(total, op=dist.ReduceOp.SUM)  # sizes differ\n")
+    bad = failed(grade_source("03_syncbn_sharded", source, task="global_batch_stats", timeout=5,
+                              checks=["stats_of_the_concatenated_batch"]))
+    message = bad["stats_of_the_concatenated_batch"]
+    _names_the_line(message, "forward", _line_of(source, "sizes differ"))
+    assert "by peer" not in message, message
+
+
+# Exercise 4 runs the student's script under real torchrun, in processes of their own: no collective recorder is
+# read there. A worker gloo aborts prints its stack (PYTHONFAULTHANDLER), and a hung one is sent SIGABRT to print
+# it before it is killed, so the message names the script's line where each worker stood (train.py, line N).
+EX4_SNAPSHOT = '''        if rank == 0:  # one writer (global rank 0, not LOCAL_RANK 0 on every node)
+            save_atomically({"model": model.state_dict(), "optimizer": optimizer.state_dict(),
+                             "epochs_run": epochs_done, "batches_run": batches_done}, args.snapshot)
+'''
+
+
+def _ex4_message(source: str) -> str:
+    bad = failed(grade_source("04_torchrun", source, task="train_script",
+                              checks=["train_script_matches_single_process"]))
+    return bad["train_script_matches_single_process"]
+
+
+def _script_line(source: str, code: str) -> int:
+    script = source.split("train_script = '''", 1)[1]
+    return next(i for i, line in enumerate(script.splitlines(), start=1) if code in line)  # line 1: after the opening quotes
+
+
+def test_exercise_4_a_barrier_on_rank_0_only_names_the_scripts_line(monkeypatch):
+    from grader.exercises.torchrun import runs
+
+    monkeypatch.setattr(runs, "RUN_TIMEOUT_S", 25.0)  # the hang's bound, not a verdict: the run is killed
+    source = mutate(solution_source("04_torchrun"), EX4_SNAPSHOT,
+                    EX4_SNAPSHOT + "            dist.barrier()  # only rank 0 waits\n")
+    message = _ex4_message(source)
+    line = _script_line(source, "only rank 0 waits")
+    assert f"train.py, line {line}, in save_snapshot" in message, message
+    assert "where the workers were in your script" in message, message
+
+
+def test_exercise_4_sums_of_different_sizes_name_the_scripts_line():
+    source = mutate(solution_source("04_torchrun"), EX4_SNAPSHOT,
+                    EX4_SNAPSHOT + "        dist.all_reduce(torch.ones(1 if rank == 0 else 13))  # sizes differ\n")
+    message = _ex4_message(source)
+    line = _script_line(source, "sizes differ")
+    assert f"train.py, line {line}, in save_snapshot" in message, message
+    assert message.count("terminate called after throwing") <= 1, message

@@ -88,6 +88,7 @@ def isolated_env(site_dir: str, extra: dict[str, str] | None = None) -> dict[str
     env = {k: v for k, v in os.environ.items() if k in ENV_KEEP or k.startswith(ENV_KEEP_PREFIXES)}
     env.update(PYTHONPATH=site_dir, PYTHONNOUSERSITE="1", PYTHONUNBUFFERED="1", PYTHONDONTWRITEBYTECODE="1",
                OMP_NUM_THREADS="1",
+               PYTHONFAULTHANDLER="1",  # a worker gloo aborts, or one killed hung, prints its stack (messages.py)
                # each restarted attempt gets a fresh rendezvous store (launch.worker_env says why)
                TORCH_DISABLE_SHARE_RDZV_TCP_STORE="1")
     env.update(extra or {})

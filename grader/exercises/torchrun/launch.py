@@ -102,8 +102,19 @@ class Torchrun:
             self.returncode = self.proc.wait(timeout=max(0.0, self.deadline - time.monotonic()))
         except subprocess.TimeoutExpired:
             self.timed_out = True
+            self.abort_workers()
             self.stop()
         return self.returncode
+
+    def abort_workers(self, wait_s: float = 3.0) -> None:
+        """SIGABRT the hung workers, so that each prints where it waits (PYTHONFAULTHANDLER), within wait_s."""
+        workers = self.workers()
+        for proc in workers:
+            try:
+                proc.send_signal(signal.SIGABRT)
+            except psutil.Error:
+                pass
+        psutil.wait_procs(workers, timeout=wait_s)
 
     def stop(self) -> None:
         if self.proc is None:

@@ -21,15 +21,39 @@ def worker_traceback(output: str, max_lines: int = 18) -> str:
     return ""
 
 
+_SCRIPT_FRAME = re.compile(r'^\s*File "(?:[^"]*/)?train\.py", line (\d+) in (\S+)', re.MULTILINE)
+
+
+def script_lines(output: str) -> list[str]:
+    """Where each worker stood in the script when it aborted or was killed hung (the innermost train.py frame of
+    each stack faulthandler printed), e.g. "train.py, line 57, in save_snapshot"."""
+    found = []
+    for dump in output.split("Fatal Python error:")[1:]:
+        frame = _SCRIPT_FRAME.search(dump)
+        where = frame and f"train.py, line {frame[1]}, in {frame[2]}"
+        if where:
+            found.append(where)
+    return found
+
+
 def evidence(output: str, timed_out: bool = False) -> str:
-    """What to show under a failure: the worker's traceback, else the end of the output."""
+    """What to show under a failure: where the workers stood in the script (an abort, a hang), the worker's
+    traceback, else the end of the output."""
+    stood = script_lines(output)
     text = worker_traceback(output)
+    if stood and not text:  # gloo's abort text, if any: faulthandler's stacks follow it
+        text = "\n".join(line for line in output.strip().splitlines()
+                         if "terminate called" in line or "what():" in line)[:600]
     if not text:
         lines = [line for line in output.strip().splitlines() if line.strip()]
         text = "\n".join(lines[-12:])
     prefix = ("the run did not finish within its time limit and was killed, so this check pays nothing (a hang? "
               "workers waiting in different collectives? On a very busy machine, run the check again)\n"
               if timed_out else "")
+    if stood:
+        counts = {where: stood.count(where) for where in stood}
+        said = "; ".join(f"{n} worker{'s' if n > 1 else ''} at {where}" for where, n in counts.items())
+        prefix += f"where the workers were in your script when {'killed' if timed_out else 'they stopped'}: {said}\n"
     if not text:
         return prefix.strip()
     return prefix + "torchrun's output:\n" + "\n".join("    " + line for line in text.splitlines())
