@@ -113,9 +113,9 @@ HINTS = {
     "export_full_state": [
         "Task 8's module `torch.distributed.checkpoint.state_dict` can gather too: its getters take options that "
         "ask for full tensors instead of this rank's shards. Every rank must call them (they are collectives).",
-        "Build `StateDictOptions(full_state_dict=True, cpu_offload=True)` once (full tensors, on the CPU, on rank "
-        "0 only) and pass it as `options=` to `get_model_state_dict(model, ...)` and to "
-        "`get_optimizer_state_dict(model, optimizer, ...)`; return both dicts as a tuple.",
+        "The options are a `StateDictOptions`: one flag asks for full tensors, another moves them to the CPU and "
+        "keeps them on rank 0 alone. The model and the optimizer each have a getter; the optimizer's takes the "
+        "model too, which is how it can name each parameter instead of numbering it.",
     ],
     "checkpoint_activations": [
         "Replace, do not copy: assign a wrapper module into `model.blocks[i]` for each index. The wrapper keeps "
