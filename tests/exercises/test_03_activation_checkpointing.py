@@ -14,6 +14,9 @@ from tests.helpers import (
 
 EXERCISE, TASK = "03_syncbn_sharded", "checkpoint_activations"
 CALL = "        return checkpoint(self.block, x, use_reentrant=False)\n"
+WRAP = "        model.blocks[i] = Checkpointed(model.blocks[i])\n"
+ORDER = "    for i in sorted(range(len(saved)), key=lambda i: -saved[i]):  # the largest first: the fewest recomputed\n"
+STOP = "        if kept <= budget_bytes:\n"
 
 
 @pytest.mark.timeout(240)
@@ -34,7 +37,7 @@ class WholeModel(torch.nn.Module):
         return checkpoint(self.model, x, use_reentrant=False)
 
 
-def checkpoint_activations(model):
+def checkpoint_activations(model, rows, budget_bytes):
     return WholeModel(model)
 '''
 
@@ -47,9 +50,16 @@ MUTANTS = {
     "whole_model_as_one_block": (WHOLE_MODEL, "checkpointing_frees_activations",
                                  "Checkpointing the whole model as one unit saves nothing at the peak"),
     # the model's parameters then get no gradient: not a use_reentrant or no_grad matter
-    "copied_blocks": ({"        model.blocks[i] = Checkpointed(block)\n":
-                       "        model.blocks[i] = Checkpointed(__import__('copy').deepcopy(block))\n"},
+    "copied_blocks": ({WRAP: "        model.blocks[i] = Checkpointed(__import__('copy').deepcopy(model.blocks[i]))\n"},
                       "checkpointing_keeps_gradients", "Wrap each block (Checkpointed(block) keeps the block itself)"),
+    # the budget: every block (fits, recomputes too much), first blocks first, too few
+    "every_block": ({STOP: "        if False:\n"}, "checkpointing_frees_activations",
+                    "you checkpointed every block: the budget needs only 3"),
+    "in_order_from_the_first": ({ORDER: "    for i in range(len(saved)):  # in order\n"},
+                                "checkpointing_frees_activations",
+                                "Choose the blocks whose activations are the largest first"),
+    "too_few": ({STOP: "        if kept <= 1.2 * budget_bytes:\n"}, "checkpointing_frees_activations",
+                "over the budget of 150000: checkpoint more blocks"),
 }
 
 
@@ -85,7 +95,7 @@ def test_whole_model_keeps_the_gradient_points(graded):
 
 
 NO_CHECKPOINTING = '''
-def checkpoint_activations(model):
+def checkpoint_activations(model, rows, budget_bytes):
     return model
 '''
 
@@ -101,7 +111,7 @@ class NoGrad(torch.nn.Module):
             return self.block(x)
 
 
-def checkpoint_activations(model):
+def checkpoint_activations(model, rows, budget_bytes):
     for i, block in enumerate(model.blocks):
         model.blocks[i] = NoGrad(block)
     return model

@@ -11,10 +11,15 @@ from tests.helpers import failed, grade_source, mutate, replace_definition, solu
 EXERCISE = "03_syncbn_sharded"
 TASKS = ("build_fsdp2_model", "train_step_fsdp2", "export_full_state")
 
-ROOT = "    fully_shard(model, mesh=mesh, mp_policy=policy)  # the root: the head's parameters, and the step's hooks\n"
+ROOT = "    fully_shard(model, mesh=mesh, mp_policy=policy)  # the root owns the rest: the tied embedding/head, the norm\n"
 META = '    with torch.device("meta"):\n        model = make_model()  # shapes only: no memory, nothing initialized\n'
-BLOCKS = ("    for block in model.blocks:\n        fully_shard(block, mesh=mesh, mp_policy=policy)  # one unit each: "
-          "gathered before it runs, freed after\n")
+RUNS = "        fully_shard(run, mesh=mesh, mp_policy=policy)  # one unit: one all-gather before the first block runs\n"
+ITEMSIZE = "itemsize = torch.tensor([], dtype=policy.param_dtype).element_size()"
+ONE_PER_BLOCK = "        for block in run:\n            fully_shard(block, mesh=mesh, mp_policy=policy)  # the lesson's wrapping\n"
+ALL_IN_ONE = "        pass\n    fully_shard(list(model.blocks), mesh=mesh, mp_policy=policy)  # every block, one unit\n"
+SPLIT_TIE = RUNS + "    fully_shard(model.embed, mesh=mesh, mp_policy=policy)\n    fully_shard(model.head, mesh=mesh, mp_policy=policy)\n"
+UNTIED = ("    model.head.weight = nn.Parameter(torch.empty_like(model.embed.weight))  # untied, so both can be units\n"
+          "    fully_shard(model.embed, mesh=mesh, mp_policy=policy)\n" + RUNS.lstrip().join(["    for run in runs:\n        ", ""]))
 POLICY = "MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)"
 INIT = "    model.init_weights()\n    return model\n"
 SYNC = "        model.set_requires_gradient_sync(i == len(micro_batches) - 1)  # reduce-scatter only in the last backward\n"
@@ -41,14 +46,26 @@ GRADINGS = {
         {"fsdp2_build_sharded_from_meta": "the full model was materialized before sharding",
          "fsdp2_step_clips_global_norm": "that is a local norm",
          "fsdp2_export_full_state_on_rank0": "only rank 0 keeps the full state"}),
-    "one unit for the whole model, loss not scaled, optimizer keyed by number": (
-        [(BLOCKS, ""), (SCALE, "loss = nn.functional.mse_loss(model(x), y)"),
+    "one unit per block, loss not scaled, optimizer keyed by number": (
+        [(RUNS, ONE_PER_BLOCK), (SCALE, "loss = nn.functional.mse_loss(model(x), y)"),
          (EXPORT, "    return get_model_state_dict(model, options=options), "
                   "{'state': dict(enumerate(get_optimizer_state_dict(model, optimizer, options=options)"
                   ".get('state', {}).values())), 'param_groups': []}\n")],
-        {"fsdp2_units_and_mixed_precision": "one per FSDP unit",
+        {"fsdp2_units_and_mixed_precision": "(one per block, and the root)",
          "fsdp2_step_clips_global_norm": "scale each micro-batch's loss",
          "fsdp2_export_full_state_on_rank0": "keyed by parameter number"}),
+    "units counted in fp32 bytes": (
+        [(ITEMSIZE, "itemsize = 4")],
+        {"fsdp2_units_and_mixed_precision": "you seem to count 4 bytes per element"}),
+    "every block in one unit": (
+        [(RUNS, ALL_IN_ONE)],
+        {"fsdp2_units_and_mixed_precision": "over the budget of 5200"}),
+    "the tied weight in two units": (
+        [(RUNS, SPLIT_TIE)],
+        {"fsdp2_build_sharded_from_meta": "One unit must own a tied weight"}),
+    "the tie broken to shard embedding and head apart": (
+        [("    for run in runs:\n" + RUNS, UNTIED)],
+        {"fsdp2_build_sharded_from_meta": "model.head.weight is no longer model.embed.weight"}),
     "gradients reduced in bf16": (
         [(POLICY, "MixedPrecisionPolicy(param_dtype=torch.bfloat16)")],
         {"fsdp2_units_and_mixed_precision": "reduced in bf16"}),
@@ -105,7 +122,7 @@ def test_typical_mistakes_fail_with_a_message_naming_them(name):
 
 
 LAZY = {
-    "build_fsdp2_model": ("def build_fsdp2_model(make_model, mesh):\n"
+    "build_fsdp2_model": ("def build_fsdp2_model(make_model, mesh, budget_bytes):\n"
                           "    from torch.distributed.fsdp import fully_shard\n"
                           "    return fully_shard(make_model(), mesh=mesh)", "the full model was materialized"),
     "train_step_fsdp2": ("def train_step_fsdp2(model, optimizer, micro_batches, max_norm):\n    return 0.0",

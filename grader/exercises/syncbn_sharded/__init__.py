@@ -6,9 +6,10 @@
     checks_fsdp.py        MiniFSDP (FSDP by hand)
     checks_checkpoint.py  save_sharded_checkpoint
     checks_reshard.py     save_and_reshard, load_resharded (DCP with FSDP2)
-    checks_fsdp2.py       build_fsdp2_model, train_step_fsdp2 (FSDP2 in practice)
+    checks_fsdp2_build.py build_fsdp2_model (FSDP2 in practice: a tied model, units from a budget)
+    checks_fsdp2.py       train_step_fsdp2
     checks_fsdp2_state.py export_full_state (FSDP2's full state on rank 0)
-    checks_checkpointing.py checkpoint_activations (activation checkpointing)
+    checks_checkpointing.py checkpoint_activations (selective activation checkpointing, from a budget)
 
 This file declares the exercise; its checks_*.py and hidden_*.py modules are found by
 grader.exercises.discover() (the contract is in grader/exercises/__init__.py).

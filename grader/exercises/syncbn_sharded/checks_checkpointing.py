@@ -1,18 +1,22 @@
 """03_syncbn_sharded: activation checkpointing (not checks_checkpoint.py, which saves training state).
 
-The ranks hand the grader's block model to the student's function, wrap what it returns in DDP, and run one
-forward and backward on their own micro-batches. What each rank measures:
+The ranks hand the grader's block model (blocks of different widths) and an activation-memory budget to the
+student's function, wrap what it returns in DDP, and run one forward and backward on their own micro-batches. What
+each rank measures:
 
 | rule of the task text                                              | verified by                              |
 |--------------------------------------------------------------------|------------------------------------------|
 | the gradients are those of the model without checkpointing          | gradients on the grader's own parameter  |
 | (and DDP still averages them)                                       | objects == one process on the whole batch|
-| each block's forward runs again in backward, once                   | a counter in each block's forward        |
-| (checkpointing per block, not none, not nested)                     | (not a timer): 1 in forward, 1 in back.  |
-|                                                                     | with autograd on (not a no_grad rerun)   |
-| only a few blocks' activations are alive at once                    | peak bytes of live hidden-sized tensors  |
-| (per block: the whole model as one unit recomputes all at once)     | (live_bytes.py), in forward and backward;|
-|                                                                     | after forward, the blocks' own weak refs |
+| a checkpointed block's forward runs again in backward, once         | a counter in each block's forward        |
+| (checkpointing per block, not none, not nested)                     | (not a timer): 1 in forward, 0 or 1 in   |
+|                                                                     | backward, with autograd on               |
+| what autograd keeps after forward fits the budget                   | live hidden-sized bytes after forward    |
+|                                                                     | (live_bytes.py) and the blocks' own weak |
+|                                                                     | refs: at most budget_bytes               |
+| as few blocks recomputed as the budget allows                       | the counters: recomputed blocks == the   |
+|                                                                     | fewest (largest first); the whole model  |
+|                                                                     | as one unit named by its backward peak   |
 | wrap the blocks, do not copy them                                   | the blocks handed over are in the result |
 | use_reentrant=False (reentrant: the data needs no gradient, so no   | gradients: no block's parameters got one |
 | block's output requires grad, and no block gets a gradient)         |                                          |
@@ -38,7 +42,9 @@ from grader.exercises.syncbn_sharded.live_bytes import LiveBytes, StorageWeakRef
 
 TASK = "checkpoint_activations"
 ROWS = 64  # per rank: the activations, not the parameters, fill memory
-SHAPES = {2: (8, 16, 64), 3: (6, 12, 48)}  # world size -> (blocks, width, hidden)
+# world size -> (width, each block's hidden width, the budget in bytes of saved activations). Every activation is
+# larger than every parameter, so the live-bytes threshold (the largest parameter) counts them all.
+SHAPES = {2: (16, (64, 48, 96, 48, 64, 128, 48, 64), 150_000), 3: (12, (48, 24, 96, 48, 72, 24), 80_000)}
 
 
 class MLPBlock(nn.Module):
@@ -64,9 +70,9 @@ class MLPBlock(nn.Module):
 class BlockModel(nn.Module):
     """model.blocks: an nn.ModuleList of MLPBlocks, each mapping (rows, width) to the same shape; then a head."""
 
-    def __init__(self, blocks: int, width: int, hidden: int):
+    def __init__(self, width: int, hiddens: tuple):
         super().__init__()
-        self.blocks = nn.ModuleList(MLPBlock(width, hidden) for _ in range(blocks))
+        self.blocks = nn.ModuleList(MLPBlock(width, hidden) for hidden in hiddens)
         self.head = nn.Linear(width, 1)
 
     def forward(self, x):
@@ -77,7 +83,7 @@ class BlockModel(nn.Module):
 
 def block_model(seed: int, world: int) -> BlockModel:
     ref.seed_cpu(seed)
-    return BlockModel(*SHAPES[world])
+    return BlockModel(*SHAPES[world][:2])
 
 
 def batch(rank: int, width: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -85,17 +91,26 @@ def batch(rank: int, width: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]
     return torch.randn(ROWS, width, generator=g), torch.randn(ROWS, 1, generator=g)
 
 
-def block_bytes(world: int) -> int:
-    """The hidden-sized activations one block keeps for backward without checkpointing."""
-    _, _, hidden = SHAPES[world]
-    return 2 * ROWS * hidden * 4
+def block_bytes(world: int) -> list[int]:
+    """The hidden-sized activations each block keeps for backward without checkpointing (fc1's and GELU's)."""
+    return [2 * ROWS * hidden * 4 for hidden in SHAPES[world][1]]
+
+
+def fewest_recomputed(world: int) -> int:
+    """How many blocks must be checkpointed for the rest to fit the budget: the largest first."""
+    kept, budget, count = sum(block_bytes(world)), SHAPES[world][2], 0
+    for size in sorted(block_bytes(world), reverse=True):
+        if kept <= budget:
+            break
+        kept, count = kept - size, count + 1
+    return count
 
 
 @lru_cache(maxsize=None)  # the grader's own computation from constants
 def _reference_grads(seed: int, world: int) -> tuple:
     """One process, no checkpointing, the whole batch: what DDP's averaged gradients must equal."""
     model = block_model(seed, world)
-    xs, ys = zip(*(batch(r, SHAPES[world][1], seed) for r in range(world)))
+    xs, ys = zip(*(batch(r, SHAPES[world][0], seed) for r in range(world)))
     nn.functional.mse_loss(model(torch.cat(xs)), torch.cat(ys)).backward()
     return tuple(p.grad.clone() for p in model.parameters())
 
@@ -104,27 +119,28 @@ def _in_rank_checkpointing(ctx, student, seed: int):
     model = block_model(seed, ctx.world_size).to(ctx.device)
     params = list(model.parameters())  # the grader's parameter objects: their gradients, whatever the wrapping
     blocks = list(model.blocks)
-    wrapped = student.task(TASK)(model)
+    wrapped = student.task(TASK)(model, ROWS, SHAPES[ctx.world_size][2])
     if not isinstance(wrapped, nn.Module):
         return {"returned": type(wrapped).__name__}
     ddp = DDP(wrapped, device_ids=[ctx.device.index] if ctx.device.type == "cuda" else None)
-    x, y = (t.to(ctx.device) for t in batch(ctx.rank, SHAPES[ctx.world_size][1], seed))
+    x, y = (t.to(ctx.device) for t in batch(ctx.rank, SHAPES[ctx.world_size][0], seed))
     kept = {id(m) for m in wrapped.modules()}
     copied = [i for i, block in enumerate(blocks) if id(block) not in kept]
     for block in blocks:
         block.forwards, block.runs, block.hidden = 0, [], []
-    largest_input = ROWS * SHAPES[ctx.world_size][1] * 4
+    largest_input = ROWS * SHAPES[ctx.world_size][0] * 4
     tracker = LiveBytes(above=max(largest_input, max(p.numel() * 4 for p in params)))
     with tracker:
         loss = nn.functional.mse_loss(ddp(x), y)
         tracker.sample()
+        after_forward = tracker.live()
     forwards = [b.forwards for b in blocks]
     held = sum(live_nbytes(w) for b in blocks for w in b.hidden)  # outside the mode: what autograd still keeps
     tracker.phase = "backward"
     with tracker:
         loss.backward()
     again = [b.runs[f:] for b, f in zip(blocks, forwards)]
-    return {"returned": "module", "peak": dict(tracker.peak) | {"held": held}, "forwards": forwards,
+    return {"returned": "module", "peak": dict(tracker.peak), "kept": max(after_forward, held), "forwards": forwards,
             "recomputes": [sum(grad for grad, _ in runs) for runs in again],
             "no_grad_reruns": sum(not grad for runs in again for grad, _ in runs),
             "off": sum(not on for b in blocks for _, on in b.runs), "copied": copied,
@@ -160,19 +176,19 @@ def verify_recomputes(results) -> None:
                               "the activations had to be saved anyway. Checkpointing recomputes each block with "
                               "autograd on: torch.utils.checkpoint.checkpoint(block, x, use_reentrant=False)")
         if not any(recomputes):
-            raise CheckFailed(f"rank {rank}: no block ran again in backward: the blocks are not checkpointed (each "
-                              "block's forward must run inside torch.utils.checkpoint.checkpoint(block, x, "
-                              "use_reentrant=False), which recomputes it in backward)")
-        if any(n != 1 for n in recomputes):
+            raise CheckFailed(f"rank {rank}: no block ran again in backward: no block is checkpointed (a block's "
+                              "forward run inside torch.utils.checkpoint.checkpoint(block, x, use_reentrant=False) "
+                              "is recomputed in backward)")
+        if any(n > 1 for n in recomputes):
             raise CheckFailed(f"rank {rank}: in backward the blocks ran again {recomputes} times: checkpointing "
-                              "recomputes each block once (one extra forward per block); checkpoint each block, "
-                              "once, and nothing nested")
+                              "recomputes a block once (one extra forward); checkpoint each chosen block, once, "
+                              "and nothing nested")
 
 
 def verify_gradients(g, results, seed: int) -> None:
     world = len(results)
     expected = _reference_grads(seed, world)
-    blocks = SHAPES[world][0]
+    blocks = len(SHAPES[world][1])
     per_block = 4  # fc1.weight, fc1.bias, fc2.weight, fc2.bias
     for rank, got in enumerate(results):
         missing = sorted({i // per_block for i, grad in enumerate(got["grads"]) if grad is None and i < blocks * 4})
@@ -181,6 +197,11 @@ def verify_gradients(g, results, seed: int) -> None:
                               "grad. With use_reentrant=True, checkpoint passes gradients only through inputs that "
                               "require grad, and the first block's input (the data) does not; use "
                               "checkpoint(block, x, use_reentrant=False), and do not run the blocks under no_grad")
+        if missing == [0]:
+            raise CheckFailed(f"rank {rank}: the first block's parameters got no gradient, the others did. With "
+                              "use_reentrant=True, checkpoint passes gradients only through inputs that require "
+                              "grad, and the first block's input (the data) does not: use checkpoint(block, x, "
+                              "use_reentrant=False)")
         if missing:
             raise CheckFailed(f"rank {rank}: the parameters of blocks {missing} got no gradient: the gradient must "
                               "flow through each block's input (do not detach it)")
@@ -193,29 +214,35 @@ def verify_gradients(g, results, seed: int) -> None:
                            "itself, its input not detached), and leave the model's parameters in place")
 
 
-def allowed_blocks(world: int) -> int:
-    """Measured on torch 2.13 CPU, 8 blocks: per-block checkpointing peaks at 3.6 blocks' worth in backward (one
-    block recomputed, its hidden gradients, GELU's backward temporaries), the whole model as one unit at 10.6."""
-    return SHAPES[world][0] // 2 + 2
-
-
-def verify_memory_drop(results) -> None:
+def verify_budget(results) -> None:
     world = len(results)
-    one, blocks, allowed = block_bytes(world), SHAPES[world][0], allowed_blocks(world)
+    sizes, budget, fewest = block_bytes(world), SHAPES[world][2], fewest_recomputed(world)
     for rank, got in enumerate(results):
-        worst = max(got["peak"].values())  # the dispatch mode's peaks, and what the blocks' weak references held
-        if worst > allowed * one:
+        chosen = [i for i, n in enumerate(got["recomputes"]) if n]
+        if got["kept"] > budget:
             raise CheckFailed(
-                f"rank {rank}: {worst} bytes of hidden-sized activations were alive at once, {worst / one:.1f} "
-                f"blocks' worth (one block keeps {one} bytes for backward; at most {allowed} of {blocks} expected): "
-                "checkpoint each block on its own. Checkpointing the whole model as one unit saves nothing at the "
-                "peak: backward recomputes every block's activations at once")
+                f"rank {rank}: after forward, autograd kept {got['kept']} bytes of hidden-sized activations for "
+                f"backward, over the budget of {budget}: checkpoint more blocks (you checkpointed {len(chosen)}). "
+                f"Each block that is not checkpointed keeps fc1's and GELU's outputs, 2 x rows x hidden x 4 bytes")
+        if got["peak"]["backward"] >= sum(sizes):
+            raise CheckFailed(
+                f"rank {rank}: {got['peak']['backward']} bytes of hidden-sized activations were alive at once in "
+                f"backward, all {len(sizes)} blocks' worth ({sum(sizes)}): checkpoint blocks on their own. "
+                "Checkpointing the whole model as one unit saves nothing at the peak: backward recomputes every "
+                "block's activations at once")
+        if len(chosen) > fewest:
+            what = ("every block: the budget needs only " if len(chosen) == len(sizes) else
+                    f"blocks {chosen}, {len(chosen)} of them: ")
+            raise CheckFailed(
+                f"rank {rank}: you checkpointed {what}{fewest} to fit {budget} bytes, and each checkpointed block "
+                "costs one more forward in backward. Choose the blocks whose activations are the largest first, "
+                "and stop as soon as the rest fit")
 
 
 @check(TASK, points=2)
 def checkpointing_keeps_gradients(g):
-    """Under DDP with 2 ranks, the gradients equal those of the model without checkpointing, and each block's
-    forward ran once more in backward."""
+    """Under DDP with 2 ranks, the gradients equal those of the model without checkpointing, and each
+    checkpointed block's forward ran once more in backward."""
     results = run_checkpointing(g, 1)
     verify_gradients(g, results, 1)
     verify_recomputes(results)
@@ -223,8 +250,8 @@ def checkpointing_keeps_gradients(g):
 
 @check(TASK, points=2)
 def checkpointing_frees_activations(g):
-    """8 blocks: at most 6 blocks' worth of hidden-sized activations are alive at once (a correct answer: 3.6 in
-    backward; without checkpointing, or with the whole model as one unit, 8 and more)."""
+    """8 blocks of different widths: after forward, autograd keeps at most the budget's bytes of hidden-sized
+    activations, and no more blocks are recomputed than the budget requires."""
     results = run_checkpointing(g, 2)
     verify_recomputes(results)
-    verify_memory_drop(results)
+    verify_budget(results)

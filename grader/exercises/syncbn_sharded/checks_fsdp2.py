@@ -1,21 +1,9 @@
-"""03_syncbn_sharded, FSDP2 in practice: build_fsdp2_model and train_step_fsdp2 (export_full_state: checks_fsdp2_state.py).
+"""03_syncbn_sharded, FSDP2 in practice: train_step_fsdp2 (build_fsdp2_model: checks_fsdp2_build.py; export_full_state:
+checks_fsdp2_state.py).
 
 The ranks run torch's FSDP2 (`fully_shard`) on the grader's TinyTransformer (fsdp2_model.py); the parent compares
-with one process running the plain model. Collectives are recorded at torch's dispatcher (collectives.py), the
-build's allocations by a dispatch mode of our own (fsdp2_probe.py). Each rule of the task texts and its check:
-
-| build_fsdp2_model(make_model, mesh)                            | verified by                                 |
-|----------------------------------------------------------------|---------------------------------------------|
-| make_model() under torch.device("meta"): no full parameter     | fsdp2_build_sharded_from_meta (no           |
-| ever allocated on a real device                                | allocation of a full weight's shape)        |
-| fully_shard each block, then the root, on `mesh`               | fsdp2_build_sharded_from_meta (every        |
-|                                                                | parameter a DTensor), fsdp2_units_and_...   |
-|                                                                | (one all-gather per unit in forward)        |
-| to_empty(device=mesh.device_type), then model.init_weights()   | fsdp2_build_sharded_from_meta (equal to     |
-|                                                                | init_weights in one process)                |
-| MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32)      | fsdp2_units_and_mixed_precision (gathers in |
-|                                                                | bf16, reduce-scatters in fp32, gradients    |
-|                                                                | within bf16 tolerance of fp32)              |
+with one process running the plain model. Collectives are recorded at torch's dispatcher (collectives.py). Each
+rule of the task text and its check:
 
 | train_step_fsdp2(model, optimizer, micro_batches, max_norm)    | verified by                                 |
 |----------------------------------------------------------------|---------------------------------------------|
@@ -37,10 +25,8 @@ from torch import nn
 
 from grader.checks import CheckFailed
 from grader.exercises.collectives import CollectivesUnseen, issued, record_collectives
-from grader.exercises.dispatch_mode import SWITCHED_OFF, modes_on
 from grader.exercises.syncbn_sharded.exercise import check
 from grader.exercises.syncbn_sharded.fsdp2_model import DIM, OUT, TinyTransformer
-from grader.exercises.syncbn_sharded.fsdp2_probe import full_shape_allocations
 
 BF16_TOL = (5e-2, 2e-2)  # (rtol, atol): bf16 compute against the fp32 reference
 SEED, DEPTH = 1, 3
@@ -62,15 +48,6 @@ def plain_model(depth: int, seed: int) -> nn.Module:
     model = TinyTransformer(depth, seed)
     model.init_weights()
     return model
-
-
-@lru_cache(maxsize=None)
-def reference_gradients(depth: int, seed: int, world: int) -> dict:
-    """fp32 gradients of one forward and backward over every rank's first micro-batch, in one process."""
-    model = plain_model(depth, seed)
-    xs, ys = zip(*(batch(0, r, 0) for r in range(world)))
-    nn.functional.mse_loss(model(torch.cat(xs)), torch.cat(ys)).backward()
-    return {k: p.grad.clone() for k, p in model.named_parameters()}
 
 
 @lru_cache(maxsize=None)
@@ -111,43 +88,6 @@ def sharded_fixture(ctx, depth: int, seed: int) -> nn.Module:
     return fully_shard(model, mesh=mesh)
 
 
-def _in_rank_build(ctx, student, depth: int, seed: int):
-    from torch.distributed.device_mesh import init_device_mesh
-    from torch.distributed.tensor import DTensor
-
-    mesh = init_device_mesh(ctx.device.type, (ctx.world_size,))
-    full_shapes = [tuple(p.shape) for p in TinyTransformer(depth, seed).parameters() if p.dim() >= 2]
-    made = []  # per make_model() call, outside the probe: (where its parameters lie, the grader's modes on)
-
-    def make_model():
-        on = modes_on()
-        model = TinyTransformer(depth, seed)
-        made.append((sorted({p.device.type for p in model.parameters()}), on and modes_on()))
-        return model
-
-    with full_shape_allocations(full_shapes) as allocated, record_collectives():
-        model = student.task("build_fsdp2_model")(make_model, mesh)
-    if not isinstance(model, nn.Module):
-        return {"not_module": type(model).__name__}
-    params = dict(model.named_parameters())
-    out = {"allocated": list(allocated), "sharded": {k: isinstance(p, DTensor) for k, p in params.items()},
-           "devices": sorted({p.device.type for p in params.values()}), "made": made,
-           "init_calls": getattr(model, "init_weights_calls", 0)}
-    if out["devices"] != [ctx.device.type] or not all(out["sharded"].values()):
-        return out  # meta or elsewhere, or not sharded: the parent names it; a step would only crash
-    out["values"] = {k: full(p) for k, p in params.items()}  # our gathers, after the student's code returned
-    calls, forwards = [], [0]
-    model.register_forward_pre_hook(lambda m, a: forwards.__setitem__(0, forwards[0] + 1))
-    x, y = (t.to(ctx.device) for t in batch(0, ctx.rank, 0))
-    with record_collectives(on_call=lambda c: calls.append((c.kind, c.dtype, forwards[0]))) as _:
-        out_y = model(x)
-        in_forward = list(calls)
-        nn.functional.mse_loss(out_y.float(), y).backward()
-    out |= {"forward_calls": in_forward, "calls": calls, "output_dtype": str(out_y.dtype).removeprefix("torch."),
-            "grads": {k: None if p.grad is None else full(p.grad) for k, p in params.items()}}
-    return out
-
-
 def _in_rank_train(ctx, student, depth: int, seed: int):
     model = sharded_fixture(ctx, depth, seed)
     opt = torch.optim.SGD(model.parameters(), lr=LR)
@@ -185,75 +125,6 @@ def _in_rank_train(ctx, student, depth: int, seed: int):
 
 def units(depth: int) -> int:
     return depth + 1  # each block, and the root's own parameters (the head)
-
-
-def verify_build(g, results, depth: int, seed: int) -> None:
-    expected = dict(plain_model(depth, seed).named_parameters())
-    for rank, got in enumerate(results):
-        if "not_module" in got:
-            raise CheckFailed(f"rank {rank}: build_fsdp2_model returned a {got['not_module']}, not the nn.Module")
-        plain = sorted(k for k, s in got["sharded"].items() if not s)
-        if plain and all(not k.startswith("blocks.") for k in plain):
-            raise CheckFailed(f"rank {rank}: {', '.join(plain)} are plain tensors: the root is not wrapped. Call "
-                              "fully_shard(model, mesh=mesh) after the blocks: it shards the parameters outside "
-                              "them (the head) and runs the whole step")
-        if plain:
-            raise CheckFailed(f"rank {rank}: {len(plain)} parameters (e.g. {plain[0]}) are plain tensors, not "
-                              "DTensors: fully_shard each block, then the root")
-        if not got["made"]:
-            raise CheckFailed(f"rank {rank}: make_model() was never called: build the model with make_model(), "
-                              "under `with torch.device('meta'):`")
-        if not all(on for _, on in got["made"]):
-            raise CheckFailed(f"rank {rank}: make_model() ran while " + SWITCHED_OFF)
-        real = sorted({d for devices, _ in got["made"] for d in devices if d != "meta"})
-        if real:
-            raise CheckFailed(f"rank {rank}: make_model() built the parameters on {', '.join(real)}, not the meta "
-                              "device: the full model was materialized before sharding. Call make_model() under "
-                              "`with torch.device('meta'):`, shard, then to_empty")
-        if got["allocated"]:
-            shape, count = got["allocated"][0], len(got["allocated"])
-            raise CheckFailed(f"rank {rank}: while building, {count} tensor(s) of a full weight's shape (e.g. "
-                              f"{tuple(shape)}) were allocated: the full model was materialized before sharding. "
-                              "Call make_model() under `with torch.device('meta'):`, shard, then to_empty")
-        if "values" not in got:
-            raise CheckFailed(f"rank {rank}: the parameters are on {got['devices']}: move the sharded model to "
-                              "real memory with model.to_empty(device=mesh.device_type), then init_weights()")
-        likely = ("model.init_weights() ran, but not last: call it once the model is sharded and on its device "
-                  "(after to_empty), and change nothing after it" if got.get("init_calls") else
-                  "model.init_weights() was never called: after to_empty the memory holds whatever was there, and a "
-                  "seeded nn.init on the shards would not give one process's numbers (on the CPU every rank's "
-                  "generator starts its shard with the same first numbers). Once the model is sharded and on its "
-                  "device, call model.init_weights(): each element is a formula of its position")
-        for name, exp in expected.items():
-            g.assert_close(got["values"][name], exp.detach(), f"rank {rank}: {name} after the build", likely)
-
-
-def verify_units_and_precision(g, results, depth: int, seed: int) -> None:
-    expected = reference_gradients(depth, seed, len(results))
-    for rank, got in enumerate(results):
-        gathers = [(kind, dtype) for kind, dtype, _ in got["forward_calls"] if kind == "all_gather"]
-        if len(gathers) < units(depth):
-            raise CheckFailed(f"rank {rank}: forward all-gathered {len(gathers)} time(s) for a model of {depth} "
-                              f"blocks and a head ({units(depth)} expected, one per FSDP unit): fully_shard each "
-                              "block, then the root, so each block's parameters are gathered just before it runs "
-                              "and freed after (one unit for the whole model holds every full parameter at once)")
-        if any(dtype != "bfloat16" for _, dtype in gathers):
-            raise CheckFailed(f"rank {rank}: the parameters were all-gathered in {sorted({d for _, d in gathers})}: "
-                              "pass mp_policy=MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype="
-                              "torch.float32) to every fully_shard call")
-        scatters = [dtype for kind, dtype, _ in got["calls"] if kind == "reduce_scatter"]
-        if not scatters:
-            raise CheckFailed(f"rank {rank}: backward reduce-scattered no gradient: gradient sync is off")
-        if any(dtype != "float32" for dtype in scatters):
-            raise CheckFailed(f"rank {rank}: the gradients were reduce-scattered in {sorted(set(scatters))}: "
-                              "they are reduced in bf16 and lose precision in the sum; set reduce_dtype="
-                              "torch.float32 in the MixedPrecisionPolicy")
-        for name, exp in expected.items():
-            grad = got["grads"].get(name)
-            if grad is None:
-                raise CheckFailed(f"rank {rank}: {name} got no gradient")
-            g.assert_close(grad, exp, f"rank {rank}: {name}'s gradient (bf16 compute)",
-                           "the gradients must match fp32 training within bf16 tolerance", tol=BF16_TOL)
 
 
 def verify_accumulation(results, depth: int) -> None:
@@ -318,26 +189,8 @@ def verify_clipped_training(g, results, depth: int, seed: int) -> None:
                            " one gradient sync, clip_grad_norm_(model.parameters(), max_norm), optimizer.step()")
 
 
-def run_build(g, depth: int = DEPTH, seed: int = SEED):
-    return g.run(_in_rank_build, depth, seed)
-
-
 def run_train(g, depth: int = DEPTH, seed: int = SEED):
     return g.run(_in_rank_train, depth, seed)
-
-
-@check("build_fsdp2_model", points=2)
-def fsdp2_build_sharded_from_meta(g):
-    """Every parameter is a DTensor shard equal to init_weights() in one process; no full weight was allocated."""
-    verify_build(g, run_build(g), DEPTH, SEED)
-
-
-@check("build_fsdp2_model", points=2)
-def fsdp2_units_and_mixed_precision(g):
-    """One all-gather per block and root in forward, in bf16; reduce-scatters in fp32; gradients near fp32's."""
-    results = run_build(g)
-    verify_build(g, results, DEPTH, SEED)
-    verify_units_and_precision(g, results, DEPTH, SEED)
 
 
 @check("train_step_fsdp2", points=2)

@@ -3,6 +3,9 @@
 `TinyTransformer` is a stack of residual MLP blocks (LayerNorm, Linear, GELU, Linear, like a transformer's
 feed-forward half) and a head. Some sizes are odd (the head has 3 outputs), so shards are uneven.
 
+`TiedTransformer` is the model build_fsdp2_model shards: token embedding, blocks of their own widths, a final
+LayerNorm and an output layer whose weight *is* the embedding's (tied, as in GPT-2 and Llama's small models).
+
 `init_weights(model, seed)` gives the same numbers to a plain model and to one sharded by FSDP2: each element is a
 formula of its position in the full parameter, not a draw from a random generator. (Every rank's CPU generator
 would give each shard the first numbers of the stream, so a seeded `nn.init` on shards differs from the same
@@ -47,6 +50,29 @@ class TinyTransformer(nn.Module):
 
     def init_weights(self) -> None:
         """Fill every parameter in place (plain or sharded: the same numbers); what to call after to_empty."""
+        init_weights(self, self.seed)
+
+
+class TiedTransformer(nn.Module):
+    """tokens -> `embed` (vocab, dim) -> `blocks` (Block of hidden width widths[i]) -> `norm` -> `head`, whose
+    weight is `embed.weight` (one Parameter, two uses); `init_weights()` fills them."""
+
+    def __init__(self, widths, vocab: int, seed: int = 0, dim: int = 12):
+        super().__init__()
+        self.seed = seed
+        self.embed = nn.Embedding(vocab, dim)
+        self.blocks = nn.ModuleList(Block(dim, width) for width in widths)
+        self.norm = nn.LayerNorm(dim)
+        self.head = nn.Linear(dim, vocab, bias=False)
+        self.head.weight = self.embed.weight
+
+    def forward(self, tokens):
+        x = self.embed(tokens)
+        for block in self.blocks:
+            x = block(x)
+        return self.head(self.norm(x))
+
+    def init_weights(self) -> None:
         init_weights(self, self.seed)
 
 

@@ -1,21 +1,25 @@
 """Hidden checks of checks_fsdp2.py and checks_fsdp2_state.py (instructor only): three ranks, another depth and
-seed, so shards are uneven in other places (a 3-row head over 3 ranks, 16 rows as 6, 6, 4)."""
+seed, so shards are uneven in other places (a 3-row head over 3 ranks, 16 rows as 6, 6, 4); for build_fsdp2_model,
+another tied model and budget."""
 from __future__ import annotations
 
-from grader.exercises.syncbn_sharded.checks_fsdp2 import (
-    run_build, run_train, verify_accumulation, verify_build, verify_clipped_training, verify_units_and_precision)
+from grader.exercises.syncbn_sharded.checks_fsdp2 import run_train, verify_accumulation, verify_clipped_training
+from grader.exercises.syncbn_sharded.checks_fsdp2_build import run_build, verify_build, verify_units_and_precision
 from grader.exercises.syncbn_sharded.checks_fsdp2_state import _in_rank_export, verify_export
 from grader.exercises.syncbn_sharded.exercise import check
 
 DEPTH, SEED = 4, 5
+# Seven blocks of other widths, another vocabulary and budget: the fewest units are 4 runs (1, 2, 2, 2 blocks).
+TIED_MODEL = {"widths": (21, 39, 15, 27, 12, 33, 21), "vocab": 48, "seed": 5, "budget": 3000}
 
 
 @check("build_fsdp2_model", points=1, hidden=True, world_size=3)
 def fsdp2_build_with_three_ranks(g):
-    """Three ranks, four blocks: sharded from meta, initialized, one bf16 gather per unit, fp32 reduction."""
-    results = run_build(g, DEPTH, SEED)
-    verify_build(g, results, DEPTH, SEED)
-    verify_units_and_precision(g, results, DEPTH, SEED)
+    """Three ranks, seven blocks, another budget: sharded from meta, tied, initialized, the fewest units within
+    the budget, bf16 gathers, fp32 reduction."""
+    results = run_build(g, TIED_MODEL)
+    verify_build(g, results, TIED_MODEL)
+    verify_units_and_precision(g, results, TIED_MODEL)
 
 
 @check("train_step_fsdp2", points=1, hidden=True, world_size=3)

@@ -91,14 +91,15 @@ HINTS = {
         "restored too.",
     ],
     "build_fsdp2_model": [
-        "The order is the task: create the model where nothing is allocated, shard it, give the shards memory, "
-        "then initialize. A full-size real tensor at any point fails the allocation check.",
-        "Build under the meta device (`torch.device(\"meta\")` used as a context manager). `fully_shard` every "
-        "block of `model.blocks`, then the root, each with `mesh=` and the same `mp_policy=`: a "
-        "`MixedPrecisionPolicy` with bf16 `param_dtype` and fp32 `reduce_dtype`.",
-        "Only after sharding, `to_empty(device=mesh.device_type)` gives this rank's shards real (uninitialized) "
-        "memory; the model's own `init_weights()` then fills them with the numbers a plain model would get. "
-        "Return the model.",
+        "Start from the lesson's `build()`: meta device, shard, `to_empty`, `init_weights()`. Two things change: "
+        "which modules become units, and how many. What does a unit cost in memory while it runs, and what does "
+        "each extra unit cost in communication?",
+        "A unit's cost in memory is its parameters' bytes in the gathered dtype: count `numel()` over a block's "
+        "parameters on the meta model (shapes are all you need) and multiply by the element size of bf16. Walk the "
+        "blocks in order and keep adding to the current unit while the total stays within the budget.",
+        "`fully_shard` takes a list of modules as one unit. The tied weight belongs to the embedding and to the head "
+        "at once: leave both to the root's call (after the block units) so that a single unit owns it; `to_empty` "
+        "keeps the tie.",
     ],
     "train_step_fsdp2": [
         "Accumulate as in exercise 2, but FSDP2's switch is a method of the model, not a context manager: "
@@ -113,15 +114,17 @@ HINTS = {
     "export_full_state": [
         "Task 8's module `torch.distributed.checkpoint.state_dict` can gather too: its getters take options that "
         "ask for full tensors instead of this rank's shards. Every rank must call them (they are collectives).",
-        "Build `StateDictOptions(full_state_dict=True, cpu_offload=True)` once (full tensors, on the CPU, on rank "
-        "0 only) and pass it as `options=` to `get_model_state_dict(model, ...)` and to "
-        "`get_optimizer_state_dict(model, optimizer, ...)`; return both dicts as a tuple.",
+        "The options are a `StateDictOptions`: one flag asks for full tensors, another moves them to the CPU and "
+        "keeps them on rank 0 alone. The model and the optimizer each have a getter; the optimizer's takes the "
+        "model too, which is how it can name each parameter instead of numbering it.",
     ],
     "checkpoint_activations": [
-        "Replace, do not copy: assign a wrapper module into `model.blocks[i]` for each index. The wrapper keeps "
-        "the original block as an attribute, so the parameters stay the very same objects.",
-        "`torch.utils.checkpoint.checkpoint(fn, *inputs, use_reentrant=False)` runs `fn` keeping only its inputs "
-        "and runs it again in backward. Call it on the wrapped block and `x` in the wrapper's `forward`; return "
-        "`model` at the end.",
+        "Two questions: how many bytes does each block keep for backward when it is not checkpointed, and which "
+        "blocks, once checkpointed, bring the total under the budget with the fewest of them?",
+        "A block keeps two tensors of `rows x hidden` elements, where `hidden` is its first layer's output size; "
+        "multiply by the bytes of one element. Taking the blocks that keep the most first reaches the budget "
+        "soonest; stop as soon as what is left fits.",
+        "To checkpoint block `i`, assign a wrapper into `model.blocks[i]` that keeps the original block as an "
+        "attribute and calls `torch.utils.checkpoint.checkpoint` on it with `use_reentrant=False`.",
     ],
 }
