@@ -23,7 +23,6 @@ SOLUTION_BLOCK = re.compile(r"### BEGIN SOLUTION\n(.*?)### END SOLUTION", re.S)
 # Answers that still copy a lesson, owned by the exercise's maintainers; strict: a fix turns the entry into a
 # failure until it is removed here.
 KNOWN_COPIES = {
-    "02_ddp_basics/pick_device",  # lesson 2 defines the same function (cell a2b07039)
     "04_torchrun/train_script",  # lesson 4's resumable loop (cell a5c11995)
 }
 
