@@ -29,7 +29,7 @@ DEMO = {
 
         EXERCISE = Exercise("99_demo", tasks=["first", "second"])
         """,
-    "checks.py": """
+    "checks_0.py": """
         from grader.exercises.zz_demo import EXERCISE
 
         @EXERCISE.check("first")
@@ -119,7 +119,7 @@ def _probe(root, *args, env=None) -> dict:
 
 
 def test_a_new_package_is_an_exercise_without_touching_any_list(tmp_path):
-    """Public modules (checks.py, then checks_*.py by name), then hidden ones; each task's public
+    """Public modules (checks_*.py by name), then hidden ones; each task's public
     checks in that order, then its hidden ones; the forkserver preloads the public modules only,
     so a public rank holds them and no hidden one."""
     root = _copy(tmp_path, DEMO)
@@ -128,7 +128,7 @@ def test_a_new_package_is_an_exercise_without_touching_any_list(tmp_path):
     assert seen["checks"] == [["c_first", "first", False, 1], ["a_first", "first", False, 1],
                               ["b_first", "first", False, 2], ["h_first", "first", True, 1],
                               ["a_second", "second", False, 1]]
-    public = ["grader.exercises.zz_demo.checks", "grader.exercises.zz_demo.checks_a",
+    public = ["grader.exercises.zz_demo.checks_0", "grader.exercises.zz_demo.checks_a",
               "grader.exercises.zz_demo.checks_b"]
     assert seen["preload"] == public
     assert seen["rank"] == public, "a public rank must hold the public check modules, never a hidden one"
@@ -150,7 +150,7 @@ def test_the_student_build_leaves_out_what_discovery_calls_hidden(tmp_path):
     done = _python(root, "-m", "grader", "student-build", str(tmp_path / "student"))
     assert done.returncode == 0, done.stderr[-4000:]
     shipped = tmp_path / "student" / "grader" / "exercises" / "zz_demo"
-    assert sorted(p.name for p in shipped.iterdir()) == ["__init__.py", "checks.py", "checks_a.py", "checks_b.py",
+    assert sorted(p.name for p in shipped.iterdir()) == ["__init__.py", "checks_0.py", "checks_a.py", "checks_b.py",
                                                          "reference.py"]
     seen = _probe(tmp_path / "student")
     assert [c[0] for c in seen["checks"]] == ["c_first", "a_first", "b_first", "a_second"]
@@ -226,6 +226,13 @@ def test_a_declaration_imports_no_check_module_and_the_engine_no_exercise():
 def test_every_check_module_on_disk_is_discovered(exercise_id):
     found = discover()[exercise_id]
     on_disk = {n[:-3] for n in os.listdir(found.folder)
-               if n.endswith(".py") and (n.startswith(("checks_", "hidden_")) or n == "checks.py")}
+               if n.endswith(".py") and (n.startswith(("checks_", "hidden_")))}
     assert {m.rpartition(".")[2] for m in (*found.public, *found.hidden)} == on_disk
     assert found.hidden, "the instructor's grader holds hidden checks for every exercise"
+
+
+def test_a_bare_checks_module_is_refused_not_ignored(tmp_path):
+    """One convention: public checks live in checks_<topic>.py; a bare checks.py would otherwise grade nothing."""
+    root = _copy(tmp_path, {**DEMO, "checks.py": DEMO["checks_a.py"]})
+    done = _python(root, "-m", "grader", "list")
+    assert done.returncode != 0 and "grader.exercises.zz_demo.checks: name it checks_<topic>.py" in done.stderr

@@ -26,7 +26,7 @@ CASES = {
     # name: (exercise, the submission's source, the task graded)
     "replace a grader helper": ("01_parallelism", HONEST_RING_CHEAT + '''
 import contextlib
-import grader.exercises.parallelism.checks as checks
+import grader.exercises.parallelism.checks_core as checks
 from grader.exercises.parallelism.p2p_only import Message, Traffic
 
 @contextlib.contextmanager

@@ -5,7 +5,6 @@ What an exercise package `grader/exercises/<name>/` must contain:
     __init__.py     declares the exercise: `EXERCISE = Exercise("05_my_topic", tasks=[...], ...)`
                     (grader.checks.Exercise; the tasks in the notebook's order). It imports no
                     check module: discovery does, in the order below.
-    checks.py       optional; public checks, like checks_*.py
     checks_*.py     public checks: each registers its checks with `@EXERCISE.check(task, points=...)`
                     (imported as `from grader.exercises.<name> import EXERCISE`)
     hidden_*.py     hidden checks and instructor-only references: left out of the student build,
@@ -14,7 +13,7 @@ What an exercise package `grader/exercises/<name>/` must contain:
                     exercise, so a grader copied without them fails loudly instead of grading less.
     anything else   helpers the checks import (reference.py, ...): never imported by discovery.
 
-Order of the checks: the modules are imported public first (checks.py, then checks_*.py by
+Order of the checks: the modules are imported public first (checks_*.py by
 name), then hidden (hidden_*.py by name); each module's checks in the order it defines them.
 The checks are then ordered as the notebook calls them: task by task (EXERCISE.tasks), each
 task's public checks, then its hidden ones.
@@ -33,7 +32,7 @@ from functools import lru_cache
 from grader.checks import Exercise
 from grader.exercises import instructor
 
-PUBLIC = ("checks",)  # checks.py, and checks_*.py
+PUBLIC = "checks_"  # checks_<topic>.py: one convention (a bare checks.py is refused, not ignored)
 HIDDEN = "hidden_"
 
 
@@ -56,12 +55,15 @@ class ExercisePackage:
 
 
 def _is_public(name: str) -> bool:
-    return name in PUBLIC or name.startswith(tuple(p + "_" for p in PUBLIC))
+    return name.startswith(PUBLIC)
 
 
 def _modules(folder: str, package: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
     names = sorted(m.name for m in pkgutil.iter_modules([folder]) if not m.ispkg)
-    public = sorted((n for n in names if _is_public(n)), key=lambda n: (n != "checks", n))
+    if "checks" in names:
+        raise ImportError(f"{package}.checks: name it checks_<topic>.py, as every exercise does (discovery imports "
+                          f"checks_*.py only)")
+    public = [n for n in names if _is_public(n)]
     hidden = [n for n in names if n.startswith(HIDDEN)]
     return tuple(f"{package}.{n}" for n in public), tuple(f"{package}.{n}" for n in hidden)
 

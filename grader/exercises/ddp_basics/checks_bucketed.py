@@ -37,7 +37,7 @@ from grader.exercises import one_launch
 from grader.exercises.collectives import record_collectives
 from grader.exercises.ddp_basics import reference as ref
 from grader.exercises.ddp_basics import reference_practice as rp
-from grader.exercises.ddp_basics.exercise import check
+from grader.exercises.ddp_basics import EXERCISE
 
 
 STEPS = 2
@@ -163,7 +163,7 @@ def _bucketed_grads_match(g, cases):
                                                  name=name, rank=rank, nth=_nth(step)), likely)
 
 
-@check("BucketedDDP", points=3)
+@EXERCISE.check("BucketedDDP", points=3)
 def bucketed_gradients_match_ddp(g):
     _bucketed_grads_match(g, GRADIENT_CASES)
 
@@ -238,7 +238,7 @@ def _judge_traffic(name: str, cap: float, rank: int, steps: list) -> None:
                                 where=where, nth=_nth(step), got=got, expected=rp.bucket_sizes(model, cap)[0]))
 
 
-@check("BucketedDDP", points=2)
+@EXERCISE.check("BucketedDDP", points=2)
 def bucketed_one_all_reduce_per_bucket(g):
     results = _bucketed_runs(g, COUNT_CASES)
     for i, (name, cap) in enumerate(COUNT_CASES):
@@ -246,7 +246,7 @@ def bucketed_one_all_reduce_per_bucket(g):
             _judge_traffic(name, cap, rank, runs[i]["steps"])
 
 
-@check("BucketedDDP", points=2)
+@EXERCISE.check("BucketedDDP", points=2)
 def bucketed_all_reduce_overlaps_backward(g):
     for rank, (run,) in enumerate(_bucketed_runs(g, OVERLAP_CASES)):
         steps = run["steps"]

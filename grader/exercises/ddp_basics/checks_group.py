@@ -16,7 +16,7 @@ from grader.grading import describe_failure
 from grader.exercises import fences
 from grader.exercises import happens_before as hb
 from grader.exercises import one_launch
-from grader.exercises.ddp_basics.exercise import check
+from grader.exercises.ddp_basics import EXERCISE
 from grader.exercises.ddp_basics.simulated import cuda_available, device_index
 
 HOLD_BOUND_S = 5.0  # safety bound of a held rank; a correct or wrong answer ends the wait sooner
@@ -44,7 +44,7 @@ def _in_rank_backend(ctx, student):
 BACKEND_PARTS = one_launch.declare("pick_backend", ((_in_rank_backend, ()),))
 
 
-@check("pick_backend", points=0.5)
+@EXERCISE.check("pick_backend", points=0.5)
 def backend_matches_hardware(g):
     for rank, (backend, simulated, expected) in enumerate(one_launch.run(g, BACKEND_PARTS, _in_rank_backend)):
         if backend != expected:
@@ -81,7 +81,7 @@ def _in_rank_device(ctx, student):
 DEVICE_PARTS = one_launch.declare("pick_device", ((_in_rank_device, ()),))
 
 
-@check("pick_device", points=0.5)
+@EXERCISE.check("pick_device", points=0.5)
 def device_is_this_ranks(g):
     for rank, (device, simulated, expected, local_rank) in enumerate(one_launch.run(g, DEVICE_PARTS, _in_rank_device)):
         if device != expected:
@@ -143,7 +143,7 @@ def _in_rank_setup_on_simulated_gpus(ctx, student):
     return [str(b) for b in requested]
 
 
-@check("setup", points=1)
+@EXERCISE.check("setup", points=1)
 def process_group_has_right_rank_and_size(g):
     result = g.run_raw(_in_rank_setup, init_group=False)
     if not result.ok and "EADDRINUSE" in result.failure():
@@ -198,7 +198,7 @@ def _in_rank_cleanup(ctx, student):
     return last_had_entered, dist.is_initialized(), entries
 
 
-@check("cleanup", points=0.5)
+@EXERCISE.check("cleanup", points=0.5)
 def cleanup_waits_then_destroys(g):
     results = g.run(_in_rank_cleanup)
     for rank, (_unused, still_initialized, _unused) in enumerate(results):

@@ -32,7 +32,7 @@ from grader.i18n import _
 from grader.exercises.ddp_basics import reference as ref
 from grader.exercises.ddp_basics import reference_practice as rp
 from grader.exercises import one_launch
-from grader.exercises.ddp_basics.exercise import check
+from grader.exercises.ddp_basics import EXERCISE
 from grader.grading import describe_failure
 
 
@@ -72,7 +72,7 @@ def _in_rank_accumulate(ctx, student):
 ACCUMULATE_PARTS = one_launch.declare("train_with_accumulation", ((_in_rank_accumulate, ()),))
 
 
-@check("train_with_accumulation", points=3)
+@EXERCISE.check("train_with_accumulation", points=3)
 def accumulation_matches_big_batch_step(g):
     expected, _unused = rp.accumulation_reference(g.world_size, MICRO, K)
     undivided, _unused = rp.accumulation_reference(g.world_size, MICRO, K, divide=False)
@@ -118,7 +118,7 @@ def _all_reduces_per_step(events: list) -> list[list[int]]:
     return groups + ([current] if current else [])
 
 
-@check("train_with_accumulation", points=2)
+@EXERCISE.check("train_with_accumulation", points=2)
 def accumulation_one_all_reduce_per_bucket_per_step(g):
     for rank, (_unused, events, _unused) in enumerate(one_launch.run(g, ACCUMULATE_PARTS, _in_rank_accumulate)):
         groups = _all_reduces_per_step(events)
@@ -141,7 +141,7 @@ def accumulation_one_all_reduce_per_bucket_per_step(g):
                                     rank=rank, step=step + 1, worst=worst, k=K))
 
 
-@check("train_with_accumulation", points=1)
+@EXERCISE.check("train_with_accumulation", points=1)
 def accumulation_returns_global_mean_loss(g):
     _unused, expected = rp.accumulation_reference(g.world_size, MICRO, K)
     losses = [loss for _unused, _unused, loss in one_launch.run(g, ACCUMULATE_PARTS, _in_rank_accumulate)]
@@ -209,12 +209,12 @@ def _uneven_run(g) -> list:
     return [params for params, _ in values]
 
 
-@check("train_uneven", points=2)
+@EXERCISE.check("train_uneven", points=2)
 def uneven_finishes_without_hang(g):
     _uneven_run(g)
 
 
-@check("train_uneven", points=2)
+@EXERCISE.check("train_uneven", points=2)
 def uneven_matches_join_semantics(g):
     expected = rp.join_reference(LENGTHS)
     for rank, params in enumerate(_uneven_run(g)):

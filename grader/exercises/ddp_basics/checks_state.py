@@ -14,7 +14,7 @@ from grader.exercises import fences
 from grader.exercises import happens_before as hb
 from grader.exercises import one_launch
 from grader.exercises.ddp_basics import reference as ref
-from grader.exercises.ddp_basics.exercise import check
+from grader.exercises.ddp_basics import EXERCISE
 
 
 # --- checkpoints ----------------------------------------------------------------------------
@@ -85,7 +85,7 @@ def _require_model_state(results) -> None:
 SAVE_PARTS = one_launch.declare("save_checkpoint", ((_in_rank_save, ()),))
 
 
-@check("save_checkpoint", points=1)
+@EXERCISE.check("save_checkpoint", points=1)
 def checkpoint_written_by_rank0_only(g):
     results = one_launch.run(g, SAVE_PARTS, _in_rank_save)
     writes = [r[0] for r in results]
@@ -97,7 +97,7 @@ def checkpoint_written_by_rank0_only(g):
     _require_model_state(results)
 
 
-@check("save_checkpoint", points=1)
+@EXERCISE.check("save_checkpoint", points=1)
 def checkpoint_has_unwrapped_keys(g):
     results = one_launch.run(g, SAVE_PARTS, _in_rank_save)
     _require_model_state(results)
@@ -110,7 +110,7 @@ def checkpoint_has_unwrapped_keys(g):
                             keys=keys[:4], expected=expected[:4], hint=hint))
 
 
-@check("save_checkpoint", points=1)
+@EXERCISE.check("save_checkpoint", points=1)
 def checkpoint_complete_before_return(g):
     results = one_launch.run(g, SAVE_PARTS, _in_rank_save)
     _require_model_state(results)
@@ -152,7 +152,7 @@ def _in_rank_load(ctx, student):
 LOAD_PARTS = one_launch.declare("load_checkpoint", ((_in_rank_load, ()),))
 
 
-@check("load_checkpoint", points=0.5)
+@EXERCISE.check("load_checkpoint", points=0.5)
 def checkpoint_loads_onto_device(g):
     expected = ref.flat_params(ref.tiny_net(seed=7))
     for rank, (params, calls, device) in enumerate(one_launch.run(g, LOAD_PARTS, _in_rank_load)):
@@ -191,7 +191,7 @@ def _in_rank_mini_broadcast(ctx, student):
     return {k: v.detach().cpu().clone() for k, v in state.items()}
 
 
-@check("MiniDDP", points=1)
+@EXERCISE.check("MiniDDP", points=1)
 def mini_ddp_broadcasts_rank0_state(g):
     expected = ref.seeded(BufferNet, seed=1).state_dict()
     for rank, state in enumerate(one_launch.run(g, MINI_PARTS, _in_rank_mini_broadcast)):
@@ -248,12 +248,12 @@ def _compare_mini_to_ddp(g, factory_name):
                        _("MiniDDP must match DDP step for step"))
 
 
-@check("MiniDDP", points=4)
+@EXERCISE.check("MiniDDP", points=4)
 def mini_ddp_matches_ddp(g):
     _compare_mini_to_ddp(g, "tiny")
 
 
-@check("MiniDDP", points=3)
+@EXERCISE.check("MiniDDP", points=3)
 def mini_ddp_frozen_and_tied_parameters(g):
     try:
         _compare_mini_to_ddp(g, "frozen")

@@ -11,7 +11,7 @@ from grader.checks import CheckFailed
 from grader.i18n import _
 from grader.exercises import one_launch
 from grader.exercises.ddp_basics import reference as ref
-from grader.exercises.ddp_basics.exercise import check
+from grader.exercises.ddp_basics import EXERCISE
 
 
 # --- wrap_model ---------------------------------------------------------------------
@@ -38,7 +38,7 @@ def _in_rank_wrap(ctx, student):
 WRAP_PARTS = one_launch.declare("wrap_model", ((_in_rank_wrap, ()),))
 
 
-@check("wrap_model", points=1)
+@EXERCISE.check("wrap_model", points=1)
 def wrap_model_broadcasts_rank0_parameters(g):
     expected = ref.flat_params(ref.tiny_net(seed=1))
     for rank, (params, _unused) in enumerate(one_launch.run(g, WRAP_PARTS, _in_rank_wrap)):
@@ -47,7 +47,7 @@ def wrap_model_broadcasts_rank0_parameters(g):
                          "itself in DistributedDataParallel"))
 
 
-@check("wrap_model", points=1)
+@EXERCISE.check("wrap_model", points=1)
 def wrap_model_gradients_match_full_batch(g):
     model = ref.tiny_net(seed=1)
     data = ref.RegressionDataset(n=8 * g.world_size)
@@ -109,12 +109,12 @@ def _shards_disjoint_and_covering(g, n):
                             missing=missing[:10]))
 
 
-@check("make_dataloader", points=1)
+@EXERCISE.check("make_dataloader", points=1)
 def dataloader_shards_disjoint_and_cover(g):
     _shards_disjoint_and_covering(g, 24)
 
 
-@check("make_dataloader", points=0.5)
+@EXERCISE.check("make_dataloader", points=0.5)
 def dataloader_shuffles_with_seed(g):
     for seed in (0, 5):
         per_rank = _loader_runs(g, 24, seed=seed)
@@ -193,19 +193,19 @@ def _check_training(g):
                          "batches moved to the device"))
 
 
-@check("train_one_epoch", points=1)
+@EXERCISE.check("train_one_epoch", points=1)
 def train_calls_set_epoch(g):
     """Each call iterates over the loader once, with the sampler's epoch set to `epoch` first."""
     for rank, (_unused, _unused, iterated_at) in enumerate(one_launch.run(g, TRAIN_PARTS, _in_rank_train)):
         _require_set_epoch(rank, iterated_at)
 
 
-@check("train_one_epoch", points=3)
+@EXERCISE.check("train_one_epoch", points=3)
 def training_matches_single_process(g):
     _check_training(g)
 
 
-@check("train_one_epoch", points=2)
+@EXERCISE.check("train_one_epoch", points=2)
 def loss_is_global_mean(g):
     results, _unused, expected_losses = _train(g)
     losses = [r[1] for r in results]

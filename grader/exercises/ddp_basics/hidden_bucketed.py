@@ -2,13 +2,13 @@
 from __future__ import annotations
 
 from grader.exercises import one_launch
-from grader.exercises.ddp_basics.exercise import check
+from grader.exercises.ddp_basics import EXERCISE
 from grader.exercises.ddp_basics.checks_bucketed import GRADIENT_CASES, _bucketed_grads_match, _in_rank_bucketed
 
 # The hidden checks' runs of one submission share a launch (grader/exercises/one_launch.py: no verdict changes).
 one_launch.declare("BucketedDDP", ((_in_rank_bucketed, (GRADIENT_CASES[:1], False)),), hidden=True, world_size=3)
 
 
-@check("BucketedDDP", points=1, hidden=True, world_size=3)
+@EXERCISE.check("BucketedDDP", points=1, hidden=True, world_size=3)
 def bucketed_gradients_match_ddp_three_ranks(g):
     _bucketed_grads_match(g, GRADIENT_CASES[:1])

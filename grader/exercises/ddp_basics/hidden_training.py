@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from grader.exercises import one_launch
-from grader.exercises.ddp_basics.exercise import check
+from grader.exercises.ddp_basics import EXERCISE
 from grader.exercises.ddp_basics.checks_training import (_check_training, _in_rank_loader, _in_rank_train,
                                                          _shards_disjoint_and_covering)
 
@@ -11,11 +11,11 @@ one_launch.declare("make_dataloader", ((_in_rank_loader, (20, 3, 0)),), hidden=T
 one_launch.declare("train_one_epoch", ((_in_rank_train, ()),), hidden=True, world_size=3)
 
 
-@check("make_dataloader", points=0.5, hidden=True, world_size=3)
+@EXERCISE.check("make_dataloader", points=0.5, hidden=True, world_size=3)
 def dataloader_three_ranks_uneven(g):
     _shards_disjoint_and_covering(g, 20)  # 20 samples over 3 ranks: the sampler pads to 21
 
 
-@check("train_one_epoch", points=1, hidden=True, world_size=3)
+@EXERCISE.check("train_one_epoch", points=1, hidden=True, world_size=3)
 def training_matches_single_process_three_ranks(g):
     _check_training(g)

@@ -2,7 +2,7 @@
 parallelism, built by hand, each run in real processes and compared with a
 single-process reference (reference.py).
 
-    checks.py              shard_indices, average_gradients, ring_all_reduce (here)
+    checks_core.py         shard_indices, average_gradients, ring_all_reduce (here)
     checks_tensor.py       ColumnParallelLinear
     checks_dtensor.py      parallelize_mlp (DeviceMesh and DTensor: column-then-row, collectives counted)
     checks_pipeline.py     pipeline_step; pipeline_diagnosis.py names a failed pipeline's likely mistake

@@ -7,7 +7,7 @@ from grader.checks import CheckFailed
 from grader.grading import describe_failure
 from grader.engine.stacks import describe_exception, format_exception
 from grader.exercises.parallelism import reference as ref
-from grader.exercises.parallelism.exercise import EXERCISE
+from grader.exercises.parallelism import EXERCISE
 from grader.exercises.parallelism.host import host as _host
 from grader.exercises.parallelism.pipeline_diagnosis import crash_hint, failure_text
 

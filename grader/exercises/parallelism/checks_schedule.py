@@ -23,7 +23,7 @@ from torch import nn
 
 from grader.checks import CheckFailed
 from grader.exercises.collectives import record_collectives
-from grader.exercises.parallelism.exercise import EXERCISE
+from grader.exercises.parallelism import EXERCISE
 from grader.exercises.parallelism.host import host as _host
 
 SCHEDULE_TIMEOUT = 20.0  # a few dozen tiny messages; a mismatched send and receive waits for ever

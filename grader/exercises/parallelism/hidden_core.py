@@ -1,8 +1,8 @@
-"""Hidden checks of checks.py (instructor only: a student build leaves this module out)."""
+"""Hidden checks of checks_core.py (instructor only: a student build leaves this module out)."""
 from __future__ import annotations
 
-from grader.exercises.parallelism.exercise import EXERCISE
-from grader.exercises.parallelism.checks import _check_shards, _check_average, _check_ring_sum, _check_ring_traffic  # noqa: F401
+from grader.exercises.parallelism import EXERCISE
+from grader.exercises.parallelism.checks_core import _check_shards, _check_average, _check_ring_sum, _check_ring_traffic  # noqa: F401
 
 
 SHARD_EDGE_CASES = [(2, 3), (0, 2), (1001, 4), (5, 1)]

@@ -1,7 +1,7 @@
 """Hidden checks of checks_dtensor.py (instructor only: a student build leaves this module out)."""
 from __future__ import annotations
 
-from grader.exercises.parallelism.exercise import EXERCISE
+from grader.exercises.parallelism import EXERCISE
 from grader.exercises.parallelism.checks_dtensor import run_block, check_values, check_communication
 
 

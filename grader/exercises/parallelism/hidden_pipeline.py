@@ -1,7 +1,7 @@
 """Hidden checks of checks_pipeline.py (instructor only: a student build leaves this module out)."""
 from __future__ import annotations
 
-from grader.exercises.parallelism.exercise import EXERCISE
+from grader.exercises.parallelism import EXERCISE
 from grader.exercises.parallelism.checks_pipeline import _run_pipeline, _check_pipeline_loss, _check_pipeline_grads  # noqa: F401
 
 

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from grader.exercises.parallelism.checks_schedule import check_order, check_values, run_schedule
-from grader.exercises.parallelism.exercise import EXERCISE
+from grader.exercises.parallelism import EXERCISE
 
 
 @EXERCISE.check("pipeline_schedule", points=1, hidden=True, world_size=3)

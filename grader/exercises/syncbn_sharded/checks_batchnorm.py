@@ -14,7 +14,7 @@ from torch import nn
 from grader.checks import CheckFailed
 from grader.exercises.syncbn_sharded import reference as ref
 from grader.exercises.syncbn_sharded.common import assert_close_scaled, close, cpu
-from grader.exercises.syncbn_sharded.exercise import check
+from grader.exercises.syncbn_sharded import EXERCISE
 
 # --- DistributedBatchNorm ---------------------------------------------------------------
 
@@ -155,19 +155,19 @@ def _verify_bn_running_stats(g, results, problem, expected) -> None:
                          "in eval mode normalize with running_mean and running_var")
 
 
-@check("DistributedBatchNorm", points=3)
+@EXERCISE.check("DistributedBatchNorm", points=3)
 def training_output_matches_one_batchnorm(g):
     """Outputs of 3 training steps on uneven 4-d shards equal one nn.BatchNorm2d over the whole batch."""
     _verify_bn_outputs(g, *_bn_case(g, BN_TAIL, g.world_size))
 
 
-@check("DistributedBatchNorm", points=3)
+@EXERCISE.check("DistributedBatchNorm", points=3)
 def gradients_match_one_batchnorm(g):
     """Input gradients on every rank, and the weight and bias gradients summed over ranks."""
     _verify_bn_backward(g, *_bn_case(g, BN_TAIL, g.world_size))
 
 
-@check("DistributedBatchNorm", points=2)
+@EXERCISE.check("DistributedBatchNorm", points=2)
 def running_stats_and_eval_match(g):
     """running_mean and the unbiased running_var after each step; the eval forward uses them."""
     _verify_bn_running_stats(g, *_bn_case(g, BN_TAIL, g.world_size))

@@ -21,7 +21,7 @@ from grader.exercises import happens_before as hb
 from grader.i18n import _
 from grader.exercises.syncbn_sharded import reference as ref
 from grader.exercises.syncbn_sharded.common import assert_close_scaled, cpu
-from grader.exercises.syncbn_sharded.exercise import check
+from grader.exercises.syncbn_sharded import EXERCISE
 
 CHECKPOINT_TIMEOUT_S = 10.0  # a correct save takes about a second; a deadlock should not cost 30
 
@@ -168,14 +168,14 @@ def _verify_resume(g, results) -> None:
                          "step counts) as they were when saved")
 
 
-@check("save_sharded_checkpoint", points=1.5)
+@EXERCISE.check("save_sharded_checkpoint", points=1.5)
 def checkpoint_complete_and_written_once(g):
     """Rank 0 alone writes model and full optimizer state; no rank returns before the file is complete;
     the call never deadlocks (run with a short timeout)."""
     _verify_checkpoint_written(_run_checkpoint(g, resume=False, held_write=True))
 
 
-@check("save_sharded_checkpoint", points=1.5)
+@EXERCISE.check("save_sharded_checkpoint", points=1.5)
 def resume_matches_uninterrupted_run(g):
     """Fresh model and ZeroRedundancyOptimizer load the checkpoint; the next step equals an uninterrupted run."""
     _verify_resume(g, _run_checkpoint(g, resume=True))

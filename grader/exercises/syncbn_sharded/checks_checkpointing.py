@@ -37,7 +37,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 from grader.checks import CheckFailed
 from grader.exercises.dispatch_mode import SWITCHED_OFF, modes_on
 from grader.exercises.syncbn_sharded import reference as ref
-from grader.exercises.syncbn_sharded.exercise import check
+from grader.exercises.syncbn_sharded import EXERCISE
 from grader.exercises.syncbn_sharded.live_bytes import LiveBytes, StorageWeakRef, live_nbytes
 
 TASK = "checkpoint_activations"
@@ -239,7 +239,7 @@ def verify_budget(results) -> None:
                 "and stop as soon as the rest fit")
 
 
-@check(TASK, points=2)
+@EXERCISE.check(TASK, points=2)
 def checkpointing_keeps_gradients(g):
     """Under DDP with 2 ranks, the gradients equal those of the model without checkpointing, and each
     checkpointed block's forward ran once more in backward."""
@@ -248,7 +248,7 @@ def checkpointing_keeps_gradients(g):
     verify_recomputes(results)
 
 
-@check(TASK, points=2)
+@EXERCISE.check(TASK, points=2)
 def checkpointing_frees_activations(g):
     """8 blocks of different widths: after forward, autograd keeps at most the budget's bytes of hidden-sized
     activations, and no more blocks are recomputed than the budget requires."""

@@ -53,7 +53,7 @@ from torch import nn
 from grader.checks import CheckFailed
 from grader.exercises.collectives import record_collectives
 from grader.exercises.syncbn_sharded import reference as ref
-from grader.exercises.syncbn_sharded.exercise import check
+from grader.exercises.syncbn_sharded import EXERCISE
 from grader.exercises.syncbn_sharded.fsdp_memory import LayerWatch, deep_net, measure_step, verify_freed
 from grader.exercises.syncbn_sharded.fsdp_traffic import verify_equal_shards, verify_gathers_in, verify_traffic
 
@@ -254,7 +254,7 @@ def verify_memory(results, seed: int, odd: bool) -> None:
                               "tensor in their place); only the shards persist")
 
 
-@check("MiniFSDP", points=3)
+@EXERCISE.check("MiniFSDP", points=3)
 def fsdp_matches_unsharded_training(g):
     """3 steps of sharded MiniFSDP + SGD equal one process on the whole batch (fp32), on two models, one with odd
     sizes."""
@@ -264,7 +264,7 @@ def fsdp_matches_unsharded_training(g):
         verify_training(g, results, 1, odd)
 
 
-@check("MiniFSDP", points=2)
+@EXERCISE.check("MiniFSDP", points=2)
 def fsdp_bf16_compute_fp32_masters(g):
     """compute_dtype=bfloat16: the inner layers compute in bf16 (their outputs); the shards stay fp32; the result is
     within bf16 tolerance of the fp32 reference."""
@@ -283,13 +283,13 @@ def fsdp_bf16_compute_fp32_masters(g):
     verify_training(g, results, 2, True, bf16=True)
 
 
-@check("MiniFSDP", points=2)
+@EXERCISE.check("MiniFSDP", points=2)
 def fsdp_parameters_are_sharded(g):
     """After a step each rank holds about 1/N of the parameters (shards and AdamW state); the inner module none."""
     verify_memory(run_fsdp(g, 1, True, None, "adamw"), 1, True)
 
 
-@check("MiniFSDP", points=2)
+@EXERCISE.check("MiniFSDP", points=2)
 def fsdp_traffic_is_gathers_and_reduce_scatters(g):
     """Every step all-gathers parameters and reduce-scatters gradients; no all-reduce."""
     results = run_fsdp(g, 1, False)
@@ -297,7 +297,7 @@ def fsdp_traffic_is_gathers_and_reduce_scatters(g):
     verify_traffic(results, numels(1, False))
 
 
-@check("MiniFSDP", points=1)
+@EXERCISE.check("MiniFSDP", points=1)
 def fsdp_gather_full_params_keys_and_shapes(g):
     """gather_full_params() returns fp32 tensors keyed and shaped like module.named_parameters()."""
     results = run_fsdp(g, 1, True)  # the odd-sized training run of fsdp_matches_unsharded_training
@@ -332,7 +332,7 @@ def run_memory(g, seed: int) -> list:
     return results
 
 
-@check("MiniFSDP", points=2)
+@EXERCISE.check("MiniFSDP", points=2)
 def fsdp_frees_full_parameters(g):
     """On an 8-layer model, at most about one layer's full parameters are alive in forward (~3 in backward), and
     backward all-gathers every layer's weight again."""

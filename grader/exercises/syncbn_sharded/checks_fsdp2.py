@@ -25,7 +25,7 @@ from torch import nn
 
 from grader.checks import CheckFailed
 from grader.exercises.collectives import CollectivesUnseen, issued, record_collectives
-from grader.exercises.syncbn_sharded.exercise import check
+from grader.exercises.syncbn_sharded import EXERCISE
 from grader.exercises.syncbn_sharded.fsdp2_model import DIM, OUT, TinyTransformer
 
 BF16_TOL = (5e-2, 2e-2)  # (rtol, atol): bf16 compute against the fp32 reference
@@ -193,13 +193,13 @@ def run_train(g, depth: int = DEPTH, seed: int = SEED):
     return g.run(_in_rank_train, depth, seed)
 
 
-@check("train_step_fsdp2", points=2)
+@EXERCISE.check("train_step_fsdp2", points=2)
 def fsdp2_accumulation_syncs_once(g):
     """Each step: one reduce-scatter per unit, all after the last micro-batch's forward."""
     verify_accumulation(run_train(g), DEPTH)
 
 
-@check("train_step_fsdp2", points=2)
+@EXERCISE.check("train_step_fsdp2", points=2)
 def fsdp2_step_clips_global_norm(g):
     """The returned norms equal one process's global norms; parameters equal clipped big-batch SGD."""
     results = run_train(g)

@@ -30,7 +30,7 @@ from grader.checks import CheckFailed
 from grader.exercises.collectives import record_collectives
 from grader.exercises.dispatch_mode import SWITCHED_OFF, modes_on
 from grader.exercises.syncbn_sharded.checks_fsdp2 import BF16_TOL, full
-from grader.exercises.syncbn_sharded.exercise import check
+from grader.exercises.syncbn_sharded import EXERCISE
 from grader.exercises.syncbn_sharded.fsdp2_model import TiedTransformer
 from grader.exercises.syncbn_sharded.fsdp2_probe import full_shape_allocations
 
@@ -222,14 +222,14 @@ def run_build(g, model_spec: dict = MODEL):
     return g.run(_in_rank_build, model_spec)
 
 
-@check("build_fsdp2_model", points=2)
+@EXERCISE.check("build_fsdp2_model", points=2)
 def fsdp2_build_sharded_from_meta(g):
     """Every parameter is a DTensor shard equal to init_weights() in one process, the tie kept; no full weight
     was allocated."""
     verify_build(g, run_build(g), MODEL)
 
 
-@check("build_fsdp2_model", points=2)
+@EXERCISE.check("build_fsdp2_model", points=2)
 def fsdp2_units_and_mixed_precision(g):
     """As few units as the budget allows, each within it, gathered in bf16; reduce-scatters in fp32; gradients
     near fp32's."""

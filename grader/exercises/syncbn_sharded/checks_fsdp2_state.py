@@ -20,7 +20,7 @@ from torch import nn
 
 from grader.checks import CheckFailed
 from grader.exercises.syncbn_sharded.checks_fsdp2 import DEPTH, SEED, batch, plain_model, sharded_fixture
-from grader.exercises.syncbn_sharded.exercise import check
+from grader.exercises.syncbn_sharded import EXERCISE
 
 ADAM_STEPS, ADAM_LR = 2, 1e-2
 MOMENTS = ("exp_avg", "exp_avg_sq")
@@ -124,7 +124,7 @@ def verify_export(g, results, depth: int, seed: int) -> None:
                               "costs each of them the whole model's memory")
 
 
-@check("export_full_state", points=2)
+@EXERCISE.check("export_full_state", points=2)
 def fsdp2_export_full_state_on_rank0(g):
     """After AdamW training, rank 0 exports full CPU tensors equal to one process's; the other ranks nothing."""
     verify_export(g, g.run(_in_rank_export, DEPTH, SEED), DEPTH, SEED)

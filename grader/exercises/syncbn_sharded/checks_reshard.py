@@ -53,7 +53,7 @@ from grader.checks import CheckFailed
 from grader.grading import describe_failure
 from grader.exercises import happens_before as hb
 from grader.exercises.syncbn_sharded import reference as ref
-from grader.exercises.syncbn_sharded.exercise import check
+from grader.exercises.syncbn_sharded import EXERCISE
 from grader.exercises.syncbn_sharded.reshard_metadata import checkpoint_problems
 
 RESHARD_TIMEOUT_S = 15.0  # a correct save or load takes about a second; a deadlock should not cost 30
@@ -218,7 +218,7 @@ def verify_continuation(g, results: list, saved_by: int) -> None:
 
 # --- save_and_reshard -------------------------------------------------------------------------------
 
-@check("save_and_reshard", points=2)
+@EXERCISE.check("save_and_reshard", points=2)
 def checkpoint_has_every_shard_and_adam_state(g):
     """2 ranks save after 3 steps: DCP metadata, the full shape and every element of each parameter and of
     Adam's moments, the step counts, one data file per rank; the save never deadlocks (short timeout)."""
@@ -258,14 +258,14 @@ def round_trip(g, save_ranks: int, load_ranks: int, save=None, load=None) -> Non
             raise
 
 
-@check("load_resharded", points=1.5)
+@EXERCISE.check("load_resharded", points=1.5)
 def saved_by_two_loaded_by_three_continues(g):
     """Saved by 2 ranks with your save_and_reshard, loaded by 3 into a model with other weights: weights and
     Adam state come back, and 2 more steps equal an uninterrupted single-process run."""
     round_trip(g, 2, 3)
 
 
-@check("load_resharded", points=1)
+@EXERCISE.check("load_resharded", points=1)
 def saved_by_two_loaded_by_one_continues(g):
     """The same, loaded by a single rank (FSDP2 over a mesh of one)."""
     round_trip(g, 2, 1)

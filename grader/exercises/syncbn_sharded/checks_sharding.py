@@ -14,7 +14,7 @@ from torch import nn
 from grader.checks import CheckFailed
 from grader.exercises.syncbn_sharded import reference as ref
 from grader.exercises.syncbn_sharded.common import assert_close_scaled, close, cpu
-from grader.exercises.syncbn_sharded.exercise import check
+from grader.exercises.syncbn_sharded import EXERCISE
 
 # --- partition_parameters ---------------------------------------------------------------
 
@@ -78,7 +78,7 @@ def _verify_everyone_owns(shapes, world_size, owned) -> None:
                           "by element count")
 
 
-@check("partition_parameters", points=1)
+@EXERCISE.check("partition_parameters", points=1)
 def every_parameter_owned_once(g):
     """One list per rank; every index exactly once; no rank idle while there are enough parameters;
     the same answer on every rank."""
@@ -87,7 +87,7 @@ def every_parameter_owned_once(g):
         _verify_everyone_owns(*case)
 
 
-@check("partition_parameters", points=2)
+@EXERCISE.check("partition_parameters", points=2)
 def balanced_by_element_count(g):
     """The busiest and the idlest rank differ by at most one largest parameter."""
     for case in _partition_cases(g, ref.PARTITION_CASES):
@@ -198,7 +198,7 @@ def _verify_sharded_state(results, opt_name: str) -> None:
                               "use partition_parameters, balanced by element count")
 
 
-@check("ShardedOptimizer", points=3)
+@EXERCISE.check("ShardedOptimizer", points=3)
 def matches_unsharded_adam(g):
     """10 steps of ShardedOptimizer(Adam) give every rank the parameters of 10 steps of plain Adam."""
     results = g.run(_in_rank_sharded, "adam", SHARDED_STEPS)
@@ -206,7 +206,7 @@ def matches_unsharded_adam(g):
     _require_sharded_step(results)
 
 
-@check("ShardedOptimizer", points=1)
+@EXERCISE.check("ShardedOptimizer", points=1)
 def matches_unsharded_sgd_momentum(g):
     """The same with SGD(momentum=0.9): one state tensor per parameter instead of two."""
     results = g.run(_in_rank_sharded, "sgd_momentum", SHARDED_STEPS)
@@ -214,7 +214,7 @@ def matches_unsharded_sgd_momentum(g):
     _require_sharded_step(results)
 
 
-@check("ShardedOptimizer", points=2)
+@EXERCISE.check("ShardedOptimizer", points=2)
 def optimizer_state_is_sharded(g):
     """Each rank's optimizer state is about 1/N of the total (within one largest parameter), none duplicated."""
     # the run of matches_unsharded_adam (shared: one launch, grader/shared_runs.py); the state's size is the same
@@ -222,7 +222,7 @@ def optimizer_state_is_sharded(g):
     _verify_sharded_state(g.run(_in_rank_sharded, "adam", SHARDED_STEPS), "adam")
 
 
-@check("ShardedOptimizer", points=1)
+@EXERCISE.check("ShardedOptimizer", points=1)
 def zero_grad_clears_every_gradient(g):
     """After zero_grad() no parameter, owned here or not, keeps a gradient (of an optimizer that
     shards something: its state or its step)."""

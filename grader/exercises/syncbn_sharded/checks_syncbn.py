@@ -14,7 +14,7 @@ from torch import nn
 from grader.checks import CheckFailed, CheckSkipped
 from grader.exercises.syncbn_sharded import reference as ref
 from grader.exercises.syncbn_sharded.common import assert_close_scaled, close, cpu
-from grader.exercises.syncbn_sharded.exercise import check
+from grader.exercises.syncbn_sharded import EXERCISE
 
 # --- convert_to_sync_bn -----------------------------------------------------------------
 
@@ -72,13 +72,13 @@ def _verify_state_kept(result: dict) -> None:
                               f"old layer's {kind} (copy weight, bias, running_mean, running_var, num_batches_tracked)")
 
 
-@check("convert_to_sync_bn", points=1)
+@EXERCISE.check("convert_to_sync_bn", points=1)
 def every_batchnorm_becomes_syncbn(g):
     """Every BatchNorm, at any depth, becomes an nn.SyncBatchNorm; nothing else changes."""
     _verify_structure(g.run(_in_rank_convert, False)[0])
 
 
-@check("convert_to_sync_bn", points=0.5)
+@EXERCISE.check("convert_to_sync_bn", points=0.5)
 def weights_and_running_stats_kept(g):
     """The converted model's state_dict equals the original's."""
     _verify_state_kept(g.run(_in_rank_convert, False)[0])
@@ -93,7 +93,7 @@ def _in_rank_sync_bn_nccl(ctx, student, tail: tuple):
     return cpu(y), cpu(x.grad), ctx.backend
 
 
-@check("convert_to_sync_bn", points=0.5)
+@EXERCISE.check("convert_to_sync_bn", points=0.5)
 def sync_bn_trains_under_nccl_with_2_gpus(g):
     """With a GPU per rank (nccl): the converted model runs real nn.SyncBatchNorm and matches one
     BatchNorm over the whole batch. nn.SyncBatchNorm refuses CPU tensors, so with fewer GPUs the check
@@ -159,7 +159,7 @@ def _verify_stats(g, results, world_size: int, tails) -> None:
             assert_close_scaled(g, var, exp_var, f"the variance for an {shape}")
 
 
-@check("global_batch_stats", points=3)
+@EXERCISE.check("global_batch_stats", points=3)
 def stats_of_the_concatenated_batch(g):
     """Uneven shards (3 and 5 samples), 2-d and 4-d inputs: the statistics of all samples together."""
     _verify_stats(g, g.run(_in_rank_stats, STATS_TAILS), g.world_size, STATS_TAILS)

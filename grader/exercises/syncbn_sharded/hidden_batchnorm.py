@@ -1,11 +1,11 @@
 """Hidden checks of checks_batchnorm.py (instructor only: a student build leaves this module out)."""
 from __future__ import annotations
 
-from grader.exercises.syncbn_sharded.exercise import check
+from grader.exercises.syncbn_sharded import EXERCISE
 from grader.exercises.syncbn_sharded.checks_batchnorm import _bn_case, _verify_bn_backward, _verify_bn_running_stats  # noqa: F401
 
 
-@check("DistributedBatchNorm", points=1, hidden=True, world_size=3)
+@EXERCISE.check("DistributedBatchNorm", points=1, hidden=True, world_size=3)
 def distributed_bn_with_three_ranks(g):
     """Three ranks holding 4, 1 and 6 samples of a 2-d input: outputs, gradients, running statistics."""
     case = _bn_case(g, (), 3)

@@ -8,10 +8,10 @@ from grader.exercises.syncbn_sharded.checks_checkpointing import (
     verify_budget,
     verify_recomputes,
 )
-from grader.exercises.syncbn_sharded.exercise import check
+from grader.exercises.syncbn_sharded import EXERCISE
 
 
-@check(TASK, points=1, hidden=True, world_size=3)
+@EXERCISE.check(TASK, points=1, hidden=True, world_size=3)
 def checkpointing_with_three_ranks(g):
     """Three ranks, another model and budget: gradients, one recompute per checkpointed block, the budget met
     with the fewest recomputed."""

@@ -4,10 +4,10 @@ from __future__ import annotations
 from grader.exercises.syncbn_sharded.checks_fsdp import numels, run_fsdp, run_memory, verify_memory, verify_training
 from grader.exercises.syncbn_sharded.fsdp_memory import verify_freed
 from grader.exercises.syncbn_sharded.fsdp_traffic import verify_traffic
-from grader.exercises.syncbn_sharded.exercise import check
+from grader.exercises.syncbn_sharded import EXERCISE
 
 
-@check("MiniFSDP", points=1, hidden=True, world_size=3)
+@EXERCISE.check("MiniFSDP", points=1, hidden=True, world_size=3)
 def fsdp_with_three_ranks(g):
     """Three ranks, odd sizes (padding), fp32 and bf16: training, memory, traffic, full parameters freed."""
     results = run_fsdp(g, 5, True)

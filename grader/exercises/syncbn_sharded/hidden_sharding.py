@@ -1,7 +1,7 @@
 """Hidden checks of checks_sharding.py (instructor only: a student build leaves this module out)."""
 from __future__ import annotations
 
-from grader.exercises.syncbn_sharded.exercise import check
+from grader.exercises.syncbn_sharded import EXERCISE
 from grader.exercises.syncbn_sharded.checks_sharding import _partition_cases, _verify_covering, _verify_balance, SHARDED_STEPS, _in_rank_sharded, _verify_sharded_params, _verify_sharded_state  # noqa: F401
 
 HIDDEN_PARTITION_CASES = [
@@ -11,7 +11,7 @@ HIDDEN_PARTITION_CASES = [
 
 
 
-@check("partition_parameters", points=1, hidden=True)
+@EXERCISE.check("partition_parameters", points=1, hidden=True)
 def more_ranks_than_parameters(g):
     """world_size 1, ranks that own nothing, equal sizes."""
     for case in _partition_cases(g, HIDDEN_PARTITION_CASES):
@@ -19,7 +19,7 @@ def more_ranks_than_parameters(g):
         _verify_balance(*case)
 
 
-@check("ShardedOptimizer", points=1, hidden=True, world_size=3)
+@EXERCISE.check("ShardedOptimizer", points=1, hidden=True, world_size=3)
 def sharded_with_three_ranks(g):
     """Three ranks: Adam results and state sharding."""
     results = g.run(_in_rank_sharded, "adam", SHARDED_STEPS)

@@ -1,11 +1,11 @@
 """Hidden checks of checks_syncbn.py (instructor only: a student build leaves this module out)."""
 from __future__ import annotations
 
-from grader.exercises.syncbn_sharded.exercise import check
+from grader.exercises.syncbn_sharded import EXERCISE
 from grader.exercises.syncbn_sharded.checks_syncbn import _in_rank_convert, _verify_structure, _verify_state_kept, _in_rank_stats, _verify_stats  # noqa: F401
 
 
-@check("convert_to_sync_bn", points=0.5, hidden=True)
+@EXERCISE.check("convert_to_sync_bn", points=0.5, hidden=True)
 def model_that_is_a_batchnorm(g):
     """A model that is itself a BatchNorm layer comes back as an nn.SyncBatchNorm."""
     result = g.run(_in_rank_convert, True)[0]
@@ -13,7 +13,7 @@ def model_that_is_a_batchnorm(g):
     _verify_state_kept(result)
 
 
-@check("global_batch_stats", points=1, hidden=True, world_size=3)
+@EXERCISE.check("global_batch_stats", points=1, hidden=True, world_size=3)
 def stats_with_three_ranks(g):
     """Three ranks holding 4, 1 and 6 samples of a 3-d input."""
     tails = [(5,)]

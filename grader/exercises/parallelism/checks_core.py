@@ -2,7 +2,7 @@
 parallelism, built by hand, each run in real processes and compared with a
 single-process reference (reference.py).
 
-    checks.py              shard_indices, average_gradients, ring_all_reduce (here)
+    checks_core.py         shard_indices, average_gradients, ring_all_reduce (here)
     checks_tensor.py       ColumnParallelLinear
     checks_pipeline.py     pipeline_step; pipeline_diagnosis.py names a failed pipeline's likely mistake
 """
@@ -13,7 +13,7 @@ import torch
 from grader.checks import CheckFailed
 from grader.grading import describe_failure
 from grader.exercises.parallelism import reference as ref
-from grader.exercises.parallelism.exercise import EXERCISE
+from grader.exercises.parallelism import EXERCISE
 from grader.exercises.parallelism.host import host as _host
 from grader.exercises.parallelism.p2p_only import point_to_point_only
 
