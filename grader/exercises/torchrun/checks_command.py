@@ -6,7 +6,7 @@ from grader.checks import CheckFailed
 from grader.exercises.torchrun import command, probes
 from grader.exercises.torchrun.messages import evidence
 
-from grader.exercises.torchrun.exercise import EXERCISE
+from grader.exercises.torchrun import EXERCISE
 
 
 # ---------------------------------------------------------------- torchrun_command

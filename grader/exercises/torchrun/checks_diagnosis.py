@@ -8,7 +8,7 @@ import numbers
 import random
 
 from grader.checks import CheckFailed
-from grader.exercises.torchrun.exercise import EXERCISE
+from grader.exercises.torchrun import EXERCISE
 from grader.exercises.torchrun.hangs import EXAMPLES, Hang, disguised, stage
 
 CONTRACT = ("return a tuple (rank, collective_seq_id, profiling_name): the rank that is behind, and the sequence "

@@ -8,7 +8,7 @@ from grader.exercises.torchrun import probes, reference
 from grader.exercises.torchrun.messages import evidence
 from grader.exercises.torchrun.probe import FIELDS, describe_result
 
-from grader.exercises.torchrun.exercise import EXERCISE
+from grader.exercises.torchrun import EXERCISE
 
 
 # ---------------------------------------------------------------- read_dist_env

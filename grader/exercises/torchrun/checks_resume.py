@@ -11,7 +11,7 @@ from __future__ import annotations
 from grader.checks import CheckFailed
 from grader.exercises.torchrun import problem, reference, resumes, runs
 from grader.exercises.torchrun.checks_script import KILL_EPOCHS, _check_state, _same, resumed_run
-from grader.exercises.torchrun.exercise import EXERCISE
+from grader.exercises.torchrun import EXERCISE
 from grader.exercises.torchrun.resumes import where
 
 PER_RANK_BATCH = problem.GLOBAL_BATCH // runs.WORKERS

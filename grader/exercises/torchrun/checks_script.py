@@ -17,7 +17,7 @@ from grader.exercises.torchrun.resumes import where
 from grader.exercises.torchrun.messages import evidence, read_half_written
 from grader import tolerances
 
-from grader.exercises.torchrun.exercise import EXERCISE
+from grader.exercises.torchrun import EXERCISE
 
 
 # ---------------------------------------------------------------- train_script

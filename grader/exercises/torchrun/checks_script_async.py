@@ -12,7 +12,7 @@ from __future__ import annotations
 from grader.checks import CheckFailed
 from grader.exercises.torchrun import runs
 from grader.exercises.torchrun.checks_script import EPOCHS, _check_state, _scenario, require_training
-from grader.exercises.torchrun.exercise import EXERCISE
+from grader.exercises.torchrun import EXERCISE
 from grader.exercises.torchrun.messages import evidence
 
 SAVE = ("after each epoch every rank calls dcp.async_save({\"app\": state}, checkpoint_id=f\"{args.checkpoints}/"

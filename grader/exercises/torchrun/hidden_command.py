@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from grader.engine import free_port
 from grader.exercises.torchrun import command, probes
-from grader.exercises.torchrun.exercise import EXERCISE
+from grader.exercises.torchrun import EXERCISE
 from grader.exercises.torchrun.checks_command import _call_torchrun_command, _check_ranks, built_commands
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import random
 
 from grader.exercises.torchrun.checks_diagnosis import check_hangs
-from grader.exercises.torchrun.exercise import EXERCISE
+from grader.exercises.torchrun import EXERCISE
 from grader.exercises.torchrun.hangs import Hang, random_hang, stuck_at_start
 
 

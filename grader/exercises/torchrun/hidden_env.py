@@ -6,7 +6,7 @@ from grader.engine import free_port
 from grader.exercises.torchrun import probes
 from grader.exercises.torchrun.hidden_reference import node_command
 from grader.exercises.torchrun.probe import FIELDS
-from grader.exercises.torchrun.exercise import EXERCISE
+from grader.exercises.torchrun import EXERCISE
 from grader.exercises.torchrun.checks_env import _expected_from, _compare, _check_probe_records, SAMPLE_ENV, _read_env_cases  # noqa: F401
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 from grader.checks import CheckFailed
 from grader.exercises.torchrun import runs
 from grader.exercises.torchrun.messages import evidence
-from grader.exercises.torchrun.exercise import EXERCISE
+from grader.exercises.torchrun import EXERCISE
 from grader.exercises.torchrun.hidden_reference import node_command
 from grader.exercises.torchrun.checks_script import EPOCHS, _scenario, _check_final, _log_state, _check_log, require_training  # noqa: F401,E501
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from grader.exercises.torchrun import runs
 from grader.exercises.torchrun.checks_script_async import check_order, loaded_checkpoint
 from grader.exercises.torchrun.checks_script import EPOCHS, _check_state, _scenario, require_training
-from grader.exercises.torchrun.exercise import EXERCISE
+from grader.exercises.torchrun import EXERCISE
 
 
 @EXERCISE.check("train_script", points=1, hidden=True,
