@@ -227,7 +227,8 @@ def scaffolded(tmp_path_factory):
     skip = shutil.ignore_patterns("__pycache__", "*.pyc", ".ipynb_checkpoints")
     for name in ("grader", "solutions", "exercises"):
         shutil.copytree(Path(ROOT) / name, copy / name, ignore=skip)
-    for name in ("tests", "locale"):  # the tests a new exercise must pass, and the catalogs they check
+    for name in ("tests", "locale", "lessons"):  # the tests a new exercise must pass, what they check (catalogs,
+        # the lessons its answers must not copy)
         shutil.copytree(Path(ROOT) / name, copy / name, ignore=skip)
     for name in ("Makefile", "nbgrader_config.py", "pyproject.toml"):
         shutil.copy2(Path(ROOT) / name, copy / name)
