@@ -141,32 +141,76 @@ def run_pool(queue: list[Job], workers: Workers, jobs: int, on_result: Callable[
         return
     bar = tqdm(total=total, initial=total - len({j.student for j in queue}), desc=desc, unit="submission",
                disable=not progress, file=sys.stderr)
-    selector = selectors.DefaultSelector()
-    running: dict[subprocess.Popen, dict | None] = {}
-    warm: list[tuple[subprocess.Popen, Job]] = []  # sandboxed: the next job's worker, started, not yet fed
-    window: set[str] = set()  # students whose code may have run since the last tick
+    pool = _Pool(queue, workers, jobs, on_result, on_stray, bar)
+    try:
+        pool.fill()
+        while pool.running:
+            pool.serve_once()
+            on_tick(set(pool.window))
+            pool.window = {job["job"].student for job in pool.running.values() if job}
+    finally:
+        pool.close()
+        bar.close()
 
-    def start_worker():
-        if warm:
-            proc, job = warm.pop(0)
+
+class _Pool:
+    """run_pool's state: the running workers (each with its job, token and GPUs, or None between jobs), the
+    sandboxed worker started ahead for the next job, and whose code may have run since the last tick."""
+
+    def __init__(self, queue: list[Job], workers: Workers, jobs: int, on_result, on_stray, bar):
+        self.queue, self.workers, self.jobs, self.on_result, self.on_stray, self.bar = \
+            queue, workers, jobs, on_result, on_stray, bar
+        self.selector = selectors.DefaultSelector()
+        self.running: dict[subprocess.Popen, dict | None] = {}
+        self.warm: list[tuple[subprocess.Popen, Job]] = []  # sandboxed: the next job's worker, started, not yet fed
+        self.window: set[str] = set()  # students whose code may have run since the last tick
+
+    def fill(self) -> None:
+        while (self.queue or self.warm) and len(self.running) < self.jobs:  # a result may have queued a next phase
+            self.start_worker()
+
+    def serve_once(self) -> None:
+        """Read what the workers wrote (at most a second's wait), stop the ones past their bound, start more."""
+        for key, _ in self.selector.select(timeout=1.0):
+            proc, lines = key.data
+            try:
+                complete, ended = lines.read()
+            except OverflowError:
+                self.overflow(proc)
+                continue
+            for line in complete:
+                if proc in self.running:
+                    self.message(proc, line)
+            if ended and proc in self.running:  # the worker ended: finished, or died on a submission
+                self.lost(proc)
+        for proc, job in list(self.running.items()):
+            if job and time.monotonic() - job["since"] > SUBMISSION_BOUND_S:
+                self.lost(proc)
+        self.fill()
+        self.prestart()
+
+    def start_worker(self) -> None:
+        if self.warm:
+            proc, job = self.warm.pop(0)
         else:
-            job = queue.pop(0) if workers.sandbox else None
-            proc = workers.start(job)
-        selector.register(proc.stdout, selectors.EVENT_READ, (proc, Lines(proc.stdout)))
-        running[proc] = None
-        feed(proc, job)
+            job = self.queue.pop(0) if self.workers.sandbox else None
+            proc = self.workers.start(job)
+        self.selector.register(proc.stdout, selectors.EVENT_READ, (proc, Lines(proc.stdout)))
+        self.running[proc] = None
+        self.feed(proc, job)
 
-    def feed(proc, job: Job | None = None):
+    def feed(self, proc, job: Job | None = None) -> None:
+        workers = self.workers
         if workers.sandbox is None:  # a long-lived worker takes the next job, or ends
-            job = queue.pop(0) if queue else None
+            job = self.queue.pop(0) if self.queue else None
         if job is None:
-            running[proc] = None
+            self.running[proc] = None
             proc.stdin.close()
             return
         devices = workers.gpus.take() if workers.gpus else None
-        running[proc] = {"job": job, "token": secrets.token_hex(16), "since": time.monotonic(), "gpus": devices}
-        window.add(job.student)
-        fields = [job.student, workers.path_seen(job), job.shown_as, running[proc]["token"], job.phase,
+        self.running[proc] = {"job": job, "token": secrets.token_hex(16), "since": time.monotonic(), "gpus": devices}
+        self.window.add(job.student)
+        fields = [job.student, workers.path_seen(job), job.shown_as, self.running[proc]["token"], job.phase,
                   json.dumps(job.hung)] + ([json.dumps(devices)] if devices is not None else [])  # its own GPUs
         try:
             proc.stdin.write("\t".join(fields) + "\n")
@@ -176,30 +220,30 @@ def run_pool(queue: list[Job], workers: Workers, jobs: int, on_result: Callable[
         except OSError:
             pass  # the worker died before its job (a warm one): its end of stdout reads as lost below
 
-    def give_back(job):  # the job's GPUs, for the next job
-        if job is not None and workers.gpus:
-            workers.gpus.give(job.get("gpus"))
+    def give_back(self, job) -> None:  # the job's GPUs, for the next job
+        if job is not None and self.workers.gpus:
+            self.workers.gpus.give(job.get("gpus"))
 
-    def stop(proc):
-        selector.unregister(proc.stdout)
-        give_back(running.pop(proc))
+    def stop(self, proc) -> None:
+        self.selector.unregister(proc.stdout)
+        self.give_back(self.running.pop(proc))
         if proc.pid is not None:  # None: a nursery job that never started
             kill_tree(proc.pid)  # the worker, its forkserver and any rank still running (a sandbox: everything in it)
         proc.wait(timeout=10)
-        release(proc)
+        self.release(proc)
 
-    def release(proc):  # the job's cgroups: what it ran into is told to its author; what it left is killed
-        workers.give_back_uid(getattr(proc, "uid", None))  # its PID namespace ended: nothing of it runs as the uid
+    def release(self, proc) -> None:  # the job's cgroups: what it ran into is told to its author; what it left is killed
+        self.workers.give_back_uid(getattr(proc, "uid", None))  # its PID namespace ended: nothing of it runs as the uid
         group = getattr(proc, "group", None)
         if group is None:
             return
         for limit in group.exceeded():
-            on_stray(proc.student, f"this submission's code ran into its job's limit on {limit}; a check that failed "
-                                   "then may have failed because of it")
+            self.on_stray(proc.student, f"this submission's code ran into its job's limit on {limit}; a check that "
+                                        "failed then may have failed because of it")
         group.close()
 
-    def message(proc, line: str) -> None:
-        job = running[proc]
+    def message(self, proc, line: str) -> None:
+        job = self.running[proc]
         try:
             token, result = line.split("\t", 1)
             result = json.loads(result)
@@ -208,66 +252,39 @@ def run_pool(queue: list[Job], workers: Workers, jobs: int, on_result: Callable[
         if job is None or token != job["token"] or not isinstance(result, dict) \
                 or result.get("student") != job["job"].student:
             if job is not None:
-                on_stray(job["job"].student, "a message that was not the grader's reached the grader's pipe "
-                                             "while this submission was graded (ignored)")
+                self.on_stray(job["job"].student, "a message that was not the grader's reached the grader's pipe "
+                                                  "while this submission was graded (ignored)")
             return
-        running[proc] = None
-        give_back(job)
-        if on_result(job["job"], result):
-            bar.update(1)
-        if workers.sandbox is None:
-            feed(proc)
+        self.running[proc] = None
+        self.give_back(job)
+        if self.on_result(job["job"], result):
+            self.bar.update(1)
+        if self.workers.sandbox is None:
+            self.feed(proc)
 
-    def overflow(proc):  # more than a result, without a newline: only student code writes that
-        if running.get(proc) is not None:
-            on_stray(running[proc]["job"].student, f"more than {RESULT_LIMIT >> 20} MiB without a line end reached "
-                                                   "the grader's result channel while this submission was graded: "
-                                                   "its grading was stopped")
-        lost(proc)
+    def overflow(self, proc) -> None:  # more than a result, without a newline: only student code writes that
+        if self.running.get(proc) is not None:
+            self.on_stray(self.running[proc]["job"].student,
+                          f"more than {RESULT_LIMIT >> 20} MiB without a line end reached the grader's result channel "
+                          "while this submission was graded: its grading was stopped")
+        self.lost(proc)
 
-    def lost(proc):  # the worker ended or was stopped before its result: the submission stays ungraded
-        if running.get(proc) is not None:
-            bar.update(1)
-        stop(proc)
-        while (queue or warm) and len(running) < jobs:
-            start_worker()
+    def lost(self, proc) -> None:  # the worker ended or was stopped before its result: the submission stays ungraded
+        if self.running.get(proc) is not None:
+            self.bar.update(1)
+        self.stop(proc)
+        self.fill()
 
-    def prestart():
-        if workers.sandbox is not None and queue and not warm and len(running) >= jobs:
-            job = queue.pop(0)
-            warm.append((workers.start(job), job))
+    def prestart(self) -> None:
+        if self.workers.sandbox is not None and self.queue and not self.warm and len(self.running) >= self.jobs:
+            job = self.queue.pop(0)
+            self.warm.append((self.workers.start(job), job))
 
-    for _ in range(min(jobs, len(queue))):
-        start_worker()
-    try:
-        while running:
-            for key, _ in selector.select(timeout=1.0):
-                proc, lines = key.data
-                try:
-                    complete, ended = lines.read()
-                except OverflowError:
-                    overflow(proc)
-                    continue
-                for line in complete:
-                    if proc in running:
-                        message(proc, line)
-                if ended and proc in running:  # the worker ended: finished, or died on a submission
-                    lost(proc)
-            for proc, job in list(running.items()):
-                if job and time.monotonic() - job["since"] > SUBMISSION_BOUND_S:
-                    lost(proc)
-            while (queue or warm) and len(running) < jobs:  # a result may have queued a next phase
-                start_worker()
-            prestart()
-            on_tick(set(window))
-            window.clear()
-            window.update(job["job"].student for job in running.values() if job)
-    finally:
-        for proc in list(running):
-            stop(proc)
-        for proc, _ in warm:
+    def close(self) -> None:
+        for proc in list(self.running):
+            self.stop(proc)
+        for proc, _ in self.warm:
             if proc.pid is not None:
                 kill_tree(proc.pid)
             proc.wait(timeout=10)
-            release(proc)
-        bar.close()
+            self.release(proc)
