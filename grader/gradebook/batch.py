@@ -233,47 +233,57 @@ def grade_assignment(course: Course, assignment: str, jobs: int | None = 2, time
             if path is not None:
                 os.chmod(path, 0o644)  # the sandbox's worker (nobody) reads it; its folder stays private
             queue.append(Job(student, path, submissions[student], "public" if sandbox else "all"))
-        limits = JobLimits.here() if sandbox and queue else None
-        if limits is not None and limits.missing:
-            print(no_cgroup_notice(limits.missing), file=sys.stderr)
-        uids = _slot_uids(jobs) if sandbox and queue and os.geteuid() == 0 else None
-        nurseries = Nurseries(worker_args, jobs + 2) if sandbox and queue and use_nursery() else None
-        workers = Workers(worker_args,
-                          (lambda argv, job, uid=None: sandboxes.Sandbox(argv, job.path, job.phase == "public",
-                                                                         jobs + 1, uid=uid))
-                          if sandbox else None, nurseries, limits, share if share.gpus else None, uids)
-        try:
-            with adopting_orphans():  # what a submission left behind (double fork, setsid) dies with the run
-                run_pool(queue, workers, jobs, on_result, guard.flag, guard.tick, progress, len(submissions),
-                         f"grading {assignment}" + ("" if sandbox else " (UNSANDBOXED)"))
-        finally:
-            if nurseries is not None:
-                nurseries.close()
-            if limits is not None:
-                limits.close()
-            if uids is not None:
-                uids.close()
+        _run_workers(queue, worker_args, jobs, sandbox, share, on_result, guard, progress, len(submissions),
+                     f"grading {assignment}" + ("" if sandbox else " (UNSANDBOXED)"))
         guard.tick(set())  # put back anything changed after the last tick (no one left to name)
     finally:
         snapshot.close()
-    results = {}
-    for student, path in submissions.items():
-        result = accepted.get(student)
-        if result is None:  # a worker died on it, or it changed while being graded
-            result = {"student": student, "assignment": assignment, "readable": False, "sha256": None,
-                      "error": "grading did not finish (a grader worker died on this submission, or its copy "
-                               "changed while graded); the next run grades it again", "report": None,
-                      "sandboxed": sandbox}
-        result["run_flags"] = list(dict.fromkeys(result.get("run_flags", []) + guard.flags.get(student, [])))
-        result["in_notebook"] = in_notebook_results(snapshot.content[path])
-        result["flags"] = _flags(result)
-        result["plans"] = plans_of(result)
-        result["regrade"] = any(c.get("unrunnable") for c in (result.get("report") or {}).get("checks") or [])
-        if student in accepted:
-            store.accept(student, result)  # flags kept with the result: the report and later runs see them
-        results[student] = result
+    results = {student: _final_result(student, assignment, accepted.get(student), guard, snapshot.content[path],
+                                      sandbox)
+               for student, path in submissions.items()}
+    for student in accepted:
+        store.accept(student, results[student])  # flags kept with the result: the report and later runs see them
     guard.tick(set())
     return results
+
+
+def _run_workers(queue, worker_args, jobs, sandbox, share, on_result, guard, progress, total, desc) -> None:
+    """The pool of grading workers over the queue: sandboxed (nurseries, a cgroup and, as root, a uid per job)
+    or not; everything it started is closed when it returns or raises."""
+    limits = JobLimits.here() if sandbox and queue else None
+    if limits is not None and limits.missing:
+        print(no_cgroup_notice(limits.missing), file=sys.stderr)
+    uids = _slot_uids(jobs) if sandbox and queue and os.geteuid() == 0 else None
+    nurseries = Nurseries(worker_args, jobs + 2) if sandbox and queue and use_nursery() else None
+    workers = Workers(worker_args,
+                      (lambda argv, job, uid=None: sandboxes.Sandbox(argv, job.path, job.phase == "public",
+                                                                     jobs + 1, uid=uid))
+                      if sandbox else None, nurseries, limits, share if share.gpus else None, uids)
+    try:
+        with adopting_orphans():  # what a submission left behind (double fork, setsid) dies with the run
+            run_pool(queue, workers, jobs, on_result, guard.flag, guard.tick, progress, total, desc)
+    finally:
+        if nurseries is not None:
+            nurseries.close()
+        if limits is not None:
+            limits.close()
+        if uids is not None:
+            uids.close()
+
+
+def _final_result(student: str, assignment: str, result: dict | None, guard, content: bytes, sandbox: bool) -> dict:
+    """The stored result with the run's flags, the checks the notebook itself showed, plans and regrade."""
+    if result is None:  # a worker died on it, or it changed while being graded
+        result = {"student": student, "assignment": assignment, "readable": False, "sha256": None,
+                  "error": "grading did not finish (a grader worker died on this submission, or its copy "
+                           "changed while graded); the next run grades it again", "report": None,
+                  "sandboxed": sandbox}
+    result["run_flags"] = list(dict.fromkeys(result.get("run_flags", []) + guard.flags.get(student, [])))
+    result["in_notebook"] = in_notebook_results(content)
+    result["flags"] = _flags(result)
+    result["plans"] = plans_of(result)
+    result["regrade"] = any(c.get("unrunnable") for c in (result.get("report") or {}).get("checks") or [])
+    return result
 
 
 def _slot_uids(jobs: int) -> SlotUids:
