@@ -46,12 +46,14 @@ demo: install
 TEST_WORKERS ?= 2
 test: install $(VENV)/.installed-test
 	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
 	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile tests lessons --nbval-lax
 
 # The fast tier (tests/conftest.py marks it): every layer, one real 2-rank grading per exercise, and the linter; under
 # 2 minutes on a 2-core machine. make test runs everything, the fast tier included.
 test-fast: install $(VENV)/.installed-test
 	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
 	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile -m fast tests
 
 # Student and instructor on one laptop: each exercise is (re)released to the local exchange
