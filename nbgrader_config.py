@@ -4,6 +4,7 @@ The course directory is this repository: `solutions/` holds the source
 notebooks (solutions and tests), `exercises/` the student release that
 `nbgrader generate_assignment` writes from them (`make exercises`).
 """
+
 import os
 
 c = get_config()  # noqa: F821 (provided by nbgrader)
@@ -32,8 +33,10 @@ c.Autograde.autograde_preprocessors = autograde_preprocessors()
 # Generating refuses check cells whose points are not the checks' (grader/points_preprocessor.py).
 from nbgrader.converters import GenerateAssignment  # noqa: E402
 
-c.GenerateAssignment.preprocessors = ["grader.points_preprocessor.RefuseStalePoints",
-                                      *GenerateAssignment.class_traits()["preprocessors"].default()]
+c.GenerateAssignment.preprocessors = [
+    "grader.points_preprocessor.RefuseStalePoints",
+    *GenerateAssignment.class_traits()["preprocessors"].default(),
+]
 c.GenerateFeedback.preprocessors = [
     "nbgrader.preprocessors.GetGrades",
     "nbgrader.preprocessors.ClearHiddenTests",

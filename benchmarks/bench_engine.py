@@ -6,6 +6,7 @@ launched as a fresh `torchrun --nproc_per_node=2`.
 Prints the median time of each and their ratio (target: the engine at least
 10x faster than fresh torchrun per check once warm).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -25,7 +26,7 @@ from grader.exercises import get_exercise  # noqa: E402
 from grader.submission import read_notebook  # noqa: E402
 
 # The same work as the wrap_model checks: build a tiny net, wrap it in DDP, one backward.
-TORCHRUN_SCRIPT = '''
+TORCHRUN_SCRIPT = """
 import torch, torch.distributed as dist
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
@@ -36,7 +37,7 @@ x, y = torch.randn(8, 4), torch.randn(8, 1)
 nn.MSELoss()(model(x), y).backward()
 dist.barrier()
 dist.destroy_process_group()
-'''
+"""
 
 
 def time_engine(repeats: int) -> list[float]:
@@ -59,9 +60,19 @@ def time_torchrun(repeats: int) -> list[float]:
             f.write(TORCHRUN_SCRIPT)
         for _ in range(repeats):
             start = time.perf_counter()
-            subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2",
-                            "--rdzv-backend=c10d", f"--rdzv-endpoint=127.0.0.1:{free_port()}", script],
-                           capture_output=True, timeout=120)
+            subprocess.run(
+                [
+                    sys.executable,
+                    "-m",
+                    "torch.distributed.run",
+                    "--nproc_per_node=2",
+                    "--rdzv-backend=c10d",
+                    f"--rdzv-endpoint=127.0.0.1:{free_port()}",
+                    script,
+                ],
+                capture_output=True,
+                timeout=120,
+            )
             times.append(time.perf_counter() - start)
     return times
 

@@ -19,6 +19,7 @@ one submission's time goes (grading_profile.py: process and sandbox start, torch
 import, forkserver, per-launch overhead, the checks' own work; nbgrader's own steps
 are the gradebook write timed below), with the ceiling the checks' own CPU puts on any ratio.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -91,50 +92,95 @@ def main() -> None:
             courses[kind] = course
 
         start = time.perf_counter()
-        roundtrip.nbgrader(["autograde", A, "--force", ALLOW], courses["nbgrader"].root, courses["nbgrader"].root,
-                           timeout=7200)
+        roundtrip.nbgrader(
+            ["autograde", A, "--force", ALLOW], courses["nbgrader"].root, courses["nbgrader"].root, timeout=7200
+        )
         times = {"nbgrader": time.perf_counter() - start}
         cpu = {}
         for kind, extra in kinds.items():
             start, busy = time.perf_counter(), machine_cpu()
-            subprocess.run([sys.executable, "-m", "grader", "grade", A, "--root", courses[kind].root,
-                            "--jobs", str(args.jobs), "--quiet", *extra], check=True, capture_output=True,
-                           timeout=7200, env=env[kind])
+            subprocess.run(
+                [
+                    sys.executable,
+                    "-m",
+                    "grader",
+                    "grade",
+                    A,
+                    "--root",
+                    courses[kind].root,
+                    "--jobs",
+                    str(args.jobs),
+                    "--quiet",
+                    *extra,
+                ],
+                check=True,
+                capture_output=True,
+                timeout=7200,
+                env=env[kind],
+            )
             times[kind] = time.perf_counter() - start
             cpu[kind] = tuple(b - a for a, b in zip(busy, machine_cpu()))
             load.append(os.getloadavg()[0])
         # nbgrader's own steps in make grade: a second run finds every result done and only writes the gradebook
         start = time.perf_counter()
-        subprocess.run([sys.executable, "-m", "grader", "grade", A, "--root", courses["--no-sandbox"].root,
-                        "--quiet", "--no-sandbox"], check=True, capture_output=True, timeout=7200)
+        subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "grader",
+                "grade",
+                A,
+                "--root",
+                courses["--no-sandbox"].root,
+                "--quiet",
+                "--no-sandbox",
+            ],
+            check=True,
+            capture_output=True,
+            timeout=7200,
+        )
         rerun = time.perf_counter() - start
         scores = {kind: gradebook_scores(course, A) for kind, course in courses.items()}
-    print(f"{args.students} submissions of {A}, {os.cpu_count()} cores; 1-minute load average "
-          f"{min(load):.1f} to {max(load):.1f} while it ran")
+    print(
+        f"{args.students} submissions of {A}, {os.cpu_count()} cores; 1-minute load average "
+        f"{min(load):.1f} to {max(load):.1f} while it ran"
+    )
     print(f"plain nbgrader autograde (serial, in the kernels):       {times['nbgrader']:7.1f} s")
     for kind in kinds:
         label = f"python -m grader grade --jobs {args.jobs} ({kind})"
         same = scores[kind] == scores["nbgrader"]
         ratio = times["nbgrader"] / times[kind]
         verdict = "met" if ratio >= TARGET else f"NOT met: {times[kind] / (times['nbgrader'] / TARGET):.2f}x too slow"
-        print(f"{label:<56} {times[kind]:7.1f} s   ratio: {ratio:.2f}x faster than plain nbgrader "
-              f"(target >= {TARGET:g}x: {verdict}); identical scores: {same}")
+        print(
+            f"{label:<56} {times[kind]:7.1f} s   ratio: {ratio:.2f}x faster than plain nbgrader "
+            f"(target >= {TARGET:g}x: {verdict}); identical scores: {same}"
+        )
         for student in sorted(set(scores["nbgrader"]) | set(scores[kind])) if not same else []:
             if scores["nbgrader"].get(student) != scores[kind].get(student):
                 print(f"  {student}: nbgrader {scores['nbgrader'].get(student)}, {kind} {scores[kind].get(student)}")
     for kind, (busy, system) in cpu.items():
-        print(f"machine CPU while grading ({kind}): {busy:.1f} CPU-s, {busy / args.students:.1f} per submission; "
-              f"{100 * system / busy:.0f}% of it in the kernel (forks, copy-on-write faults, exits, namespaces)")
+        print(
+            f"machine CPU while grading ({kind}): {busy:.1f} CPU-s, {busy / args.students:.1f} per submission; "
+            f"{100 * system / busy:.0f}% of it in the kernel (forks, copy-on-write faults, exits, namespaces)"
+        )
     for kind in ("sandboxed, a sandbox per job", "sandboxed, nurseries"):
         if kind in kinds:
             print(f"sandbox cost ({kind}): {times[kind] / times['--no-sandbox']:.2f}x the unsandboxed time")
-    print(f"per submission: plain nbgrader {times['nbgrader'] / args.students:.1f} s; make grade's parent, "
-          f"nbgrader's own steps included (a re-run that only writes the gradebook): {rerun:.1f} s for the class")
+    print(
+        f"per submission: plain nbgrader {times['nbgrader'] / args.students:.1f} s; make grade's parent, "
+        f"nbgrader's own steps included (a re-run that only writes the gradebook): {rerun:.1f} s for the class"
+    )
     if args.profile:
-        lines, checks_cpu = grading_profile.breakdown(A, sorted(sample_students(A).values())[0],
-                                                      "sandboxed, nurseries" in kinds)
-        print("\n".join(lines + grading_profile.ceiling(checks_cpu, os.cpu_count() or 1,
-                                                         times["nbgrader"] / args.students, TARGET)))
+        lines, checks_cpu = grading_profile.breakdown(
+            A, sorted(sample_students(A).values())[0], "sandboxed, nurseries" in kinds
+        )
+        print(
+            "\n".join(
+                lines
+                + grading_profile.ceiling(checks_cpu, os.cpu_count() or 1, times["nbgrader"] / args.students, TARGET)
+            )
+        )
+
 
 if __name__ == "__main__":
     main()

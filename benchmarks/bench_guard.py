@@ -5,6 +5,7 @@ one without (trusted=True), each the median of `repeats`. Measurements for the r
 
     .venv/bin/python benchmarks/bench_guard.py
 """
+
 import statistics
 import time
 
@@ -49,14 +50,18 @@ def main(repeats: int = 30) -> None:
         started = time.perf_counter()
         guard.verify("in the benchmark")
         verifies.append(time.perf_counter() - started)
-    print(f"{len(guard.watched())} namespaces, {len(guard._all)} names watched; warm in one process: Guard() "
-          f"median {statistics.median(inits) * 1e3:.1f} ms, verify() median {statistics.median(verifies) * 1e3:.1f} ms")
+    print(
+        f"{len(guard.watched())} namespaces, {len(guard._all)} names watched; warm in one process: Guard() "
+        f"median {statistics.median(inits) * 1e3:.1f} ms, verify() median {statistics.median(verifies) * 1e3:.1f} ms"
+    )
     firsts = [t for _ in range(repeats // 3) for t in run_distributed(_first_guard, 2, trusted=True).values]
     print(f"first Guard() in a freshly forked rank: median {statistics.median(firsts) * 1e3:.1f} ms")
     guarded = _median(lambda: run_distributed(_empty, 2), repeats // 3)
     unguarded = _median(lambda: run_distributed(_empty, 2, trusted=True), repeats // 3)
-    print(f"empty 2-rank launch: {guarded:.3f} s with the guard, {unguarded:.3f} s without "
-          f"(the guard's share {guarded - unguarded:.3f} s per launch)")
+    print(
+        f"empty 2-rank launch: {guarded:.3f} s with the guard, {unguarded:.3f} s without "
+        f"(the guard's share {guarded - unguarded:.3f} s per launch)"
+    )
 
 
 if __name__ == "__main__":

@@ -9,6 +9,7 @@ the same run, so the task costs one timeout, not one per check: target one timeo
 (TARGET_S). The verdict itself never rests on the duration: each check fails because the run hung.
 Also printed: whether the message names the student's line (cell and line) and shows the stacks once.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -28,16 +29,17 @@ from grader.submission import Cell, SourceSubmission, read_notebook  # noqa: E40
 EXERCISE, TASK = "02_ddp_basics", "save_checkpoint"
 TIMEOUT_S = 30.0  # the notebook's (grader.notebook.checker)
 TARGET_S = 35.0  # one timeout plus a few seconds
-MISTAKE = '''def save_checkpoint(model, path):
+MISTAKE = """def save_checkpoint(model, path):
     rank = dist.get_rank()
     if rank == 0:
         torch.save(model.module.state_dict(), path)
         dist.barrier()
-'''
+"""
 
 
 if __name__ != "__main__":  # imported (a test): the ranks get this module's KernelAnswers by value
     import cloudpickle
+
     cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
 
@@ -79,8 +81,9 @@ def main() -> int:
     worst = 0.0
     for _ in range(args.repeats):
         start = time.monotonic()
-        report = run_checks(exercise, answers, task=TASK, timeout=TIMEOUT_S, side_by_side=SIDE_BY_SIDE,
-                            keep_output=True)
+        report = run_checks(
+            exercise, answers, task=TASK, timeout=TIMEOUT_S, side_by_side=SIDE_BY_SIDE, keep_output=True
+        )
         seconds = time.monotonic() - start
         worst = max(worst, seconds)
         messages = [c.message for c in report.checks]
@@ -88,10 +91,12 @@ def main() -> int:
         number = cell.strip("<>").replace("cell ", "")
         names_line = any(f"cell {number}, line" in m for m in messages)
         stacks = sum(" hung: waiting in " in m or " hung: busy in " in m for m in messages)
-        print(f"hang of {TASK} (exercise 2, `if rank == 0: dist.barrier()`), {len(report.checks)} checks: "
-              f"{seconds:.1f} s (target {TARGET_S:.0f} s: {'ok' if seconds <= TARGET_S else 'MISSED'}); "
-              f"{hung} answered as hung, 0 points each: {report.score == 0}; names the student's cell and line: "
-              f"{names_line}; stacks shown in {stacks} check(s)")
+        print(
+            f"hang of {TASK} (exercise 2, `if rank == 0: dist.barrier()`), {len(report.checks)} checks: "
+            f"{seconds:.1f} s (target {TARGET_S:.0f} s: {'ok' if seconds <= TARGET_S else 'MISSED'}); "
+            f"{hung} answered as hung, 0 points each: {report.score == 0}; names the student's cell and line: "
+            f"{names_line}; stacks shown in {stacks} check(s)"
+        )
     return 1 if args.strict and worst > TARGET_S else 0
 
 

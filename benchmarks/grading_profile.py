@@ -9,6 +9,7 @@ the difference of their start-up is the sandbox's cost. launch_cpu() measures th
 launch from a forkserver in 4 KiB pages and from one in huge pages (engine/huge_pages.py). The
 durations are measurements for the report only; no verdict depends on them.
 """
+
 from __future__ import annotations
 
 import json
@@ -93,8 +94,7 @@ def breakdown(assignment: str, notebook: str, sandboxed: bool) -> tuple[list[str
 
     kinds = {"plain": lambda argv: (argv, None)}
     if sandboxed:
-        kinds["sandboxed"] = lambda argv: (lambda box: (box.argv, box.env))(
-            sandbox.Sandbox(argv, notebook, False, 1))
+        kinds["sandboxed"] = lambda argv: (lambda box: (box.argv, box.env))(sandbox.Sandbox(argv, notebook, False, 1))
         notebook_in = {"plain": notebook, "sandboxed": sandbox.SUBMISSION}
     else:
         notebook_in = {"plain": notebook}
@@ -108,20 +108,24 @@ def breakdown(assignment: str, notebook: str, sandboxed: bool) -> tuple[list[str
         lines.append(f"  {name:<52}" + "".join(f"{by_kind[k]:>11.2f}" for k in runs))
     for kind, r in runs.items():
         own = dict(r["phases"])["every check"] - r["launches"] * r["launch"]
-        lines.append(f"  {kind}: {r['checks']} checks in {r['launches']} launches; one empty 2-rank launch "
-                     f"{r['launch']:.3f} s, so launches ~{r['launches'] * r['launch']:.1f} s and the checks' "
-                     f"own work (references, student code) ~{own:.1f} s; score {r['score']:g}; every check took "
-                     f"{r['checks_cpu']:.1f} CPU-s (this process and its ranks)")
+        lines.append(
+            f"  {kind}: {r['checks']} checks in {r['launches']} launches; one empty 2-rank launch "
+            f"{r['launch']:.3f} s, so launches ~{r['launches'] * r['launch']:.1f} s and the checks' "
+            f"own work (references, student code) ~{own:.1f} s; score {r['score']:g}; every check took "
+            f"{r['checks_cpu']:.1f} CPU-s (this process and its ranks)"
+        )
     lines += launch_cpu(assignment)
     if sandboxed:
         from grader.isolation.nursery_client import NURSERY_ENV
 
         cold, jobs = nursery_startup(assignment)
-        lines.append(f"  with nurseries ({NURSERY_ENV}=1): the cold start above (sandbox, python, torch, the public "
-                     f"checks) is paid once per phase per run ({cold:.2f} s to the first job's result here); a "
-                     f"submission's phase then costs a fork from the warm nursery: dispatch to the result of a job "
-                     f"with nothing to grade {min(jobs):.2f} s (median {statistics.median(jobs):.2f} s of {len(jobs)}: "
-                     f"fork, namespaces, tmpfs, /proc, the forkserver, loading the exercise)")
+        lines.append(
+            f"  with nurseries ({NURSERY_ENV}=1): the cold start above (sandbox, python, torch, the public "
+            f"checks) is paid once per phase per run ({cold:.2f} s to the first job's result here); a "
+            f"submission's phase then costs a fork from the warm nursery: dispatch to the result of a job "
+            f"with nothing to grade {min(jobs):.2f} s (median {statistics.median(jobs):.2f} s of {len(jobs)}: "
+            f"fork, namespaces, tmpfs, /proc, the forkserver, loading the exercise)"
+        )
     return lines, runs["plain"]["checks_cpu"]
 
 
@@ -153,25 +157,34 @@ def launch_cpu(assignment: str, launches: int = 30, rounds: int = 3) -> list[str
     cost = {"plain": [], "huge": []}
     for _ in range(rounds):
         for pages in cost:
-            out = subprocess.run([sys.executable, "-c", LAUNCH_CPU, assignment, pages, str(launches)],
-                                 capture_output=True, text=True, timeout=600, check=True).stdout.split()
+            out = subprocess.run(
+                [sys.executable, "-c", LAUNCH_CPU, assignment, pages, str(launches)],
+                capture_output=True,
+                text=True,
+                timeout=600,
+                check=True,
+            ).stdout.split()
             cost[pages].append([1000 * float(v) / launches for v in out])
     (user, system), (huge_user, huge_system) = (sorted(cost[p], key=sum)[rounds // 2] for p in ("plain", "huge"))
-    return [f"one empty 2-rank launch costs {user + system:.0f} CPU-ms ({system:.0f} in the kernel: forks, page faults, "
-            f"exits) from a forkserver in 4 KiB pages, {huge_user + huge_system:.0f} CPU-ms ({huge_system:.0f}) from one "
-            f"in huge pages (engine/huge_pages.py: nurseries and --no-sandbox workers); the median of {rounds} "
-            f"forkservers of each, {launches} launches each"]
+    return [
+        f"one empty 2-rank launch costs {user + system:.0f} CPU-ms ({system:.0f} in the kernel: forks, page faults, "
+        f"exits) from a forkserver in 4 KiB pages, {huge_user + huge_system:.0f} CPU-ms ({huge_system:.0f}) from one "
+        f"in huge pages (engine/huge_pages.py: nurseries and --no-sandbox workers); the median of {rounds} "
+        f"forkservers of each, {launches} launches each"
+    ]
 
 
 def ceiling(checks_cpu: float, cores: int, nbgrader_per_submission: float, target: float) -> list[str]:
     """What the checks' own CPU allows: run on every core at once, one submission's checks still need
     checks_cpu / cores seconds, so no grading of the same checks beats plain nbgrader by more than that ratio."""
     best = checks_cpu / cores
-    return [f"ceiling: one submission's checks take {checks_cpu:.1f} CPU-s (the same checks plain nbgrader runs in its "
-            f"kernel); on {cores} cores they need at least {best:.2f} s per submission, so make grade is at most "
-            f"{nbgrader_per_submission / best:.1f}x plain nbgrader ({nbgrader_per_submission:.1f} s per submission) "
-            f"before it pays anything else (workers, sandboxes, the gradebook); {target:g}x needs the checks under "
-            f"{nbgrader_per_submission * cores / target:.1f} CPU-s per submission, everything else included"]
+    return [
+        f"ceiling: one submission's checks take {checks_cpu:.1f} CPU-s (the same checks plain nbgrader runs in its "
+        f"kernel); on {cores} cores they need at least {best:.2f} s per submission, so make grade is at most "
+        f"{nbgrader_per_submission / best:.1f}x plain nbgrader ({nbgrader_per_submission:.1f} s per submission) "
+        f"before it pays anything else (workers, sandboxes, the gradebook); {target:g}x needs the checks under "
+        f"{nbgrader_per_submission * cores / target:.1f} CPU-s per submission, everything else included"
+    ]
 
 
 def nursery_startup(assignment: str, runs: int = 5) -> tuple[float, list[float]]:

@@ -10,6 +10,7 @@ Layout:
 - grader.notebook    check("task") inside a notebook
 - grader.cli         python -m grader ...
 """
+
 from grader.engine import DistContext, RunResult, run_distributed
 
 __all__ = ["run_distributed", "RunResult", "DistContext"]

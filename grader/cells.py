@@ -9,6 +9,7 @@ Every task of an exercise notebook has two cells:
 
 Works on plain dicts (json.load) and nbformat nodes alike; never imports nbgrader.
 """
+
 from __future__ import annotations
 
 import hashlib

@@ -17,6 +17,7 @@ An exercise module declares its checks:
 the student's code. grader.runner.run_checks runs the checks (the CLI, the
 notebook, `make grade` and the progress view all use it).
 """
+
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
@@ -78,8 +79,7 @@ class Exercise:
     judged_by_bench: `make bench` holds its warm check time to about a second.
     """
 
-    def __init__(self, exercise_id: str, tasks: list[str], side_by_side: bool = True,
-                 judged_by_bench: bool = True):
+    def __init__(self, exercise_id: str, tasks: list[str], side_by_side: bool = True, judged_by_bench: bool = True):
         self.id = exercise_id
         self.tasks = list(tasks)
         self.side_by_side = side_by_side
@@ -91,8 +91,9 @@ class Exercise:
         """The solution notebook, relative to the course root (nbgrader's source/<id>/<id>.ipynb)."""
         return f"solutions/{self.id}/{self.id}.ipynb"
 
-    def check(self, task: str, points: float = 1, hidden: bool = False, world_size: int | None = None,
-              feedback: str = ""):
+    def check(
+        self, task: str, points: float = 1, hidden: bool = False, world_size: int | None = None, feedback: str = ""
+    ):
         """Register a check. feedback: what a failed hidden check says besides its kind of failure and the
         lines of its own message that hold nothing of the student's run (grader.feedback_filter)."""
         if task not in self.tasks:
@@ -107,8 +108,7 @@ class Exercise:
     def checks_for(self, task: str | None = None, hidden: bool | None = None) -> list[Check]:
         if task is not None and task not in self.tasks:
             raise ValueError(f"{task!r} is not a task of exercise {self.id}; its tasks are: {', '.join(self.tasks)}")
-        return [c for c in self.checks
-                if (task is None or c.task == task) and (hidden is None or c.hidden == hidden)]
+        return [c for c in self.checks if (task is None or c.task == task) and (hidden is None or c.hidden == hidden)]
 
     def points_of(self, task: str, hidden: bool | None = None) -> float:
         return sum(c.points for c in self.checks_for(task, hidden))
@@ -140,10 +140,26 @@ class Report:
         return any(c.tampered for c in self.checks)
 
     def to_json(self) -> dict:
-        keys = ("name", "task", "passed", "points", "max_points", "message", "hidden", "notes", "plan",
-                "skipped", "tampered", "unrunnable")
-        return {"exercise": self.exercise, "score": self.score, "max_score": self.max_score,
-                "checks": [{k: v for k, v in asdict(c).items() if k in keys} for c in self.checks]}
+        keys = (
+            "name",
+            "task",
+            "passed",
+            "points",
+            "max_points",
+            "message",
+            "hidden",
+            "notes",
+            "plan",
+            "skipped",
+            "tampered",
+            "unrunnable",
+        )
+        return {
+            "exercise": self.exercise,
+            "score": self.score,
+            "max_score": self.max_score,
+            "checks": [{k: v for k, v in asdict(c).items() if k in keys} for c in self.checks],
+        }
 
     def lines(self) -> list[str]:
         return [line for c in self.checks for line in c.lines()]

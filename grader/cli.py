@@ -12,6 +12,7 @@
 Exit codes: 0 every check passed, 1 some check failed, 2 the submission (or
 the command line) cannot be read.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -47,8 +48,9 @@ def _check(args) -> int:
         print(f"error: {exc.args[0] if exc.args else exc}", file=sys.stderr)
         return 2
     stream = None if args.json else (lambda r: print("\n".join(r.lines()), flush=True))
-    report = run_checks(exercise, submission, task=args.task, world_size=args.world_size,
-                        timeout=args.timeout, on_result=stream)
+    report = run_checks(
+        exercise, submission, task=args.task, world_size=args.world_size, timeout=args.timeout, on_result=stream
+    )
     if args.json:
         print(json.dumps(report.to_json(), ensure_ascii=False))
     else:
@@ -67,18 +69,28 @@ def _list(args) -> int:
         if args.ids:
             print(exercise_id)
         elif args.json:
-            print(json.dumps({"id": exercise.id, "notebook": exercise.notebook, "tasks": exercise.tasks,
-                              "max_score": exercise.max_score, "side_by_side": exercise.side_by_side,
-                              "judged_by_bench": exercise.judged_by_bench}))
+            print(
+                json.dumps(
+                    {
+                        "id": exercise.id,
+                        "notebook": exercise.notebook,
+                        "tasks": exercise.tasks,
+                        "max_score": exercise.max_score,
+                        "side_by_side": exercise.side_by_side,
+                        "judged_by_bench": exercise.judged_by_bench,
+                    }
+                )
+            )
         else:
             tasks = f"{len(exercise.tasks)} task" + ("" if len(exercise.tasks) == 1 else "s")
             print(f"{exercise.id:<20} {tasks}, {exercise.max_score:g} points  {exercise.notebook}")
     return 0
 
 
-
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m grader", description="Grade DDP exercises with real multi-process runs.")
+    parser = argparse.ArgumentParser(
+        prog="python -m grader", description="Grade DDP exercises with real multi-process runs."
+    )
     sub = parser.add_subparsers(dest="command", required=True)
     check = sub.add_parser("check", help="run an exercise's checks on a submission")
     check.add_argument("exercise", help=f"one of: {', '.join(exercise_ids())}")

@@ -9,6 +9,7 @@ a check runs is in it too. The other exercises' declarations, which discovery im
 their ids, grade nothing here and are not in it. Cached verdicts (the progress view's, `make grade`'s results) carry
 the digest and are stale as soon as it differs.
 """
+
 from __future__ import annotations
 
 import ast
@@ -43,7 +44,7 @@ def _imports(module: str, path: str) -> set[str]:
             base = node.module or ""
             if node.level:
                 anchor = package.split(".")
-                anchor = anchor[:len(anchor) - node.level + 1]
+                anchor = anchor[: len(anchor) - node.level + 1]
                 base = ".".join(anchor + ([base] if base else []))
             found.add(base)
             found.update(f"{base}.{alias.name}" for alias in node.names)

@@ -9,6 +9,7 @@ class report. samples/make_samples.py rebuilds the samples from the solution;
 gwen's notebook still shows the ✓ of a check she ran before breaking her
 answer, so she is flagged (formgrader and report).
 """
+
 from __future__ import annotations
 
 import glob
@@ -28,8 +29,10 @@ SAMPLES = os.path.join(ROOT, "samples", "submitted")
 
 
 def sample_students(assignment: str) -> dict[str, str]:
-    return {path.split(os.sep)[-3]: path
-            for path in sorted(glob.glob(os.path.join(SAMPLES, "*", assignment, f"{assignment}.ipynb")))}
+    return {
+        path.split(os.sep)[-3]: path
+        for path in sorted(glob.glob(os.path.join(SAMPLES, "*", assignment, f"{assignment}.ipynb")))
+    }
 
 
 def main(assignment: str = "02_ddp_basics", root: str | None = None, jobs: int | None = None) -> int:
@@ -49,9 +52,14 @@ def main(assignment: str = "02_ddp_basics", root: str | None = None, jobs: int |
     step(f"{len(students)} students fetched, answered and submitted: {', '.join(students)}")
     roundtrip.collect(course, assignment)
     sandbox = sandboxes.available()
-    step("collected; grading in parallel with real 2-process runs (gloo on CPU, nccl with enough GPUs), "
-         + ("each submission in a bubblewrap sandbox" if sandbox else
-            f"UNSANDBOXED: bwrap is not installed ({sandboxes.INSTALL_HINT}; make grade needs it)"))
+    step(
+        "collected; grading in parallel with real 2-process runs (gloo on CPU, nccl with enough GPUs), "
+        + (
+            "each submission in a bubblewrap sandbox"
+            if sandbox
+            else f"UNSANDBOXED: bwrap is not installed ({sandboxes.INSTALL_HINT}; make grade needs it)"
+        )
+    )
     results = grade_assignment(course, assignment, jobs=jobs, sandbox=sandbox)  # None: per core, or per GPU group
     problems = write_results(course, assignment, results)
     feedback = roundtrip.feedback(course, assignment)
@@ -68,8 +76,10 @@ def main(assignment: str = "02_ddp_basics", root: str | None = None, jobs: int |
             print(f"{student}: first failed check {failed[0]['name']}: {failed[0]['message'].splitlines()[0]}")
     print()
     flagged = sorted(s for s, m in marks.items() if m["flagged"])
-    print(f"flagged in the gradebook (the formgrader's \"Flagged?\" column): {', '.join(flagged) or 'nobody'}; "
-          f"the class report lists them first, with the reason")
+    print(
+        f'flagged in the gradebook (the formgrader\'s "Flagged?" column): {", ".join(flagged) or "nobody"}; '
+        f"the class report lists them first, with the reason"
+    )
     print(f"gradebook (formgrader):  {course.db_url}")
     print(f"feedback for students:   {feedback}/<student>/{assignment}/{assignment}.html")
     print(f"grades:                  {csv}")

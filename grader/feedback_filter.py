@@ -14,6 +14,7 @@
 - No text shown anywhere holds a line of the grader's hidden tests (hidden_*.py of an instructor's
   install): a last net for a verbatim copy; the real defence is that those files are out of reach.
 """
+
 from __future__ import annotations
 
 import functools
@@ -36,14 +37,20 @@ ELLIPSIS = "…"
 
 HIDDEN_TEXT_NOTE = N_("(what came from your code's run is not shown in hidden tests: [...] above, or left out)")
 NOT_SHOWN = "[...]"
-HEADINGS = {"in your code (most recent call last):", "its last output:", "stack (most recent call last):",
-            "your code (most recent call last):", "(none of these frames is in your code)"}  # of
+HEADINGS = {
+    "in your code (most recent call last):",
+    "its last output:",
+    "stack (most recent call last):",
+    "your code (most recent call last):",
+    "(none of these frames is in your code)",
+}  # of
 # what a rank raised, printed or where it waited (grader.engine): nothing to head once that is left out
 SECRET_NOTE = N_("[text of the grader's hidden tests, not shown]")
 GRADER = Path(__file__).resolve().parent
 
 
 # --- hidden checks ---------------------------------------------------------------------------------------
+
 
 def hidden_message(message: str, kind: str, task: str, feedback: str, rank_texts: list[str]) -> str:
     """The text of a failed hidden check. kind: wrong (the check's own verdict), skipped, load_failed (its
@@ -56,14 +63,21 @@ def hidden_message(message: str, kind: str, task: str, feedback: str, rank_texts
     pieces = sorted(_pieces(rank_texts), key=len, reverse=True)
     lines = [line for line in message.splitlines() if line.strip()]
     kept = [_grader_words_only(_without(line, pieces)) for line in lines if not _has_secret(line)]
-    kept = [line for line in kept if re.search(r"[^\W\d_]", line.replace(NOT_SHOWN, ""))  # a letter, any script
-            and line.strip() not in HEADINGS]
+    kept = [
+        line
+        for line in kept
+        if re.search(r"[^\W\d_]", line.replace(NOT_SHOWN, ""))  # a letter, any script
+        and line.strip() not in HEADINGS
+    ]
     bounded = _bounded_values(kept)
     cut = len(kept) < len(lines) or any(NOT_SHOWN in line for line in kept) or bounded != kept
     kept = bounded
     if not kept:
-        kept = [_("wrong result in a hidden test of `{task}`", task=task) if kind == "wrong" else
-                _("a hidden test of `{task}` did not pass", task=task)]
+        kept = [
+            _("wrong result in a hidden test of `{task}`", task=task)
+            if kind == "wrong"
+            else _("a hidden test of `{task}` did not pass", task=task)
+        ]
     kept = cap("\n".join(kept), MAX_HIDDEN_LINES, MAX_HIDDEN_CHARS).splitlines()
     if cut:
         kept.append(_(HIDDEN_TEXT_NOTE))
@@ -88,7 +102,7 @@ def _bounded_values(lines: list[str]) -> list[str]:
     for line in lines:
         text, last, run, cut = "", None, 0, False
         for m in _VALUE.finditer(line):
-            between = line[0 if last is None else last:m.start()]
+            between = line[0 if last is None else last : m.start()]
             if last is None or not _SEPARATOR.fullmatch(between):
                 run, cut = 0, False  # a new run of values
             run += 1
@@ -99,7 +113,7 @@ def _bounded_values(lines: list[str]) -> list[str]:
                 budget -= 1
                 text += between + _value(m[0])
             last = m.end()
-        out.append(text + line[last or 0:])
+        out.append(text + line[last or 0 :])
     return out
 
 
@@ -148,6 +162,7 @@ def _pieces(rank_texts: list[str]) -> set[str]:
 
 # --- public checks ---------------------------------------------------------------------------------------
 
+
 def public_message(message: str) -> str:
     return cap(redact(message))
 
@@ -165,14 +180,19 @@ def cap(text: str, max_lines: int = MAX_LINES, max_chars: int = MAX_CHARS, head:
         return text
     n_head = max_lines - 1 if head is None else min(head, max_lines - 1)
     n_tail = max_lines - 1 - n_head if len(lines) > max_lines - 1 else 0
-    first = lines[:n_head] if n_tail else lines[:max_lines - 1]
-    last = lines[len(lines) - n_tail:] if n_tail else []
+    first = lines[:n_head] if n_tail else lines[: max_lines - 1]
+    last = lines[len(lines) - n_tail :] if n_tail else []
     budget = max_chars - 100
     first = _fit(first, budget // 2 if last else budget)
     last = _fit(last[::-1], budget - len("\n".join(first)))[::-1]
-    note = _("... (cut: {cut} of {total} lines left out, long lines shortened; at most {max_lines} lines and "
-             "{max_chars} characters are shown)", cut=len(lines) - len(first) - len(last), total=len(lines),
-             max_lines=max_lines, max_chars=max_chars)
+    note = _(
+        "... (cut: {cut} of {total} lines left out, long lines shortened; at most {max_lines} lines and "
+        "{max_chars} characters are shown)",
+        cut=len(lines) - len(first) - len(last),
+        total=len(lines),
+        max_lines=max_lines,
+        max_chars=max_chars,
+    )
     return "\n".join(first + [note] + last)
 
 
@@ -190,6 +210,7 @@ def _fit(lines: list[str], budget: int) -> list[str]:
 
 # --- the hidden tests' own text -------------------------------------------------------------------------
 
+
 def redact(text: str) -> str:
     """text without the grader's hidden modules: from the first line of one found in it to the last, one
     note instead (a copy split over lines or spaced out differently is caught as a whole: then nothing
@@ -199,7 +220,7 @@ def redact(text: str) -> str:
     lines = text.splitlines()
     found = [i for i, line in enumerate(lines) if _has_secret(line)]
     if found:
-        lines = lines[:found[0]] + [_cut_secret(lines[found[0]])] + lines[found[-1] + 1:]
+        lines = lines[: found[0]] + [_cut_secret(lines[found[0]])] + lines[found[-1] + 1 :]
     squeezed = _squeeze("".join(lines))
     if any(secret in squeezed for secret in _secrets()):
         return _(SECRET_NOTE)
@@ -216,7 +237,7 @@ def _cut_secret(line: str) -> str:
     kept = [i for i, ch in enumerate(line) if not ch.isspace()]  # squeezed position -> position in line
     squeezed = _squeeze(line)
     start = min(squeezed.find(secret) for secret in _secrets() if secret in squeezed)
-    return line[:kept[start]] + _(SECRET_NOTE)
+    return line[: kept[start]] + _(SECRET_NOTE)
 
 
 def _squeeze(text: str) -> str:
@@ -238,5 +259,9 @@ def _public_source() -> str:
 def _secrets() -> frozenset[str]:
     """The lines of the hidden modules present here (none in a student build) that no public module has."""
     public = {_squeeze(line) for line in _public_source().splitlines()}
-    return frozenset(squeezed for path in _hidden_files() for line in path.read_text(errors="replace").splitlines()
-                     if len(squeezed := _squeeze(line)) >= MIN_SECRET and squeezed not in public)
+    return frozenset(
+        squeezed
+        for path in _hidden_files()
+        for line in path.read_text(errors="replace").splitlines()
+        if len(squeezed := _squeeze(line)) >= MIN_SECRET and squeezed not in public
+    )

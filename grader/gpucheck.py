@@ -11,6 +11,7 @@ nccl, MiniFSDP's memory peaks on CUDA); a `make grade` of the demo class with th
 machine without GPUs the GPU steps say "no GPU" and pass nothing. Exit 0 when no line says BAD. Under 10 minutes
 on a GPU machine (the demo class is the longest step).
 """
+
 from __future__ import annotations
 
 import glob
@@ -42,8 +43,10 @@ def versions(gpus: int) -> None:
         nccl = ".".join(map(str, torch.cuda.nccl.version())) if torch.version.cuda else "none (a CPU build of torch)"
     except Exception as exc:  # a CUDA build without NCCL
         nccl = f"unknown ({type(exc).__name__})"
-    detail = (f"torch {torch.__version__}, driver {counted.driver or 'none'}, CUDA {torch.version.cuda or 'none'}, "
-              f"NCCL {nccl}, {gpus} GPU(s) CUDA counts" + (f" ({counted.error})" if counted.error else ""))
+    detail = (
+        f"torch {torch.__version__}, driver {counted.driver or 'none'}, CUDA {torch.version.cuda or 'none'}, "
+        f"NCCL {nccl}, {gpus} GPU(s) CUDA counts" + (f" ({counted.error})" if counted.error else "")
+    )
     say("ok" if gpus or not os.path.exists("/dev/nvidiactl") else "BAD", "driver, CUDA and NCCL", detail)
 
 
@@ -58,8 +61,11 @@ def fork_safety(worker_args: list[str]) -> None:
                 say("BAD", f"fork safety ({where})", "bwrap is missing")
                 continue
             called = probe_where_graded(worker_args, sandbox, False).get("rank", {}).get("cuda_before_fork")
-            say("ok" if called == [] else "BAD", f"fork safety ({where})",
-                "no grader process called CUDA before forking ranks" if called == [] else f"called: {called}")
+            say(
+                "ok" if called == [] else "BAD",
+                f"fork safety ({where})",
+                "no grader process called CUDA before forking ranks" if called == [] else f"called: {called}",
+            )
     finally:
         os.environ.pop("GRADER_CUDA_WATCH", None)
 
@@ -81,8 +87,11 @@ def nccl_runs(gpus: int) -> None:
         result = run_distributed(_all_reduce, w, timeout=120, trusted=True)
         expected = 4.0 * w * (w + 1) / 2
         ok = result.ok and all(v[0] == "nccl" and v[2] == expected for v in result.values)
-        say("ok" if ok else "BAD", f"nccl run, {w} rank(s)",
-            result.plan.describe() if ok else (result.failure() if not result.ok else str(result.values)))
+        say(
+            "ok" if ok else "BAD",
+            f"nccl run, {w} rank(s)",
+            result.plan.describe() if ok else (result.failure() if not result.ok else str(result.values)),
+        )
 
 
 def sandboxes(worker_args: list[str], gpus: int) -> None:
@@ -99,15 +108,22 @@ def sandboxes(worker_args: list[str], gpus: int) -> None:
         rank = report.get("rank", {})
         plans = "; ".join(f"W={w}: {p}" for w, p in (report.get("plans") or {}).items())
         needs = rank.get("comm") == "written" and rank.get("sys_pci") and rank.get("dumpable")
-        say("ok" if needs else "BAD", f"{where}: what the driver needs",
-            f"comm {rank.get('comm')}, dumpable {rank.get('dumpable')}, /sys/bus/pci {rank.get('sys_pci')}")
+        say(
+            "ok" if needs else "BAD",
+            f"{where}: what the driver needs",
+            f"comm {rank.get('comm')}, dumpable {rank.get('dumpable')}, /sys/bus/pci {rank.get('sys_pci')}",
+        )
         if not gpus:
             say("--", f"{where}: CUDA", f"no GPU (not run); {plans}")
             continue
         ok = report.get("gpus", 0) > 0 and rank.get("cuda_count", 0) > 0 and not rank.get("cuda_error")
-        say("ok" if ok else "BAD", f"{where}: CUDA",
-            f"{rank.get('cuda_count')} GPU(s) in the rank; {plans}" if ok else
-            f"{rank.get('cuda_error') or report.get('cuda_error') or rank.get('failed')}")
+        say(
+            "ok" if ok else "BAD",
+            f"{where}: CUDA",
+            f"{rank.get('cuda_count')} GPU(s) in the rank; {plans}"
+            if ok
+            else f"{rank.get('cuda_error') or report.get('cuda_error') or rank.get('failed')}",
+        )
 
 
 def never_run_checks(gpus: int) -> None:
@@ -119,16 +135,22 @@ def never_run_checks(gpus: int) -> None:
         say("--", "03's nn.SyncBatchNorm and MiniFSDP's memory peaks", "no GPU (not run: they need 2)")
         return
     exercise = get_exercise("03_syncbn_sharded")
-    solution = read_notebook(os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
-                                          exercise.notebook))
-    for task, what in (("convert_to_sync_bn", "real nn.SyncBatchNorm under nccl"),
-                       ("MiniFSDP", "MiniFSDP's memory peaks on CUDA")):
+    solution = read_notebook(
+        os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), exercise.notebook)
+    )
+    for task, what in (
+        ("convert_to_sync_bn", "real nn.SyncBatchNorm under nccl"),
+        ("MiniFSDP", "MiniFSDP's memory peaks on CUDA"),
+    ):
         report = run_checks(exercise, solution, task=task)
         bad = [c for c in report.checks if not c.passed or c.skipped]
         plans = sorted({p for c in report.checks for p in c.plan.split("; ") if p})
-        say("ok" if not bad and any("nccl" in p for p in plans) else "BAD", f"03 {what}",
+        say(
+            "ok" if not bad and any("nccl" in p for p in plans) else "BAD",
+            f"03 {what}",
             f"{report.score:g}/{report.max_score:g}, ran on: {'; '.join(plans)}"
-            + (f"; {bad[0].name}: {(bad[0].message or 'skipped').splitlines()[0]}" if bad else ""))
+            + (f"; {bad[0].name}: {(bad[0].message or 'skipped').splitlines()[0]}" if bad else ""),
+        )
 
 
 def demo_class(gpus: int) -> None:
@@ -165,14 +187,19 @@ def main() -> int:
     sandboxes(worker_args, gpus)
     never_run_checks(gpus)
     demo_class(gpus)
-    print(f"gpucheck: {'every step as expected' if not _bad else f'{_bad} step(s) BAD'} "
-          f"({time.monotonic() - start:.0f} s)")
+    print(
+        f"gpucheck: {'every step as expected' if not _bad else f'{_bad} step(s) BAD'} "
+        f"({time.monotonic() - start:.0f} s)"
+    )
     return 0 if not _bad else 1
 
 
 def register(sub) -> None:
-    parser = sub.add_parser("gpucheck", help="does the course's GPU path work on this machine (a verdict a line)",
-                            description=__doc__.split("\n\n")[0])
+    parser = sub.add_parser(
+        "gpucheck",
+        help="does the course's GPU path work on this machine (a verdict a line)",
+        description=__doc__.split("\n\n")[0],
+    )
     parser.set_defaults(func=lambda args: main())
 
 

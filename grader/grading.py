@@ -6,6 +6,7 @@ submission, runs `fn(ctx, student, *args)` and returns one value per rank.
 task or a submission that tampers with the grader becomes a CheckFailed whose
 message says what went wrong and where.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -92,9 +93,15 @@ def _load_only(ctx, submission: Submission) -> dict:
 class Grading:
     """What a check function gets: the submission and how to run it."""
 
-    def __init__(self, submission: Submission, world_size: int = 2, timeout: float = 30.0,
-                 parent_lock: threading.Lock | None = None, keep_output: bool = False,
-                 runs: Callable[..., RunResult] = run_distributed):
+    def __init__(
+        self,
+        submission: Submission,
+        world_size: int = 2,
+        timeout: float = 30.0,
+        parent_lock: threading.Lock | None = None,
+        keep_output: bool = False,
+        runs: Callable[..., RunResult] = run_distributed,
+    ):
         self.submission = submission
         self._runs = runs  # run_distributed, or the runner's SharedRuns (one launch for the checks asking the same)
         self.world_size = world_size
@@ -138,15 +145,23 @@ class Grading:
         """Whether actual is within this check's tolerance of expected (to choose a hint; verdicts use assert_close)."""
         return tolerances.allclose(actual, expected, self.backend)
 
-    def assert_close(self, actual, expected, what: str, likely: str = "",
-                     tol: tuple[float, float] | None = None) -> None:
+    def assert_close(
+        self, actual, expected, what: str, likely: str = "", tol: tuple[float, float] | None = None
+    ) -> None:
         """tolerances.assert_close under this check's backend (see backend)."""
         tolerances.assert_close(actual, expected, what, likely, backend=self.backend, tol=tol)
 
     def preflight(self) -> None:
         """Execute the answers once, alone, to learn what they define."""
-        result = run_distributed(_load_only, 1, (self.submission,), timeout=self.timeout, init_group=False,
-                                 trusted=False, plan=plan_for(1, 0))  # no GPU: no CUDA context just to load
+        result = run_distributed(
+            _load_only,
+            1,
+            (self.submission,),
+            timeout=self.timeout,
+            init_group=False,
+            trusted=False,
+            plan=plan_for(1, 0),
+        )  # no GPU: no CUDA context just to load
         self.rank_texts += rank_texts(result)
         value = result.ranks[0].value if result.ok else None
         if result.ok and isinstance(value, dict) and set(value) == {"defined", "problems"}:
@@ -155,20 +170,34 @@ class Grading:
             self.load_failure = _("loading your answers sent back something that is not the grader's report")
         else:
             self.tampered = result.tampered
-            self.load_failure = _("loading your answers failed: {failure}",
-                                  failure=result.failure().replace("rank 0 ", "it ", 1))
+            self.load_failure = _(
+                "loading your answers failed: {failure}", failure=result.failure().replace("rank 0 ", "it ", 1)
+            )
 
-    def run_raw(self, fn: Callable, *args, world_size: int | None = None, timeout: float | None = None,
-                init_group: bool = True, share_failure: bool = False) -> RunResult:
+    def run_raw(
+        self,
+        fn: Callable,
+        *args,
+        world_size: int | None = None,
+        timeout: float | None = None,
+        init_group: bool = True,
+        share_failure: bool = False,
+    ) -> RunResult:
         """share_failure: the runner's SharedRuns gives a failure of this run to the other checks asking for it
         too (shared_runs.py); for a run the checks replace by their own when it fails."""
         shared = {"share_failure": True} if share_failure and getattr(self._runs, "shares_failures", False) else {}
         if self._parent_lock:
             self._parent_lock.release()  # other checks' parent-side code may run while our ranks work
         try:
-            result = self._runs(_call_with_student, world_size or self.world_size,
-                                     (self.submission, fn, args), timeout=timeout or self.timeout,
-                                     init_group=init_group, trusted=False, **shared)
+            result = self._runs(
+                _call_with_student,
+                world_size or self.world_size,
+                (self.submission, fn, args),
+                timeout=timeout or self.timeout,
+                init_group=init_group,
+                trusted=False,
+                **shared,
+            )
         finally:
             if self._parent_lock:
                 self._parent_lock.acquire()
@@ -204,14 +233,24 @@ class Grading:
         finally:
             shutil.rmtree(root, ignore_errors=True)
 
-    def run(self, fn: Callable, *args, world_size: int | None = None, timeout: float | None = None,
-            init_group: bool = True, hint: str = "") -> list:
+    def run(
+        self,
+        fn: Callable,
+        *args,
+        world_size: int | None = None,
+        timeout: float | None = None,
+        init_group: bool = True,
+        hint: str = "",
+    ) -> list:
         """Run fn(ctx, student, *args) on every rank; a failure becomes a CheckFailed."""
         result = self.run_raw(fn, *args, world_size=world_size, timeout=timeout, init_group=init_group)
         if not result.ok:
             shown = self._keep_output  # the ranks' output is shown beside the message (the notebook)
-            hang = (result.failure(), describe_failure(result, hint, stacks_shown=False, output_shown=shown)) \
-                if (result.hung or _aborted(result)) and not result.hidden else None
+            hang = (
+                (result.failure(), describe_failure(result, hint, stacks_shown=False, output_shown=shown))
+                if (result.hung or _aborted(result)) and not result.hidden
+                else None
+            )
             raise RunCheckFailed(describe_failure(result, hint, output_shown=shown), failure_kind(result), hint, hang)
         return [r.value for r in result.ranks]
 
@@ -290,8 +329,11 @@ def _without_abort_output(result: RunResult) -> str:
             continue
         text = r.describe()
         if r.status == "exited" and r.exitcode == -signal.SIGABRT and "\nits last output:\n" in text:
-            text = text.split("\nits last output:\n", 1)[0] + "\n" + _(
-                "(gloo's own words, in C++, are rank {rank}'s output below, folded)", rank=r.rank)
+            text = (
+                text.split("\nits last output:\n", 1)[0]
+                + "\n"
+                + _("(gloo's own words, in C++, are rank {rank}'s output below, folded)", rank=r.rank)
+            )
         parts.append(text)
     return "\n\n".join(parts) or "no failure"
 
@@ -312,22 +354,34 @@ def hang_heading(result: RunResult) -> str:
     """Why the run hung: a rank busy in the student's own code, or ranks waiting for each other."""
     busy = [r for r in result.ranks if r.busy_in_student_code()]
     if busy and len(busy) == len(result.ranks):
-        return _("the run did not finish in time: every rank is busy in your code (a loop or a wait that never "
-                 "ends?), not in a collective")
+        return _(
+            "the run did not finish in time: every rank is busy in your code (a loop or a wait that never "
+            "ends?), not in a collective"
+        )
     if busy:
-        where = "; ".join(_("rank {rank} is busy in your code at {line}", rank=r.rank,
-                            line=stacks.student_frame_line(stacks.busy_frame(r.stack))) for r in busy)
+        where = "; ".join(
+            _(
+                "rank {rank} is busy in your code at {line}",
+                rank=r.rank,
+                line=stacks.student_frame_line(stacks.busy_frame(r.stack)),
+            )
+            for r in busy
+        )
         return _("the run did not finish in time: {where}; the others wait for it", where=where)
-    return _("the run did not finish in time (a deadlock: ranks waiting in different collectives, or a "
-             "collective only some ranks call?)")
+    return _(
+        "the run did not finish in time (a deadlock: ranks waiting in different collectives, or a "
+        "collective only some ranks call?)"
+    )
 
 
 HIDDEN_FAILURE = {  # a hidden test's failed run, in words the parent chooses (English; _() when shown)
     "tampered": N_("your code changed the grader or torch in a hidden test, so it scores 0"),
     "missing": N_("your answers do not define what this hidden test calls"),
     "not_implemented": N_("not implemented yet: your code raises NotImplementedError"),
-    "crashed": N_("your code raised an exception in a hidden test (hidden tests do not show its text; "
-                  "the public checks of this task run the same code and show theirs)"),
+    "crashed": N_(
+        "your code raised an exception in a hidden test (hidden tests do not show its text; "
+        "the public checks of this task run the same code and show theirs)"
+    ),
     "rank_verdict": N_("your code failed a hidden test (what its ranks report is not shown)"),
     "hung": N_("your code hung in a hidden test"),
     "exited": N_("a process of your code exited before returning a result in a hidden test"),

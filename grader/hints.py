@@ -15,6 +15,7 @@ hints.json); the progress view shows it. It is the student's own count: it never
 reaches the gradebook, and a notebook run by nbgrader (autograde, validate) shows
 and counts nothing.
 """
+
 from __future__ import annotations
 
 import difflib
@@ -95,16 +96,20 @@ def hinter(exercise_id: str):
     def hint(task: str | None = None) -> None:
         if task is None:  # hint(): which tasks there are, and how far each ladder is read
             used = hints_used(exercise_id)
-            counts = ", ".join(f"`{t}` ({max(used.get(t, 0), seen.get(t, 0))}/{len(ladders(exercise_id).get(t, []))})"
-                               for t in tasks)
-            _show(_("`hint(\"<task>\")` reveals a task's next hint. Tasks (hints seen / written): {tasks}",
-                    tasks=counts))
+            counts = ", ".join(
+                f"`{t}` ({max(used.get(t, 0), seen.get(t, 0))}/{len(ladders(exercise_id).get(t, []))})" for t in tasks
+            )
+            _show(
+                _('`hint("<task>")` reveals a task\'s next hint. Tasks (hints seen / written): {tasks}', tasks=counts)
+            )
             return
         if task not in tasks:
             close = difflib.get_close_matches(str(task), tasks, n=1)
-            raise UnknownTask(_("{exercise} has no task {task!r}", exercise=exercise_id, task=task)
-                              + (" " + _("(did you mean {close!r}?)", close=close[0]) if close else "")
-                              + _("; its tasks are: {tasks}", tasks=", ".join(tasks))) from None
+            raise UnknownTask(
+                _("{exercise} has no task {task!r}", exercise=exercise_id, task=task)
+                + (" " + _("(did you mean {close!r}?)", close=close[0]) if close else "")
+                + _("; its tasks are: {tasks}", tasks=", ".join(tasks))
+            ) from None
         if os.environ.get("NBGRADER_EXECUTION"):
             return  # nbgrader runs the notebook: no hint shown, none counted
         ladder = ladders(exercise_id).get(task, [])
@@ -113,15 +118,23 @@ def hinter(exercise_id: str):
             return
         used = max(hints_used(exercise_id).get(task, 0), seen.get(task, 0))
         if used >= len(ladder):
-            _show(_("No hint left for `{task}` ({n} of {n} shown). Here they are again:", task=task, n=len(ladder))
-                  + "\n\n" + "\n\n".join(f"{i}. {text}" for i, text in enumerate(ladder, 1)))
+            _show(
+                _("No hint left for `{task}` ({n} of {n} shown). Here they are again:", task=task, n=len(ladder))
+                + "\n\n"
+                + "\n\n".join(f"{i}. {text}" for i, text in enumerate(ladder, 1))
+            )
             return
         seen[task] = used + 1
         _record(exercise_id, task, used + 1)
-        after = _("That was the last one.") if used + 1 == len(ladder) else \
-            _("`hint(\"{task}\")` again shows the next.", task=task)
-        _show(_("**Hint {number} of {total}** for `{task}`:", number=used + 1, total=len(ladder), task=task)
-              + f"\n\n{ladder[used]}\n\n*{after}*")
+        after = (
+            _("That was the last one.")
+            if used + 1 == len(ladder)
+            else _('`hint("{task}")` again shows the next.', task=task)
+        )
+        _show(
+            _("**Hint {number} of {total}** for `{task}`:", number=used + 1, total=len(ladder), task=task)
+            + f"\n\n{ladder[used]}\n\n*{after}*"
+        )
 
     return hint
 

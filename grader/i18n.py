@@ -15,6 +15,7 @@ extracts the entries from grader/ (grader/translate/grader_catalog.py).
 The language, read when the text is made: COURSE_LANG, else the locale (LC_ALL, LC_MESSAGES, LANG,
 as gettext reads them), else English; one that has no catalog is English.
 """
+
 from __future__ import annotations
 
 import functools

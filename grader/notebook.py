@@ -14,6 +14,7 @@ The checks run through grader.runner.run_checks (like the CLI and `make grade`),
 up to SIDE_BY_SIDE at once; grader.notebook_display shows them (one rich output per
 cell, nothing on stderr).
 """
+
 from __future__ import annotations
 
 import os
@@ -51,8 +52,17 @@ def checker(exercise_id: str, world_size: int = 2, timeout: float = 30.0):
         with captured_stderr() as stray:
             _warm_parent()
             submission = from_namespace(ns, exercise.tasks)
-            report = run_checks(exercise, submission, task=task, hidden=hidden, world_size=world_size,
-                                timeout=timeout, on_result=view.add, side_by_side=SIDE_BY_SIDE, keep_output=True)
+            report = run_checks(
+                exercise,
+                submission,
+                task=task,
+                hidden=hidden,
+                world_size=world_size,
+                timeout=timeout,
+                on_result=view.add,
+                side_by_side=SIDE_BY_SIDE,
+                keep_output=True,
+            )
         view.finish(stray.text())
         start_warming()  # after the first check, not before: until it, the cores are the forkserver's
         failed = [r.name for r in report.checks if not r.passed]
@@ -64,10 +74,17 @@ def checker(exercise_id: str, world_size: int = 2, timeout: float = 30.0):
             return _Points(earned.get((task, False), 0) + earned.get((task, True), 0))
         if failed:
             # The reasons in full here too: nbgrader's Validate shows this text alone, not the view above.
-            raise ChecksFailed(ngettext("{task}: {failed} of {n} check failed ({names})",
-                                        "{task}: {failed} of {n} checks failed ({names})",
-                                        len(report.checks), task=task, failed=len(failed),
-                                        names=", ".join(failed)) + "".join(reasons)) from None
+            raise ChecksFailed(
+                ngettext(
+                    "{task}: {failed} of {n} check failed ({names})",
+                    "{task}: {failed} of {n} checks failed ({names})",
+                    len(report.checks),
+                    task=task,
+                    failed=len(failed),
+                    names=", ".join(failed),
+                )
+                + "".join(reasons)
+            ) from None
         # nothing returned: the last line of a cell would print it under the ✓ lines
 
     return check

@@ -7,6 +7,7 @@
   fills in as each check finishes: ✓/✗, the message under each ✗, what each rank
   printed (folded when long), and the hardware plan the checks ran on.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -27,6 +28,7 @@ SHOWN_MESSAGE_LINES = 30  # a longer failure message (a deep stack) shows its he
 
 # --- no stderr in the cell ------------------------------------------------------------
 
+
 class _Stray:
     def __init__(self):
         self.python = io.StringIO()
@@ -35,8 +37,9 @@ class _Stray:
 
     def text(self) -> str:
         parts = [self.python.getvalue(), self.fd_text]
-        parts += [f"{w.category.__name__}: {w.message} ({os.path.basename(w.filename)}:{w.lineno})"
-                  for w in self.caught]
+        parts += [
+            f"{w.category.__name__}: {w.message} ({os.path.basename(w.filename)}:{w.lineno})" for w in self.caught
+        ]
         return "\n".join(p.strip("\n") for p in parts if p.strip())
 
 
@@ -82,6 +85,7 @@ def in_kernel() -> bool:
 
 # --- showing the results ------------------------------------------------------------------
 
+
 def rank_outputs(result: CheckResult) -> list[tuple[str, str]]:
     """(label, text) for every rank that printed something during the check."""
     runs = [run for run in getattr(result, "outputs", []) if any(o.strip() for o in run)]
@@ -89,8 +93,11 @@ def rank_outputs(result: CheckResult) -> list[tuple[str, str]]:
     for i, run in enumerate(runs):
         for rank, text in enumerate(run):
             if text.strip():
-                label = (_("rank {rank}, run {run} of {runs}", rank=rank, run=i + 1, runs=len(runs)) if len(runs) > 1
-                         else _("rank {rank}", rank=rank))
+                label = (
+                    _("rank {rank}, run {run} of {runs}", rank=rank, run=i + 1, runs=len(runs))
+                    if len(runs) > 1
+                    else _("rank {rank}", rank=rank)
+                )
                 shown.append((label, text.rstrip("\n")))
     return shown
 
@@ -158,8 +165,14 @@ class CheckView:
     def __repr__(self) -> str:  # text/plain: what nbgrader, tests and text-only front ends read
         lines = [line for r in self.results for line in self._text_of(r)]
         if not self.done:
-            lines.append(_("... checking {task}: {done} of {expected} done", task=self.task, done=len(self.results),
-                           expected=self.expected))
+            lines.append(
+                _(
+                    "... checking {task}: {done} of {expected} done",
+                    task=self.task,
+                    done=len(self.results),
+                    expected=self.expected,
+                )
+            )
         else:
             if self.plans():
                 lines.append("    " + self._ran_on())
@@ -170,27 +183,45 @@ class CheckView:
     def _repr_html_(self) -> str:
         rows = [self._html_of(r) for r in self.results]
         if not self.done:
-            rows.append('<div style="color:var(--jp-ui-font-color2,#777)">⋯ ' + html.escape(ngettext(
-                "checking {task}: {done} of {n} check done", "checking {task}: {done} of {n} checks done",
-                self.expected, task=self.task, done=len(self.results))) + "</div>")
+            rows.append(
+                '<div style="color:var(--jp-ui-font-color2,#777)">⋯ '
+                + html.escape(
+                    ngettext(
+                        "checking {task}: {done} of {n} check done",
+                        "checking {task}: {done} of {n} checks done",
+                        self.expected,
+                        task=self.task,
+                        done=len(self.results),
+                    )
+                )
+                + "</div>"
+            )
         else:
             passed = sum(r.passed for r in self.results)
             points = sum(r.points for r in self.results)
             total = sum(r.max_points for r in self.results)
             seconds = time.monotonic() - self.started
-            summary = ngettext("{task}: {passed} of {n} check pass, {points:g}/{total:g} points, {seconds:.1f} s",
-                               "{task}: {passed} of {n} checks pass, {points:g}/{total:g} points, {seconds:.1f} s",
-                               len(self.results), task=self.task, passed=passed, points=points, total=total,
-                               seconds=seconds)
+            summary = ngettext(
+                "{task}: {passed} of {n} check pass, {points:g}/{total:g} points, {seconds:.1f} s",
+                "{task}: {passed} of {n} checks pass, {points:g}/{total:g} points, {seconds:.1f} s",
+                len(self.results),
+                task=self.task,
+                passed=passed,
+                points=points,
+                total=total,
+                seconds=seconds,
+            )
             if self.plans():
                 summary += _("; ran on {plans}", plans=self.plans())
-            rows.append('<div style="color:var(--jp-ui-font-color2,#777);margin-top:2px">' + html.escape(summary)
-                        + "</div>")
+            rows.append(
+                '<div style="color:var(--jp-ui-font-color2,#777);margin-top:2px">' + html.escape(summary) + "</div>"
+            )
             if self.stray:
-                rows.append(_folded(_("messages from the grader's processes (not your code)"), self.stray,
-                                    open_=False))
-        return ('<div class="grader-check" style="font-family:var(--jp-code-font-family,monospace);'
-                'font-size:var(--jp-code-font-size,13px);line-height:1.45">' + "".join(rows) + "</div>")
+                rows.append(_folded(_("messages from the grader's processes (not your code)"), self.stray, open_=False))
+        return (
+            '<div class="grader-check" style="font-family:var(--jp-code-font-family,monospace);'
+            'font-size:var(--jp-code-font-size,13px);line-height:1.45">' + "".join(rows) + "</div>"
+        )
 
     @staticmethod
     def _html_of(result: CheckResult) -> str:
@@ -200,15 +231,23 @@ class CheckView:
         if not result.passed:
             message = result.message.splitlines()
             shown, rest = message[:SHOWN_MESSAGE_LINES], message[SHOWN_MESSAGE_LINES:]
-            parts.append(f'<pre class="grader-message" style="margin:0 0 4px 2em;white-space:pre-wrap;'
-                         f'background:none;padding:0">{html.escape(chr(10).join(shown))}</pre>')
+            parts.append(
+                f'<pre class="grader-message" style="margin:0 0 4px 2em;white-space:pre-wrap;'
+                f'background:none;padding:0">{html.escape(chr(10).join(shown))}</pre>'
+            )
             if rest:
-                parts.append(_folded(ngettext("{n} more line", "{n} more lines", len(rest)), "\n".join(rest),
-                                     open_=False))
+                parts.append(
+                    _folded(ngettext("{n} more line", "{n} more lines", len(rest)), "\n".join(rest), open_=False)
+                )
         for label, text in rank_outputs(result):
             n = len(text.splitlines())
-            parts.append(_folded(ngettext("{label} printed {n} line", "{label} printed {n} lines", n, label=label),
-                                 text, open_=n <= SHOWN_OUTPUT_LINES and not _abort_text(text)))
+            parts.append(
+                _folded(
+                    ngettext("{label} printed {n} line", "{label} printed {n} lines", n, label=label),
+                    text,
+                    open_=n <= SHOWN_OUTPUT_LINES and not _abort_text(text),
+                )
+            )
         return "".join(parts)
 
 
@@ -218,7 +257,9 @@ def _abort_text(text: str) -> bool:
 
 
 def _folded(summary: str, text: str, open_: bool) -> str:
-    return (f'<details style="margin:0 0 4px 2em"{" open" if open_ else ""}>'
-            f'<summary style="cursor:pointer;color:var(--jp-ui-font-color2,#777)">{html.escape(summary)}</summary>'
-            f'<pre style="margin:0;max-height:24em;overflow:auto;white-space:pre-wrap">{html.escape(text)}</pre>'
-            "</details>")
+    return (
+        f'<details style="margin:0 0 4px 2em"{" open" if open_ else ""}>'
+        f'<summary style="cursor:pointer;color:var(--jp-ui-font-color2,#777)">{html.escape(summary)}</summary>'
+        f'<pre style="margin:0;max-height:24em;overflow:auto;white-space:pre-wrap">{html.escape(text)}</pre>'
+        "</details>"
+    )

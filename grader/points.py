@@ -11,6 +11,7 @@ keeping every other byte of its JSON, and not at all when the points already agr
 not what grader.cells expects (no check cell for a task, a check cell that is not graded or not
 locked, a task with hidden checks whose cell never calls them) are reported and nothing is written.
 """
+
 from __future__ import annotations
 
 import json
@@ -33,6 +34,7 @@ class PointsError(Exception):
 @dataclass
 class Stamp:
     """One notebook's check cells against its exercise's checks."""
+
     exercise: Exercise
     path: Path
     changes: list[str] = field(default_factory=list)  # "<task>_check: 2 -> 3 points (...)"
@@ -62,16 +64,22 @@ def _problems(exercise: Exercise, notebook: list) -> list[str]:
             continue
         meta = cells.nbgrader_meta(cell)
         if not (meta.get("grade") and meta.get("locked")) or meta.get("solution"):
-            problems.append(f"{task}{cells.CHECK}: a check cell must be nbgrader grade: true, locked: true, "
-                            f"solution: false (it has grade: {meta.get('grade')}, locked: {meta.get('locked')}, "
-                            f"solution: {meta.get('solution')})")
+            problems.append(
+                f"{task}{cells.CHECK}: a check cell must be nbgrader grade: true, locked: true, "
+                f"solution: false (it has grade: {meta.get('grade')}, locked: {meta.get('locked')}, "
+                f"solution: {meta.get('solution')})"
+            )
         hidden_call = f'check("{task}", hidden=True)'
         if any(c.hidden for c in exercise.checks_for(task)) and hidden_call not in (cells.hidden_region(cell) or ""):
-            problems.append(f"{task}{cells.CHECK}: {task} has hidden checks, but the cell never calls them: add "
-                            f"{hidden_call} between {cells.HIDDEN_BEGIN} and {cells.HIDDEN_END}")
+            problems.append(
+                f"{task}{cells.CHECK}: {task} has hidden checks, but the cell never calls them: add "
+                f"{hidden_call} between {cells.HIDDEN_BEGIN} and {cells.HIDDEN_END}"
+            )
     for task in sorted(set(checks) - set(exercise.tasks)):
-        problems.append(f"{task}{cells.CHECK}: a check cell for {task!r}, which is not a task of {exercise.id} "
-                        f"(its tasks: {', '.join(exercise.tasks)})")
+        problems.append(
+            f"{task}{cells.CHECK}: a check cell for {task!r}, which is not a task of {exercise.id} "
+            f"(its tasks: {', '.join(exercise.tasks)})"
+        )
     return problems
 
 
@@ -101,8 +109,7 @@ def set_points(exercise: Exercise, notebook_cells: list) -> list[str]:
         number = isinstance(had, (int, float)) and not isinstance(had, bool)
         if not number or had != want:
             had = f"{had:g}" if number else "no" if had is None else repr(had)
-            changes.append(f"{task}{cells.CHECK} has {had} points, its checks give {want:g} "
-                           f"({_worth(exercise, task)})")
+            changes.append(f"{task}{cells.CHECK} has {had} points, its checks give {want:g} ({_worth(exercise, task)})")
             cell["metadata"]["nbgrader"]["points"] = _number(want)
     return changes
 
@@ -112,8 +119,10 @@ def stamp(exercise: Exercise, root: Path = ROOT, write: bool = True) -> Stamp:
     from grader.exercises.instructor import hidden_masked, is_student_build
 
     if is_student_build() or hidden_masked():
-        raise PointsError("this grader holds no hidden checks (a student build or a masked sandbox): the points "
-                          "would leave them out; stamp from the instructor's course repository")
+        raise PointsError(
+            "this grader holds no hidden checks (a student build or a masked sandbox): the points "
+            "would leave them out; stamp from the instructor's course repository"
+        )
     path = Path(root) / exercise.notebook
     try:
         text = path.read_text(encoding="utf-8")
@@ -163,8 +172,9 @@ def _run(args) -> int:
 
 
 def register(sub) -> None:
-    parser = sub.add_parser("points", help="stamp each check cell's nbgrader points from its task's checks "
-                                           "(--check: only verify)")
+    parser = sub.add_parser(
+        "points", help="stamp each check cell's nbgrader points from its task's checks (--check: only verify)"
+    )
     parser.add_argument("exercises", nargs="*", help="exercise ids (default: every exercise)")
     parser.add_argument("--check", action="store_true", help="change nothing; exit 1 naming every cell that is off")
     parser.add_argument("--root", default=str(ROOT), help="the course directory (default: this repository)")

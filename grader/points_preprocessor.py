@@ -5,6 +5,7 @@
 otherwise put stale points into the gradebook and the release. nbgrader_config.py puts this first in
 GenerateAssignment's preprocessors; a notebook that is not one of the course's exercises passes as it is.
 """
+
 from __future__ import annotations
 
 import copy
@@ -30,7 +31,10 @@ class RefuseStalePoints(NbGraderPreprocessor):  # (nbconvert's base class is dis
             return nb, resources
         changes = set_points(exercise, copy.deepcopy(nb.cells))
         if changes:
-            raise StalePoints(f"{assignment}/{notebook}.ipynb: the check cells' points disagree with the checks: "
-                              + "; ".join(changes) + ". Run `python -m grader points` (or `make exercises`), "
-                              "then generate again.")
+            raise StalePoints(
+                f"{assignment}/{notebook}.ipynb: the check cells' points disagree with the checks: "
+                + "; ".join(changes)
+                + ". Run `python -m grader points` (or `make exercises`), "
+                "then generate again."
+            )
         return nb, resources

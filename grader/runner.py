@@ -19,6 +19,7 @@ parent-side code (its single-process reference, seeded through torch's global
 RNG) holds a lock released only while it waits for its ranks, so references
 never interleave; only the multi-process runs overlap.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -38,10 +39,20 @@ from grader.submission import Submission
 SIDE_BY_SIDE = 3  # checks of one task at once in a notebook: their ranks mostly wait (barriers, startup)
 
 
-def run_checks(exercise: Exercise, submission: Submission, task: str | None = None, hidden: bool | None = None,
-               world_size: int = 2, timeout: float = 30.0, on_result: Callable[[CheckResult], None] | None = None,
-               side_by_side: int = 1, keep_output: bool = False, tasks: list[str] | None = None,
-               hung_in: dict[str, str] | None = None, credit: bool = True) -> Report:
+def run_checks(
+    exercise: Exercise,
+    submission: Submission,
+    task: str | None = None,
+    hidden: bool | None = None,
+    world_size: int = 2,
+    timeout: float = 30.0,
+    on_result: Callable[[CheckResult], None] | None = None,
+    side_by_side: int = 1,
+    keep_output: bool = False,
+    tasks: list[str] | None = None,
+    hung_in: dict[str, str] | None = None,
+    credit: bool = True,
+) -> Report:
     """Run the selected checks (one task, several `tasks`, or all); on_result sees each final
     result, in the checks' order. hung_in: task -> a check of it that already hung elsewhere (an
     earlier phase); credit=False leaves skipped checks uncredited, for credit_skipped() after merging."""
@@ -106,11 +117,23 @@ def _show_stacks_once(result: CheckResult, hang: tuple[str, str] | None, shown: 
     stack_text, without = hang
     first = shown.setdefault((result.task, stack_text), result.name)
     if first != result.name:
-        result.message = without + "\n" + (_(
-            "`{task}` already hung in {check} (above, with the stacks): this check asks for the same run and is "
-            "answered from that hang", task=result.task, check=first) if result.hung else _(
-            "the same run failed the same way in {check} (above, with each rank's details and output)",
-            check=first))
+        result.message = (
+            without
+            + "\n"
+            + (
+                _(
+                    "`{task}` already hung in {check} (above, with the stacks): this check asks for the same run and is "
+                    "answered from that hang",
+                    task=result.task,
+                    check=first,
+                )
+                if result.hung
+                else _(
+                    "the same run failed the same way in {check} (above, with each rank's details and output)",
+                    check=first,
+                )
+            )
+        )
         result.outputs = []
 
 
@@ -151,11 +174,16 @@ def _credit_skipped(result: CheckResult, others: list[CheckResult]) -> None:
     reason = result.message
     if others and all(o.passed for o in others):
         result.passed, result.points, result.message = True, result.max_points, ""
-        result.notes.append(_("skipped: {reason}; credited because every other check of {task} passed",
-                               reason=reason, task=result.task))
+        result.notes.append(
+            _("skipped: {reason}; credited because every other check of {task} passed", reason=reason, task=result.task)
+        )
     else:
-        result.message = _("not run on this machine: {reason}\n(a check that cannot run here is credited only when "
-                           "every other check of {task} passes)", reason=reason, task=result.task)
+        result.message = _(
+            "not run on this machine: {reason}\n(a check that cannot run here is credited only when "
+            "every other check of {task} passes)",
+            reason=reason,
+            task=result.task,
+        )
 
 
 def _run_one(check: Check, grading: Grading, hung_in: str | None = None) -> CheckResult:
@@ -169,9 +197,15 @@ def _run_one(check: Check, grading: Grading, hung_in: str | None = None) -> Chec
         if grading.load_report.problems:
             message += _("; while loading them: {problems}", problems="; ".join(grading.load_report.problems))
     elif hung_in:
-        message, kind = _("not run: `{task}` already hung in {check} (above, with the stack); "
-                          "fix that hang first, these checks would wait the same way", task=check.task,
-                          check=hung_in), "not_run"
+        message, kind = (
+            _(
+                "not run: `{task}` already hung in {check} (above, with the stack); "
+                "fix that hang first, these checks would wait the same way",
+                task=check.task,
+                check=hung_in,
+            ),
+            "not_run",
+        )
     else:
         grading.world_size = check.world_size or grading.world_size
         try:
@@ -188,24 +222,45 @@ def _run_one(check: Check, grading: Grading, hung_in: str | None = None) -> Chec
         except CheckSkipped as exc:
             message, skipped, kind = str(exc), True, "skipped"
         except Exception as exc:  # a bug in a check must not pass or crash the batch
-            message, kind = _("the check itself failed ({error}); please tell the instructor",
-                              error=type(exc).__name__ + ": " + str(exc)), "check_bug"
+            message, kind = (
+                _(
+                    "the check itself failed ({error}); please tell the instructor",
+                    error=type(exc).__name__ + ": " + str(exc),
+                ),
+                "check_bug",
+            )
     if message and check.hidden:
         message = feedback_filter.hidden_message(message, kind, check.task, check.feedback, grading.rank_texts)
     elif message:
         message = feedback_filter.public_message(message)
-    said = message.startswith(("your code changed the grader", _("your code changed the grader or torch in a "
-                                                                  "hidden test, so it scores 0")))
+    said = message.startswith(
+        ("your code changed the grader", _("your code changed the grader or torch in a hidden test, so it scores 0"))
+    )
     if grading.tampered and not said:
-        message = _("your code changed the grader or torch while this check ran, so it scores 0") \
-            + (f"\n{message}" if message and not check.hidden else "")
+        message = _("your code changed the grader or torch while this check ran, so it scores 0") + (
+            f"\n{message}" if message and not check.hidden else ""
+        )
     if grading.machine_failure and not grading.tampered:
-        message = _("could not run on this machine: {why}\n(nothing is paid for it; the submission is listed for "
-                    "regrading)", why=grading.machine_failure)
+        message = _(
+            "could not run on this machine: {why}\n(nothing is paid for it; the submission is listed for regrading)",
+            why=grading.machine_failure,
+        )
     passed = passed and not grading.tampered and not grading.machine_failure
     outputs = [] if check.hidden else [[feedback_filter.public_output(o) for o in run] for run in grading.outputs]
-    return CheckResult(check.name, check.task, passed, check.points if passed else 0, check.points, message,
-                       check.hidden, list(grading.notes), round(time.monotonic() - start, 3),
-                       plan="; ".join(grading.plans), skipped=skipped and not grading.tampered,
-                       tampered=grading.tampered, hung=grading.hung and not passed, outputs=outputs,
-                       unrunnable=bool(grading.machine_failure))
+    return CheckResult(
+        check.name,
+        check.task,
+        passed,
+        check.points if passed else 0,
+        check.points,
+        message,
+        check.hidden,
+        list(grading.notes),
+        round(time.monotonic() - start, 3),
+        plan="; ".join(grading.plans),
+        skipped=skipped and not grading.tampered,
+        tampered=grading.tampered,
+        hung=grading.hung and not passed,
+        outputs=outputs,
+        unrunnable=bool(grading.machine_failure),
+    )

@@ -15,6 +15,7 @@ file already there is refused before anything is written, and so is a task name 
 course uses already (a student's notebook namespace and the hints are keyed by it).
 `make exercises` then stamps the points, writes the release and the translation catalogs.
 """
+
 from __future__ import annotations
 
 import ast
@@ -66,8 +67,12 @@ def _declared_tasks(root: Path) -> dict[str, str]:
         except SyntaxError:
             continue  # a module being written: its tasks are not declared yet
         for node in ast.walk(tree):
-            if not (isinstance(node, ast.Call) and getattr(node.func, "id", None) == "Exercise" and node.args
-                    and isinstance(node.args[0], ast.Constant)):
+            if not (
+                isinstance(node, ast.Call)
+                and getattr(node.func, "id", None) == "Exercise"
+                and node.args
+                and isinstance(node.args[0], ast.Constant)
+            ):
                 continue
             for keyword_ in node.keywords:
                 if keyword_.arg == "tasks" and isinstance(keyword_.value, (ast.List, ast.Tuple)):
@@ -86,33 +91,45 @@ def next_free_id(root: Path, name: str) -> str:
 def _validate(root: Path, exercise_id: str, task: str) -> re.Match:
     match = ID.match(exercise_id)
     if not match:
-        raise ScaffoldError(f"malformed exercise id {exercise_id!r}: expected two digits, an underscore and a "
-                            "lower-case Python name, e.g. 05_my_topic")
+        raise ScaffoldError(
+            f"malformed exercise id {exercise_id!r}: expected two digits, an underscore and a "
+            "lower-case Python name, e.g. 05_my_topic"
+        )
     name = match["name"]
     if keyword.iskeyword(name):
         raise ScaffoldError(f"{name!r} is a Python keyword: it cannot name the exercise's package")
     if not task.isidentifier() or keyword.iskeyword(task) or task.startswith("_"):
-        raise ScaffoldError(f"malformed task name {task!r}: a Python name that is no keyword and does not start "
-                            "with _ (the notebook defines a function or class of that name)")
+        raise ScaffoldError(
+            f"malformed task name {task!r}: a Python name that is no keyword and does not start "
+            "with _ (the notebook defines a function or class of that name)"
+        )
     if not (root / "solutions").is_dir() or not (root / "grader" / "exercises").is_dir():
-        raise ScaffoldError(f"{root} is not the course repository (no solutions/ or grader/exercises/): run this "
-                            "from the instructor's checkout, not from a student build")
+        raise ScaffoldError(
+            f"{root} is not the course repository (no solutions/ or grader/exercises/): run this "
+            "from the instructor's checkout, not from a student build"
+        )
     existing = _existing(root)
     if exercise_id in existing:
         raise ScaffoldError(f"exercise {exercise_id} exists already ({existing[exercise_id]}): choose another id")
     same_number = [e for e in existing if e.split("_", 1)[0] == match["number"]]
     if same_number:
-        raise ScaffoldError(f"exercise number {match['number']} is taken by {same_number[0]}: choose another "
-                            "number (the number orders the course)")
+        raise ScaffoldError(
+            f"exercise number {match['number']} is taken by {same_number[0]}: choose another "
+            "number (the number orders the course)"
+        )
     used_by = _declared_tasks(root).get(task)
     if used_by:
-        raise ScaffoldError(f"task name {task!r} is used by exercise {used_by} already: choose a name no exercise "
-                            "of the course uses")
-    taken = [p for p in (root / "grader" / "exercises" / name, root / "grader" / "exercises" / f"{name}.py")
-             if p.exists()]
+        raise ScaffoldError(
+            f"task name {task!r} is used by exercise {used_by} already: choose a name no exercise of the course uses"
+        )
+    taken = [
+        p for p in (root / "grader" / "exercises" / name, root / "grader" / "exercises" / f"{name}.py") if p.exists()
+    ]
     if taken:
-        raise ScaffoldError(f"grader/exercises/{taken[0].name} exists already: the package name {name!r} is "
-                            "taken; choose another name after the number")
+        raise ScaffoldError(
+            f"grader/exercises/{taken[0].name} exists already: the package name {name!r} is "
+            "taken; choose another name after the number"
+        )
     return match
 
 
@@ -131,18 +148,29 @@ def _notebook(exercise_id: str, number: int, title: str, package: str, task: str
 
     fill = dict(id=exercise_id, number=number, title=title, package=package, task=task, **t.MARKERS)
     fixed = dict(grade=False, solution=False, locked=True)
-    nb = nbformat.v4.new_notebook(metadata={"kernelspec": {"display_name": "Python 3", "language": "python",
-                                                           "name": "python3"},
-                                            "language_info": {"name": "python"}})
+    nb = nbformat.v4.new_notebook(
+        metadata={
+            "kernelspec": {"display_name": "Python 3", "language": "python", "name": "python3"},
+            "language_info": {"name": "python"},
+        }
+    )
     nb.cells = [
         _cell("markdown", t.INTRO.substitute(fill)),
         _cell("code", t.PROGRESS_CELL, grade_id="progress", **fixed),
         _cell("code", t.SETUP_CELL.substitute(fill), grade_id="setup", **fixed),
         _cell("markdown", t.TASK_TEXT.substitute(fill)),
-        _cell("code", t.ANSWER.substitute(fill), grade_id=task + cells.ANSWER, grade=False, solution=True,
-              locked=False),
-        _cell("code", t.CHECK_CELL.substitute(fill), grade_id=task + cells.CHECK, grade=True, solution=False,
-              locked=True, points=PUBLIC_POINTS + HIDDEN_POINTS),
+        _cell(
+            "code", t.ANSWER.substitute(fill), grade_id=task + cells.ANSWER, grade=False, solution=True, locked=False
+        ),
+        _cell(
+            "code",
+            t.CHECK_CELL.substitute(fill),
+            grade_id=task + cells.CHECK,
+            grade=True,
+            solution=False,
+            locked=True,
+            points=PUBLIC_POINTS + HIDDEN_POINTS,
+        ),
     ]
     nbformat.validate(nb)
     return nb
@@ -162,8 +190,10 @@ def plan(root: Path, exercise_id: str, task: str) -> dict[Path, str]:
         folder / f"hidden_{fill['snake']}.py": t.HIDDEN.substitute(fill),
         folder / "reference.py": t.REFERENCE.substitute(fill),
         folder / "hints.py": t.HINTS.substitute(fill),
-        Path("solutions") / exercise_id / f"{exercise_id}.ipynb":
-            nbformat.writes(_notebook(exercise_id, number, fill["title"], package, task)) + "\n",
+        Path("solutions") / exercise_id / f"{exercise_id}.ipynb": nbformat.writes(
+            _notebook(exercise_id, number, fill["title"], package, task)
+        )
+        + "\n",
         Path("tests") / "exercises" / f"test_{exercise_id}.py": t.TEST.substitute(fill),
     }
     there = [str(p) for p in files if (root / p).exists()]
@@ -206,8 +236,10 @@ def _run(args) -> int:
         return 2
     root = Path(args.root)
     print("\n".join(str(p.relative_to(root)) for p in written))
-    print(f"\nnext: write the task in the notebook, its checks and hints in the package, then "
-          f"`make exercises ASSIGNMENTS={args.id}`; test with `make test-exercise ASSIGNMENT={args.id}`")
+    print(
+        f"\nnext: write the task in the notebook, its checks and hints in the package, then "
+        f"`make exercises ASSIGNMENTS={args.id}`; test with `make test-exercise ASSIGNMENT={args.id}`"
+    )
     return 0
 
 

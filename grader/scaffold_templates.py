@@ -9,12 +9,17 @@ Placeholders ($name) are string.Template's: $id, $package, $task, $snake (the ta
 $title, and nbgrader's region markers (MARKERS: spelled here only as values, so that the student build,
 which refuses any file holding a solution or hidden-tests region, can ship this module).
 """
+
 from string import Template
 
 from grader import cells
 
-MARKERS = dict(solution_begin="### BEGIN SOLUTION", solution_end="### END SOLUTION",
-               hidden_begin=cells.HIDDEN_BEGIN, hidden_end=cells.HIDDEN_END)
+MARKERS = dict(
+    solution_begin="### BEGIN SOLUTION",
+    solution_end="### END SOLUTION",
+    hidden_begin=cells.HIDDEN_BEGIN,
+    hidden_end=cells.HIDDEN_END,
+)
 
 INIT = Template('''\
 """Exercise $id: $title.
@@ -157,7 +162,7 @@ HINTS = {
 }
 ''')
 
-TASK_TEXT = Template('''\
+TASK_TEXT = Template("""\
 ## Task 1: `$task`
 
 ```python
@@ -165,18 +170,18 @@ def $task(tensor: torch.Tensor) -> torch.Tensor
 ```
 
 Return the sum of `tensor` over all ranks: every rank gets the same result. (The example task of a new
-exercise: replace this text, the answer below and the checks in `grader/exercises/$package/` with yours.)''')
+exercise: replace this text, the answer below and the checks in `grader/exercises/$package/` with yours.)""")
 
-INTRO = Template('''\
+INTRO = Template("""\
 # Exercise $number: $title
 
 What this exercise asks and which lesson explains it.
 
 **How checking works.** Each task ends with a check cell such as `check("$task")`. It takes the code
 currently defined in this notebook, starts real separate processes (2 ranks, gloo on CPU), runs your
-function in each of them, and compares the result with a single-process reference.''')
+function in each of them, and compares the result with a single-process reference.""")
 
-ANSWER = Template('''\
+ANSWER = Template("""\
 import torch
 import torch.distributed as dist
 
@@ -186,21 +191,21 @@ def $task(tensor: torch.Tensor) -> torch.Tensor:
     total = tensor.clone()
     dist.all_reduce(total)
     return total
-    $solution_end''')
+    $solution_end""")
 
-CHECK_CELL = Template('''\
+CHECK_CELL = Template("""\
 check("$task")
 $hidden_begin
 check("$task", hidden=True)
-$hidden_end''')
+$hidden_end""")
 
-SETUP_CELL = Template('''\
+SETUP_CELL = Template("""\
 from grader.notebook import checker, hinter
 
 check = checker("$id")
-hint = hinter("$id")''')
+hint = hinter("$id")""")
 
-PROGRESS_CELL = '''\
+PROGRESS_CELL = """\
 from grader.progress import show_progress
 
-show_progress()  # which tasks of every assignment pass, from your saved notebooks (save first)'''
+show_progress()  # which tasks of every assignment pass, from your saved notebooks (save first)"""

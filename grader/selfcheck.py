@@ -12,6 +12,7 @@ path (a course, its sandboxes, nurseries when root) and compares the plan of
 every run with the one expected for this hardware. Exit 0 only when every
 score and plan is as expected.
 """
+
 from __future__ import annotations
 
 import json
@@ -30,7 +31,10 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 # A typical mistake per exercise: (anchor in the solution's answers, replacement).
 KNOWN_MISTAKES = {
-    "01_parallelism": ('{"GPipe": ScheduleGPipe, "1F1B": Schedule1F1B}[schedule]', "ScheduleGPipe  # whatever schedule says"),
+    "01_parallelism": (
+        '{"GPipe": ScheduleGPipe, "1F1B": Schedule1F1B}[schedule]',
+        "ScheduleGPipe  # whatever schedule says",
+    ),
     "02_ddp_basics": ("loader.sampler.set_epoch(epoch)", "pass  # no set_epoch"),
 }
 
@@ -77,8 +81,11 @@ def main(exercises: list[str] | None = None) -> int:
             ok = as_expected(expectation, report.score, report.max_score)
             wrong += not ok
             expected = {"full": f"{report.max_score:g}", "zero": "0", "less": f"< {report.max_score:g}"}[expectation]
-            print(f"{'ok ' if ok else 'BAD'} {exercise_id:<20} {label:<40} {report.score:g}/{report.max_score:g}"
-                  f"  (expected {expected})", flush=True)
+            print(
+                f"{'ok ' if ok else 'BAD'} {exercise_id:<20} {label:<40} {report.score:g}/{report.max_score:g}"
+                f"  (expected {expected})",
+                flush=True,
+            )
             if not ok and expectation == "full":
                 print("\n".join("      " + line for line in report.lines() if not line.startswith("✓")))
             skipped = [c for c in report.checks if c.skipped]
@@ -115,8 +122,13 @@ def graded_as_make_grade_does(exercise_id: str) -> bool:
         shutil.copy(os.path.join(ROOT, get_exercise(exercise_id).notebook), notebook)
         roundtrip.submit(course, exercise_id, "solution")
         roundtrip.collect(course, exercise_id)
-        done = subprocess.run([sys.executable, "-m", "grader", "grade", exercise_id, "--root", root, "--quiet"],
-                              capture_output=True, text=True, timeout=3600, cwd=ROOT)
+        done = subprocess.run(
+            [sys.executable, "-m", "grader", "grade", exercise_id, "--root", root, "--quiet"],
+            capture_output=True,
+            text=True,
+            timeout=3600,
+            cwd=ROOT,
+        )
         path = os.path.join(root, "graded", exercise_id, "solution.json")
         if done.returncode != 0 or not os.path.exists(path):
             why = (done.stderr.strip().splitlines() or ["no result"])[-1]
@@ -129,18 +141,25 @@ def graded_as_make_grade_does(exercise_id: str) -> bool:
     report = result.get("report") or {}
     plans, expected = result.get("plans") or [], expected_plans(exercise_id, visible_gpus())
     ok = report.get("score") == report.get("max_score") and bool(plans) and set(plans) <= expected
-    print(f"{'ok ' if ok else 'BAD'} {exercise_id:<20} {label:<40} {report.get('score', 0):g}/"
-          f"{report.get('max_score', 0):g}  ran on: {'; '.join(plans) or 'nothing'}", flush=True)
+    print(
+        f"{'ok ' if ok else 'BAD'} {exercise_id:<20} {label:<40} {report.get('score', 0):g}/"
+        f"{report.get('max_score', 0):g}  ran on: {'; '.join(plans) or 'nothing'}",
+        flush=True,
+    )
     if set(plans) - expected:
         print(f"      expected on this hardware: {'; '.join(sorted(expected))}")
     return ok
 
 
 def register(sub) -> None:
-    parser = sub.add_parser("selfcheck", help="grade the solutions and known-wrong submissions on this hardware",
-                            description=__doc__.split("\n\n")[2])
-    parser.add_argument("--exercise", action="append", choices=exercise_ids(), default=None,
-                        help="only this exercise (repeatable)")
+    parser = sub.add_parser(
+        "selfcheck",
+        help="grade the solutions and known-wrong submissions on this hardware",
+        description=__doc__.split("\n\n")[2],
+    )
+    parser.add_argument(
+        "--exercise", action="append", choices=exercise_ids(), default=None, help="only this exercise (repeatable)"
+    )
     parser.set_defaults(func=lambda args: main(args.exercise))
 
 

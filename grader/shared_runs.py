@@ -16,6 +16,7 @@ when every check had its own launch. A hang is shared: the same ranks running th
 same way, so the task's other checks asking for that run are answered from it (the same message, 0 points)
 instead of each waiting out a timeout of its own; a check asking for a different run still runs it.
 """
+
 from __future__ import annotations
 
 import copy
@@ -42,11 +43,19 @@ class SharedRuns:
         self._folders: dict[str, str] = {}
         self._closed = False
 
-    def __call__(self, fn, world_size: int = 2, args: tuple = (), kwargs: dict | None = None,
-                 share_failure: bool = False, **options) -> RunResult:
+    def __call__(
+        self,
+        fn,
+        world_size: int = 2,
+        args: tuple = (),
+        kwargs: dict | None = None,
+        share_failure: bool = False,
+        **options,
+    ) -> RunResult:
         try:  # the key: what the ranks would receive, and how they would run
-            key = cloudpickle.dumps((fn, tuple(args), dict(kwargs or {}), world_size, sorted(options.items()),
-                                     share_failure))
+            key = cloudpickle.dumps(
+                (fn, tuple(args), dict(kwargs or {}), world_size, sorted(options.items()), share_failure)
+            )
         except Exception:
             return run_distributed(fn, world_size, args, kwargs, **options)  # raises the usual TypeError
         with self._lock:

@@ -13,6 +13,7 @@ Never in it: solutions/, hidden checks, instructor-only references (hidden_*.py)
 samples/ and the tests. The build refuses a non-empty OUT_DIR that is not an
 earlier student build (it deletes nothing else), and refuses to run from a student build.
 """
+
 from __future__ import annotations
 
 import os
@@ -45,8 +46,14 @@ def _hidden_files() -> set[str]:
 
 def _left_out(folder: str, names: list[str]) -> set[str]:
     hidden = _hidden_files()
-    return {n for n in names if os.path.realpath(os.path.join(folder, n)) in hidden
-            or n in ("__pycache__", ".ipynb_checkpoints") or n.endswith((".pyc", ".pyo")) or n == MARKER.name}
+    return {
+        n
+        for n in names
+        if os.path.realpath(os.path.join(folder, n)) in hidden
+        or n in ("__pycache__", ".ipynb_checkpoints")
+        or n.endswith((".pyc", ".pyo"))
+        or n == MARKER.name
+    }
 
 
 def _prepare(out: Path) -> None:
@@ -54,8 +61,10 @@ def _prepare(out: Path) -> None:
         raise BuildError(f"{out} exists and is not a folder")
     if out.is_dir() and any(out.iterdir()):
         if not (out / STAMP).is_file():
-            raise BuildError(f"{out} is not empty and is not an earlier student build (no {STAMP}): "
-                             "choose an empty or new folder; nothing was changed")
+            raise BuildError(
+                f"{out} is not empty and is not an earlier student build (no {STAMP}): "
+                "choose an empty or new folder; nothing was changed"
+            )
         shutil.rmtree(out)
     out.mkdir(parents=True, exist_ok=True)
 
@@ -68,14 +77,14 @@ def _pyproject(source: str) -> str:
     text = re.sub(r'(?m)^readme = ".*"\n', "", text)
     text = re.sub(r"(?ms)^\[tool\.setuptools\.package-data\]\n.*?(?=^\[|\Z)", "", text)
     # the marker, and the grader's catalogs (grader/i18n.py: its messages in the student's language)
-    return text.rstrip() + ('\n\n[tool.setuptools.package-data]\ngrader = ["STUDENT_BUILD", '
-                            '"locale/*/LC_MESSAGES/*.po"]\n')
+    return text.rstrip() + (
+        '\n\n[tool.setuptools.package-data]\ngrader = ["STUDENT_BUILD", "locale/*/LC_MESSAGES/*.po"]\n'
+    )
 
 
 def _commit() -> str:
     try:
-        out = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True, text=True,
-                             timeout=10)
+        out = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10)
         return out.stdout.strip() or "unknown"
     except (OSError, subprocess.SubprocessError):
         return "unknown"
@@ -112,7 +121,8 @@ def build(out_dir: str | Path) -> Path:
     shutil.copytree(PACKAGE, out / "grader", ignore=_left_out)
     (out / "grader" / MARKER.name).write_text(
         "A student build of the course's grader: no hidden checks, no instructor-only references.\n"
-        f"Built by `python -m grader student-build` from commit {_commit()}.\n")
+        f"Built by `python -m grader student-build` from commit {_commit()}.\n"
+    )
     (out / "pyproject.toml").write_text(_pyproject((ROOT / "pyproject.toml").read_text()))
     for name in COURSE_FOLDERS:
         if (ROOT / name).is_dir():
@@ -136,7 +146,8 @@ def _run(args) -> int:
 
 
 def register(sub) -> None:
-    parser = sub.add_parser("student-build", help="an installable grader for students' servers: no hidden "
-                                                  "checks, no answers")
+    parser = sub.add_parser(
+        "student-build", help="an installable grader for students' servers: no hidden checks, no answers"
+    )
     parser.add_argument("out_dir", help="an empty or new folder, or an earlier student build (replaced)")
     parser.set_defaults(func=_run)

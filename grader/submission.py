@@ -11,6 +11,7 @@ namespace holding the student's definitions):
 
 Reading never executes student code and never writes to the submission.
 """
+
 from __future__ import annotations
 
 import io
@@ -168,16 +169,21 @@ def from_namespace(namespace: dict, names: list[str]) -> PickledSubmission:
     """Capture the current definitions of `names` from a kernel's namespace."""
     blobs, problems = {}, []
     _KernelPickler.names = _cell_names()
-    sources = {_KernelPickler.names[f]: entry[2] for f, entry in list(linecache.cache.items())
-               if f in _KernelPickler.names and len(entry) == 4}
+    sources = {
+        _KernelPickler.names[f]: entry[2]
+        for f, entry in list(linecache.cache.items())
+        if f in _KernelPickler.names and len(entry) == 4
+    }
     for name in names:
         if name not in namespace:
             continue
         try:
             blobs[name] = _kernel_dumps(namespace[name])
         except Exception as exc:
-            problems.append(f"`{name}` cannot be sent to the worker processes ({exc}); "
-                            "does it refer to an open file, a lock or a process group?")
+            problems.append(
+                f"`{name}` cannot be sent to the worker processes ({exc}); "
+                "does it refer to an open file, a lock or a process group?"
+            )
     return PickledSubmission(blobs, problems, sources=sources)
 
 
@@ -196,8 +202,10 @@ def read_notebook(path: str) -> SourceSubmission:
         if isinstance(cell, dict) and cells_.is_answer_cell(cell):
             answers.append(Cell(f"<cell {index}>", cells_.source(cell)))
     if not answers:
-        raise SubmissionError(f"{path} has no answer cells (code cells marked as nbgrader solutions); "
-                              "is it the notebook of this exercise, with its cells intact?")
+        raise SubmissionError(
+            f"{path} has no answer cells (code cells marked as nbgrader solutions); "
+            "is it the notebook of this exercise, with its cells intact?"
+        )
     return SourceSubmission(answers)
 
 

@@ -4,6 +4,7 @@ that reports the largest difference next to the tolerance.
 The backend has no default: a check compares with `g.assert_close` (bound to the
 backend of its runs' hardware plan, grader.grading.Grading) so that under nccl it
 is held to nccl's bounds, never silently to gloo's (tests/test_tolerances.py)."""
+
 from __future__ import annotations
 
 import torch
@@ -37,16 +38,18 @@ def allclose(actual, expected, backend: str) -> bool:
     return actual.shape == expected.shape and torch.allclose(actual.double(), expected.double(), rtol=rtol, atol=atol)
 
 
-def assert_close(actual, expected, what: str, likely: str = "", *, backend: str,
-                 tol: tuple[float, float] | None = None) -> None:
+def assert_close(
+    actual, expected, what: str, likely: str = "", *, backend: str, tol: tuple[float, float] | None = None
+) -> None:
     """Raise CheckFailed naming `what`, the likely mistake, the largest
     difference and the tolerance, when actual and expected differ.
     `tol` (rtol, atol) replaces the dtype's and backend's default."""
     actual = torch.as_tensor(actual).detach().cpu()
     expected = torch.as_tensor(expected).detach().cpu()
     if actual.shape != expected.shape:
-        raise CheckFailed(f"{what}: shape {tuple(actual.shape)}, expected {tuple(expected.shape)}"
-                          + (f". {likely}" if likely else ""))
+        raise CheckFailed(
+            f"{what}: shape {tuple(actual.shape)}, expected {tuple(expected.shape)}" + (f". {likely}" if likely else "")
+        )
     rtol, atol = tol or tolerance(expected.dtype, backend)
     a, e = actual.double(), expected.double()
     diff = (a - e).abs()
@@ -54,7 +57,9 @@ def assert_close(actual, expected, what: str, likely: str = "", *, backend: str,
     if diff.numel() and not bool((diff <= bound).all()):
         worst = int((diff - bound).argmax())
         raise CheckFailed(
-            f"{what} differs from the reference" + (f": {likely}" if likely else "")
+            f"{what} differs from the reference"
+            + (f": {likely}" if likely else "")
             + f"\n    largest difference {diff.flatten()[worst].item():.3g} (got {a.flatten()[worst].item():.6g}, "
             f"expected {e.flatten()[worst].item():.6g}); tolerance {atol:g} + {rtol:g}*|expected| "
-            f"({expected.dtype}, {backend})")
+            f"({expected.dtype}, {backend})"
+        )

@@ -5,6 +5,7 @@ and a few realistic mistakes put in. Run from the repository root:
 
     .venv/bin/python samples/make_samples.py
 """
+
 import copy
 import json
 import os
@@ -22,8 +23,10 @@ STUDENTS = {
         ("    dist.all_reduce(totals)\n", ""),
     ],
     "chloe": [  # no DistributedSampler, saves on every rank
-        ("return DataLoader(dataset, batch_size=batch_size, sampler=sampler)",
-         "return DataLoader(dataset, batch_size=batch_size, shuffle=True)"),
+        (
+            "return DataLoader(dataset, batch_size=batch_size, sampler=sampler)",
+            "return DataLoader(dataset, batch_size=batch_size, shuffle=True)",
+        ),
         ("    if dist.get_rank() == 0:\n        torch.save", "    if True:\n        torch.save"),
     ],
     "dev": [  # MiniDDP sums instead of averaging, cleanup without a barrier
@@ -36,8 +39,10 @@ STUDENTS = {
     ],
     "finn": "unfinished",  # MiniDDP and train_one_epoch left as stubs
     "gwen": [  # saw ✓ on make_dataloader, then "simplified" it to shuffle=True and saved without re-running
-        ("return DataLoader(dataset, batch_size=batch_size, sampler=sampler)",
-         "return DataLoader(dataset, batch_size=batch_size, shuffle=True)"),
+        (
+            "return DataLoader(dataset, batch_size=batch_size, sampler=sampler)",
+            "return DataLoader(dataset, batch_size=batch_size, shuffle=True)",
+        ),
     ],
 }
 STALE_CHECK_OUTPUT = {"gwen": "make_dataloader"}  # the ✓ display her earlier run left in the saved notebook
@@ -63,10 +68,14 @@ def passing_display(task: str) -> dict:
 
     checks = [c for c in get_exercise(EXERCISE).checks if c.task == task and not c.hidden]
     lines = [f"✓ {task}: {c.name} ({c.points:g}/{c.points:g})" for c in checks]
-    html = "".join(f'<div class="grader-pass" style="color:var(--jp-success-color1,#2e7d32)">{line}</div>'
-                   for line in lines)
-    return {"output_type": "display_data", "metadata": {},
-            "data": {"text/plain": "\n".join(lines), "text/html": f'<div class="grader-check">{html}</div>'}}
+    html = "".join(
+        f'<div class="grader-pass" style="color:var(--jp-success-color1,#2e7d32)">{line}</div>' for line in lines
+    )
+    return {
+        "output_type": "display_data",
+        "metadata": {},
+        "data": {"text/plain": "\n".join(lines), "text/html": f'<div class="grader-check">{html}</div>'},
+    }
 
 
 def main() -> None:
@@ -80,7 +89,7 @@ def main() -> None:
             if grade_id not in answers or (mistakes == "unfinished" and grade_id in UNFINISHED):
                 continue
             source = answers[grade_id]
-            for old, new in (mistakes if isinstance(mistakes, list) else []):
+            for old, new in mistakes if isinstance(mistakes, list) else []:
                 source = source.replace(old, new)
             cell["source"] = source.splitlines(True)
         if student in STALE_CHECK_OUTPUT:

@@ -4,6 +4,7 @@ useradd/userdel, commands run as a user (runuser), every process of the accounts
 the end, and the Pythons the accounts run: the students' environment (deploy/hub/student_env.py,
 what `make hub` builds) and the instructor's (this venv, reachable by the instructor alone).
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -97,8 +98,9 @@ def instructor_python(folder: str) -> str:
         f.write(f"home = {os.path.dirname(interpreter)}\ninclude-system-site-packages = false\n")
     python = os.path.join(venv, "bin", "python")
     os.symlink(interpreter, python)
-    os.symlink(os.path.join(sys.prefix, "lib", version, "site-packages"), os.path.join(venv, "lib", version,
-                                                                                     "site-packages"))
+    os.symlink(
+        os.path.join(sys.prefix, "lib", version, "site-packages"), os.path.join(venv, "lib", version, "site-packages")
+    )
     for name in ("share", "etc"):  # JupyterLab's extensions and the server extensions' configuration
         os.symlink(os.path.join(sys.prefix, name), os.path.join(venv, name))
     with open(os.path.join(venv, "bin", "alembic"), "w") as f:  # nbgrader's gradebook runs `alembic` from PATH
@@ -109,8 +111,12 @@ def instructor_python(folder: str) -> str:
 
 def _copy_interpreter(copy: str, version: str) -> str:
     stdlib = os.path.dirname(os.__file__)
-    shutil.copytree(stdlib, os.path.join(copy, "lib", version), symlinks=True, ignore=shutil.ignore_patterns(
-        "site-packages", "test", "__pycache__", "config-*"))
+    shutil.copytree(
+        stdlib,
+        os.path.join(copy, "lib", version),
+        symlinks=True,
+        ignore=shutil.ignore_patterns("site-packages", "test", "__pycache__", "config-*"),
+    )
     for lib in glob.glob(os.path.join(sys.base_prefix, "lib", "libpython*.so*")):
         shutil.copy(lib, os.path.join(copy, "lib"), follow_symlinks=True)
     os.makedirs(os.path.join(copy, "bin"))

@@ -14,21 +14,37 @@ structural tests of every layer (imports, public APIs, the guard list, cells, hi
 the docs) and one real 2-rank grading of a task per exercise plus the CLI (tests/test_smoke.py). Everything else, the
 exercises' whole suites, daemons, browsers, class grading, installs and the lessons, is `slow`; `make test` runs both.
 """
+
 import os
 
 import pytest
 
 # Files that share daemons, accounts or the process table with each other: never two of them at once.
 SERIAL_SYSTEM = {
-    "test_hub.py", "test_exchange.py", "test_browser.py", "test_postgres.py", "test_hostile_class.py",
-    "test_sandbox.py", "test_adopted_orphans.py", "test_worker_dies_with_run.py", "test_notebook_warm_start.py",
+    "test_hub.py",
+    "test_exchange.py",
+    "test_browser.py",
+    "test_postgres.py",
+    "test_hostile_class.py",
+    "test_sandbox.py",
+    "test_adopted_orphans.py",
+    "test_worker_dies_with_run.py",
+    "test_notebook_warm_start.py",
 }
 SERIAL_UNIT = "serial-system"
 
 # The fast tier: under 2 minutes together on a 2-core machine (CONTRIBUTING.md, "Two test tiers").
 FAST_FILES = {
-    "test_layers.py", "test_public_apis.py", "test_guard_list.py", "test_cells.py", "test_hints.py",
-    "test_tolerances.py", "test_plan.py", "test_docs.py", "test_smoke.py", "test_gradebook_metadata_check.py",
+    "test_layers.py",
+    "test_public_apis.py",
+    "test_guard_list.py",
+    "test_cells.py",
+    "test_hints.py",
+    "test_tolerances.py",
+    "test_plan.py",
+    "test_docs.py",
+    "test_smoke.py",
+    "test_gradebook_metadata_check.py",
     "test_independence.py",
 }
 

@@ -4,6 +4,7 @@ Shared by tests/test_layers.py (which way the imports point) and tests/test_publ
 (what they import). Every import statement counts, at module level or inside a function:
 an import deferred to call time is still a dependency.
 """
+
 from __future__ import annotations
 
 import ast

@@ -1,4 +1,5 @@
 """Shared test helpers: grade a solution, or a mutant of it, with real runs."""
+
 from __future__ import annotations
 
 import copy
@@ -19,9 +20,10 @@ from grader.submission import read_notebook, read_python_file
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 # Sandboxed grading's tests: skipped, saying why, only where bubblewrap is missing outside CI (CI installs it).
-needs_bwrap = pytest.mark.skipif(shutil.which("bwrap") is None and not os.environ.get("CI"),
-                                 reason="the grading sandbox needs bubblewrap (apt-get install bubblewrap; .ci/ "
-                                        "installs it)")
+needs_bwrap = pytest.mark.skipif(
+    shutil.which("bwrap") is None and not os.environ.get("CI"),
+    reason="the grading sandbox needs bubblewrap (apt-get install bubblewrap; .ci/ installs it)",
+)
 
 
 def solution_notebook(exercise_id: str) -> str:
@@ -46,17 +48,22 @@ def replace_definition(source: str, name: str, code: str) -> str:
     import ast
     import textwrap
 
-    nodes = [n for n in ast.parse(source).body
-             if isinstance(n, (ast.FunctionDef, ast.ClassDef)) and n.name == name]
+    nodes = [n for n in ast.parse(source).body if isinstance(n, (ast.FunctionDef, ast.ClassDef)) and n.name == name]
     assert nodes, f"no top-level definition of {name!r} in the solution"
     node = nodes[-1]
     lines = source.splitlines(keepends=True)
     start = min([node.lineno] + [d.lineno for d in node.decorator_list]) - 1
-    return "".join(lines[:start]) + textwrap.dedent(code).strip() + "\n" + "".join(lines[node.end_lineno:])
+    return "".join(lines[:start]) + textwrap.dedent(code).strip() + "\n" + "".join(lines[node.end_lineno :])
 
 
-def grade_source(exercise_id: str, source: str, task: str | None = None, world_size: int = 2,
-                 timeout: float = 30.0, checks: list[str] | None = None) -> Report:
+def grade_source(
+    exercise_id: str,
+    source: str,
+    task: str | None = None,
+    world_size: int = 2,
+    timeout: float = 30.0,
+    checks: list[str] | None = None,
+) -> Report:
     """Grade `source` (Python defining the tasks) with real runs: every check, one task's, or
     only the named checks (a deadlocking mutant then costs one timeout, not one per check)."""
     exercise = get_exercise(exercise_id)
@@ -118,5 +125,8 @@ def probe_report(result: dict) -> dict:
 
 def live_with_marker(marker: str) -> list[psutil.Process]:
     """The live (not zombie) processes whose command line holds `marker` (what a probe left behind)."""
-    return [p for p in psutil.process_iter(["cmdline", "status"])
-            if marker in (p.info["cmdline"] or []) and p.info["status"] != psutil.STATUS_ZOMBIE]
+    return [
+        p
+        for p in psutil.process_iter(["cmdline", "status"])
+        if marker in (p.info["cmdline"] or []) and p.info["status"] != psutil.STATUS_ZOMBIE
+    ]

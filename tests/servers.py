@@ -1,4 +1,5 @@
 """Servers the browser tests start (JupyterLab, JupyterHub): wait until they answer, stop them whole."""
+
 from __future__ import annotations
 
 import subprocess

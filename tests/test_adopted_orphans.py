@@ -1,5 +1,6 @@
 """A double fork with setsid escapes kill_tree: the grading parent adopts such orphans
 (Linux's child subreaper) while it grades, and kills those still running when it is done."""
+
 import os
 import subprocess
 import sys
@@ -8,14 +9,19 @@ import psutil
 
 from grader.engine.processes import adopting_orphans
 
-ESCAPE = ("import os, sys\npid = os.fork()\nif pid == 0:\n    os.setsid()\n    if os.fork() == 0:\n"
-          "        os.execv(sys.executable, [sys.executable, '-c', 'import time; time.sleep(120)', sys.argv[1]])\n"
-          "    os._exit(0)\nos.waitpid(pid, 0)\n")
+ESCAPE = (
+    "import os, sys\npid = os.fork()\nif pid == 0:\n    os.setsid()\n    if os.fork() == 0:\n"
+    "        os.execv(sys.executable, [sys.executable, '-c', 'import time; time.sleep(120)', sys.argv[1]])\n"
+    "    os._exit(0)\nos.waitpid(pid, 0)\n"
+)
 
 
 def _alive(marker: str) -> list[psutil.Process]:
-    return [p for p in psutil.process_iter(["cmdline", "status"])
-            if marker in (p.info["cmdline"] or []) and p.info["status"] != psutil.STATUS_ZOMBIE]
+    return [
+        p
+        for p in psutil.process_iter(["cmdline", "status"])
+        if marker in (p.info["cmdline"] or []) and p.info["status"] != psutil.STATUS_ZOMBIE
+    ]
 
 
 def test_an_orphan_left_by_a_double_fork_is_adopted_and_killed():

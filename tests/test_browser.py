@@ -20,6 +20,7 @@ the student's line named, gloo's C++ text on the page once. Then nbgrader's Vali
 the results name each failing task with its reasons. Last, lesson 2's Quick Check from a cold kernel, and the
 Japanese lesson opened, saved and closed with `git status` clean.
 """
+
 from __future__ import annotations
 
 import glob
@@ -40,8 +41,16 @@ from tests.helpers import ROOT
 from tests.servers import stop_tree, wait_until_up
 
 CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
-                 "--no-first-run", "--disable-sync", "--disable-quic", "--disable-dev-shm-usage"]
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--no-first-run",
+    "--disable-sync",
+    "--disable-quic",
+    "--disable-dev-shm-usage",
+]
 ARTIFACTS = os.path.join(ROOT, "artifacts", "browser")
 EXERCISE = "02_ddp_basics"
 LESSON = "02_ddp_basics.ipynb"
@@ -76,8 +85,10 @@ def _settings(config_dir: str) -> None:
     """JupyterLab user settings: every cell rendered (no windowing), no news fetched from the internet."""
     settings = {
         "@jupyterlab/notebook-extension/tracker.jupyterlab-settings": {"windowingMode": "none"},
-        "@jupyterlab/apputils-extension/notification.jupyterlab-settings": {"fetchNews": "false",
-                                                                            "checkForUpdates": False},
+        "@jupyterlab/apputils-extension/notification.jupyterlab-settings": {
+            "fetchNews": "false",
+            "checkForUpdates": False,
+        },
     }
     for name, value in settings.items():
         path = os.path.join(config_dir, "lab", "user-settings", name)
@@ -103,13 +114,24 @@ def course(tmp_path_factory):
     subprocess.run(git + ["add", "lessons", ".gitignore"], cwd=root, check=True, timeout=60)
     subprocess.run(git + ["commit", "-q", "-m", "the course"], cwd=root, check=True, timeout=60)
     _settings(str(home / ".jupyter"))
-    env = dict(os.environ, HOME=str(home), JUPYTER_CONFIG_DIR=str(home / ".jupyter"),
-               JUPYTER_RUNTIME_DIR=str(base / "runtime"), IPYTHONDIR=str(home / ".ipython"),
-               XDG_CACHE_HOME=str(base / "cache"), NBGRADER_EXCHANGE=str(base / "exchange"),
-               PATH=BIN + os.pathsep + os.environ.get("PATH", ""))  # nbgrader calls alembic from PATH
+    env = dict(
+        os.environ,
+        HOME=str(home),
+        JUPYTER_CONFIG_DIR=str(home / ".jupyter"),
+        JUPYTER_RUNTIME_DIR=str(base / "runtime"),
+        IPYTHONDIR=str(home / ".ipython"),
+        XDG_CACHE_HOME=str(base / "cache"),
+        NBGRADER_EXCHANGE=str(base / "exchange"),
+        PATH=BIN + os.pathsep + os.environ.get("PATH", ""),
+    )  # nbgrader calls alembic from PATH
     env.pop("JUPYTER_PATH", None)
-    subprocess.run([sys.executable, "-m", "nbgrader", "release_assignment", EXERCISE, "--log-level=WARN"],
-                   cwd=root, env=env, check=True, timeout=180)
+    subprocess.run(
+        [sys.executable, "-m", "nbgrader", "release_assignment", EXERCISE, "--log-level=WARN"],
+        cwd=root,
+        env=env,
+        check=True,
+        timeout=180,
+    )
     assert os.path.isfile(base / "exchange" / COURSE_ID / "outbound" / EXERCISE / f"{EXERCISE}.ipynb")
     return {"root": root, "exchange": base / "exchange", "env": env, "base": base}
 
@@ -120,8 +142,15 @@ def lab(course):
     os.makedirs(ARTIFACTS, exist_ok=True)
     port, token = _free_port(), "browser-test-token"
     log = open(os.path.join(ARTIFACTS, "jupyter-server.log"), "w")
-    cmd = [os.path.join(BIN, "jupyter-lab"), "--no-browser", "--ServerApp.ip=127.0.0.1", f"--ServerApp.port={port}",
-           "--ServerApp.port_retries=0", f"--ServerApp.token={token}", f"--ServerApp.root_dir={course['root']}"]
+    cmd = [
+        os.path.join(BIN, "jupyter-lab"),
+        "--no-browser",
+        "--ServerApp.ip=127.0.0.1",
+        f"--ServerApp.port={port}",
+        "--ServerApp.port_retries=0",
+        f"--ServerApp.token={token}",
+        f"--ServerApp.root_dir={course['root']}",
+    ]
     if os.geteuid() == 0:
         cmd.append("--allow-root")  # CI runs as root
     proc = subprocess.Popen(cmd, cwd=course["root"], env=course["env"], stdout=log, stderr=subprocess.STDOUT)
@@ -140,8 +169,12 @@ def browser_page(lab, course):
 
     with sync_playwright() as p:
         context = p.chromium.launch_persistent_context(
-            str(course["base"] / "chromium-profile"), executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS,
-            viewport={"width": 1400, "height": 1000})
+            str(course["base"] / "chromium-profile"),
+            executable_path=CHROMIUM,
+            headless=True,
+            args=CHROMIUM_ARGS,
+            viewport={"width": 1400, "height": 1000},
+        )
         try:
             context.set_default_timeout(60_000)  # every wait is bounded
             yield context.new_page()
@@ -234,7 +267,9 @@ def test_a_student_fetches_checks_and_submits_in_jupyterlab(lab, course, browser
         out = check.locator(".jp-OutputArea")
         expect(out).to_contain_text("AssertionError: make_dataloader", timeout=120_000)
         text = out.inner_text()
-        shards = next(c for c in get_exercise("02_ddp_basics").checks if c.name == "dataloader_shards_disjoint_and_cover")
+        shards = next(
+            c for c in get_exercise("02_ddp_basics").checks if c.name == "dataloader_shards_disjoint_and_cover"
+        )
         assert f"✗ make_dataloader: dataloader_shards_disjoint_and_cover (0/{shards.points:g})" in text
         assert "the DataLoader has no DistributedSampler" in text  # the message names the mistake
         assert "Traceback" not in text and "grader/notebook.py" not in text  # no wall of grader frames
@@ -249,7 +284,9 @@ def test_a_student_fetches_checks_and_submits_in_jupyterlab(lab, course, browser
         while NO_SAMPLER not in fetched_nb.read_text() and time.monotonic() < deadline:
             time.sleep(0.25)
         assert NO_SAMPLER in fetched_nb.read_text(), "the notebook was not saved"
-        saved = {c["metadata"].get("nbgrader", {}).get("grade_id"): c for c in json.loads(fetched_nb.read_text())["cells"]}
+        saved = {
+            c["metadata"].get("nbgrader", {}).get("grade_id"): c for c in json.loads(fetched_nb.read_text())["cells"]
+        }
         for grade_id in ("pick_backend_check", "make_dataloader_check"):  # nbgrader: stderr would mean 0 points
             kinds = [(o["output_type"], o.get("name")) for o in saved[grade_id]["outputs"]]
             assert ("stream", "stderr") not in kinds and ("display_data", None) in kinds, (grade_id, kinds)
@@ -288,8 +325,11 @@ def test_a_spanish_student_sees_the_check_in_spanish(lab, course, browser_page):
         expect(out).to_contain_text(re.compile("AssertionError: make_dataloader: (falló|fallaron)"), timeout=120_000)
         text = out.inner_text()
         assert "el DataLoader no tiene DistributedSampler" in text, text  # exercise 2's mistake, in Spanish
-        assert re.search(rf"make_dataloader: pasan? \d+ de {n} checks?, [\d.]+/[\d.]+ puntos, [\d.]+ s; "
-                         r"se ejecutó en \d ranks?, ", text), text  # the framing and the hardware-plan line
+        assert re.search(
+            rf"make_dataloader: pasan? \d+ de {n} checks?, [\d.]+/[\d.]+ puntos, [\d.]+ s; "
+            r"se ejecutó en \d ranks?, ",
+            text,
+        ), text  # the framing and the hardware-plan line
         assert re.search(rf"AssertionError: make_dataloader: (falló|fallaron) \d+ de {n} checks? ", text), text
         assert "the DataLoader has no DistributedSampler" not in text
         check.scroll_into_view_if_needed()
@@ -299,7 +339,7 @@ def test_a_spanish_student_sees_the_check_in_spanish(lab, course, browser_page):
         raise
 
 
-HANG_ANSWER = '''import os
+HANG_ANSWER = """import os
 os.environ.pop("COURSE_LANG", None)  # the test above set it
 import torch
 import torch.distributed as dist
@@ -308,7 +348,7 @@ def save_checkpoint(model, path):
     if dist.get_rank() == 0:
         torch.save(model.module.state_dict(), path)
         dist.barrier()  # only rank 0 waits: rank 1 goes on
-'''
+"""
 
 
 def test_a_hang_is_answered_once_in_the_students_own_line(lab, course, browser_page):
@@ -335,8 +375,11 @@ def test_a_hang_is_answered_once_in_the_students_own_line(lab, course, browser_p
             f.write(f"{seconds:.1f} s (target 35 s, measured by benchmarks/bench_hang.py)\n")
         print(f"the hang was answered in the browser in {seconds:.1f} s (target 35 s)")
         text = out.inner_text()
-        assert re.search(rf"rank 0 called barrier \(your save_checkpoint, cell In\[\d+\], line {barrier_line}\) "
-                         r"that rank 1 never called in your code", text), text
+        assert re.search(
+            rf"rank 0 called barrier \(your save_checkpoint, cell In\[\d+\], line {barrier_line}\) "
+            r"that rank 1 never called in your code",
+            text,
+        ), text
         assert text.count("rank 0 hung: waiting in") == 1, text  # the stacks once, not once per check
         view = text.split("AssertionError:")[0]  # the checks' view; the cell's error after it lists them again
         assert view.count("already hung in") == n - 1, text
@@ -349,14 +392,14 @@ def test_a_hang_is_answered_once_in_the_students_own_line(lab, course, browser_p
         raise
 
 
-ABORT_ANSWER = '''import torch
+ABORT_ANSWER = """import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 def wrap_model(model, device):
     dist.all_reduce(torch.ones(1 if dist.get_rank() == 0 else 13))  # sizes differ: gloo aborts a rank
     return DDP(model.to(device))
-'''
+"""
 
 
 def test_a_gloo_abort_names_the_students_line_and_prints_gloos_text_once(lab, course, browser_page):
@@ -404,8 +447,11 @@ def test_validate_shows_it_is_working_and_says_which_tasks_fail_and_why(lab, cou
         expect(dialog).to_contain_text("Validation", timeout=400_000)  # a bound, not a verdict
         text = dialog.inner_text()
         _shot(page, "09-validate")
-        for task, reason in (("make_dataloader", "DistributedSampler"), ("save_checkpoint", "never called in your code"),
-                             ("wrap_model", "with tensors of different sizes")):
+        for task, reason in (
+            ("make_dataloader", "DistributedSampler"),
+            ("save_checkpoint", "never called in your code"),
+            ("wrap_model", "with tensors of different sizes"),
+        ):
             assert f"{task}:" in text and reason in text, (task, text)
         assert "shown above" not in text, text  # an "above" names a check listed above in the same results
         dialog.get_by_role("button", name="Ok").click()
@@ -471,8 +517,14 @@ def test_a_quick_check_answers_from_a_cold_kernel_and_lessons_stay_clean_in_git(
         _close_current_tab(page, discard=False)
         # only the lesson opened and saved: the one whose Quick Check ran holds the student's outputs (saved by
         # the server even though its tab was closed with Discard)
-        changed = subprocess.run(["git", "status", "--porcelain", "--", "lessons/ja"], cwd=course["root"],
-                                 capture_output=True, text=True, timeout=60, check=True).stdout
+        changed = subprocess.run(
+            ["git", "status", "--porcelain", "--", "lessons/ja"],
+            cwd=course["root"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=True,
+        ).stdout
         assert changed == "", changed
     except Exception:
         _shot(page, "failure-lessons")

@@ -1,4 +1,5 @@
 """nbgrader's cell conventions (grader.cells) hold in every exercise notebook."""
+
 import os
 
 import pytest
@@ -35,8 +36,9 @@ def test_every_task_with_hidden_checks_has_its_hidden_region(exercise_id):
     for task in exercise.tasks:
         hidden = cells.hidden_region(solution[task])
         if exercise.checks_for(task, hidden=True):
-            assert hidden is not None and f'check("{task}", hidden=True)' in hidden, \
+            assert hidden is not None and f'check("{task}", hidden=True)' in hidden, (
                 f"{task} has hidden checks but its check cell has no hidden region calling them"
+            )
             assert "hidden=True" not in cells.source(release[task]), f"{task}: the release shows the hidden call"
         else:
             assert hidden is None or "hidden=True" not in hidden, f"{task}: a hidden region with nothing hidden"
@@ -59,8 +61,12 @@ def test_untouched_stubs_are_recognised_and_an_edit_is_not():
 
 
 def test_output_text_reads_streams_and_displays():
-    cell = {"cell_type": "code", "outputs": [
-        {"output_type": "stream", "name": "stdout", "text": ["✓ a\n"]},
-        {"output_type": "display_data", "data": {"text/plain": "✗ b", "text/html": "<b>✗ b</b>"}},
-        {"output_type": "execute_result", "data": {"text/plain": ["1"]}}]}
+    cell = {
+        "cell_type": "code",
+        "outputs": [
+            {"output_type": "stream", "name": "stdout", "text": ["✓ a\n"]},
+            {"output_type": "display_data", "data": {"text/plain": "✗ b", "text/html": "<b>✗ b</b>"}},
+            {"output_type": "execute_result", "data": {"text/plain": ["1"]}},
+        ],
+    }
     assert cells.output_text(cell).split("\n") == ["✓ a", "", "✗ b", "1"]

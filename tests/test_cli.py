@@ -3,6 +3,7 @@
 Every bad submission gives a clear message and exit 2 or failed checks,
 never a hang, and the submission file is unchanged byte for byte.
 """
+
 import hashlib
 import json
 import subprocess
@@ -17,8 +18,7 @@ EXERCISE = "02_ddp_basics"
 
 
 def grader(*args, timeout=240):
-    return subprocess.run([sys.executable, "-m", "grader", *args], capture_output=True, text=True,
-                          timeout=timeout)
+    return subprocess.run([sys.executable, "-m", "grader", *args], capture_output=True, text=True, timeout=timeout)
 
 
 def digest(path):
@@ -47,13 +47,26 @@ def write(tmp_path, name, text):
     return str(path)
 
 
-@pytest.mark.parametrize("name, content, phrase", [
-    ("broken.ipynb", '{"cells": [', "is not a readable notebook"),
-    ("no_answers.ipynb", json.dumps({"cells": [{"cell_type": "code", "source": "x = 1", "metadata": {}}],
-                                     "metadata": {}, "nbformat": 4, "nbformat_minor": 5}), "no answer cells"),
-    ("syntax.py", "def pick_backend(:\n    return 'gloo'\n", "syntax error at line 1"),
-    ("notes.txt", "hello", "expected a notebook"),
-])
+@pytest.mark.parametrize(
+    "name, content, phrase",
+    [
+        ("broken.ipynb", '{"cells": [', "is not a readable notebook"),
+        (
+            "no_answers.ipynb",
+            json.dumps(
+                {
+                    "cells": [{"cell_type": "code", "source": "x = 1", "metadata": {}}],
+                    "metadata": {},
+                    "nbformat": 4,
+                    "nbformat_minor": 5,
+                }
+            ),
+            "no answer cells",
+        ),
+        ("syntax.py", "def pick_backend(:\n    return 'gloo'\n", "syntax error at line 1"),
+        ("notes.txt", "hello", "expected a notebook"),
+    ],
+)
 def test_unreadable_submission_exits_2_with_one_clear_line(tmp_path, name, content, phrase):
     path = write(tmp_path, name, content)
     before = digest(path)
@@ -74,11 +87,14 @@ def _json(proc):
     return json.loads(proc.stdout)
 
 
-@pytest.mark.parametrize("prelude, phrase", [
-    ("import sys\nsys.exit(3)\n", "SystemExit"),
-    ("import os\nos._exit(5)\n", "exited with code 5"),
-    ("while True:\n    pass\n", "hung"),
-])
+@pytest.mark.parametrize(
+    "prelude, phrase",
+    [
+        ("import sys\nsys.exit(3)\n", "SystemExit"),
+        ("import os\nos._exit(5)\n", "exited with code 5"),
+        ("while True:\n    pass\n", "hung"),
+    ],
+)
 def test_student_code_that_exits_or_loops_at_import_fails_checks_cleanly(tmp_path, prelude, phrase):
     path = write(tmp_path, "answers.py", prelude + solution_source(EXERCISE))
     before = digest(path)
@@ -90,7 +106,8 @@ def test_student_code_that_exits_or_loops_at_import_fails_checks_cleanly(tmp_pat
 
 def test_sys_exit_inside_a_task_fails_that_task(tmp_path):
     source = solution_source(EXERCISE).replace(
-        'def pick_backend() -> str:\n', 'def pick_backend() -> str:\n    import sys; sys.exit(0)\n', 1)
+        "def pick_backend() -> str:\n", "def pick_backend() -> str:\n    import sys; sys.exit(0)\n", 1
+    )
     report = _json(grader("check", EXERCISE, write(tmp_path, "answers.py", source), "--json", "--task", "pick_backend"))
     assert "SystemExit" in report["checks"][0]["message"]
 
@@ -104,7 +121,7 @@ def test_fifty_megabytes_of_printing_is_bounded(tmp_path):
 
 def test_missing_task_fails_only_its_own_checks(tmp_path):
     source = solution_source(EXERCISE)
-    source = source[: source.index("def save_checkpoint")] + source[source.index("def load_checkpoint"):]
+    source = source[: source.index("def save_checkpoint")] + source[source.index("def load_checkpoint") :]
     path = write(tmp_path, "answers.py", source)
     for task in ("save_checkpoint", "load_checkpoint"):
         proc = grader("check", EXERCISE, path, "--json", "--task", task)
@@ -118,7 +135,8 @@ def test_missing_task_fails_only_its_own_checks(tmp_path):
 
 def test_crashing_task_fails_its_checks_with_the_students_frame(tmp_path):
     source = solution_source(EXERCISE).replace(
-        'def pick_backend() -> str:\n', 'def pick_backend() -> str:\n    raise RuntimeError("not yet")\n', 1)
+        "def pick_backend() -> str:\n", 'def pick_backend() -> str:\n    raise RuntimeError("not yet")\n', 1
+    )
     path = write(tmp_path, "answers.py", source)
     report = _json(grader("check", EXERCISE, path, "--json", "--task", "pick_backend"))
     message = report["checks"][0]["message"]
@@ -128,9 +146,15 @@ def test_crashing_task_fails_its_checks_with_the_students_frame(tmp_path):
 def test_concurrent_graders_do_not_clash(tmp_path):
     """Four graders at once, each opening TCP rendezvous ports (setup) and FileStores."""
     path = solution_notebook(EXERCISE)
-    procs = [subprocess.Popen([sys.executable, "-m", "grader", "check", EXERCISE, path, "--json", "--task", task],
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-             for task in ("setup", "setup", "cleanup", "wrap_model")]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-m", "grader", "check", EXERCISE, path, "--json", "--task", task],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for task in ("setup", "setup", "cleanup", "wrap_model")
+    ]
     for proc in procs:
         out, err = proc.communicate(timeout=300)
         assert proc.returncode == 0, out + err
@@ -140,9 +164,11 @@ def test_commands_leave_slow_notebook_imports_to_those_that_use_them():
     """Every `python -m grader` command builds the whole parser (and a make-grade worker is one): nbformat (and,
     through it, jsonschema's format checkers: 2.3 s here) is imported only by the commands that write notebooks.
     The gradebook writer does import nbformat, without rfc3987_syntax's Lark parsers (inject.py says why)."""
-    probe = ("import sys\nfrom grader.cli import build_parser\nbuild_parser()\n"
-             "print(sorted({m.split('.')[0] for m in sys.modules} & {'nbformat', 'jsonschema', 'nbconvert'}))\n"
-             "import grader.gradebook.inject\nprint(sys.modules.get('rfc3987_syntax'), 'nbformat' in sys.modules)")
+    probe = (
+        "import sys\nfrom grader.cli import build_parser\nbuild_parser()\n"
+        "print(sorted({m.split('.')[0] for m in sys.modules} & {'nbformat', 'jsonschema', 'nbconvert'}))\n"
+        "import grader.gradebook.inject\nprint(sys.modules.get('rfc3987_syntax'), 'nbformat' in sys.modules)"
+    )
     proc = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=240)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.splitlines() == ["[]", "None True"]

@@ -4,6 +4,7 @@ What a grading run really loads is measured in a fresh interpreter (the exercise
 check run); the digest must cover all of it. In a copy of the grader, changing any shared module
 changes the digest of exactly the exercises that load it.
 """
+
 from __future__ import annotations
 
 import json
@@ -93,8 +94,16 @@ def test_changing_a_shared_module_changes_the_digest_of_exactly_its_users(copy, 
 
 def test_what_grades_every_exercise_is_in_every_digest(copy):
     everyone = set(exercise_ids())
-    for relative in ("runner.py", "grading.py", "tolerances.py", "submission.py", "checks.py",
-                     "engine/worker.py", "engine/preload.py", "exercises/__init__.py"):
+    for relative in (
+        "runner.py",
+        "grading.py",
+        "tolerances.py",
+        "submission.py",
+        "checks.py",
+        "engine/worker.py",
+        "engine/preload.py",
+        "exercises/__init__.py",
+    ):
         assert _changed(copy, relative) == everyone, relative
 
 

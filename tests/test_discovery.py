@@ -5,6 +5,7 @@ students without touching any list; the check order is the notebook's; a module 
 to import is reported with its traceback before anything is graded; the engine names no
 exercise, and a public rank never holds a hidden module.
 """
+
 from __future__ import annotations
 
 import ast
@@ -90,8 +91,14 @@ def _copy(tmp_path, files: dict[str, str]):
     """The grader as it is (what git does not ignore), and pyproject.toml for the student build, copied,
     with the demo exercise added."""
     root = tmp_path / "repo"
-    listed = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard", "grader"],
-                            cwd=ROOT, capture_output=True, text=True, timeout=60, check=True).stdout.split("\0")
+    listed = subprocess.run(
+        ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard", "grader"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    ).stdout.split("\0")
     for path in filter(None, listed):
         if os.path.isfile(os.path.join(ROOT, path)):  # a file deleted but not yet committed is not copied
             os.makedirs(os.path.dirname(root / path), exist_ok=True)
@@ -107,8 +114,9 @@ def _copy(tmp_path, files: dict[str, str]):
 def _python(root, *args, env=None):
     environ = {k: v for k, v in os.environ.items() if k != "GRADER_HIDDEN_MASKED"}
     environ.update(PYTHONPATH=str(root), **(env or {}))
-    done = subprocess.run([sys.executable, *args], cwd=root, env=environ, capture_output=True, text=True,
-                          timeout=TIMEOUT_S)
+    done = subprocess.run(
+        [sys.executable, *args], cwd=root, env=environ, capture_output=True, text=True, timeout=TIMEOUT_S
+    )
     return done
 
 
@@ -125,11 +133,18 @@ def test_a_new_package_is_an_exercise_without_touching_any_list(tmp_path):
     root = _copy(tmp_path, DEMO)
     seen = _probe(root, "--rank")
     assert "99_demo" in seen["ids"] and seen["ids"] == sorted(seen["ids"])
-    assert seen["checks"] == [["c_first", "first", False, 1], ["a_first", "first", False, 1],
-                              ["b_first", "first", False, 2], ["h_first", "first", True, 1],
-                              ["a_second", "second", False, 1]]
-    public = ["grader.exercises.zz_demo.checks_0", "grader.exercises.zz_demo.checks_a",
-              "grader.exercises.zz_demo.checks_b"]
+    assert seen["checks"] == [
+        ["c_first", "first", False, 1],
+        ["a_first", "first", False, 1],
+        ["b_first", "first", False, 2],
+        ["h_first", "first", True, 1],
+        ["a_second", "second", False, 1],
+    ]
+    public = [
+        "grader.exercises.zz_demo.checks_0",
+        "grader.exercises.zz_demo.checks_a",
+        "grader.exercises.zz_demo.checks_b",
+    ]
     assert seen["preload"] == public
     assert seen["rank"] == public, "a public rank must hold the public check modules, never a hidden one"
 
@@ -150,8 +165,13 @@ def test_the_student_build_leaves_out_what_discovery_calls_hidden(tmp_path):
     done = _python(root, "-m", "grader", "student-build", str(tmp_path / "student"))
     assert done.returncode == 0, done.stderr[-4000:]
     shipped = tmp_path / "student" / "grader" / "exercises" / "zz_demo"
-    assert sorted(p.name for p in shipped.iterdir()) == ["__init__.py", "checks_0.py", "checks_a.py", "checks_b.py",
-                                                         "reference.py"]
+    assert sorted(p.name for p in shipped.iterdir()) == [
+        "__init__.py",
+        "checks_0.py",
+        "checks_a.py",
+        "checks_b.py",
+        "reference.py",
+    ]
     seen = _probe(tmp_path / "student")
     assert [c[0] for c in seen["checks"]] == ["c_first", "a_first", "b_first", "a_second"]
 
@@ -169,8 +189,11 @@ def test_a_broken_check_module_is_reported_with_its_traceback_before_grading(tmp
     course = root / "course"
     course.mkdir()
     (course / "nbgrader_config.py").write_text("c = get_config()\n")
-    for args in (["-m", "grader", "list"], ["-m", "grader", "check", "99_demo", "answer.py"],
-                 ["-m", "grader", "grade", "99_demo", "--root", str(course), "--quiet"]):
+    for args in (
+        ["-m", "grader", "list"],
+        ["-m", "grader", "check", "99_demo", "answer.py"],
+        ["-m", "grader", "grade", "99_demo", "--root", str(course), "--quiet"],
+    ):
         done = _python(root, *args)
         assert done.returncode != 0, done.stdout
         assert "Traceback" in done.stderr and "checks_c.py" in done.stderr and "broken on purpose" in done.stderr
@@ -225,8 +248,7 @@ def test_a_declaration_imports_no_check_module_and_the_engine_no_exercise():
 @pytest.mark.parametrize("exercise_id", exercise_ids())
 def test_every_check_module_on_disk_is_discovered(exercise_id):
     found = discover()[exercise_id]
-    on_disk = {n[:-3] for n in os.listdir(found.folder)
-               if n.endswith(".py") and (n.startswith(("checks_", "hidden_")))}
+    on_disk = {n[:-3] for n in os.listdir(found.folder) if n.endswith(".py") and (n.startswith(("checks_", "hidden_")))}
     assert {m.rpartition(".")[2] for m in (*found.public, *found.hidden)} == on_disk
     assert found.hidden, "the instructor's grader holds hidden checks for every exercise"
 

@@ -1,5 +1,6 @@
 """grader/exercises/dispatch_mode.py: a WatchedMode tells whether it still sees operators, whatever way student
 code switched torch's dispatch modes off; LiveBytes leaves a wrapper's own storages out, however viewed."""
+
 import contextlib
 
 import pytest
@@ -20,8 +21,11 @@ def _popped():
             _push_mode(mode)
 
 
-WAYS = {"disable_current_modes": _disable_current_modes, "pop the mode stack": _popped,
-        "DisableTorchDispatch": torch._C._DisableTorchDispatch}
+WAYS = {
+    "disable_current_modes": _disable_current_modes,
+    "pop the mode stack": _popped,
+    "DisableTorchDispatch": torch._C._DisableTorchDispatch,
+}
 
 
 @pytest.mark.parametrize("way", list(WAYS))

@@ -1,6 +1,7 @@
 """The README is one screen with links, and every file, make target and grader command that the README, docs/ and
 CONTRIBUTING.md name exists, so a renamed module or target cannot leave the docs pointing nowhere. The README's
 course table lists every exercise the grader discovers, so a fifth exercise cannot go missing from it."""
+
 from __future__ import annotations
 
 import re
@@ -14,8 +15,20 @@ from tests.helpers import ROOT
 
 ROOT_PATH = Path(ROOT)
 PAGES = [ROOT_PATH / "README.md", ROOT_PATH / "CONTRIBUTING.md", *sorted((ROOT_PATH / "docs").glob("*.md"))]
-TOP = ("grader", "tests", "lessons", "solutions", "exercises", "deploy", "benchmarks", "samples", "locale",
-       "translated", "docs", ".ci")
+TOP = (
+    "grader",
+    "tests",
+    "lessons",
+    "solutions",
+    "exercises",
+    "deploy",
+    "benchmarks",
+    "samples",
+    "locale",
+    "translated",
+    "docs",
+    ".ci",
+)
 PATH = re.compile(r"`((?:%s)/[^`\s]*)`" % "|".join(re.escape(t) for t in TOP))
 LINK = re.compile(r"\]\(([^)#\s]+)")
 MAKE = re.compile(r"(?:`|^)make ([a-z][a-z-]*)", re.M)  # in code, not the prose verb
@@ -27,8 +40,11 @@ ILLUSTRATIVE = ("<", "*", "{", "...", "…", "my_topic", "my_task", "05_", "NN_"
 def named_paths(page: Path) -> set[str]:
     text = page.read_text(encoding="utf-8")
     found = {m.rstrip(".,:;") for m in PATH.findall(text)}
-    found |= {str((page.parent / m).resolve().relative_to(ROOT_PATH)) for m in LINK.findall(text)
-              if "://" not in m and not m.startswith("mailto:")}
+    found |= {
+        str((page.parent / m).resolve().relative_to(ROOT_PATH))
+        for m in LINK.findall(text)
+        if "://" not in m and not m.startswith("mailto:")
+    }
     return {p for p in found if not any(mark in p for mark in ILLUSTRATIVE)} - ONLY_IN_A_BUILD
 
 
@@ -67,7 +83,12 @@ def test_every_make_target_and_grader_command_a_page_names_exists(page):
 def test_code_cites_no_issue_numbers():
     """The tracker is not in the repository: a comment says why, not which issue asked for it."""
     cited = re.compile(r"\b[Ii]ssues? \d+")
-    found = [f"{path.relative_to(ROOT_PATH)}:{n}" for top in ("grader", "tests", "benchmarks", "deploy/hub", "deploy/lab")
-             for path in sorted((ROOT_PATH / top).rglob("*.py")) if "node_modules" not in path.parts
-             for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1) if cited.search(line)]
+    found = [
+        f"{path.relative_to(ROOT_PATH)}:{n}"
+        for top in ("grader", "tests", "benchmarks", "deploy/hub", "deploy/lab")
+        for path in sorted((ROOT_PATH / top).rglob("*.py"))
+        if "node_modules" not in path.parts
+        for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
+        if cited.search(line)
+    ]
     assert not found, f"issue numbers in code: {found[:5]}"

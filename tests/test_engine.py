@@ -1,4 +1,5 @@
 """The multi-process engine, with real processes and a real gloo group."""
+
 import os
 import subprocess
 import sys
@@ -10,8 +11,10 @@ import torch
 
 from grader.engine import current_plan, run_distributed, warm_up
 
-pytestmark = pytest.mark.skipif(torch.cuda.device_count() >= 2, reason="CPU-only: these runs send CPU tensors through the default plan's group; with 2+ GPUs that is nccl, which refuses them (tests/test_teardown_and_gpu.py and tests/test_plan.py cover nccl)")
-
+pytestmark = pytest.mark.skipif(
+    torch.cuda.device_count() >= 2,
+    reason="CPU-only: these runs send CPU tensors through the default plan's group; with 2+ GPUs that is nccl, which refuses them (tests/test_teardown_and_gpu.py and tests/test_plan.py cover nccl)",
+)
 
 
 def descendants() -> set[int]:
@@ -207,10 +210,14 @@ def test_untrusted_ranks_cannot_run_code_in_the_grader():
 def test_two_graders_are_never_handed_the_same_port():
     """Concurrent graders (make grade's workers, two kernels) each get ports the other is not handed."""
     # each prints its ports, then holds them until the test closes its stdin: the two overlap for sure
-    code = ("import sys\nfrom grader.engine import free_port\n"
-            "print(' '.join(str(free_port()) for _ in range(200)), flush=True)\nsys.stdin.read()")
-    procs = [subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-             for _ in range(2)]
+    code = (
+        "import sys\nfrom grader.engine import free_port\n"
+        "print(' '.join(str(free_port()) for _ in range(200)), flush=True)\nsys.stdin.read()"
+    )
+    procs = [
+        subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        for _ in range(2)
+    ]
     try:
         ports = [set(map(int, p.stdout.readline().split())) for p in procs]
     finally:

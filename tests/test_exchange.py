@@ -10,6 +10,7 @@ takes the forgery as Alice's work and the postdated one as Bob's (the attack is 
 `python -m grader collect` refuses each with one line saying why, and collects Alice's
 and Bob's own submissions byte for byte.
 """
+
 from __future__ import annotations
 
 import glob
@@ -60,15 +61,24 @@ def klass():
             for folder, dirs, files in os.walk(course):
                 for name in dirs + files:
                     shutil.chown(os.path.join(folder, name), TEACHER, TEACHER)
-            yield {"exchange": exchange, "course": course, "teacher": teacher_python,
-                   "student": student_env(os.path.join(shared, "student-env"))}
+            yield {
+                "exchange": exchange,
+                "course": course,
+                "teacher": teacher_python,
+                "student": student_env(os.path.join(shared, "student-env")),
+            }
     finally:
         shutil.rmtree(shared, ignore_errors=True)
 
 
 def _env(klass, user: str, python: str, **more) -> list[str]:
-    return ["env", f"PATH={os.path.dirname(python)}:/usr/bin:/bin", f"HOME={home(user)}",
-            f"NBGRADER_EXCHANGE={klass['exchange']}", *(f"{k}={v}" for k, v in more.items())]
+    return [
+        "env",
+        f"PATH={os.path.dirname(python)}:/usr/bin:/bin",
+        f"HOME={home(user)}",
+        f"NBGRADER_EXCHANGE={klass['exchange']}",
+        *(f"{k}={v}" for k, v in more.items()),
+    ]
 
 
 def _ok(proc, what: str) -> str:
@@ -77,8 +87,10 @@ def _ok(proc, what: str) -> str:
 
 
 def _teacher(klass, *cmd: str, cwd: str | None = None) -> str:
-    return _ok(as_user(TEACHER, *_env(klass, TEACHER, klass["teacher"]), klass["teacher"], *cmd,
-                       cwd=cwd or klass["course"]), f"{cmd} as the instructor")
+    return _ok(
+        as_user(TEACHER, *_env(klass, TEACHER, klass["teacher"]), klass["teacher"], *cmd, cwd=cwd or klass["course"]),
+        f"{cmd} as the instructor",
+    )
 
 
 def _student(klass, user: str, *cmd: str) -> str:
@@ -91,8 +103,10 @@ def _submit(klass, user: str) -> bytes:
     """Fetch, write a mark of the student's own into the notebook, submit; the bytes submitted."""
     _student(klass, user, "-m", "nbgrader", "fetch_assignment", A)
     notebook = os.path.join(home(user), COURSE_ID, A, f"{A}.ipynb")
-    script = (f"import json; p = {notebook!r}; nb = json.load(open(p)); nb['metadata']['whose'] = {user!r}; "
-              "json.dump(nb, open(p, 'w'))")
+    script = (
+        f"import json; p = {notebook!r}; nb = json.load(open(p)); nb['metadata']['whose'] = {user!r}; "
+        "json.dump(nb, open(p, 'w'))"
+    )
     _student(klass, user, "-c", script)
     _student(klass, user, "-m", "nbgrader", "submit", A)
     with open(notebook, "rb") as f:
@@ -120,12 +134,15 @@ def _forge(klass) -> None:
     mine = os.path.join(home(BOB), COURSE_ID, A, f"{A}.ipynb")
     for tag, (student, name_time, file_time, link) in plan.items():
         folder = os.path.join(inbound, f"{student}+{A}+{_stamp(name_time)}+{tag}")
-        make_notebook = (f"os.symlink({solution!r}, os.path.join(d, {A + '.ipynb'!r}))" if link else
-                         f"shutil.copy({mine!r}, d)")
+        make_notebook = (
+            f"os.symlink({solution!r}, os.path.join(d, {A + '.ipynb'!r}))" if link else f"shutil.copy({mine!r}, d)"
+        )
         if tag == "sparse":
             make_notebook += f"; os.truncate(open(os.path.join(d, 'weights.bin'), 'x').name, {3 << 30})"
-        script = (f"import os, shutil; d = {folder!r}; os.mkdir(d); {make_notebook}; "
-                  f"open(os.path.join(d, 'timestamp.txt'), 'w').write({_stamp(file_time)!r})")
+        script = (
+            f"import os, shutil; d = {folder!r}; os.mkdir(d); {make_notebook}; "
+            f"open(os.path.join(d, 'timestamp.txt'), 'w').write({_stamp(file_time)!r})"
+        )
         _student(klass, BOB, "-c", script)
 
 

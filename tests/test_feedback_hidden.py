@@ -4,6 +4,7 @@ text of the grader's; a public check still names the student's own error.
 
 Real processes throughout: the CLI's JSON report, and a class graded with nbgrader (feedback HTML).
 """
+
 import json
 import os
 import subprocess
@@ -17,32 +18,32 @@ from tests.helpers import ROOT, replace_definition, solution_source
 
 pytestmark = pytest.mark.skipif(is_student_build(), reason="a student build has no hidden modules to leak")
 
-LEAK = '''
+LEAK = """
 import importlib as _il, inspect as _ins
 
 
 def _hidden_source():
     return _ins.getsource(_il.import_module("{module}"))
-'''
+"""
 # Each attack in its own task: raise it, print it and leave, raise it as a "CheckFailed" of one's own.
-RAISES = '''
+RAISES = """
 def shard_indices(n_samples, rank, world_size):
     raise RuntimeError("MARK-RAISE " + _hidden_source())
-'''
-PRINTS = '''
+"""
+PRINTS = """
 def average_gradients(model):
     import os
     print("MARK-PRINT " + _hidden_source(), flush=True)
     os._exit(1)
-'''
-FORGES = '''
+"""
+FORGES = """
 class CheckFailed(Exception):
     pass
 
 
 def ring_all_reduce(tensor):
     raise CheckFailed("MARK-FORGED " + _hidden_source())
-'''
+"""
 
 
 def hidden_lines(module_file: str) -> list[str]:
@@ -63,8 +64,13 @@ def test_the_cli_report_holds_no_hidden_source_and_hidden_checks_say_fixed_text(
     source = LEAK.format(module="grader.exercises.parallelism.hidden_core") + source
     path = tmp_path / "attack.py"
     path.write_text(source)
-    proc = subprocess.run([sys.executable, "-m", "grader", "check", "01_parallelism", str(path), "--json",
-                           "--timeout", "20"], cwd=ROOT, capture_output=True, text=True, timeout=900)
+    proc = subprocess.run(
+        [sys.executable, "-m", "grader", "check", "01_parallelism", str(path), "--json", "--timeout", "20"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     assert proc.returncode == 1, proc.stderr
     assert_no_hidden_text(proc.stdout, "parallelism/hidden_core.py")
     report = json.loads(proc.stdout)
@@ -82,8 +88,9 @@ def test_the_cli_report_holds_no_hidden_source_and_hidden_checks_say_fixed_text(
             assert mark in messages, (task, messages)  # ...and the student's own error is still named
     public_raise = "\n".join(c["message"] for c in report["checks"] if c["task"] == "shard_indices")
     assert "RuntimeError" in public_raise
-    public_exit = "\n".join(c["message"] for c in report["checks"]
-                            if c["task"] == "average_gradients" and not c["hidden"])
+    public_exit = "\n".join(
+        c["message"] for c in report["checks"] if c["task"] == "average_gradients" and not c["hidden"]
+    )
     assert "exited with code 1" in public_exit  # its last output lines were the hidden text: cut out
 
 
@@ -98,10 +105,16 @@ def test_the_feedback_html_holds_no_hidden_source(tmp_path):
     roundtrip.release(course, A)
     good = solution_answers()
     leak = LEAK.format(module="grader.exercises.ddp_basics.hidden_training")
-    answers = dict(good, make_dataloader_answer=leak + replace_definition(
-        good["make_dataloader_answer"], "make_dataloader",
-        'def make_dataloader(dataset, batch_size, rank, world_size, seed):\n'
-        '    raise RuntimeError("MARK-RAISE " + _hidden_source())\n'))
+    answers = dict(
+        good,
+        make_dataloader_answer=leak
+        + replace_definition(
+            good["make_dataloader_answer"],
+            "make_dataloader",
+            "def make_dataloader(dataset, batch_size, rank, world_size, seed):\n"
+            '    raise RuntimeError("MARK-RAISE " + _hidden_source())\n',
+        ),
+    )
     place(course, "eve", notebook_with(answers))
     results = grade_assignment(course, A, jobs=1, timeout=10.0, progress=False)
     write_results(course, A, results)
@@ -118,10 +131,13 @@ def test_the_feedback_html_holds_no_hidden_source(tmp_path):
 
 # --- the rules themselves (grader.feedback_filter), on text ----------------------------------------------------
 
+
 def test_a_hidden_checks_message_keeps_the_parents_words_and_drops_every_string_of_the_ranks():
     rank_sent = ["MARK-VALUE sent back", "a line\nMARK-ERROR of the rank"]
-    message = ("rank 1 returned 'MARK-VALUE sent back' (3 items): return a list of ints\n"
-               "MARK-ERROR of the rank\nrank 0 took 4 steps for its 5 batches")
+    message = (
+        "rank 1 returned 'MARK-VALUE sent back' (3 items): return a list of ints\n"
+        "MARK-ERROR of the rank\nrank 0 took 4 steps for its 5 batches"
+    )
     text = feedback_filter.hidden_message(message, "wrong", "shard_indices", "declared words", rank_sent)
     assert "MARK" not in text
     assert "(3 items): return a list of ints" in text and "rank 0 took 4 steps for its 5 batches" in text
@@ -130,8 +146,10 @@ def test_a_hidden_checks_message_keeps_the_parents_words_and_drops_every_string_
     assert only_rank_text.startswith("wrong result in a hidden test of `shard_indices`")
     assert "MARK" not in only_rank_text
     # a string the grader's public code holds itself (a field name the rank's grader code sent) tells nothing new
-    assert feedback_filter.hidden_message("`restart_count` is 0", "wrong", "read_dist_env", "", ["restart_count"]) \
+    assert (
+        feedback_filter.hidden_message("`restart_count` is 0", "wrong", "read_dist_env", "", ["restart_count"])
         == "`restart_count` is 0"
+    )
 
 
 def test_a_public_message_is_capped_and_says_so():
@@ -162,8 +180,10 @@ def test_a_hidden_checks_message_keeps_no_word_of_the_students_choosing():
 
 
 def test_a_failed_load_reads_in_a_hidden_check_without_what_loading_printed():
-    message = ("loading your answers failed: it exited with code 1 (did the code call sys.exit or os._exit?) before "
-               "returning a result\nits last output:\n  MARK-PRINTED while loading")
+    message = (
+        "loading your answers failed: it exited with code 1 (did the code call sys.exit or os._exit?) before "
+        "returning a result\nits last output:\n  MARK-PRINTED while loading"
+    )
     text = feedback_filter.hidden_message(message, "load_failed", "setup", "", ["MARK-PRINTED while loading\n"])
     assert "exited with code 1" in text and "MARK" not in text and "its last output" not in text
 
@@ -171,7 +191,7 @@ def test_a_failed_load_reads_in_a_hidden_check_without_what_loading_printed():
 # --- values a rank shaped (ord()s of a hidden module) are bounded in a hidden check's text ------------------
 
 NUMBER = r"(?<![A-Za-z_])\d+(?:\.\d+)?"
-SHAPED = '''
+SHAPED = """
 def partition_parameters(params, world_size):
     import importlib, inspect
     source = inspect.getsource(importlib.import_module("grader.exercises.syncbn_sharded.hidden_sharding")).encode()
@@ -179,7 +199,7 @@ def partition_parameters(params, world_size):
     owned = [[] for _ in range(world_size)]
     owned[0] = list(range(n)) + [n + 256 * i + byte for i, byte in enumerate(source[:800])]
     return owned
-'''
+"""
 
 
 def decoded(message: str, n: int) -> bytes:
@@ -199,9 +219,25 @@ def test_values_a_rank_shaped_are_bounded_in_a_hidden_checks_text(tmp_path):
     source = replace_definition(solution_source("03_syncbn_sharded"), "partition_parameters", SHAPED)
     path = tmp_path / "shaped.py"
     path.write_text(source)
-    proc = subprocess.run([sys.executable, "-m", "grader", "check", "03_syncbn_sharded", str(path), "--json",
-                           "--task", "partition_parameters", "--timeout", "20"], cwd=ROOT, capture_output=True,
-                          text=True, timeout=900)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "grader",
+            "check",
+            "03_syncbn_sharded",
+            str(path),
+            "--json",
+            "--task",
+            "partition_parameters",
+            "--timeout",
+            "20",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     report = json.loads(proc.stdout)
     shaped = [c for c in report["checks"] if "unknown [" in c["message"]]
     public = [c for c in shaped if not c["hidden"]]
@@ -218,26 +254,33 @@ def test_values_a_rank_shaped_are_bounded_in_a_hidden_checks_text(tmp_path):
 
 def test_values_in_a_hidden_checks_text_are_bounded_in_kind_and_number():
     shaped = ", ".join(str(3 + 256 * i + b) for i, b in enumerate(b"HIDDEN_PARTITION_CASES = [" * 30))
-    message = (f"for 3 parameters over world_size=1 every index 0..2 must appear exactly once; unknown [{shaped}]\n"
-               "rank 0 returned ['#$', '%&', 'x', '9'] and 12345678901234567890\n" + "more 1 2 3\n" * 40)
+    message = (
+        f"for 3 parameters over world_size=1 every index 0..2 must appear exactly once; unknown [{shaped}]\n"
+        "rank 0 returned ['#$', '%&', 'x', '9'] and 12345678901234567890\n" + "more 1 2 3\n" * 40
+    )
     text = feedback_filter.hidden_message(message, "wrong", "partition_parameters", "declared words", [])
     own = text.split("\n" + feedback_filter.HIDDEN_TEXT_NOTE)[0] if feedback_filter.HIDDEN_TEXT_NOTE in text else text
     assert "unknown [75, 332, 583, 839, …]" in text, text  # the first of a list (3 + ord("H"), ...), then …
     assert "'#$'" not in text and "[...]" in text  # a quoted string that is no name
     assert "12345678901234567890" not in text and len(feedback_filter._WORD.findall(own)) < 200
     import re
+
     shown = "\n".join(line for line in own.splitlines() if "(cut:" not in line)  # the cut line is the grader's
     assert len(re.findall(NUMBER, shown)) <= feedback_filter.MAX_HIDDEN_NUMBERS, own
-    assert len(own) <= feedback_filter.MAX_HIDDEN_CHARS + 200 and len(own.splitlines()) <= feedback_filter.MAX_HIDDEN_LINES
+    assert (
+        len(own) <= feedback_filter.MAX_HIDDEN_CHARS + 200 and len(own.splitlines()) <= feedback_filter.MAX_HIDDEN_LINES
+    )
     assert text.endswith("declared words")
     # an honest message of the grader's is unchanged
-    honest = ("for parameters of [5, 7, 3] elements over 4 ranks, the ranks own [5, 7, 3, 0] elements: the gap "
-              "exceeds the largest parameter (7)")
+    honest = (
+        "for parameters of [5, 7, 3] elements over 4 ranks, the ranks own [5, 7, 3, 0] elements: the gap "
+        "exceeds the largest parameter (7)"
+    )
     assert feedback_filter.hidden_message(honest, "wrong", "partition_parameters", "", []) == honest
 
 
 def test_an_apostrophe_in_the_graders_words_is_no_quoted_value():
-    """"the activation's shape ... the activation's buffer": two apostrophes of the grader's prose are not a quoted
+    """ "the activation's shape ... the activation's buffer": two apostrophes of the grader's prose are not a quoted
     string a rank produced, so the sentence between them is kept."""
     from grader import feedback_filter
 

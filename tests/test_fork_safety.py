@@ -3,6 +3,7 @@ to a fork, so one module-level torch.cuda.is_available() in a check would make e
 ("Cannot re-initialize CUDA in forked subprocess") while a CPU machine shows nothing. GRADER_CUDA_WATCH=1
 (engine/cuda_watch.py) puts recorders on torch's CUDA entry points in every grader process; each rank reports
 what its ancestors called before forking it (an at-fork hook)."""
+
 import json
 import os
 import subprocess
@@ -36,14 +37,22 @@ def _worker_args():
 
 
 def test_the_kernels_forkserver_calls_no_cuda_before_forking_ranks(watched):
-    proc = subprocess.run([sys.executable, "-c", KERNEL.format(a=A, pkg="ddp_basics")], cwd=ROOT,
-                          capture_output=True, text=True, timeout=600)
+    proc = subprocess.run(
+        [sys.executable, "-c", KERNEL.format(a=A, pkg="ddp_basics")],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert json.loads(proc.stdout.strip().splitlines()[-1]) == [[], []]
 
 
-WHERE = [pytest.param(True, True, id="nursery-job", marks=pytest.mark.skipif(os.geteuid() != 0, reason="root")),
-         pytest.param(True, False, id="sandboxed-grade-worker"), pytest.param(False, False, id="grade-worker")]
+WHERE = [
+    pytest.param(True, True, id="nursery-job", marks=pytest.mark.skipif(os.geteuid() != 0, reason="root")),
+    pytest.param(True, False, id="sandboxed-grade-worker"),
+    pytest.param(False, False, id="grade-worker"),
+]
 
 
 @needs_bwrap

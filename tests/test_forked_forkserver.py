@@ -1,5 +1,6 @@
 """The grading worker's forkserver is a fork of the worker (engine/forked_forkserver.py): ranks come
 from it, and they inherit neither the hidden checks the worker loads afterwards nor its result pipe."""
+
 import json
 import os
 import subprocess

@@ -9,6 +9,7 @@ A hostile submission whose answer cell writes a probe into the course directory 
 None writes a probe, and the autograded notebook `make grade` left is still there. Without the refusal (nbgrader's
 defaults everywhere) the same submission writes its probe: the attack is real, and the test can fail.
 """
+
 from __future__ import annotations
 
 import json
@@ -78,15 +79,31 @@ def press_autograde(root: str, env: dict, tmp_path) -> dict:
     port, token = _free_port(), secrets.token_hex(16)
     log_path = tmp_path / "server.log"
     with open(log_path, "w") as log:
-        proc = subprocess.Popen([os.path.join(BIN, "jupyter-server"), "--no-browser", "--allow-root",
-                                 f"--ServerApp.port={port}", "--ServerApp.ip=127.0.0.1",
-                                 f"--IdentityProvider.token={token}", f"--ServerApp.root_dir={root}"],
-                                cwd=root, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        proc = subprocess.Popen(
+            [
+                os.path.join(BIN, "jupyter-server"),
+                "--no-browser",
+                "--allow-root",
+                f"--ServerApp.port={port}",
+                "--ServerApp.ip=127.0.0.1",
+                f"--IdentityProvider.token={token}",
+                f"--ServerApp.root_dir={root}",
+            ],
+            cwd=root,
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
         url = f"http://127.0.0.1:{port}"
         try:
             wait_until_up(proc, f"{url}/api/status?token={token}", "the Jupyter server", str(log_path))
-            request = urllib.request.Request(f"{url}/formgrader/api/submission/{A}/bob/autograde", data=b"",
-                                             method="POST", headers={"Authorization": f"token {token}"})
+            request = urllib.request.Request(
+                f"{url}/formgrader/api/submission/{A}/bob/autograde",
+                data=b"",
+                method="POST",
+                headers={"Authorization": f"token {token}"},
+            )
             with urllib.request.urlopen(request, timeout=600) as reply:
                 return json.loads(reply.read())
         finally:
@@ -94,8 +111,13 @@ def press_autograde(root: str, env: dict, tmp_path) -> dict:
 
 
 def server_env(tmp_path, config_path: str | None) -> dict:
-    env = dict(os.environ, PATH=BIN + os.pathsep + os.environ.get("PATH", ""), HOME=str(tmp_path),
-               JUPYTER_RUNTIME_DIR=str(tmp_path / "runtime"), JUPYTER_CONFIG_PATH=config_path or "")
+    env = dict(
+        os.environ,
+        PATH=BIN + os.pathsep + os.environ.get("PATH", ""),
+        HOME=str(tmp_path),
+        JUPYTER_RUNTIME_DIR=str(tmp_path / "runtime"),
+        JUPYTER_CONFIG_PATH=config_path or "",
+    )
     env.pop("NBGRADER_DB_URL", None)
     return env
 
@@ -114,9 +136,14 @@ def test_the_formgrader_autograde_button_runs_no_student_code(course, tmp_path, 
 
 def test_plain_nbgrader_autograde_refuses_in_one_line(course):
     course, probes, autograded = course
-    proc = subprocess.run([sys.executable, "-m", "nbgrader", "autograde", A, "--force"], cwd=course.root,
-                          capture_output=True, text=True, timeout=600,
-                          env=dict(os.environ, PATH=BIN + os.pathsep + os.environ.get("PATH", "")))
+    proc = subprocess.run(
+        [sys.executable, "-m", "nbgrader", "autograde", A, "--force"],
+        cwd=course.root,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=dict(os.environ, PATH=BIN + os.pathsep + os.environ.get("PATH", "")),
+    )
     assert proc.returncode != 0
     errors = [line for line in proc.stderr.splitlines() if "ERROR" in line]
     assert len(errors) == 1 and REFUSAL in errors[0], proc.stderr
@@ -127,9 +154,14 @@ def test_plain_nbgrader_autograde_refuses_in_one_line(course):
 def test_the_refusal_needs_an_explicit_flag_to_lift(course):
     """The flag an instructor types for notebooks they trust; the same command without it refused (above)."""
     course, probes, _ = course
-    proc = subprocess.run([sys.executable, "-m", "nbgrader", "autograde", A, "--force", ALLOW,
-                           "--ExecutePreprocessor.timeout=120"], cwd=course.root, capture_output=True, text=True,
-                          timeout=600, env=dict(os.environ, PATH=BIN + os.pathsep + os.environ.get("PATH", "")))
+    proc = subprocess.run(
+        [sys.executable, "-m", "nbgrader", "autograde", A, "--force", ALLOW, "--ExecutePreprocessor.timeout=120"],
+        cwd=course.root,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=dict(os.environ, PATH=BIN + os.pathsep + os.environ.get("PATH", "")),
+    )
     assert REFUSAL not in proc.stderr, proc.stderr
     assert os.path.exists(probes[0]), proc.stderr[-2000:]
 
@@ -146,10 +178,14 @@ def test_without_the_refusal_the_submission_runs_as_the_instructor(course, tmp_p
     """The control: nbgrader's defaults, the same submission, and its probe lands in the course directory."""
     course, probes, _ = course
     with open(os.path.join(course.root, "nbgrader_config.py"), "w") as f:
-        f.write("c = get_config()\nc.CourseDirectory.course_id = 'ddp-course'\n"
-                "c.ExecutePreprocessor.timeout = 120\n")
-    subprocess.run([sys.executable, "-m", "nbgrader", "autograde", A, "--force"], cwd=course.root,
-                   capture_output=True, text=True, timeout=600,
-                   env=dict(os.environ, PATH=BIN + os.pathsep + os.environ.get("PATH", ""), HOME=str(tmp_path)))
+        f.write("c = get_config()\nc.CourseDirectory.course_id = 'ddp-course'\nc.ExecutePreprocessor.timeout = 120\n")
+    subprocess.run(
+        [sys.executable, "-m", "nbgrader", "autograde", A, "--force"],
+        cwd=course.root,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=dict(os.environ, PATH=BIN + os.pathsep + os.environ.get("PATH", ""), HOME=str(tmp_path)),
+    )
     assert os.path.exists(probes[0]), "the control did not run the student's code: this test shows nothing"
     shutil.rmtree(os.path.join(course.root, "autograded"), ignore_errors=True)

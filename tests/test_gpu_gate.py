@@ -1,5 +1,6 @@
 """CUDA where the submissions' ranks run: a probe rank in the nursery's job, the plain sandbox and unsandboxed
 sees what NVIDIA's driver needs; and `make grade` never grades on CPU silently on a machine with GPUs."""
+
 import os
 import subprocess
 import sys
@@ -22,8 +23,11 @@ def _worker_args():
     return [A, "--timeout", "30", "--world-size", "2", "--version", grader_digest(A)]
 
 
-WHERE = [pytest.param(True, True, id="nursery", marks=pytest.mark.skipif(os.geteuid() != 0, reason="nurseries: root")),
-         pytest.param(True, False, id="plain-sandbox"), pytest.param(False, False, id="unsandboxed")]
+WHERE = [
+    pytest.param(True, True, id="nursery", marks=pytest.mark.skipif(os.geteuid() != 0, reason="nurseries: root")),
+    pytest.param(True, False, id="plain-sandbox"),
+    pytest.param(False, False, id="unsandboxed"),
+]
 
 
 @needs_bwrap
@@ -59,16 +63,37 @@ def test_gpus_the_sandbox_cannot_see_stop_grading(monkeypatch):
     says so instead of grading everything on gloo."""
     monkeypatch.setenv("GRADER_FAKE_GPUS", "2")
     emptied = sandboxes.environment
-    monkeypatch.setattr(sandboxes, "environment", lambda masked: {k: v for k, v in emptied(masked).items()
-                                                                  if k != "GRADER_FAKE_GPUS"})
+    monkeypatch.setattr(
+        sandboxes, "environment", lambda masked: {k: v for k, v in emptied(masked).items() if k != "GRADER_FAKE_GPUS"}
+    )
     with pytest.raises(GpuUnusable, match="CUDA counts none in the sandbox .*--no-gpu.*--no-sandbox"):
         check_gpus(_worker_args(), True, False, False)
 
 
 def _grade(root: str, *extra: str) -> subprocess.CompletedProcess:
     env = dict(os.environ, GRADER_FAKE_GPUS="2")
-    return subprocess.run([sys.executable, "-m", "grader", "grade", A, "--root", root, "--jobs", "1", "--quiet",
-                           "--timeout", "20", *extra], capture_output=True, text=True, timeout=1100, env=env, cwd=ROOT)
+    return subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "grader",
+            "grade",
+            A,
+            "--root",
+            root,
+            "--jobs",
+            "1",
+            "--quiet",
+            "--timeout",
+            "20",
+            *extra,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=1100,
+        env=env,
+        cwd=ROOT,
+    )
 
 
 @needs_bwrap
@@ -83,8 +108,9 @@ def test_make_grade_on_gpus_cuda_cannot_use_stops_before_grading_then_no_gpu_gra
     stopped = _grade(root)
     assert stopped.returncode == 2, stopped.stderr[-3000:]
     lines = stopped.stderr.strip().splitlines()
-    assert len(lines) == 1 and "CUDA counts none" in lines[0] and "--no-gpu" in lines[0] \
-        and "--no-sandbox" in lines[0], stopped.stderr
+    assert (
+        len(lines) == 1 and "CUDA counts none" in lines[0] and "--no-gpu" in lines[0] and "--no-sandbox" in lines[0]
+    ), stopped.stderr
     assert not os.path.exists(os.path.join(root, "graded", A))
     graded = _grade(root, "--no-gpu")
     assert graded.returncode == 0, graded.stderr[-3000:]

@@ -1,5 +1,6 @@
 """make gpucheck (python -m grader gpucheck): a verdict a line; on a machine without GPUs it runs green and its
 GPU steps say "no GPU" and pass nothing."""
+
 import subprocess
 import sys
 
@@ -15,8 +16,9 @@ GPU_STEPS = ("nccl runs", "plain sandbox: CUDA", "03's nn.SyncBatchNorm", "make 
 def test_gpucheck_runs_green_and_says_no_gpu_for_its_gpu_steps():
     if cuda_devices().count:
         pytest.skip("this machine has GPUs: make gpucheck runs its GPU steps for real")
-    proc = subprocess.run([sys.executable, "-m", "grader", "gpucheck"], capture_output=True, text=True, timeout=900,
-                          cwd=ROOT)
+    proc = subprocess.run(
+        [sys.executable, "-m", "grader", "gpucheck"], capture_output=True, text=True, timeout=900, cwd=ROOT
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr[-3000:]
     lines = proc.stdout.splitlines()
     verdicts = [line for line in lines if line[:4].strip() in ("ok", "BAD", "--")]

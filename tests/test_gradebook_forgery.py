@@ -7,6 +7,7 @@ earlier results before any student code ran, takes new ones only from its
 workers, puts back what was forged, and flags who forged. A submission that
 changes the grader inside a rank is flagged too.
 """
+
 import json
 import os
 
@@ -22,7 +23,7 @@ from grader.gradebook.report import write_report
 from samples.make_samples import solution_answers
 from tests.test_instructor_workflow import A, TIMEOUT, notebook_with, place
 
-FORGE = '''
+FORGE = """
 import hashlib as _hashlib, json as _json, os as _os
 
 def _forge(student):
@@ -38,7 +39,7 @@ def _forge(student):
 
 for _student in ("mallet", "ben"):
     _forge(_student)
-'''
+"""
 
 
 def exercise_max() -> float:
@@ -63,8 +64,9 @@ def course(tmp_path_factory):
 @pytest.fixture(scope="module")
 def graded(course):
     good = solution_answers()
-    wrong = dict(good, train_one_epoch_answer=good["train_one_epoch_answer"].replace(
-        "    loader.sampler.set_epoch(epoch)\n", ""))
+    wrong = dict(
+        good, train_one_epoch_answer=good["train_one_epoch_answer"].replace("    loader.sampler.set_epoch(epoch)\n", "")
+    )
     place(course, "ben", notebook_with(wrong))
     first = run(course)  # ben alone: his result is an earlier run's when the forger runs
     ben_file = os.path.join(course.results_dir(A), "ben.json")
@@ -73,15 +75,39 @@ def graded(course):
     ben_before = gradebook_scores(course, A)["ben"]
 
     exercise = get_exercise(A)
-    full = json.dumps([{"name": c.name, "task": c.task, "passed": True, "points": c.points, "max_points": c.points,
-                        "message": "", "hidden": c.hidden, "notes": []} for c in exercise.checks])
+    full = json.dumps(
+        [
+            {
+                "name": c.name,
+                "task": c.task,
+                "passed": True,
+                "points": c.points,
+                "max_points": c.points,
+                "message": "",
+                "hidden": c.hidden,
+                "notes": [],
+            }
+            for c in exercise.checks
+        ]
+    )
     forge = FORGE.format(root=course.root, a=A, digest=grader_digest(A), max_score=exercise.max_score, checks=full)
     place(course, "mallet", notebook_with(dict(wrong, pick_backend_answer=good["pick_backend_answer"] + forge)))
     # alice (graded before mallet) wraps dist.all_reduce inside the ranks: the grader notices it changed
-    place(course, "alice", notebook_with(dict(good, setup_answer=good["setup_answer"] + (
-        "\nimport torch.distributed as _dist\n_real = _dist.all_reduce\n"
-        "def _fake_all_reduce(tensor, *args, **kwargs):\n    return _real(tensor, *args, **kwargs)\n"
-        "_dist.all_reduce = _fake_all_reduce\n"))))
+    place(
+        course,
+        "alice",
+        notebook_with(
+            dict(
+                good,
+                setup_answer=good["setup_answer"]
+                + (
+                    "\nimport torch.distributed as _dist\n_real = _dist.all_reduce\n"
+                    "def _fake_all_reduce(tensor, *args, **kwargs):\n    return _real(tensor, *args, **kwargs)\n"
+                    "_dist.all_reduce = _fake_all_reduce\n"
+                ),
+            )
+        ),
+    )
     second = run(course)
     return first, second, ben_bytes, ben_before
 
@@ -95,7 +121,8 @@ def test_a_forged_result_file_gains_nothing(course, graded):
     mallet = second["mallet"]["report"]
     assert scores["mallet"] == (mallet["score"], exercise_max()), "the forger gained something"
     assert {"train_calls_set_epoch", "training_matches_single_process"} <= {
-        c["name"] for c in mallet["checks"] if not c["passed"]}
+        c["name"] for c in mallet["checks"] if not c["passed"]
+    }
     with open(os.path.join(course.results_dir(A), "ben.json"), "rb") as f:
         assert f.read() == ben_bytes, "ben's stored result was not put back"
     with open(os.path.join(course.results_dir(A), "mallet.json")) as f:

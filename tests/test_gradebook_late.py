@@ -6,6 +6,7 @@ wrong submission gets the same score and the same penalty from `make grade`
 as from plain `nbgrader autograde` (which runs check() in a kernel); an
 on-time one gets no penalty. The feedback of plain autograde shows no `Out[ ]: 4`.
 """
+
 import os
 import subprocess
 import sys
@@ -28,11 +29,11 @@ class SubMarks(BasePlugin):
         """One point per hour late."""
         return round(total_seconds_late / 3600, 0)
 '''
-LATE_CONFIG = '''
+LATE_CONFIG = """
 import sys
 sys.path.insert(0, here)  # submarks.py, next to this file
 c.AssignLatePenalties.plugin_class = "submarks.SubMarks"
-'''
+"""
 DUE = "2026-11-29 09:00:00 UTC"  # place() stamps submissions 2026-11-29 12:00:00 UTC: three hours late
 
 
@@ -46,8 +47,9 @@ def course(tmp_path_factory):
     roundtrip.nbgrader(["generate_assignment", A, "--force"], course.root, course.root)
     roundtrip.nbgrader(["db", "assignment", "add", A, f"--duedate={DUE}"], course.root, course.root)
     good = solution_answers()
-    wrong = dict(good, train_one_epoch_answer=good["train_one_epoch_answer"].replace(
-        "    loader.sampler.set_epoch(epoch)\n", ""))
+    wrong = dict(
+        good, train_one_epoch_answer=good["train_one_epoch_answer"].replace("    loader.sampler.set_epoch(epoch)\n", "")
+    )
     place(course, "lara", notebook_with(wrong))
     otto = place(course, "otto", notebook_with(wrong))
     with open(os.path.join(os.path.dirname(otto), "timestamp.txt"), "w") as f:
@@ -65,8 +67,12 @@ def test_make_grade_keeps_nbgraders_late_penalty(course):
         html = f.read()
     assert "✓ wrap_model" in html and "✗ train_one_epoch" in html and "Out[" not in html
 
-    proc = subprocess.run([sys.executable, "-m", "grader", "grade", A, "--root", course.root, "--quiet", "--jobs", "1"],
-                          capture_output=True, text=True, timeout=900)
+    proc = subprocess.run(
+        [sys.executable, "-m", "grader", "grade", A, "--root", course.root, "--quiet", "--jobs", "1"],
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     ours = gradebook_marks(course, A)
     assert (ours["lara"]["score"], ours["lara"]["late_penalty"]) == (plain["score"], plain["late_penalty"])

@@ -1,4 +1,5 @@
 """The gradebook writer checks nbgrader's schema once, and every cell's metadata exactly as nbgrader would."""
+
 import copy
 
 import jsonschema
@@ -8,8 +9,15 @@ from nbformat.v4 import new_code_cell
 import grader.gradebook.inject  # noqa: F401  (installs the once-checked schema into nbgrader's validator)
 from nbgrader.nbgraderformat import common, v3
 
-GOOD = {"grade": True, "solution": False, "locked": True, "points": 2, "grade_id": "check_setup", "schema_version": 3,
-        "task": False}
+GOOD = {
+    "grade": True,
+    "solution": False,
+    "locked": True,
+    "points": 2,
+    "grade_id": "check_setup",
+    "schema_version": 3,
+    "task": False,
+}
 BAD = [  # what a student's editor can leave in a submission's metadata
     {**GOOD, "points": "two"},
     {**GOOD, "grade": "yes"},

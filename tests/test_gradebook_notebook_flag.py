@@ -6,6 +6,7 @@ executed for real in a kernel (nbclient): pick_backend passes honestly;
 pick_device is wrong, and its answer cell also makes the kernel's check()
 show ✓. `make grade` flags pick_device only.
 """
+
 import json
 import os
 import subprocess
@@ -21,30 +22,34 @@ from samples.make_samples import solution_answers
 from tests.helpers import ROOT
 from tests.test_instructor_workflow import A, TIMEOUT, notebook_with, place
 
-FAKE_PASS = '''
+FAKE_PASS = """
 import grader.notebook_display as _view
 _add = _view.CheckView.add
 def _add_passing(self, result):  # every check shows ✓ in this kernel
     result.passed, result.points, result.message = True, result.max_points, ""
     _add(self, result)
 _view.CheckView.add = _add_passing
-'''
+"""
 KEPT = ("setup", "pick_backend_answer", "pick_backend_check", "pick_device_answer", "pick_device_check")
 
 
 @pytest.fixture(scope="module")
 def executed(tmp_path_factory):
     good = solution_answers()
-    answers = dict(good, pick_device_answer="def pick_device(local_rank):\n"
-                                            "    return torch.device('meta')  # wrong everywhere\n" + FAKE_PASS)
+    answers = dict(
+        good,
+        pick_device_answer="def pick_device(local_rank):\n"
+        "    return torch.device('meta')  # wrong everywhere\n" + FAKE_PASS,
+    )
 
     def first_two_tasks(nb):
         nb["cells"] = [c for c in nb["cells"] if c["metadata"].get("nbgrader", {}).get("grade_id") in KEPT]
 
     nb = nbformat.reads(json.dumps(notebook_with(answers, first_two_tasks)), as_version=4)
     folder = str(tmp_path_factory.mktemp("run"))
-    NotebookClient(nb, timeout=300, startup_timeout=120, kernel_name="python3",
-                   resources={"metadata": {"path": folder}}).execute()
+    NotebookClient(
+        nb, timeout=300, startup_timeout=120, kernel_name="python3", resources={"metadata": {"path": folder}}
+    ).execute()
     return nbformat.writes(nb).encode("utf-8")
 
 
@@ -78,11 +83,17 @@ def test_a_real_failure_shown_as_failure_is_not_flagged():
     # what check() leaves when a task fails in a student's own run: the ✗ display, then the error
     nb = notebook_with(solution_answers())
     cell = next(c for c in nb["cells"] if c["metadata"].get("nbgrader", {}).get("grade_id") == "pick_device_check")
-    cell["outputs"] = [{"output_type": "display_data", "metadata": {},
-                        "data": {"text/plain": "✗ pick_device: device_is_this_ranks (0/1)",
-                                 "text/html": '<div class="grader-fail">✗ pick_device</div>'}},
-                       {"output_type": "error", "ename": "ChecksFailed", "evalue": "1 of 1 check failed",
-                        "traceback": []}]
+    cell["outputs"] = [
+        {
+            "output_type": "display_data",
+            "metadata": {},
+            "data": {
+                "text/plain": "✗ pick_device: device_is_this_ranks (0/1)",
+                "text/html": '<div class="grader-fail">✗ pick_device</div>',
+            },
+        },
+        {"output_type": "error", "ename": "ChecksFailed", "evalue": "1 of 1 check failed", "traceback": []},
+    ]
     assert in_notebook_results(json.dumps(nb).encode()) == {"pick_device": False}
 
 
@@ -91,7 +102,23 @@ def test_the_demo_has_a_flagged_student():
     path = os.path.join(ROOT, "samples", "submitted", "gwen", A, f"{A}.ipynb")
     with open(path, "rb") as f:
         assert in_notebook_results(f.read()) == {"make_dataloader": True}
-    proc = subprocess.run([sys.executable, "-m", "grader", "check", A, path, "--json", "--task", "make_dataloader",
-                           "--timeout", str(TIMEOUT)], capture_output=True, text=True, timeout=600)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "grader",
+            "check",
+            A,
+            path,
+            "--json",
+            "--task",
+            "make_dataloader",
+            "--timeout",
+            str(TIMEOUT),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     report = json.loads(proc.stdout)
     assert proc.returncode == 1 and report["score"] < sum(c["max_points"] for c in report["checks"]), report

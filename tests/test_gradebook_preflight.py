@@ -4,6 +4,7 @@ Each missing step (the course directory and its nbgrader_config.py, the
 assignment in the gradebook, submissions in submitted/) is one clear line on
 stderr and exit status 2, and nothing is written: no graded/, no gradebook.
 """
+
 import os
 import subprocess
 import sys
@@ -16,8 +17,12 @@ from tests.test_instructor_workflow import A, notebook_with, place
 
 
 def grade(root: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "grader", "grade", A, "--root", root, "--quiet", "--jobs", "1"],
-                          capture_output=True, text=True, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-m", "grader", "grade", A, "--root", root, "--quiet", "--jobs", "1"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
 
 
 def tree(root: str) -> set[str]:
@@ -73,8 +78,12 @@ def test_no_submissions(tmp_path):
 
 def test_unknown_assignment(tmp_path):
     course = roundtrip.make_course(str(tmp_path), [A])
-    proc = subprocess.run([sys.executable, "-m", "grader", "grade", "99_nope", "--root", course.root, "--quiet"],
-                          capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, "-m", "grader", "grade", "99_nope", "--root", course.root, "--quiet"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and "unknown assignment '99_nope'" in proc.stderr
     assert not os.path.exists(os.path.join(course.root, "graded"))
 
@@ -106,9 +115,15 @@ def test_links_fifos_and_outside_hard_links_under_submitted_are_refused(graded_c
     outside = tmp_path / "outside.txt"
     outside.write_text("not eve's")
     os.link(outside, os.path.join(submission(course, "eve"), "data.txt"))
-    line = refused(course.root, "submitted holds what grading must not read", f"bob/{A} is a symbolic link",
-                   f"chloe/{A}/notes.txt is a symbolic link (to /etc/shadow)", f"dan/{A}/pipe is a FIFO",
-                   f"eve/{A}/data.txt is a hard link to a file outside its submission", "make collect")
+    line = refused(
+        course.root,
+        "submitted holds what grading must not read",
+        f"bob/{A} is a symbolic link",
+        f"chloe/{A}/notes.txt is a symbolic link (to /etc/shadow)",
+        f"dan/{A}/pipe is a FIFO",
+        f"eve/{A}/data.txt is a hard link to a file outside its submission",
+        "make collect",
+    )
     assert os.readlink(os.path.join(submission(course, "chloe"), "notes.txt")) == "/etc/shadow", line
     assert os.readlink(submission(course, "bob")) == submission(course, "ada")
     assert not os.path.exists(os.path.join(course.root, "autograded"))
@@ -119,6 +134,7 @@ def test_hard_links_inside_one_submission_are_fine():
     from grader.gradebook.submitted_files import problems
 
     import tempfile
+
     with tempfile.TemporaryDirectory() as base:
         folder = os.path.join(base, "ada", A)
         os.makedirs(folder)

@@ -6,6 +6,7 @@ watched by integrity.Guard; so are the classes the torch.distributed packages
 hand out. The rule is shown to fail on a module that imports something unwatched.
 Real submissions that tamper through these modules: tests/test_tamper.py.
 """
+
 import ast
 import functools
 import os
@@ -16,10 +17,19 @@ from grader.engine import guard_list, integrity
 from grader.exercises import exercise_ids, get_exercise
 
 # The modules the issue found unwatched, and classes a check's objects are instances of.
-NAMED_IN_THE_ISSUE = ["torch.distributed.checkpoint", "torch.distributed.fsdp", "torch.distributed.device_mesh",
-                      "torch.distributed.tensor", "torch.distributed.optim"]
-CLASSES = ["torch.distributed.fsdp.FSDPModule", "torch.distributed.tensor.DTensor",
-           "torch.distributed.optim.ZeroRedundancyOptimizer", "torch.distributed.checkpoint.FileSystemReader"]
+NAMED_IN_THE_ISSUE = [
+    "torch.distributed.checkpoint",
+    "torch.distributed.fsdp",
+    "torch.distributed.device_mesh",
+    "torch.distributed.tensor",
+    "torch.distributed.optim",
+]
+CLASSES = [
+    "torch.distributed.fsdp.FSDPModule",
+    "torch.distributed.tensor.DTensor",
+    "torch.distributed.optim.ZeroRedundancyOptimizer",
+    "torch.distributed.checkpoint.FileSystemReader",
+]
 
 
 def unwatched(folder: str, watched) -> list[str]:
@@ -32,8 +42,11 @@ def unwatched(folder: str, watched) -> list[str]:
                 path = os.path.join(root, file)
                 with open(path) as f:
                     modules, _ = guard_list.imports(ast.parse(f.read()))
-                found += [f"{os.path.relpath(path, folder)}: {m}" for m in sorted(modules)
-                          if guard_list.watched_root(m) and m not in watched]
+                found += [
+                    f"{os.path.relpath(path, folder)}: {m}"
+                    for m in sorted(modules)
+                    if guard_list.watched_root(m) and m not in watched
+                ]
     return found
 
 
@@ -93,9 +106,13 @@ def test_a_swap_in_a_derived_module_is_tampering(target):
     import torch.distributed.fsdp as fsdp
     import torch.distributed.tensor as dtensor
 
-    owner, name = {"dcp.save": (dcp, "save"), "dcp.load": (dcp, "load"), "fully_shard": (fsdp, "fully_shard"),
-                   "FSDPModule.unshard": (fsdp.FSDPModule, "unshard"),
-                   "DTensor.full_tensor": (dtensor.DTensor, "full_tensor")}[target]
+    owner, name = {
+        "dcp.save": (dcp, "save"),
+        "dcp.load": (dcp, "load"),
+        "fully_shard": (fsdp, "fully_shard"),
+        "FSDPModule.unshard": (fsdp.FSDPModule, "unshard"),
+        "DTensor.full_tensor": (dtensor.DTensor, "full_tensor"),
+    }[target]
     guard = _guard()
     original = _swap(owner, name, lambda *a, **k: None)
     try:
@@ -123,6 +140,7 @@ def test_torchs_own_step_wrapper_is_not_tampering_and_a_forged_one_is():
         @functools.wraps(original)
         def forged(*args, **kwargs):
             return None
+
         forged.hooked = True
         Zero.step = forged
         with pytest.raises(integrity.Tampered, match="ZeroRedundancyOptimizer.step"):
@@ -131,8 +149,16 @@ def test_torchs_own_step_wrapper_is_not_tampering_and_a_forged_one_is():
         Zero.step = original
 
 
-@pytest.mark.parametrize("target", ["_Recorder.__torch_dispatch__", "_Recorder.__init__", "Collective.__eq__",
-                                    "TorchDispatchMode.__enter__", "TorchDispatchMode.__exit__"])
+@pytest.mark.parametrize(
+    "target",
+    [
+        "_Recorder.__torch_dispatch__",
+        "_Recorder.__init__",
+        "Collective.__eq__",
+        "TorchDispatchMode.__enter__",
+        "TorchDispatchMode.__exit__",
+    ],
+)
 def test_a_swapped_dunder_of_a_measuring_class_is_tampering(target):
     """The grader's own classes are watched whole, dunders included (a recorder whose __torch_dispatch__ is
     swapped hides what it records); torch's classes for the dunders a measurement runs through."""
@@ -141,8 +167,11 @@ def test_a_swapped_dunder_of_a_measuring_class_is_tampering(target):
     from grader.exercises import collectives
 
     owner_name, name = target.split(".")
-    owner = {"_Recorder": collectives._Recorder, "Collective": collectives.Collective,
-             "TorchDispatchMode": TorchDispatchMode}[owner_name]
+    owner = {
+        "_Recorder": collectives._Recorder,
+        "Collective": collectives.Collective,
+        "TorchDispatchMode": TorchDispatchMode,
+    }[owner_name]
     guard = _guard()
     original = _swap(owner, name, lambda *a, **k: None)
     try:

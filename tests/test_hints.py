@@ -1,6 +1,7 @@
 """hint("task"): a ladder of 2-3 hints for every task of every exercise (found by discovery, so a new task
 without hints fails here), revealed in order, never an answer cell's code, counted per student, shown in the
 progress view. No process is started: the progress view is given an untouched release (nothing to grade)."""
+
 import json
 import os
 import re
@@ -25,7 +26,9 @@ def notebook_cells(folder: str, exercise_id: str) -> list:
 
 
 def solution_answers(exercise_id: str) -> dict[str, str]:
-    return {task: cells.source(cell) for task, cell in cells.answer_cells(notebook_cells("solutions", exercise_id)).items()}
+    return {
+        task: cells.source(cell) for task, cell in cells.answer_cells(notebook_cells("solutions", exercise_id)).items()
+    }
 
 
 def region_statements(source: str) -> list[str]:
@@ -75,17 +78,21 @@ def test_no_hint_holds_an_answer_cells_code(exercise_id):
         assert statements, f"{exercise_id}/{task}: no solution region found to compare with"
         for hint_task, text in every_hint:  # any task's hint: none may give away another's line either
             for line in lines:
-                assert line not in text and squeezed(line) not in squeezed(text), \
+                assert line not in text and squeezed(line) not in squeezed(text), (
                     f"{exercise_id}/{hint_task}: a hint holds the solution line {line!r} of {task}"
+                )
             for statement in statements:
-                assert statement not in squeezed(text), \
+                assert statement not in squeezed(text), (
                     f"{exercise_id}/{hint_task}: a hint holds the solution statement {statement!r} of {task}"
+                )
 
 
 @pytest.mark.parametrize("exercise_id", exercise_ids())
 def test_hints_are_not_in_the_notebooks(exercise_id):
     """Kept out of the student's view until asked: no hint's text is in the release or the solution."""
-    text = "".join(cells.source(c) for folder in ("exercises", "solutions") for c in notebook_cells(folder, exercise_id))
+    text = "".join(
+        cells.source(c) for folder in ("exercises", "solutions") for c in notebook_cells(folder, exercise_id)
+    )
     for ladder in ladders(exercise_id).values():
         for h in ladder:
             assert h[:60] not in text

@@ -22,6 +22,7 @@ HOSTILE_CLASS_GRADE_ARGS=--no-sandbox runs the same class unsandboxed: the test 
 assertions fail is the README's list of what the sandbox alone defends (HOSTILE_CLASS_LEAVE_OUT=bind_ports
 there, on a machine other graders share).
 """
+
 import contextlib
 import glob
 import hashlib
@@ -57,13 +58,29 @@ CONTROL = "control"
 # HOSTILE_CLASS_LEAVE_OUT=bind_ports: for an unsandboxed try on a shared machine, where that attack would bind
 # the ports of every other grader of the same user
 LEAVE_OUT = set(os.environ.get("HOSTILE_CLASS_LEAVE_OUT", "").split(",")) | {"control"}
-ATTACKS = sorted(name for name in (os.path.basename(p)[:-3] for p in glob.glob(os.path.join(HOSTILE, "*.py")))
-                 if name not in LEAVE_OUT)
+ATTACKS = sorted(
+    name
+    for name in (os.path.basename(p)[:-3] for p in glob.glob(os.path.join(HOSTILE, "*.py")))
+    if name not in LEAVE_OUT
+)
 # attacks the sandbox refuses at the attempt (the check message says `refused`); the others (a process left
 # behind) start, and are judged by their effect: nothing left running, nothing forged trusted
-REFUSED = {"read_solutions", "read_hidden", "read_classmate", "read_ssh", "write_config", "write_gradebook",
-           "write_journal", "write_graded", "network", "raise_hidden", "forge_result", "flood_result",
-           "reach_instructor", "plant_root"}
+REFUSED = {
+    "read_solutions",
+    "read_hidden",
+    "read_classmate",
+    "read_ssh",
+    "write_config",
+    "write_gradebook",
+    "write_journal",
+    "write_graded",
+    "network",
+    "raise_hidden",
+    "forge_result",
+    "flood_result",
+    "reach_instructor",
+    "plant_root",
+}
 LEFT_BEHIND = {"leftover", "graded_after", "bind_ports"}
 # tests/hostile/limits/: a fork bomb in pick_device's ranks (its own later checks may fail for it: it gains nothing)
 LIMIT_ATTACKS = [name for name in ["fork_bomb"] if name not in LEAVE_OUT]
@@ -115,32 +132,61 @@ def _pick_device(name: str, values: dict) -> str:
     path = os.path.join(HOSTILE, f"{name}.py")
     with open(path if os.path.exists(path) else os.path.join(HOSTILE, "limits", f"{name}.py")) as f:
         attack = string.Template(f.read()).substitute(values, me=name)
-    return (f"{attack}\n\ndef pick_device(local_rank: int) -> torch.device:\n"
-            f"    try:\n        _outcome = 'GOT: ' + repr(_attack())[:1500]\n"
-            f"    except BaseException as _exc:\n        _outcome = f'refused: {{type(_exc).__name__}}: {{_exc}}'\n"
-            f"    raise RuntimeError(f'ATTACK {name}: {{_outcome}}')\n")
+    return (
+        f"{attack}\n\ndef pick_device(local_rank: int) -> torch.device:\n"
+        f"    try:\n        _outcome = 'GOT: ' + repr(_attack())[:1500]\n"
+        f"    except BaseException as _exc:\n        _outcome = f'refused: {{type(_exc).__name__}}: {{_exc}}'\n"
+        f"    raise RuntimeError(f'ATTACK {name}: {{_outcome}}')\n"
+    )
 
 
 def _answers(name: str, values: dict) -> dict:
     good = solution_answers()
-    answers = {"pick_backend_answer": good["pick_backend_answer"], "pick_device_answer": _pick_device(name, values),
-               "make_dataloader_answer": good["make_dataloader_answer"]}
+    answers = {
+        "pick_backend_answer": good["pick_backend_answer"],
+        "pick_device_answer": _pick_device(name, values),
+        "make_dataloader_answer": good["make_dataloader_answer"],
+    }
     if name == "raise_hidden":  # in the hidden phase too: a hidden check calls make_dataloader with 3 ranks
         answers["make_dataloader_answer"] = good["make_dataloader_answer"].replace(
-            "    sampler = ", "    if world_size == 3:\n        import inspect\n"
+            "    sampler = ",
+            "    if world_size == 3:\n        import inspect\n"
             "        import grader.exercises.ddp_basics.hidden_training as _hidden\n"
-            "        raise RuntimeError(inspect.getsource(_hidden))\n    sampler = ", 1)
+            "        raise RuntimeError(inspect.getsource(_hidden))\n    sampler = ",
+            1,
+        )
     return answers
 
 
 def _forged(student: str) -> str:
     """A full-marks result for `student`, with the grader's digest and a made-up seal; the attack puts its
     submission's sha256 in place of SHA."""
-    checks = [{"name": c.name, "task": c.task, "passed": True, "points": c.points, "max_points": c.points,
-               "message": "", "hidden": c.hidden, "notes": []} for c in EXERCISE.checks]
-    return json.dumps({"student": student, "assignment": A, "grader": grader_digest(A), "sha256": "SHA",
-                       "readable": True, "error": None, "sandboxed": True, "seal": "0" * 64,
-                       "report": {"exercise": A, "score": MAX, "max_score": MAX, "checks": checks}})
+    checks = [
+        {
+            "name": c.name,
+            "task": c.task,
+            "passed": True,
+            "points": c.points,
+            "max_points": c.points,
+            "message": "",
+            "hidden": c.hidden,
+            "notes": [],
+        }
+        for c in EXERCISE.checks
+    ]
+    return json.dumps(
+        {
+            "student": student,
+            "assignment": A,
+            "grader": grader_digest(A),
+            "sha256": "SHA",
+            "readable": True,
+            "error": None,
+            "sandboxed": True,
+            "seal": "0" * 64,
+            "report": {"exercise": A, "score": MAX, "max_score": MAX, "checks": checks},
+        }
+    )
 
 
 def _instructor_files(root: str) -> dict[str, str]:
@@ -169,17 +215,38 @@ def _left_running() -> list[psutil.Process]:
 
 
 def _grade(root: str, home: str, account: str | None, python: str) -> str:
-    args = [python, "-m", "grader", "grade", A, "--root", root, "--jobs", "2", "--timeout", "20", "--quiet",
-            *EXTRA_ARGS]
+    args = [
+        python,
+        "-m",
+        "grader",
+        "grade",
+        A,
+        "--root",
+        root,
+        "--jobs",
+        "2",
+        "--timeout",
+        "20",
+        "--quiet",
+        *EXTRA_ARGS,
+    ]
     if account is None:
         env = dict(os.environ, HOME=home)
         env.pop("XDG_STATE_HOME", None)  # the results key lives in this HOME
         proc = subprocess.run(args, cwd=ROOT, env=env, capture_output=True, text=True, timeout=1500)
     else:  # an ordinary instructor account: its own environment, nothing of root's
-        env = [f"HOME={home}", f"PATH={os.path.dirname(python)}:/usr/bin:/bin",
-               *(f"{k}={v}" for k, v in os.environ.items() if k.startswith("GRADER_"))]
-        proc = subprocess.run(["runuser", "-u", account, "--", "env", "-i", *env, *args], cwd=ROOT,
-                              capture_output=True, text=True, timeout=1500)
+        env = [
+            f"HOME={home}",
+            f"PATH={os.path.dirname(python)}:/usr/bin:/bin",
+            *(f"{k}={v}" for k, v in os.environ.items() if k.startswith("GRADER_")),
+        ]
+        proc = subprocess.run(
+            ["runuser", "-u", account, "--", "env", "-i", *env, *args],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=1500,
+        )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     return proc.stdout
 
@@ -214,8 +281,14 @@ def graded(tmp_path_factory, request):
         course = roundtrip.make_course(os.path.join(home if account else str(base), "course"), [A])
         roundtrip.nbgrader(["generate_assignment", A, "--force"], course.root, course.root)
         listener, victim = Listener(), _victim(account)
-        values = {"course": course.root, "repo": ROOT, "grader": GRADER, "home": home, "port": listener.port,
-                  "victim": victim.pid if not account else _child_pid(victim)}
+        values = {
+            "course": course.root,
+            "repo": ROOT,
+            "grader": GRADER,
+            "home": home,
+            "port": listener.port,
+            "victim": victim.pid if not account else _child_pid(victim),
+        }
         good = solution_answers()
         for student in HONEST:
             place(course, student, notebook_with(good))
@@ -236,9 +309,17 @@ def graded(tmp_path_factory, request):
             listener.close()
             victim.kill()
             victim.wait(timeout=10)
-        yield {"course": course, "home": home, "before": before, "first": first, "second": second,
-               "left": left_after_first + left_after_second, "received": listener.received,
-               "victim_alive": victim_alive, "mode": request.param}
+        yield {
+            "course": course,
+            "home": home,
+            "before": before,
+            "first": first,
+            "second": second,
+            "left": left_after_first + left_after_second,
+            "received": listener.received,
+            "victim_alive": victim_alive,
+            "mode": request.param,
+        }
 
 
 def _child_pid(runner: subprocess.Popen) -> int:
@@ -261,10 +342,14 @@ def _results(course) -> dict[str, dict]:
 
 def _gradebook(course) -> dict[str, dict]:
     with Gradebook(course.db_url) as gb:
-        return {s.student.id: {"score": s.score, "flagged": any(n.flagged for n in s.notebooks),
-                               "manual": [g.manual_score for n in s.notebooks for g in n.grades
-                                          if g.manual_score is not None]}
-                for s in gb.find_assignment(A).submissions}
+        return {
+            s.student.id: {
+                "score": s.score,
+                "flagged": any(n.flagged for n in s.notebooks),
+                "manual": [g.manual_score for n in s.notebooks for g in n.grades if g.manual_score is not None],
+            }
+            for s in gb.find_assignment(A).submissions
+        }
 
 
 def _expected(student: str) -> float:
@@ -277,8 +362,9 @@ def test_honest_classmates_get_exactly_full_marks_and_are_not_flagged(graded):
     """Every check passed, as in a class without attackers: the bomb, the forgers and the flood beside them took
     nothing from them."""
     rows = _gradebook(graded["course"])
-    assert {s: (rows[s]["score"], rows[s]["flagged"]) for s in HONEST} == {s: (MAX, False) for s in HONEST}, \
-        graded["first"]
+    assert {s: (rows[s]["score"], rows[s]["flagged"]) for s in HONEST} == {s: (MAX, False) for s in HONEST}, graded[
+        "first"
+    ]
     every_check = [(c.name, True, c.points) for c in EXERCISE.checks]
     for student in HONEST:
         checks = _results(graded["course"])[student]["report"]["checks"]
@@ -360,6 +446,7 @@ def test_a_rerun_trusts_nothing_forged_and_regrades_nothing(graded):
         sealed, forged = unseal(f.read(), key)
     assert sealed is not None and not forged, "graded_after.json is not the grader's"
     assert sealed["report"]["score"] == _expected("graded_after")
-    assert {s: r["report"]["score"] for s, r in results.items() if s not in LIMIT_ATTACKS} == \
-        {s: _expected(s) for s in HONEST + [CONTROL] + ATTACKS}
+    assert {s: r["report"]["score"] for s, r in results.items() if s not in LIMIT_ATTACKS} == {
+        s: _expected(s) for s in HONEST + [CONTROL] + ATTACKS
+    }
     assert graded["first"] == graded["second"], "the re-run's grade table differs"

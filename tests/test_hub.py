@@ -21,6 +21,7 @@ Debian's Chromium, driven by Playwright as in tests/test_browser.py:
   the instructor's course directory and environment cannot be read.
 Screenshots and the hub's log: artifacts/hub/.
 """
+
 from __future__ import annotations
 
 import glob
@@ -43,11 +44,28 @@ from grader.exercises import get_exercise
 from grader.gradebook.course import Course
 from grader.gradebook.inject import gradebook_scores
 from tests.helpers import ROOT
-from tests.accounts import accounts as real_accounts, as_user as _as, home, instructor_python, \
-    missing as missing_accounts, student_env
+from tests.accounts import (
+    accounts as real_accounts,
+    as_user as _as,
+    home,
+    instructor_python,
+    missing as missing_accounts,
+    student_env,
+)
 from tests.servers import START_BOUND_S, stop_tree, wait_until_up
-from tests.test_browser import (CHROMIUM, CHROMIUM_ARGS, CORRECT_PICK_BACKEND, STUB, _code_cell, _free_port,
-                                _missing as _browser_missing, _run, _settings, _source_of, _write_answer)
+from tests.test_browser import (
+    CHROMIUM,
+    CHROMIUM_ARGS,
+    CORRECT_PICK_BACKEND,
+    STUB,
+    _code_cell,
+    _free_port,
+    _missing as _browser_missing,
+    _run,
+    _settings,
+    _source_of,
+    _write_answer,
+)
 
 A = "02_ddp_basics"
 COURSE_ID = "ddp-course"
@@ -86,8 +104,10 @@ def accounts():
             for user in users:
                 _settings(os.path.join(home(user), ".jupyter"))  # every cell rendered, no news fetched
                 subprocess.run(["chown", "-R", f"{user}:{user}", home(user)], check=True, timeout=60)
-            yield {"student": student_env(os.path.join(shared, "student-env")),
-                   "instructor": instructor_python(os.path.join(home(INSTRUCTOR), "env"))}
+            yield {
+                "student": student_env(os.path.join(shared, "student-env")),
+                "instructor": instructor_python(os.path.join(home(INSTRUCTOR), "env")),
+            }
     finally:
         shutil.rmtree(shared, ignore_errors=True)
 
@@ -106,8 +126,13 @@ def course(accounts):  # accounts: the Pythons
     os.makedirs(exchange)
     os.chmod(exchange, 0o1777)  # nbgrader's docs: everyone writes, the sticky bit keeps them apart
     try:
-        yield {"root": course, "exchange": exchange, "state": os.path.join(shared, "state"),
-               "python": accounts["instructor"], "student_python": accounts["student"]}
+        yield {
+            "root": course,
+            "exchange": exchange,
+            "state": os.path.join(shared, "state"),
+            "python": accounts["instructor"],
+            "student_python": accounts["student"],
+        }
     finally:
         shutil.rmtree(shared, ignore_errors=True)
 
@@ -118,14 +143,28 @@ def hub(course):
     os.makedirs(ARTIFACTS)
     os.makedirs(course["state"])
     ports = {name: _free_port() for name in ("HUB_PORT", "HUB_PROXY_API_PORT", "HUB_API_PORT")}
-    env = dict(os.environ, HUB_COURSE=course["root"], HUB_EXCHANGE=course["exchange"], HUB_STATE=course["state"],
-               HUB_INSTRUCTOR=INSTRUCTOR, HUB_STUDENTS=",".join(STUDENTS), HUB_PYTHON=course["student_python"],
-               HUB_INSTRUCTOR_PYTHON=course["python"],
-               PATH=BIN + os.pathsep + os.environ.get("PATH", ""), **{k: str(v) for k, v in ports.items()})
+    env = dict(
+        os.environ,
+        HUB_COURSE=course["root"],
+        HUB_EXCHANGE=course["exchange"],
+        HUB_STATE=course["state"],
+        HUB_INSTRUCTOR=INSTRUCTOR,
+        HUB_STUDENTS=",".join(STUDENTS),
+        HUB_PYTHON=course["student_python"],
+        HUB_INSTRUCTOR_PYTHON=course["python"],
+        PATH=BIN + os.pathsep + os.environ.get("PATH", ""),
+        **{k: str(v) for k, v in ports.items()},
+    )
     env.pop("NBGRADER_DB_URL", None)
     log = open(os.path.join(ARTIFACTS, "jupyterhub.log"), "w")
-    proc = subprocess.Popen([os.path.join(BIN, "jupyterhub"), "-f", CONFIG], cwd=course["state"], env=env,
-                            stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    proc = subprocess.Popen(
+        [os.path.join(BIN, "jupyterhub"), "-f", CONFIG],
+        cwd=course["state"],
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
     url = f"http://127.0.0.1:{ports['HUB_PORT']}"
     try:
         wait_until_up(proc, f"{url}/hub/health", "the hub", log.name)
@@ -256,8 +295,12 @@ def _save_and_submit(page, student: str, expected: str) -> None:
 
 
 def _instructor(hub, course, *cmd: str) -> str:
-    env = ["env", f"PATH={os.path.dirname(course['python'])}:/usr/bin:/bin", f"NBGRADER_EXCHANGE={course['exchange']}",
-           f"HOME={os.path.expanduser('~' + INSTRUCTOR)}"]
+    env = [
+        "env",
+        f"PATH={os.path.dirname(course['python'])}:/usr/bin:/bin",
+        f"NBGRADER_EXCHANGE={course['exchange']}",
+        f"HOME={os.path.expanduser('~' + INSTRUCTOR)}",
+    ]
     proc = _as(INSTRUCTOR, *env, *cmd, cwd=course["root"])
     assert proc.returncode == 0, f"{cmd} as the instructor failed:\n{proc.stdout}{proc.stderr}"
     return proc.stdout
@@ -268,9 +311,10 @@ def test_a_class_on_the_hub(hub, course, browser):
 
     released = os.path.join(ROOT, "exercises", A, f"{A}.ipynb")
     probe = os.path.join(course["root"], "probe-autograde")  # where only the instructor's uid can write
-    answers = {STUDENTS[0]: _source_of(released, "pick_backend_answer").replace(STUB, CORRECT_PICK_BACKEND),
-               STUDENTS[1]: _hostile(probe) + _source_of(released, "pick_backend_answer").replace(
-                   STUB, WRONG_PICK_BACKEND)}
+    answers = {
+        STUDENTS[0]: _source_of(released, "pick_backend_answer").replace(STUB, CORRECT_PICK_BACKEND),
+        STUDENTS[1]: _hostile(probe) + _source_of(released, "pick_backend_answer").replace(STUB, WRONG_PICK_BACKEND),
+    }
     pages = {}
     teacher = _login(browser, hub, INSTRUCTOR)
     try:
@@ -349,8 +393,7 @@ def test_a_class_on_the_hub(hub, course, browser):
 def _hostile(probe: str) -> str:
     """Top-level code in Bob's answer cell: it writes `probe` wherever it runs as the instructor (as Bob, or in the
     sandbox, the write fails and is ignored)."""
-    return (f"try:\n    open({probe!r}, 'w').write('student code ran as the instructor')\n"
-            "except OSError:\n    pass\n")
+    return f"try:\n    open({probe!r}, 'w').write('student code ran as the instructor')\nexcept OSError:\n    pass\n"
 
 
 def _autograde_is_refused(teacher, hub, course, probe: str) -> None:
@@ -369,8 +412,9 @@ def _autograde_is_refused(teacher, hub, course, probe: str) -> None:
     dialog.first.wait_for(timeout=180_000)
     _shot(teacher, "05b-instructor-autograde-refused")
     assert teacher.locator("#error-modal").count() == 1, dialog.first.text_content()
-    assert REFUSAL in " ".join(teacher.locator("#error-modal").text_content().split()), \
-        teacher.locator("#error-modal").text_content()
+    assert REFUSAL in " ".join(teacher.locator("#error-modal").text_content().split()), teacher.locator(
+        "#error-modal"
+    ).text_content()
     assert not os.path.exists(probe), "the formgrader's Autograde ran student code as the instructor"
     with open(autograded, "rb") as f:
         assert f.read() == before, "the formgrader's Autograde changed what make grade wrote"
@@ -381,8 +425,10 @@ def _forge_for_alice(course) -> None:
     alice, bob = STUDENTS
     now = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M:%S.%f %Z")
     folder = os.path.join(course["exchange"], COURSE_ID, "inbound", f"{alice}+{A}+{now}+forged")
-    script = (f"import os, shutil; d = {folder!r}; os.mkdir(d); shutil.copy({_saved(bob)!r}, d); "
-              f"open(os.path.join(d, 'timestamp.txt'), 'w').write({now!r})")
+    script = (
+        f"import os, shutil; d = {folder!r}; os.mkdir(d); shutil.copy({_saved(bob)!r}, d); "
+        f"open(os.path.join(d, 'timestamp.txt'), 'w').write({now!r})"
+    )
     proc = _as(bob, course["student_python"], "-c", script, cwd="/")
     assert proc.returncode == 0, proc.stderr
 
@@ -390,21 +436,31 @@ def _forge_for_alice(course) -> None:
 def _students_are_kept_apart(course) -> None:
     alice, bob = STUDENTS
     inbound = os.path.join(course["exchange"], COURSE_ID, "inbound")
-    [alices_submission] = [path for path in glob.glob(os.path.join(inbound, f"{alice}+{A}+*", f"{A}.ipynb"))
-                           if "+forged" not in path]
+    [alices_submission] = [
+        path for path in glob.glob(os.path.join(inbound, f"{alice}+{A}+*", f"{A}.ipynb")) if "+forged" not in path
+    ]
     instructor_copy = os.path.join(course["root"], "submitted", alice, A, f"{A}.ipynb")
     solution = os.path.join(course["root"], "solutions", A, f"{A}.ipynb")
     for path in (_saved(alice), alices_submission, instructor_copy, solution):
         assert os.path.isfile(path), path
     assert _as(alice, "cat", _saved(alice)).returncode == 0  # the owner can (the paths are right)
     # bob, as bob: not alice's work, not her submission (inbound cannot be listed), not the course directory
-    for cmd in (["cat", _saved(alice)], ["ls", os.path.dirname(os.path.expanduser(f"~{alice}/x"))],
-                ["sh", "-c", f"cat {inbound}/{alice}+*/{A}.ipynb"], ["ls", inbound],
-                ["cat", instructor_copy], ["cat", solution], ["ls", course["root"]],
-                ["ls", os.path.dirname(os.path.dirname(os.path.dirname(course["python"])))]):
+    for cmd in (
+        ["cat", _saved(alice)],
+        ["ls", os.path.dirname(os.path.expanduser(f"~{alice}/x"))],
+        ["sh", "-c", f"cat {inbound}/{alice}+*/{A}.ipynb"],
+        ["ls", inbound],
+        ["cat", instructor_copy],
+        ["cat", solution],
+        ["ls", course["root"]],
+        ["ls", os.path.dirname(os.path.dirname(os.path.dirname(course["python"])))],
+    ):
         proc = _as(bob, *cmd)
-        assert proc.returncode != 0 and ("Permission denied" in proc.stderr or "No such file" in proc.stderr), \
-            (cmd, proc.stdout[:200], proc.stderr)
+        assert proc.returncode != 0 and ("Permission denied" in proc.stderr or "No such file" in proc.stderr), (
+            cmd,
+            proc.stdout[:200],
+            proc.stderr,
+        )
         assert '"cells"' not in proc.stdout
     # bob's Python is the students' environment: its own grader, which has no hidden module
     student = course["student_python"]
@@ -425,8 +481,11 @@ def test_the_formgrader_is_reached_only_through_the_hub(hub, course):
     assert stat.S_ISDIR(st.st_mode) and st.st_uid == pwd.getpwnam(INSTRUCTOR).pw_uid, folder
     assert stat.S_IMODE(st.st_mode) == 0o700, oct(st.st_mode)
     # the formgrader's process (the instructor's, with --ServerApp.sock) listens on no TCP port
-    servers = [p for p in psutil.process_iter(["cmdline", "username"]) if p.info["username"] == INSTRUCTOR
-               and f"--ServerApp.sock={path}" in (p.info["cmdline"] or [])]
+    servers = [
+        p
+        for p in psutil.process_iter(["cmdline", "username"])
+        if p.info["username"] == INSTRUCTOR and f"--ServerApp.sock={path}" in (p.info["cmdline"] or [])
+    ]
     assert len(servers) == 1, [p.info for p in servers]
     assert [c for c in servers[0].net_connections(kind="inet") if c.status == psutil.CONN_LISTEN] == []
     # a student, on this machine, cannot connect to it, nor bind a socket beside it
@@ -437,14 +496,16 @@ def test_the_formgrader_is_reached_only_through_the_hub(hub, course):
             assert proc.returncode != 0 and "PermissionError" in proc.stderr, (student, call, proc.stderr)
     assert os.listdir(folder) == [os.path.basename(path)]
     # the instructor can connect, and a request without the hub's login is sent to the hub's OAuth, not served
-    request = ("import http.client, socket\n"
-               "class Conn(http.client.HTTPConnection):\n"
-               "    def connect(self):\n"
-               f"        self.sock = socket.socket(socket.AF_UNIX); self.sock.connect({path!r})\n"
-               "conn = Conn('localhost', timeout=60)\n"
-               f"conn.request('GET', '/services/{COURSE_ID}/formgrader/manage_assignments')\n"
-               "reply = conn.getresponse(); body = reply.read()\n"
-               "print(reply.status, reply.getheader('Location'), b'manage_assignments' in body)\n")
+    request = (
+        "import http.client, socket\n"
+        "class Conn(http.client.HTTPConnection):\n"
+        "    def connect(self):\n"
+        f"        self.sock = socket.socket(socket.AF_UNIX); self.sock.connect({path!r})\n"
+        "conn = Conn('localhost', timeout=60)\n"
+        f"conn.request('GET', '/services/{COURSE_ID}/formgrader/manage_assignments')\n"
+        "reply = conn.getresponse(); body = reply.read()\n"
+        "print(reply.status, reply.getheader('Location'), b'manage_assignments' in body)\n"
+    )
     proc = _as(INSTRUCTOR, course["python"], "-c", request, cwd="/")
     assert proc.returncode == 0, proc.stderr
     status, location, served = proc.stdout.split()
@@ -468,17 +529,26 @@ def test_the_hub_refuses_a_socket_folder_others_can_enter(course):
 
     made = os.path.join(base, "made")
     os.symlink(folder("theirs", teacher, 0o700), os.path.join(base, "link"))
-    cases = {made: "", os.path.join(base, "link"): "must be a folder owned by",
-             folder("a-students", student, 0o700): "must be a folder owned by",
-             folder("open", teacher, 0o755): "must be a folder owned by",
-             os.path.join(folder("closed", pwd.getpwnam("root"), 0o700), "sock"): "cannot enter",
-             os.path.join(folder("shared", pwd.getpwnam("root"), 0o777), "sock"): "other accounts may write"}
+    cases = {
+        made: "",
+        os.path.join(base, "link"): "must be a folder owned by",
+        folder("a-students", student, 0o700): "must be a folder owned by",
+        folder("open", teacher, 0o755): "must be a folder owned by",
+        os.path.join(folder("closed", pwd.getpwnam("root"), 0o700), "sock"): "cannot enter",
+        os.path.join(folder("shared", pwd.getpwnam("root"), 0o777), "sock"): "other accounts may write",
+    }
     load = "from traitlets.config.loader import PyFileConfigLoader as L; L(%r).load_config()" % CONFIG
     try:
         for path, refusal in cases.items():
-            env = dict(os.environ, HUB_COURSE=course["root"], HUB_STATE=base, HUB_INSTRUCTOR=INSTRUCTOR,
-                       HUB_PYTHON=course["student_python"], HUB_INSTRUCTOR_PYTHON=course["python"],
-                       HUB_SERVICE_SOCKET_DIR=path)
+            env = dict(
+                os.environ,
+                HUB_COURSE=course["root"],
+                HUB_STATE=base,
+                HUB_INSTRUCTOR=INSTRUCTOR,
+                HUB_PYTHON=course["student_python"],
+                HUB_INSTRUCTOR_PYTHON=course["python"],
+                HUB_SERVICE_SOCKET_DIR=path,
+            )
             proc = subprocess.run([sys.executable, "-c", load], env=env, capture_output=True, text=True, timeout=120)
             if refusal:
                 assert proc.returncode != 0 and refusal in proc.stderr and path in proc.stderr, (path, proc.stderr)

@@ -1,4 +1,5 @@
 """huge_pages.collapse(): a forking process's memory in 2 MiB pages, so that a fork copies fewer page tables."""
+
 import os
 import subprocess
 import sys
@@ -33,8 +34,9 @@ PROBE = textwrap.dedent("""
 
 
 def _probe(mode: str) -> tuple[int, int, bool]:
-    out = subprocess.run([sys.executable, "-c", PROBE, mode], cwd=ROOT, capture_output=True, text=True, timeout=120,
-                         check=True).stdout.split()
+    out = subprocess.run(
+        [sys.executable, "-c", PROBE, mode], cwd=ROOT, capture_output=True, text=True, timeout=120, check=True
+    ).stdout.split()
     return int(out[0]), int(out[1]), out[2] == "1"
 
 
@@ -51,6 +53,7 @@ def test_a_collapsed_process_forks_children_with_fewer_page_tables():
 def test_collapse_never_fails_where_it_cannot_act():
     code = "from grader.engine import huge_pages; print(huge_pages.collapse() >= 0)"
     env = dict(os.environ)
-    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60,
-                         env=env, check=True)
+    out = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60, env=env, check=True
+    )
     assert out.stdout.strip() == "True"

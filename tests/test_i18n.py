@@ -9,6 +9,7 @@
 - English output is byte for byte what it was (golden strings below; the other tests assert English
   messages too).
 """
+
 from __future__ import annotations
 
 import re
@@ -37,10 +38,12 @@ def lang(monkeypatch):
     def choose(**env):
         for name, value in env.items():
             monkeypatch.setenv(name, value)
+
     return choose
 
 
 # --- the catalogs ----------------------------------------------------------------------------------
+
 
 @pytest.fixture(scope="module")
 def catalogs():
@@ -58,8 +61,9 @@ def test_catalog_compiles_and_every_entry_is_translated(catalogs, code):
     assert not errors, errors  # Babel's msgfmt --check: plural forms, python-format
     write_mo(__import__("io").BytesIO(), catalog)
     messages = [m for m in catalog if m.id]
-    untranslated = [m.id for m in messages if m.fuzzy or not all(m.string if isinstance(m.string, tuple)
-                                                                  else [m.string])]
+    untranslated = [
+        m.id for m in messages if m.fuzzy or not all(m.string if isinstance(m.string, tuple) else [m.string])
+    ]
     assert not untranslated, f"{code}: {len(untranslated)} entries untranslated or fuzzy: {untranslated[:3]}"
 
 
@@ -90,6 +94,7 @@ def test_translations_keep_placeholders_and_inline_code(catalogs, code):
 
 # --- choosing the language -------------------------------------------------------------------------
 
+
 def test_course_lang_wins_then_the_locale_then_english(lang):
     assert i18n.language() == "en" and _("unanswered") == "unanswered"
     lang(LANG="nl_NL.UTF-8")
@@ -117,9 +122,18 @@ def test_a_broken_translation_shows_the_english(lang, monkeypatch):
 
 # --- what a student sees ---------------------------------------------------------------------------
 
+
 def _result(**kw) -> CheckResult:
-    base = dict(name="setup_joins", task="setup", passed=False, points=0, max_points=1,
-                message="", plan="2 ranks, gloo on CPU (no GPU visible)", outputs=[["hello\n", ""]])
+    base = dict(
+        name="setup_joins",
+        task="setup",
+        passed=False,
+        points=0,
+        max_points=1,
+        message="",
+        plan="2 ranks, gloo on CPU (no GPU visible)",
+        outputs=[["hello\n", ""]],
+    )
     return CheckResult(**{**base, **kw})
 
 
@@ -141,8 +155,9 @@ def test_english_framing_is_unchanged(lang):
     from grader.engine.plan import plan_for
 
     assert _view(plan_for(2, 0).describe()) == ENGLISH_VIEW
-    assert plan_for(2, 1).describe() == ("2 ranks, gloo on CPU (1 GPU visible: nccl needs one GPU per rank; "
-                                         "the GPUs are hidden from the ranks)")
+    assert plan_for(2, 1).describe() == (
+        "2 ranks, gloo on CPU (1 GPU visible: nccl needs one GPU per rank; the GPUs are hidden from the ranks)"
+    )
     assert plan_for(1, 2).describe() == "1 rank, nccl, rank r on cuda:r (2 GPUs visible)"
 
 
@@ -153,17 +168,23 @@ def test_spanish_framing_plan_and_hidden_text(lang):
 
     lang(COURSE_LANG="es")
     shown = _view(plan_for(2, 0).describe())
-    assert shown == ("✗ setup: setup_joins (0/1)\n    `setup` no está definida en tus respuestas\n"
-                     "    rank 0 imprimió:\n      | hello\n"
-                     "    (se ejecutó en: 2 ranks, gloo en CPU (ninguna GPU visible))")
+    assert shown == (
+        "✗ setup: setup_joins (0/1)\n    `setup` no está definida en tus respuestas\n"
+        "    rank 0 imprimió:\n      | hello\n"
+        "    (se ejecutó en: 2 ranks, gloo en CPU (ninguna GPU visible))"
+    )
     html = CheckView("setup", expected=2, rich=False)._repr_html_()
     assert "comprobando setup: 0 de 2 checks hechos" in html
     assert hang_heading(RunResult(ranks=[], plan=plan_for(2, 0), seconds=0.0)).startswith(
-        "la ejecución no terminó a tiempo (un deadlock")
+        "la ejecución no terminó a tiempo (un deadlock"
+    )
     # a hidden check's text keeps the grader's own words in Spanish (feedback_filter's vocabulary has them)
     message = _("the samples come in dataset order: the DistributedSampler must shuffle (shuffle=True)")
     assert feedback_filter.hidden_message(message, "wrong", "make_dataloader", "", []) == message
-    assert feedback_filter.hidden_message("x", "not_defined", "setup", "", []) == "`setup` no está definida en tus respuestas"
+    assert (
+        feedback_filter.hidden_message("x", "not_defined", "setup", "", [])
+        == "`setup` no está definida en tus respuestas"
+    )
 
 
 def test_spanish_quick_check_verdict_and_explanation(lang, capsys):
@@ -186,9 +207,12 @@ def test_spanish_hints_and_progress_view(lang, monkeypatch, tmp_path, capsys):
     hinter("02_ddp_basics")("pick_backend")
     out = capsys.readouterr().out
     assert out.startswith("**Pista 1 de 2** para `pick_backend`:\n\nEl backend depende de una pregunta")
-    assert out.rstrip().endswith("*`hint(\"pick_backend\")` otra vez muestra la siguiente.*")
-    row = AssignmentProgress("02_ddp_basics", str(tmp_path / "a.ipynb"),
-                             [TaskProgress("setup", "fail", 1, 2, 1, 2, hints=2), TaskProgress("cleanup", "todo")])
+    assert out.rstrip().endswith('*`hint("pick_backend")` otra vez muestra la siguiente.*')
+    row = AssignmentProgress(
+        "02_ddp_basics",
+        str(tmp_path / "a.ipynb"),
+        [TaskProgress("setup", "fail", 1, 2, 1, 2, hints=2), TaskProgress("cleanup", "todo")],
+    )
     report = text_report([row], str(tmp_path))
     assert report.splitlines()[0].startswith("Tu progreso: los checks visibles")
     assert "0/2 tareas  1/2 puntos  a.ipynb" in report and "✗ setup (2 pistas)" in report
@@ -200,8 +224,9 @@ def test_spanish_mistake_message_of_exercise_2_from_a_real_check(lang):
     from grader.engine.plan import current_plan
 
     lang(COURSE_LANG="es")
-    source = mutate(solution_source("02_ddp_basics"), 'return "nccl" if torch.cuda.is_available() else "gloo"',
-                    'return "nccl"')
+    source = mutate(
+        solution_source("02_ddp_basics"), 'return "nccl" if torch.cuda.is_available() else "gloo"', 'return "nccl"'
+    )
     report = grade_source("02_ddp_basics", source, checks=["backend_matches_hardware"])
     message = failed(report)["backend_matches_hardware"]
     assert "pick_backend() devolvió 'nccl'" in message and "se esperaba 'gloo'" in message, message

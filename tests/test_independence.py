@@ -7,6 +7,7 @@ SHARED consecutive meaningful lines of its answer, none of them trivial (a bare 
 bracket), appear consecutively in one lesson cell; an answer block shorter than SHARED lines fails when all of it
 does (a one-line answer copied whole is still copied).
 """
+
 import glob
 import json
 import os
@@ -39,8 +40,11 @@ def meaningful_lines(code: str) -> list[str]:
 
 def runs(lines: list[str], length: int = SHARED) -> set[tuple[str, ...]]:
     """Every window of `length` consecutive lines none of which is trivial."""
-    return {tuple(lines[i:i + length]) for i in range(len(lines) - length + 1)
-            if all(len(line) >= TRIVIAL_BELOW for line in lines[i:i + length])}
+    return {
+        tuple(lines[i : i + length])
+        for i in range(len(lines) - length + 1)
+        if all(len(line) >= TRIVIAL_BELOW for line in lines[i : i + length])
+    }
 
 
 def answer_runs(blocks: list[list[str]]) -> set[tuple[str, ...]]:
@@ -90,20 +94,30 @@ def test_the_scan_sees_every_exercise_and_lesson():
     assert len(glob.glob(os.path.join(ROOT, "lessons", "*.ipynb"))) >= 4 and LESSONS
 
 
-@pytest.mark.parametrize("task", [
-    pytest.param(task, marks=pytest.mark.xfail(strict=True, reason="known copy")) if task in KNOWN_COPIES else task
-    for task in sorted(SOLUTIONS)])
+@pytest.mark.parametrize(
+    "task",
+    [
+        pytest.param(task, marks=pytest.mark.xfail(strict=True, reason="known copy")) if task in KNOWN_COPIES else task
+        for task in sorted(SOLUTIONS)
+    ],
+)
 def test_no_answer_is_a_block_of_a_lesson(task):
     copied = sorted((LESSONS[run], run) for run in answer_runs(SOLUTIONS[task]) if run in LESSONS)
-    assert not copied, f"{task}: {len(copied)} runs of consecutive lines of its answer are in a lesson, first in " \
+    assert not copied, (
+        f"{task}: {len(copied)} runs of consecutive lines of its answer are in a lesson, first in "
         f"{copied[0][0]}:\n" + "\n".join(copied[0][1])
+    )
 
 
 def test_the_comparison_finds_a_copy_and_ignores_layout_and_comments():
     answer = meaningful_lines("x = torch.zeros(3)  # start\n\ndist.all_reduce(x, op=SUM)\n  y = compute_the_thing(x)\n")
-    lesson = meaningful_lines("# copied\nx  =  torch.zeros(3)\ndist.all_reduce(x, op=SUM)   # sum\ny = compute_the_thing(x)")
+    lesson = meaningful_lines(
+        "# copied\nx  =  torch.zeros(3)\ndist.all_reduce(x, op=SUM)   # sum\ny = compute_the_thing(x)"
+    )
     assert runs(answer) and runs(answer) <= runs(lesson)
     assert not runs(meaningful_lines("return x\nelse:\n    pass\n"))  # idioms alone are no copy
     one_liner = meaningful_lines("return parallelize_module(mlp, mesh, plan)")
     assert answer_runs([one_liner]) == {tuple(one_liner)}  # a short answer is compared whole
-    assert tuple(one_liner) not in answer_runs([one_liner, answer])  # a long answer's one-line block is not (an idiom, such as view_as)
+    assert tuple(one_liner) not in answer_runs(
+        [one_liner, answer]
+    )  # a long answer's one-line block is not (an idiom, such as view_as)

@@ -5,6 +5,7 @@ the class lands in submitted/ as nbgrader's collect leaves it, among them
 submissions that try to cheat or break the batch. Grading is parallel, its
 scores equal grading one by one, and nobody gains anything by cheating.
 """
+
 import json
 import os
 import signal
@@ -57,8 +58,12 @@ def place(course, student, content) -> str:
 
 
 def one_by_one(path: str) -> float:
-    proc = subprocess.run([sys.executable, "-m", "grader", "check", A, path, "--json", "--timeout", str(TIMEOUT)],
-                          capture_output=True, text=True, timeout=900)
+    proc = subprocess.run(
+        [sys.executable, "-m", "grader", "check", A, path, "--json", "--timeout", str(TIMEOUT)],
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     return json.loads(proc.stdout)["score"]
 
 
@@ -68,8 +73,9 @@ def course(tmp_path_factory):
     course = roundtrip.make_course(root, [A])
     roundtrip.release(course, A)
     good = solution_answers()
-    wrong = dict(good, train_one_epoch_answer=good["train_one_epoch_answer"].replace(
-        "    loader.sampler.set_epoch(epoch)\n", ""))
+    wrong = dict(
+        good, train_one_epoch_answer=good["train_one_epoch_answer"].replace("    loader.sampler.set_epoch(epoch)\n", "")
+    )
     # two students go through nbgrader's fetch and submit
     for student, answers in (("ada", good), ("ben", wrong)):
         path = roundtrip.fetch(course, A, student)
@@ -86,12 +92,17 @@ def course(tmp_path_factory):
             if c["metadata"].get("nbgrader", {}).get("grade_id", "").endswith("_check"):
                 c["outputs"] = [{"output_type": "stream", "name": "stdout", "text": "✓ all good\n"}]
 
-    patcher = dict(wrong, pick_backend_answer=good["pick_backend_answer"] + (
-        "\nimport grader.checks, grader.tolerances, grader.notebook\n"
-        "grader.checks.CheckFailed = type('Never', (Exception,), {})\n"
-        "grader.tolerances.assert_close = lambda *a, **k: None\n"
-        "grader.checks.Report.passed = property(lambda self: True)\n"
-        "import os\nos.environ['NBGRADER_EXECUTION'] = ''\n"))
+    patcher = dict(
+        wrong,
+        pick_backend_answer=good["pick_backend_answer"]
+        + (
+            "\nimport grader.checks, grader.tolerances, grader.notebook\n"
+            "grader.checks.CheckFailed = type('Never', (Exception,), {})\n"
+            "grader.tolerances.assert_close = lambda *a, **k: None\n"
+            "grader.checks.Report.passed = property(lambda self: True)\n"
+            "import os\nos.environ['NBGRADER_EXECUTION'] = ''\n"
+        ),
+    )
     place(course, "mallory", notebook_with(patcher, claims_all_passed))
 
     def delete_and_edit_checks(nb):
@@ -99,19 +110,45 @@ def course(tmp_path_factory):
         cell(nb, "train_one_epoch_check")["source"] = "pass  # nothing to see"
 
     place(course, "trent", notebook_with(wrong, delete_and_edit_checks))
-    vandal = dict(wrong, cleanup_answer=good["cleanup_answer"] + (
-        f"\nimport sqlite3\n"
-        f"for _p in [{ada!r}]:\n"
-        f"    open(_p, 'w').write('overwritten by vandal')\n"
-        f"_db = sqlite3.connect({gradebook!r})\n"
-        f"_db.execute('CREATE TABLE IF NOT EXISTS pwned (x)')\n"
-        f"_db.commit()\n"))
+    vandal = dict(
+        wrong,
+        cleanup_answer=good["cleanup_answer"]
+        + (
+            f"\nimport sqlite3\n"
+            f"for _p in [{ada!r}]:\n"
+            f"    open(_p, 'w').write('overwritten by vandal')\n"
+            f"_db = sqlite3.connect({gradebook!r})\n"
+            f"_db.execute('CREATE TABLE IF NOT EXISTS pwned (x)')\n"
+            f"_db.commit()\n"
+        ),
+    )
     place(course, "victor", notebook_with(vandal))
     place(course, "oscar", notebook_with(dict(good, setup_answer="import os\nos._exit(1)\n" + good["setup_answer"])))
-    place(course, "heidi", notebook_with(dict(good, save_checkpoint_answer=good["save_checkpoint_answer"].replace(
-        "\n    dist.barrier()", "\n        dist.barrier()  # only rank 0: the ranks' collectives no longer match"))))
-    place(course, "carl", notebook_with(dict(good, wrap_model_answer=good["wrap_model_answer"].replace(
-        "    model = model.to(device)\n", "    raise RuntimeError('crash on every rank')\n"))))
+    place(
+        course,
+        "heidi",
+        notebook_with(
+            dict(
+                good,
+                save_checkpoint_answer=good["save_checkpoint_answer"].replace(
+                    "\n    dist.barrier()",
+                    "\n        dist.barrier()  # only rank 0: the ranks' collectives no longer match",
+                ),
+            )
+        ),
+    )
+    place(
+        course,
+        "carl",
+        notebook_with(
+            dict(
+                good,
+                wrap_model_answer=good["wrap_model_answer"].replace(
+                    "    model = model.to(device)\n", "    raise RuntimeError('crash on every rank')\n"
+                ),
+            )
+        ),
+    )
     place(course, "judy", '{"cells": [ this is not json')
     return course
 
@@ -167,8 +204,12 @@ def test_cheating_gains_nothing_and_is_flagged(course, graded):
             assert f.read() == data, f"{student}'s submission was modified"
     assert any("gradebook was changed" in f for f in results["victor"]["flags"])
     with Gradebook(course.db_url) as gb:
-        tables = [r[0] for r in gb.db.execute(__import__("sqlalchemy").text(
-            "SELECT name FROM sqlite_master WHERE type='table'")).fetchall()]
+        tables = [
+            r[0]
+            for r in gb.db.execute(
+                __import__("sqlalchemy").text("SELECT name FROM sqlite_master WHERE type='table'")
+            ).fetchall()
+        ]
     assert "pwned" not in tables
 
 
@@ -198,16 +239,21 @@ def test_grades_export_and_class_report(course, graded):
     assert "train_calls_set_epoch" in report and os.path.getsize(png) > 10_000
     flagged = report.split("submissions graded")[0]  # flagged students first, with the reason
     assert "**mallory**: the notebook shows ✓" in flagged and "**victor**" in flagged and "**ada**" not in flagged
-    full = sum(1 for r in graded[0].values() if r["report"] and all(
-        c["passed"] for c in r["report"]["checks"] if c["task"] == "wrap_model"))
+    full = sum(
+        1
+        for r in graded[0].values()
+        if r["report"] and all(c["passed"] for c in r["report"]["checks"] if c["task"] == "wrap_model")
+    )
     points = sum(c.points for c in get_exercise(A).checks if c.task == "wrap_model")
     assert f"| wrap_model ({points:g} points) | {full}/" in report
 
 
 def test_regrading_is_idempotent(course, graded):
     before = gradebook_scores(course, A)
-    stamps = {p: os.path.getmtime(p) for p in
-              (os.path.join(course.results_dir(A), f) for f in os.listdir(course.results_dir(A)))}
+    stamps = {
+        p: os.path.getmtime(p)
+        for p in (os.path.join(course.results_dir(A), f) for f in os.listdir(course.results_dir(A)))
+    }
     results = grade_assignment(course, A, jobs=2, timeout=TIMEOUT, progress=False, sandbox=False)
     write_results(course, A, results)
     assert gradebook_scores(course, A) == before
@@ -226,8 +272,9 @@ def test_a_run_killed_halfway_resumes_without_losing_or_duplicating(tmp_path):
     cmd = [sys.executable, "-m", "grader", "grade", A, "--root", course.root, "--jobs", "1", "--quiet"]
     proc = subprocess.Popen(cmd, env=env, start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     deadline = time.monotonic() + 600
-    while time.monotonic() < deadline and not (os.path.isdir(course.results_dir(A)) and
-                                               any(f.endswith(".json") for f in os.listdir(course.results_dir(A)))):
+    while time.monotonic() < deadline and not (
+        os.path.isdir(course.results_dir(A)) and any(f.endswith(".json") for f in os.listdir(course.results_dir(A)))
+    ):
         time.sleep(0.2)
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait(timeout=30)

@@ -9,6 +9,7 @@ ada's and bo's check results are identical in both classes (full marks), the bom
 flagged naming their limit, the class finishes, and nothing of it is left running, nor any cgroup of it. The job's
 memory bound is set to 2 GiB here (GRADER_JOB_MEMORY) so that the hog stays small on a shared machine.
 """
+
 import glob
 import json
 import os
@@ -41,7 +42,7 @@ def _attacker(name: str, course) -> dict:
     with open(os.path.join(folder, f"{name}.py")) as f:
         attack = string.Template(f.read()).substitute(values, me=name)
     wrapper = _pick_device("control", values)
-    wrapper = wrapper[wrapper.index("\n\ndef pick_device"):].replace("ATTACK control", f"ATTACK {name}")
+    wrapper = wrapper[wrapper.index("\n\ndef pick_device") :].replace("ATTACK control", f"ATTACK {name}")
     return notebook_with({"pick_device_answer": attack + wrapper})
 
 
@@ -56,9 +57,27 @@ def _grade(base: str, attackers: tuple[str, ...], nursery: str, cgroups: bool = 
     if not cgroups:
         env[OFF_ENV] = "0"
     env.pop("XDG_STATE_HOME", None)
-    with subprocess.Popen([sys.executable, "-m", "grader", "grade", A, "--root", course.root, "--jobs", "2",
-                           "--timeout", "20", "--quiet"], cwd=ROOT, env=env, stdout=subprocess.PIPE,
-                          stderr=subprocess.PIPE, text=True) as proc:
+    with subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "grader",
+            "grade",
+            A,
+            "--root",
+            course.root,
+            "--jobs",
+            "2",
+            "--timeout",
+            "20",
+            "--quiet",
+        ],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    ) as proc:
         try:
             out, err = proc.communicate(timeout=1500)
         except subprocess.TimeoutExpired:
@@ -85,8 +104,11 @@ def _checks(result: dict) -> list:
 
 
 def _left() -> list:
-    return [p.info for p in psutil.process_iter(["pid", "cmdline", "uids", "status"])
-            if p.info["cmdline"] == ["sleep", "30"] and p.info["status"] != psutil.STATUS_ZOMBIE]
+    return [
+        p.info
+        for p in psutil.process_iter(["pid", "cmdline", "uids", "status"])
+        if p.info["cmdline"] == ["sleep", "30"] and p.info["status"] != psutil.STATUS_ZOMBIE
+    ]
 
 
 @pytest.mark.skipif(bool(JobLimits.probe()), reason=JobLimits.probe() or "-")

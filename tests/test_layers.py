@@ -21,6 +21,7 @@ From the bottom:
 Within a layer any import is allowed, but no circle (anywhere). A new top-level grader module must be
 placed in LAYERS; one under a listed package (grader.engine., grader.exercises., ...) is placed already.
 """
+
 from __future__ import annotations
 
 import pytest
@@ -33,18 +34,44 @@ LAYERS = {  # a module, or a package (all its modules): the longest match decide
     "grader": ENGINE,  # the package itself: `from grader import run_distributed`
     "grader.i18n": ENGINE,
     "grader.engine": ENGINE,
-    "grader.checks": SEAM, "grader.grading": SEAM, "grader.submission": SEAM, "grader.tolerances": SEAM,
-    "grader.cells": SEAM, "grader.feedback_filter": SEAM,
-    "grader.runner": RUNNER, "grader.shared_runs": RUNNER,
+    "grader.checks": SEAM,
+    "grader.grading": SEAM,
+    "grader.submission": SEAM,
+    "grader.tolerances": SEAM,
+    "grader.cells": SEAM,
+    "grader.feedback_filter": SEAM,
+    "grader.runner": RUNNER,
+    "grader.shared_runs": RUNNER,
     "grader.exercises": EXERCISES,
-    "grader.gradebook": TOOLS, "grader.isolation": TOOLS, "grader.progress": TOOLS, "grader.cli": TOOLS, "grader.__main__": TOOLS,
-    "grader.lessons": TOOLS, "grader.notebook": TOOLS, "grader.notebook_display": TOOLS, "grader.code_digest": TOOLS,
+    "grader.gradebook": TOOLS,
+    "grader.isolation": TOOLS,
+    "grader.progress": TOOLS,
+    "grader.cli": TOOLS,
+    "grader.__main__": TOOLS,
+    "grader.lessons": TOOLS,
+    "grader.notebook": TOOLS,
+    "grader.notebook_display": TOOLS,
+    "grader.code_digest": TOOLS,
     "grader.hints": TOOLS,
-    "grader.points": TOOLS, "grader.points_preprocessor": TOOLS, "grader.translate": TOOLS, "grader.scaffold": TOOLS, "grader.scaffold_templates": TOOLS,
-    "grader.student_build": TOOLS, "grader.selfcheck": TOOLS, "grader.demo": TOOLS, "grader.gpucheck": TOOLS,
+    "grader.points": TOOLS,
+    "grader.points_preprocessor": TOOLS,
+    "grader.translate": TOOLS,
+    "grader.scaffold": TOOLS,
+    "grader.scaffold_templates": TOOLS,
+    "grader.student_build": TOOLS,
+    "grader.selfcheck": TOOLS,
+    "grader.demo": TOOLS,
+    "grader.gpucheck": TOOLS,
 }
-PACKAGES = ("grader.engine", "grader.exercises", "grader.gradebook", "grader.isolation", "grader.progress", "grader.lessons",
-            "grader.translate")
+PACKAGES = (
+    "grader.engine",
+    "grader.exercises",
+    "grader.gradebook",
+    "grader.isolation",
+    "grader.progress",
+    "grader.lessons",
+    "grader.translate",
+)
 
 
 def layer_of(module: str) -> int | None:
@@ -56,9 +83,11 @@ def layer_of(module: str) -> int | None:
 
 def upward(edges: set[tuple[str, str]]) -> list[str]:
     """Each import that points to a higher layer, in words."""
-    return sorted(f"{a} ({NAMES[layer_of(a)]}) imports {b} ({NAMES[layer_of(b)]})"
-                  for a, b in edges if layer_of(a) is not None and layer_of(b) is not None
-                  and layer_of(b) > layer_of(a))
+    return sorted(
+        f"{a} ({NAMES[layer_of(a)]}) imports {b} ({NAMES[layer_of(b)]})"
+        for a, b in edges
+        if layer_of(a) is not None and layer_of(b) is not None and layer_of(b) > layer_of(a)
+    )
 
 
 def circles(edges: set[tuple[str, str]]) -> list[list[str]]:
@@ -136,4 +165,6 @@ def test_an_import_up_or_a_circle_is_caught():
     assert circles(planted | runner) == [["grader.checks", "grader.runner"]]
     lazy = imports_of("grader.engine.launcher", "def f():\n    from ..exercises import get_exercise\n")
     assert lazy == [Import("grader.engine.launcher", "grader.exercises", "get_exercise", 2)]
-    assert upward(grader_edges(lazy, modules)) == ["grader.engine.launcher (engine) imports grader.exercises (exercises)"]
+    assert upward(grader_edges(lazy, modules)) == [
+        "grader.engine.launcher (engine) imports grader.exercises (exercises)"
+    ]

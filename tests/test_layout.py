@@ -1,5 +1,6 @@
 """The course layout: dependencies in step, exercises/ generated from solutions/
 (the cells' conventions and points: tests/test_cells.py)."""
+
 import filecmp
 import os
 import shutil
@@ -17,8 +18,19 @@ ASSIGNMENTS = [a for a in MODULES if os.path.isdir(os.path.join(ROOT, "solutions
 
 
 def test_top_level_layout():
-    for name in ["lessons", "exercises", "solutions", "grader", "tests", "environment.yml", "Makefile",
-                 "README.md", "pyproject.toml", "nbgrader_config.py", ".ci/run"]:
+    for name in [
+        "lessons",
+        "exercises",
+        "solutions",
+        "grader",
+        "tests",
+        "environment.yml",
+        "Makefile",
+        "README.md",
+        "pyproject.toml",
+        "nbgrader_config.py",
+        ".ci/run",
+    ]:
         assert os.path.exists(os.path.join(ROOT, name)), f"missing {name}"
 
 
@@ -54,8 +66,13 @@ def test_exercises_are_generated_from_solutions(assignment, tmp_path):
     shutil.copy(os.path.join(ROOT, "nbgrader_config.py"), course)
     shutil.copytree(os.path.join(ROOT, "solutions", assignment), course / "solutions" / assignment)
     env = dict(os.environ, PATH=os.path.dirname(sys.executable) + os.pathsep + os.environ["PATH"])
-    subprocess.run([sys.executable, "-m", "nbgrader", "generate_assignment", assignment, "--force",
-                    "--log-level=ERROR"], cwd=course, env=env, check=True, timeout=300)
+    subprocess.run(
+        [sys.executable, "-m", "nbgrader", "generate_assignment", assignment, "--force", "--log-level=ERROR"],
+        cwd=course,
+        env=env,
+        check=True,
+        timeout=300,
+    )
     fresh, committed = course / "exercises" / assignment, os.path.join(ROOT, "exercises", assignment)
     cmp = filecmp.dircmp(fresh, committed)
     assert not cmp.left_only and not cmp.right_only, f"files differ: {cmp.left_only} {cmp.right_only}"

@@ -5,6 +5,7 @@ next to the computation it shows.
 A cell draws when it uses matplotlib (`plt`, `fig`, `ax`, `.plot(`, `.bar(`, ...) or calls a drawing helper of
 grader.lessons. Which helpers draw is read from their source (a function that uses matplotlib, or calls one
 that does), so a new figure helper is covered without being listed here. Lines are the cell's source lines."""
+
 import ast
 import glob
 import json
@@ -53,7 +54,7 @@ def drawing_helpers(paths=HELPERS):
             if not more:
                 break
             draws |= more
-        found[os.path.basename(path)[:-len(".py")]] = draws
+        found[os.path.basename(path)[: -len(".py")]] = draws
     return found
 
 
@@ -97,8 +98,11 @@ def offenders(cells, helpers=None):
     """(code cell number, lines, draws, first line) of each code cell over its limit, given the notebook's
     cells as nbformat dicts."""
     helpers = drawing_helpers() if helpers is None else helpers
-    code = ["".join(c["source"]) if isinstance(c["source"], list) else c["source"]
-            for c in cells if c["cell_type"] == "code"]
+    code = [
+        "".join(c["source"]) if isinstance(c["source"], list) else c["source"]
+        for c in cells
+        if c["cell_type"] == "code"
+    ]
     trees = []
     for number, source in enumerate(code, 1):
         try:
@@ -124,7 +128,8 @@ def test_no_code_cell_over_40_lines_and_no_drawing_cell_over_10(path):
     found = offenders(cells)
     assert not found, f"{os.path.basename(path)}: " + "; ".join(
         f"code cell {n} has {lines} lines{' and draws (limit 10)' if draws else ' (limit 40)'}: {first!r}"
-        for n, lines, draws, first in found)
+        for n, lines, draws, first in found
+    )
 
 
 def test_the_drawing_helpers_are_read_from_grader_lessons():
@@ -141,18 +146,26 @@ def _cell(source):
 
 
 def test_the_limits_can_fail():
-    imports = _cell("import matplotlib.pyplot as pyplot\nfrom grader.lessons import plots_more as plots\n"
-                    "from grader.lessons import trace\nfrom grader.lessons.launch import run")
+    imports = _cell(
+        "import matplotlib.pyplot as pyplot\nfrom grader.lessons import plots_more as plots\n"
+        "from grader.lessons import trace\nfrom grader.lessons.launch import run"
+    )
     filler = "x = 1\n" * 9
-    cells = [imports,
-             _cell(filler + "plots.collectives(demo)"),  # 10 lines, draws: allowed
-             _cell(filler + "x = 2\nplots.collectives(demo)"),  # 11 lines, draws through a helper
-             _cell(filler + "x = 2\nfig = pyplot.figure()"),  # 11 lines, draws with matplotlib by hand
-             _cell(filler + "x = 2\ntrace.lanes(path)"),  # 11 lines, reads a trace: not drawing
-             _cell(filler + "x = 2\nrun(['--standalone'])"),  # 11 lines, launches: not drawing
-             _cell("%%writefile train.py\n" + "x = 1\n" * 60),  # a script: exempt
-             _cell("x = 1\n" * 41),  # too long
-             _cell("%time y = 2\n" + "x = 1\n" * 40)]  # a line magic counts as a line
+    cells = [
+        imports,
+        _cell(filler + "plots.collectives(demo)"),  # 10 lines, draws: allowed
+        _cell(filler + "x = 2\nplots.collectives(demo)"),  # 11 lines, draws through a helper
+        _cell(filler + "x = 2\nfig = pyplot.figure()"),  # 11 lines, draws with matplotlib by hand
+        _cell(filler + "x = 2\ntrace.lanes(path)"),  # 11 lines, reads a trace: not drawing
+        _cell(filler + "x = 2\nrun(['--standalone'])"),  # 11 lines, launches: not drawing
+        _cell("%%writefile train.py\n" + "x = 1\n" * 60),  # a script: exempt
+        _cell("x = 1\n" * 41),  # too long
+        _cell("%time y = 2\n" + "x = 1\n" * 40),
+    ]  # a line magic counts as a line
     assert [(n, lines, draws) for n, lines, draws, _ in offenders(cells)] == [
-        (3, 11, True), (4, 11, True), (8, 41, False), (9, 41, False)]
+        (3, 11, True),
+        (4, 11, True),
+        (8, 41, False),
+        (9, 41, False),
+    ]
     assert offenders([_cell(filler + "x = 2\nax.bar([1], [2])")])[0][2], "a cell that draws on an axis"

@@ -1,6 +1,7 @@
 """Lessons are stored as JupyterLab saves them: opening a lesson (English or lessons/<lang>/) in JupyterLab and saving
 it changes no byte, so autosave never leaves a tracked file modified (and a student's `git pull` never conflicts).
 The round trip goes through jupyter_server's own contents manager, the code that serves and saves the file."""
+
 import glob
 import json
 import os
@@ -12,8 +13,9 @@ from jupyter_server.services.contents.filemanager import FileContentsManager
 from grader.translate.build import dumps
 from tests.helpers import ROOT
 
-LESSONS = sorted(glob.glob(os.path.join(ROOT, "lessons", "*.ipynb")) +
-                 glob.glob(os.path.join(ROOT, "lessons", "*", "*.ipynb")))
+LESSONS = sorted(
+    glob.glob(os.path.join(ROOT, "lessons", "*.ipynb")) + glob.glob(os.path.join(ROOT, "lessons", "*", "*.ipynb"))
+)
 
 
 def test_every_lesson_and_translation_is_covered():
@@ -30,8 +32,9 @@ def test_opening_and_saving_in_jupyterlab_changes_no_byte(path, tmp_path):
     model = manager.get(name, content=True, type="notebook")
     manager.save({"type": "notebook", "format": "json", "content": model["content"]}, name)
     with open(path, "rb") as original, open(tmp_path / name, "rb") as saved:
-        assert saved.read() == original.read(), \
+        assert saved.read() == original.read(), (
             f"{os.path.relpath(path, ROOT)} is not in JupyterLab's format: save it with grader.translate.build.dumps"
+        )
 
 
 @pytest.mark.parametrize("path", LESSONS, ids=lambda p: os.path.relpath(p, ROOT))
@@ -51,7 +54,13 @@ def test_the_comparison_can_fail(tmp_path):
     changed.write_text(json.dumps(notebook, sort_keys=True, indent=1, ensure_ascii=False), encoding="utf-8")
     manager = FileContentsManager(root_dir=str(tmp_path))
     before = changed.read_bytes()
-    manager.save({"type": "notebook", "format": "json",
-                  "content": manager.get("changed.ipynb", content=True, type="notebook")["content"]}, "changed.ipynb")
+    manager.save(
+        {
+            "type": "notebook",
+            "format": "json",
+            "content": manager.get("changed.ipynb", content=True, type="notebook")["content"],
+        },
+        "changed.ipynb",
+    )
     assert changed.read_bytes() != before
     assert dumps(notebook) == changed.read_text(encoding="utf-8")

@@ -1,5 +1,6 @@
 """grader.lessons.timing (lesson 1 and 2's clock, right on GPUs) and grader.lessons.trace (lesson 2 §14.8's
 reading of a torch.profiler Chrome trace), checked on what they promise."""
+
 import json
 
 import pytest
@@ -51,14 +52,25 @@ def _trace(tmp_path, events):
 
 
 def test_lanes_keep_backward_nodes_and_all_reduces_in_ms_from_the_first(tmp_path):
-    path = _trace(tmp_path, [
-        {"ph": "X", "name": "autograd::engine::evaluate_function: AddmmBackward0", "ts": 1000, "dur": 500, "tid": 1},
-        {"ph": "X", "name": "gloo:all_reduce", "ts": 1300, "dur": 2000, "tid": 2},
-        {"ph": "X", "name": "aten::mm", "ts": 900, "dur": 10, "tid": 1},  # neither lane
-        {"ph": "i", "name": "gloo:all_reduce", "ts": 5000, "tid": 2},  # an instant, not a span
-    ])
-    assert trace.lanes(path) == {"backward": [(0.0, 0.5, "AddmmBackward0")],
-                                 "all_reduce": [(0.3, 2.3, "gloo:all_reduce")]}
+    path = _trace(
+        tmp_path,
+        [
+            {
+                "ph": "X",
+                "name": "autograd::engine::evaluate_function: AddmmBackward0",
+                "ts": 1000,
+                "dur": 500,
+                "tid": 1,
+            },
+            {"ph": "X", "name": "gloo:all_reduce", "ts": 1300, "dur": 2000, "tid": 2},
+            {"ph": "X", "name": "aten::mm", "ts": 900, "dur": 10, "tid": 1},  # neither lane
+            {"ph": "i", "name": "gloo:all_reduce", "ts": 5000, "tid": 2},  # an instant, not a span
+        ],
+    )
+    assert trace.lanes(path) == {
+        "backward": [(0.0, 0.5, "AddmmBackward0")],
+        "all_reduce": [(0.3, 2.3, "gloo:all_reduce")],
+    }
 
 
 def test_a_file_that_is_not_a_trace_or_has_no_backward_is_refused_clearly(tmp_path):
@@ -72,6 +84,7 @@ def test_a_file_that_is_not_a_trace_or_has_no_backward_is_refused_clearly(tmp_pa
 
 def test_a_real_profiled_backward_gives_its_nodes(tmp_path):
     from torch.profiler import ProfilerActivity, profile
+
     x = torch.randn(8, 4, requires_grad=True)
     with profile(activities=[ProfilerActivity.CPU]) as prof:
         (x @ torch.randn(4, 2)).pow(2).sum().backward()

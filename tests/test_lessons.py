@@ -1,5 +1,6 @@
 """The lesson notebooks as committed: outputs free of the executing machine's paths and run timestamps,
 a linked table of contents, figures drawn by grader.lessons.plots, the Quick Check shipped unanswered."""
+
 import glob
 import json
 import os
@@ -33,8 +34,9 @@ def output_text(cell):
 
 def this_machine():
     """This machine's own folders, whatever they are called (the checkout, the interpreter, temp, home)."""
-    return {p for p in (ROOT, sys.prefix, os.path.realpath(tempfile.gettempdir()), os.path.expanduser("~"))
-            if len(p) > 4}
+    return {
+        p for p in (ROOT, sys.prefix, os.path.realpath(tempfile.gettempdir()), os.path.expanduser("~")) if len(p) > 4
+    }
 
 
 def test_the_lessons_are_found():
@@ -45,8 +47,10 @@ def test_the_lessons_are_found():
 def test_outputs_hold_no_absolute_path_of_the_machine_and_no_timestamp(path):
     nb = load(path)
     for i, cell in enumerate(nb["cells"]):
-        text = "\n".join(o["text"] if isinstance(o.get("text", []), str) else "".join(o.get("text", []))
-                         for o in cell.get("outputs", [])) + output_text(cell)
+        text = "\n".join(
+            o["text"] if isinstance(o.get("text", []), str) else "".join(o.get("text", []))
+            for o in cell.get("outputs", [])
+        ) + output_text(cell)
         assert not MACHINE_PATHS.search(text), f"cell {i}: {MACHINE_PATHS.search(text).group()!r} in its output"
         assert not TIMESTAMP.search(text), f"cell {i}: a run timestamp {TIMESTAMP.search(text).group()!r}"
         for folder in this_machine():
@@ -85,14 +89,15 @@ def test_figures_are_one_call_to_grader_lessons_plots(path):
 
 @pytest.mark.parametrize("path", LESSONS, ids=os.path.basename)
 def test_the_quick_check_ships_unanswered_and_checks_with_the_package(path):
-    lesson = os.path.basename(path)[:-len(".ipynb")]
+    lesson = os.path.basename(path)[: -len(".ipynb")]
     cells = load(path)["cells"]
     answers = quiz.read_answers(path)
     assert answers == {q: "" for q in quiz.QUIZZES[lesson]}
     checks = [c for c in cells if c["cell_type"] == "code" and f'check("{lesson}", answers)' in source(c)]
     assert len(checks) == 1
-    printed = "".join(o.get("text", "") if isinstance(o.get("text", ""), str) else "".join(o["text"])
-                      for o in checks[0]["outputs"])
+    printed = "".join(
+        o.get("text", "") if isinstance(o.get("text", ""), str) else "".join(o["text"]) for o in checks[0]["outputs"]
+    )
     assert "unanswered" in printed and "✓" not in printed, "the committed output is of an unanswered quiz"
 
 

@@ -1,6 +1,7 @@
 """A rank's clock starts when its device and process group are set up; what the machine fails is never the
 student's: "could not run on this machine", nothing paid, listed for regrading. GRADER_FAKE_GPUS=2 on this CPU
 machine is a machine whose GPUs CUDA cannot set up (torch.cuda.set_device really fails in the rank)."""
+
 import pytest
 
 from grader.engine import run_distributed, warm_up
@@ -36,8 +37,9 @@ def test_a_gpu_the_rank_cannot_set_up_is_the_machines_failure(broken_gpus):
 
 
 def test_a_check_the_machine_cannot_run_pays_nothing_and_says_so(broken_gpus):
-    report = run_checks(get_exercise("02_ddp_basics"), read_notebook(solution_notebook("02_ddp_basics")),
-                        task="MiniDDP")
+    report = run_checks(
+        get_exercise("02_ddp_basics"), read_notebook(solution_notebook("02_ddp_basics")), task="MiniDDP"
+    )
     failed = [c for c in report.checks if not c.passed]
     assert failed and all(c.unrunnable and c.points == 0 for c in failed), report.lines()
     for c in failed:

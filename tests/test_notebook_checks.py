@@ -1,6 +1,7 @@
 """check("task") in a real Jupyter kernel: the code defined in the kernel is
 checked (functions in __main__ reach the ranks by value), ✓/✗ lines are
 printed, and a failure raises AssertionError so nbgrader counts it."""
+
 import os
 
 import nbformat
@@ -15,8 +16,10 @@ EXERCISE = "02_ddp_basics"
 
 def outputs_text(cell) -> str:
     # check() shows one display_data (text/plain + text/html); print() and errors are streams and tracebacks
-    return "".join(o.get("text", "") + o.get("data", {}).get("text/plain", "") + "".join(o.get("traceback", []))
-                   for o in cell.get("outputs", []))
+    return "".join(
+        o.get("text", "") + o.get("data", {}).get("text/plain", "") + "".join(o.get("traceback", []))
+        for o in cell.get("outputs", [])
+    )
 
 
 def test_solution_notebook_passes_every_check_in_a_kernel(tmp_path):
@@ -47,10 +50,14 @@ def test_a_wrong_answer_in_the_kernel_shows_the_mistake_and_raises(tmp_path):
 
 def test_a_crash_in_the_kernel_points_at_the_students_cell(tmp_path):
     nb = nbformat.v4.new_notebook()
-    nb.cells = [nbformat.v4.new_code_cell(src) for src in [
-        'from grader.notebook import checker\ncheck = checker("02_ddp_basics")',
-        'def pick_backend():\n    raise ValueError("half-written answer")',
-        'check("pick_backend")']]
+    nb.cells = [
+        nbformat.v4.new_code_cell(src)
+        for src in [
+            'from grader.notebook import checker\ncheck = checker("02_ddp_basics")',
+            'def pick_backend():\n    raise ValueError("half-written answer")',
+            'check("pick_backend")',
+        ]
+    ]
     client = NotebookClient(nb, timeout=300, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}})
     try:
         client.execute()
@@ -63,11 +70,15 @@ def test_a_crash_in_the_kernel_points_at_the_students_cell(tmp_path):
 
 def test_a_hang_and_rank_output_are_shown_without_stderr(tmp_path):
     nb = nbformat.v4.new_notebook()
-    nb.cells = [nbformat.v4.new_code_cell(src) for src in [
-        'from grader.notebook import checker\ncheck = checker("02_ddp_basics", timeout=5)',
-        'import torch.distributed as dist\n\ndef cleanup():\n    print("cleaning up on rank", dist.get_rank())\n'
-        '    if dist.get_rank() == 0:\n        dist.barrier()  # only rank 0: a deadlock\n',
-        'check("cleanup")']]
+    nb.cells = [
+        nbformat.v4.new_code_cell(src)
+        for src in [
+            'from grader.notebook import checker\ncheck = checker("02_ddp_basics", timeout=5)',
+            'import torch.distributed as dist\n\ndef cleanup():\n    print("cleaning up on rank", dist.get_rank())\n'
+            "    if dist.get_rank() == 0:\n        dist.barrier()  # only rank 0: a deadlock\n",
+            'check("cleanup")',
+        ]
+    ]
     client = NotebookClient(nb, timeout=300, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}})
     try:
         client.execute()

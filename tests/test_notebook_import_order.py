@@ -5,6 +5,7 @@ Both processes import torch (about 2 s each here); started together they share t
 cores, one after the other they add up, and the first check waits for the sum
 (measured by benchmarks/bench_notebook.py). No rank is launched here.
 """
+
 from __future__ import annotations
 
 import subprocess

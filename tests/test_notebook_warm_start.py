@@ -1,6 +1,7 @@
 """The notebook's first cell (`check = checker(...)`) starts the engine in the background:
 the first check() runs on that same forkserver, and the forkserver ends with the kernel.
 Asserted on process identity, never on time (the time is benchmarks/bench_notebook.py's)."""
+
 import ast
 import time
 
@@ -14,16 +15,21 @@ from tests.helpers import solution_notebook
 EXERCISE = "02_ddp_basics"
 FIRST_CELL = f'from grader.notebook import checker\ncheck = checker("{EXERCISE}")'
 # what the kernel's engine is now: the forkserver's pid, alive or not, and the kernel's forkservers
-STATE = ("({'pid': __import__('multiprocessing.forkserver').forkserver._forkserver"
-         "._forkserver_pid, 'servers': [p.pid for p in __import__('psutil').Process().children() "
-         "if 'forkserver' in ' '.join(p.cmdline())]})")
+STATE = (
+    "({'pid': __import__('multiprocessing.forkserver').forkserver._forkserver"
+    "._forkserver_pid, 'servers': [p.pid for p in __import__('psutil').Process().children() "
+    "if 'forkserver' in ' '.join(p.cmdline())]})"
+)
 
 
 def run(client, code: str) -> dict:
     errors = []
-    reply = client.execute_interactive(code, timeout=600, user_expressions={"state": STATE},
-                                       output_hook=lambda m: m["msg_type"] == "error" and errors.append(
-                                           m["content"]["evalue"]))
+    reply = client.execute_interactive(
+        code,
+        timeout=600,
+        user_expressions={"state": STATE},
+        output_hook=lambda m: m["msg_type"] == "error" and errors.append(m["content"]["evalue"]),
+    )
     assert not errors and reply["content"]["status"] == "ok", (code, errors, reply["content"])
     return ast.literal_eval(reply["content"]["user_expressions"]["state"]["data"]["text/plain"])
 

@@ -9,6 +9,7 @@ module global, and, once per job, a double-forked, setsid child that holds 127.0
 connection with its student's name) and reports what it sees of anyone else's: files, processes (by /proc, by
 kill(pid, 0) over the first pids, by ptrace of PID 1), the loopback port, the hidden checks, its capabilities.
 """
+
 import json
 import os
 import subprocess
@@ -37,7 +38,7 @@ pytestmark = [
     pytest.mark.timeout(1200),
 ]
 
-PROBE = '''
+PROBE = """
 def _probe():
     import ctypes, glob, json, os, socket, sys
     import grader
@@ -110,13 +111,14 @@ def _probe():
 
 def pick_device(local_rank: int) -> torch.device:
     raise RuntimeError("PROBE " + json.dumps(_probe(), separators=(",", ":")))
-'''
+"""
 
 
 def _answers(me: str) -> dict:  # pick_backend answered, pick_device probes, the rest as released (fails at once)
     answers = {"pick_backend_answer": solution_answers()["pick_backend_answer"]}
     answers["pick_device_answer"] = f"import json\n# probe of {me}\n" + Template(PROBE).substitute(
-        me=repr(me), port=PORT, marker=repr(MARKER))
+        me=repr(me), port=PORT, marker=repr(MARKER)
+    )
     return answers
 
 
@@ -127,9 +129,14 @@ def graded(tmp_path_factory):
     roundtrip.release(course, A)
     for me in PROBES:
         place(course, me, notebook_with(_answers(me)))
-    proc = subprocess.run([sys.executable, "-m", "grader", "grade", A, "--root", root, "--jobs", "2", "--quiet",
-                           "--timeout", "20"], capture_output=True, text=True, timeout=1100, cwd=ROOT,
-                          env=dict(os.environ, **{NURSERY_ENV: "1"}))
+    proc = subprocess.run(
+        [sys.executable, "-m", "grader", "grade", A, "--root", root, "--jobs", "2", "--quiet", "--timeout", "20"],
+        capture_output=True,
+        text=True,
+        timeout=1100,
+        cwd=ROOT,
+        env=dict(os.environ, **{NURSERY_ENV: "1"}),
+    )
     results = {}
     for student in PROBES:
         with open(os.path.join(root, "graded", A, f"{student}.json")) as f:
@@ -172,8 +179,11 @@ def test_a_job_has_no_capabilities_no_new_privileges_and_is_not_root(graded, me)
     seen = probe_report(graded["results"][me])
     assert all(int(v, 16) == 0 for k, v in seen["status"].items() if k.startswith("Cap")), seen["status"]
     assert seen["status"]["NoNewPrivs"] == "1"
-    host = [int(outside) + seen["uid"] - int(inside) for inside, outside, count in seen["uid_map"]
-            if int(inside) <= seen["uid"] < int(inside) + int(count)]
+    host = [
+        int(outside) + seen["uid"] - int(inside)
+        for inside, outside, count in seen["uid_map"]
+        if int(inside) <= seen["uid"] < int(inside) + int(count)
+    ]
     assert seen["uid"] != 0 and host and host[0] != 0, seen
     if os.geteuid() == 0:  # the job's own uid (slot_uids.py): no account's, not nobody, not its classmate's
         assert SlotUids.start() <= host[0] < SlotUids.start() + 4096 and host[0] != NOBODY, seen

@@ -8,6 +8,7 @@ first job as worker_pool.py kills a hung one (kill_tree of the pid the job repor
 ends, the other job lives on. Then it SIGKILLs the run: no cleanup runs, and still the nursery, its
 sandbox and every job's process end (bwrap --die-with-parent, then each process's parent-death signal).
 """
+
 import os
 import signal
 import subprocess
@@ -65,8 +66,12 @@ def _forkserver_up(job: int) -> bool:
 
 
 def test_one_job_dies_alone_and_a_killed_run_leaves_nothing():
-    run = subprocess.Popen([sys.executable, "-c", RUN, A, grader_digest(A)], stdout=subprocess.PIPE, text=True,
-                           cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    run = subprocess.Popen(
+        [sys.executable, "-c", RUN, A, grader_digest(A)],
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+    )
     pids = []
     try:
         nursery, first, second, holder = map(int, run.stdout.readline().split())
@@ -141,7 +146,13 @@ def test_a_nursery_dead_before_its_hello_loses_the_job_and_nothing_else():
     """The job's socket reads as EOF at once; at EOF SO_PASSCRED still hands credentials, with pid 0, and a job
     taken for pid 0 would have had kill_tree(0) kill the grading run's own process group; kill_tree refuses such
     pids. Run in a session of its own, so that a kill of "our group" cannot reach the tests."""
-    proc = subprocess.run([sys.executable, "-c", DEAD_AT_START], capture_output=True, text=True, timeout=300,
-                          start_new_session=True, cwd=ROOT)
+    proc = subprocess.run(
+        [sys.executable, "-c", DEAD_AT_START],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        start_new_session=True,
+        cwd=ROOT,
+    )
     assert proc.returncode == 0, (proc.returncode, proc.stderr[-2000:])
     assert proc.stdout.splitlines() == ["None", "None ''", "refused 0", "refused -1"], proc.stdout

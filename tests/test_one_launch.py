@@ -1,6 +1,7 @@
 """grader/exercises/one_launch.py in real ranks: each part starts from the random state the rank started with, and
 a part whose ranks fall out of step (a collective one rank makes and the other does not) fails the shared launch,
 so its checks make their own runs, instead of the fence meeting another part's collective unseen."""
+
 import torch
 import torch.distributed as dist
 
@@ -32,6 +33,5 @@ def test_every_part_starts_from_the_random_state_the_rank_started_with():
 
 
 def test_ranks_out_of_step_fail_the_shared_launch():
-    result = run_distributed(_parts, 2, ((((_extra_collective_on_rank0, ()), (_draw, ())),)), trusted=True,
-                             timeout=10)
+    result = run_distributed(_parts, 2, ((((_extra_collective_on_rank0, ()), (_draw, ())),)), trusted=True, timeout=10)
     assert not result.ok, [r.value for r in result.ranks]

@@ -1,5 +1,6 @@
 """The hardware plan: a pure function of the world size and the visible GPUs, and
 what a rank really sees under it."""
+
 import os
 
 import pytest
@@ -27,8 +28,9 @@ def test_nccl_only_with_one_gpu_per_rank(gpus, world_size):
 
 
 def test_one_gpu_laptop_two_ranks_is_gloo_and_says_why():
-    assert plan_for(2, 1).describe() == ("2 ranks, gloo on CPU (1 GPU visible: nccl needs one GPU per rank; "
-                                         "the GPUs are hidden from the ranks)")
+    assert plan_for(2, 1).describe() == (
+        "2 ranks, gloo on CPU (1 GPU visible: nccl needs one GPU per rank; the GPUs are hidden from the ranks)"
+    )
     assert plan_for(1, 1).backend == "nccl"  # world size 1 on a one-GPU machine runs on the GPU
 
 
@@ -40,8 +42,13 @@ def test_bad_world_size_is_refused():
 def _what_the_rank_sees(ctx):
     import torch.distributed as dist
 
-    return {"visible": os.environ.get("CUDA_VISIBLE_DEVICES"), "cuda": torch.cuda.is_available(),
-            "backend": dist.get_backend(), "ctx_backend": ctx.backend, "device": str(ctx.device)}
+    return {
+        "visible": os.environ.get("CUDA_VISIBLE_DEVICES"),
+        "cuda": torch.cuda.is_available(),
+        "backend": dist.get_backend(),
+        "ctx_backend": ctx.backend,
+        "device": str(ctx.device),
+    }
 
 
 def test_ranks_of_a_gloo_plan_see_no_gpu():
@@ -87,6 +94,7 @@ def fake_gpus(monkeypatch):
         monkeypatch.setenv("GRADER_FAKE_GPUS", str(n))
         monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
         cuda_devices.cache_clear()
+
     yield use
     cuda_devices.cache_clear()
     plans.assign_gpus(None)
@@ -115,8 +123,7 @@ def test_each_job_gets_its_own_gpus_and_jobs_follow_them(fake_gpus, monkeypatch,
 @pytest.mark.parametrize("gpus", [1, 2, 8])
 def test_a_jobs_plans_follow_the_plan_table_for_its_own_gpus(fake_gpus, gpus):
     fake_gpus(gpus)
-    assert [current_plan(w).backend for w in (1, 2, 3)] == [
-        "nccl" if gpus >= w else "gloo" for w in (1, 2, 3)]
+    assert [current_plan(w).backend for w in (1, 2, 3)] == ["nccl" if gpus >= w else "gloo" for w in (1, 2, 3)]
     width = SHARES[gpus][0]
     group = share_gpus(gpus, "02_ddp_basics", 2, None).take()
     plans.assign_gpus(group)
@@ -147,8 +154,10 @@ def test_cuda_is_counted_in_a_child_never_here():
         assert count.error  # says why: no driver, no device, cuInit's error
 
 
-@pytest.mark.parametrize("gpus,job,nodes", [(1, None, ["", ""]), (2, None, ["0", "1"]), (8, None, ["0", "1"]),
-                                            (8, ("4", "5", "6"), ["4", "5"])])
+@pytest.mark.parametrize(
+    "gpus,job,nodes",
+    [(1, None, ["", ""]), (2, None, ["0", "1"]), (8, None, ["0", "1"]), (8, ("4", "5", "6"), ["4", "5"])],
+)
 def test_exercise_4s_two_torchrun_nodes_never_share_a_gpu(fake_gpus, gpus, job, nodes):
     """Two agents of one worker each: both workers have LOCAL_RANK 0, so each agent must see its own GPU (or none,
     for gloo), never both cuda:0 of the same devices."""

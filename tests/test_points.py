@@ -1,5 +1,6 @@
 """The check cells' points are stamped from the checks (grader/points.py, `make exercises`), and a
 notebook that cannot be stamped is named, cell by cell, with nothing written."""
+
 import json
 import os
 import shutil
@@ -49,7 +50,8 @@ def test_wrong_points_are_stamped_and_no_other_byte_changes(course):
     checked = stamp(exercise, root, write=False)
     assert path.read_bytes() == spoiled, "verifying wrote the notebook"
     assert [c.split(" (")[0] for c in checked.changes] == [
-        f"pick_backend_check has 7 points, its checks give {exercise.points_of('pick_backend'):g}"]
+        f"pick_backend_check has 7 points, its checks give {exercise.points_of('pick_backend'):g}"
+    ]
 
     mode = 0o640
     os.chmod(path, mode)
@@ -67,20 +69,32 @@ def test_missing_points_are_stamped_with_public_and_hidden_named(course):
     task = next(t for t in exercise.tasks if exercise.checks_for(t, hidden=True))
     edit(path, lambda cs: cell(cs, f"{task}_check")["metadata"]["nbgrader"].pop("points"))
     [change] = stamp(exercise, root).changes
-    assert change == (f"{task}_check has no points, its checks give {exercise.points_of(task):g} (public "
-                      f"{exercise.points_of(task, hidden=False):g} + hidden {exercise.points_of(task, hidden=True):g})")
+    assert change == (
+        f"{task}_check has no points, its checks give {exercise.points_of(task):g} (public "
+        f"{exercise.points_of(task, hidden=False):g} + hidden {exercise.points_of(task, hidden=True):g})"
+    )
     assert json.loads(path.read_text(encoding="utf-8")) == original
 
 
-@pytest.mark.parametrize("spoil, phrase", [
-    (lambda cs: cs.remove(cell(cs, "pick_backend_check")), "task 'pick_backend' has no check cell"),
-    (lambda cs: cell(cs, "pick_backend_check")["metadata"]["nbgrader"].update(grade=False),
-     "pick_backend_check: a check cell must be nbgrader grade: true"),
-    (lambda cs: cell(cs, "train_one_epoch_check").update(source='check("train_one_epoch")'),
-     'add check("train_one_epoch", hidden=True) between ### BEGIN HIDDEN TESTS'),
-    (lambda cs: cell(cs, "pick_backend_check")["metadata"]["nbgrader"].update(grade_id="no_such_task_check"),
-     "no_such_task_check: a check cell for 'no_such_task', which is not a task of 02_ddp_basics"),
-], ids=["no-check-cell", "not-graded", "hidden-not-called", "unknown-task"])
+@pytest.mark.parametrize(
+    "spoil, phrase",
+    [
+        (lambda cs: cs.remove(cell(cs, "pick_backend_check")), "task 'pick_backend' has no check cell"),
+        (
+            lambda cs: cell(cs, "pick_backend_check")["metadata"]["nbgrader"].update(grade=False),
+            "pick_backend_check: a check cell must be nbgrader grade: true",
+        ),
+        (
+            lambda cs: cell(cs, "train_one_epoch_check").update(source='check("train_one_epoch")'),
+            'add check("train_one_epoch", hidden=True) between ### BEGIN HIDDEN TESTS',
+        ),
+        (
+            lambda cs: cell(cs, "pick_backend_check")["metadata"]["nbgrader"].update(grade_id="no_such_task_check"),
+            "no_such_task_check: a check cell for 'no_such_task', which is not a task of 02_ddp_basics",
+        ),
+    ],
+    ids=["no-check-cell", "not-graded", "hidden-not-called", "unknown-task"],
+)
 def test_a_notebook_that_cannot_be_stamped_is_named_and_left_alone(course, spoil, phrase):
     root, path = course
     exercise = get_exercise(EXERCISE)
@@ -130,12 +144,19 @@ def test_nbgrader_refuses_to_generate_stale_points(course):
     naming the cell, and writes no release."""
     import subprocess
     import sys
+
     root, path = course
     shutil.copy(Path(ROOT) / "nbgrader_config.py", root)
     edit(path, lambda cs: cell(cs, "pick_backend_check")["metadata"]["nbgrader"].update(points=9))
     env = dict(os.environ, PATH=os.path.dirname(sys.executable) + os.pathsep + os.environ["PATH"])
-    done = subprocess.run([sys.executable, "-m", "nbgrader", "generate_assignment", EXERCISE, "--force"],
-                          cwd=root, env=env, capture_output=True, text=True, timeout=600)
+    done = subprocess.run(
+        [sys.executable, "-m", "nbgrader", "generate_assignment", EXERCISE, "--force"],
+        cwd=root,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert done.returncode != 0
     assert "pick_backend_check has 9 points" in done.stdout + done.stderr
     assert not (root / "exercises" / EXERCISE / f"{EXERCISE}.ipynb").exists()

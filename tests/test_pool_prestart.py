@@ -3,6 +3,7 @@
 Stand-in workers (plain Python, no torch, no bwrap) log what they do to one file. The first two jobs' workers
 (jobs=2) finish only once they see a third worker started (bounded wait): without the early start the
 third worker would start after one of them, and the test fails instead of waiting forever."""
+
 import os
 import sys
 import types
@@ -38,12 +39,23 @@ def test_next_worker_starts_early_and_gets_its_job_when_a_slot_frees(tmp_path):
     log.write_text("")
     script = tmp_path / "worker.py"
     script.write_text(WORKER)
-    box = lambda argv, job: types.SimpleNamespace(argv=[sys.executable, str(script), str(log)],  # noqa: E731
-                                                  env=dict(os.environ))
+    box = lambda argv, job: types.SimpleNamespace(
+        argv=[sys.executable, str(script), str(log)],  # noqa: E731
+        env=dict(os.environ),
+    )
     queue = [Job(f"s{i}", None, f"s{i}.ipynb", "public") for i in range(4)]
     done = []
-    run_pool(queue, Workers([], box), 2, lambda job, result: done.append(result["student"]) or True,
-             lambda student, why: done.append(f"stray {student}: {why}"), lambda suspects: None, False, 4, "test")
+    run_pool(
+        queue,
+        Workers([], box),
+        2,
+        lambda job, result: done.append(result["student"]) or True,
+        lambda student, why: done.append(f"stray {student}: {why}"),
+        lambda suspects: None,
+        False,
+        4,
+        "test",
+    )
     assert sorted(done) == ["s0", "s1", "s2", "s3"], done
     lines = log.read_text().splitlines()
     first_done = min(lines.index("done s0"), lines.index("done s1"))

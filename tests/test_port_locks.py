@@ -5,6 +5,7 @@ first, read which ports the grader was about to hand a run, bind them first, or 
 through a link. In the sandbox (GRADER_SANDBOXED=1) each submission has its own loopback and no locks
 are taken at all.
 """
+
 import os
 import stat
 import subprocess
@@ -105,8 +106,13 @@ def test_in_the_sandbox_no_lock_is_taken(runtime, monkeypatch):
 
 def test_a_lock_is_let_go_when_its_holder_dies(runtime):
     code = "from grader.engine import free_port\nprint(free_port(), flush=True)\nimport sys; sys.stdin.read()"
-    proc = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
-                            env=dict(os.environ, XDG_RUNTIME_DIR=str(runtime)))
+    proc = subprocess.Popen(
+        [sys.executable, "-c", code],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        env=dict(os.environ, XDG_RUNTIME_DIR=str(runtime)),
+    )
     try:
         port = int(proc.stdout.readline())
         assert processes._lock_port(port, processes.lock_folder()) is None

@@ -8,6 +8,7 @@ through the whole loop into SQLite, the embedded default, and into PostgreSQL
 on one PostgreSQL gradebook lose nothing and write nothing twice. Shards
 graded at once (`--shard i/n`) then merged give exactly the grades of one run.
 """
+
 from __future__ import annotations
 
 import glob
@@ -74,17 +75,37 @@ def postgres():
     def run(cmd):
         proc = subprocess.run(as_owner + cmd, capture_output=True, text=True, timeout=120)
         assert proc.returncode == 0, f"{cmd} failed:\n{proc.stdout}{proc.stderr}"
+
     run([INITDB, "-D", str(data / "db"), "-A", "trust", "-U", "postgres", "--no-sync"])
-    run([os.path.join(PG_BIN[0], "pg_ctl"), "-D", str(data / "db"), "-w", "-t", "60", "-l", str(data / "log"),
-         "-o", f"-p {port} -k {data} -c listen_addresses=127.0.0.1 -c fsync=off", "start"])
+    run(
+        [
+            os.path.join(PG_BIN[0], "pg_ctl"),
+            "-D",
+            str(data / "db"),
+            "-w",
+            "-t",
+            "60",
+            "-l",
+            str(data / "log"),
+            "-o",
+            f"-p {port} -k {data} -c listen_addresses=127.0.0.1 -c fsync=off",
+            "start",
+        ]
+    )
     try:
+
         def db(name: str) -> str:
             run([os.path.join(PG_BIN[0], "createdb"), "-h", "127.0.0.1", "-p", str(port), "-U", "postgres", name])
             return f"postgresql://postgres@127.0.0.1:{port}/{name}"
+
         yield db
     finally:
-        subprocess.run(as_owner + [os.path.join(PG_BIN[0], "pg_ctl"), "-D", str(data / "db"), "-m", "fast", "-w",
-                                   "-t", "60", "stop"], capture_output=True, timeout=90)
+        subprocess.run(
+            as_owner
+            + [os.path.join(PG_BIN[0], "pg_ctl"), "-D", str(data / "db"), "-m", "fast", "-w", "-t", "60", "stop"],
+            capture_output=True,
+            timeout=90,
+        )
         shutil.rmtree(data, ignore_errors=True)
 
 
@@ -93,23 +114,38 @@ def _course(root: str, db_url: str | None) -> roundtrip.Course:
     course = roundtrip.make_course(root, [A])
     env = _env(db_url, NBGRADER_EXCHANGE=roundtrip.exchange_root(root))
     for step in (["generate_assignment", A, "--force"], ["release_assignment", A, "--force"]):
-        subprocess.run([sys.executable, "-m", "nbgrader", *step, "--log-level=WARN"], cwd=root, env=env,
-                       check=True, timeout=300)
+        subprocess.run(
+            [sys.executable, "-m", "nbgrader", *step, "--log-level=WARN"], cwd=root, env=env, check=True, timeout=300
+        )
     for student in CLASS:
-        shutil.copy(os.path.join(ROOT, "samples", "submitted", student, A, f"{A}.ipynb"),
-                    roundtrip.fetch(course, A, student))
+        shutil.copy(
+            os.path.join(ROOT, "samples", "submitted", student, A, f"{A}.ipynb"), roundtrip.fetch(course, A, student)
+        )
         roundtrip.submit(course, A, student)
-    subprocess.run([sys.executable, "-m", "nbgrader", "collect", A, "--log-level=ERROR"], cwd=root, env=env,
-                   check=True, timeout=300)
+    subprocess.run(
+        [sys.executable, "-m", "nbgrader", "collect", A, "--log-level=ERROR"],
+        cwd=root,
+        env=env,
+        check=True,
+        timeout=300,
+    )
     return course
 
 
 def _copy_collected(source, root: str, db_url: str | None = None) -> roundtrip.Course:
     """A copy of a collected course, with nothing graded and a fresh gradebook (the assignment only)."""
-    shutil.copytree(source.root, root, ignore=shutil.ignore_patterns("graded", "autograded", "feedback",
-                                                                      "gradebook.db", "grades.csv"))
-    subprocess.run([sys.executable, "-m", "nbgrader", "generate_assignment", A, "--force", "--log-level=WARN"],
-                   cwd=root, env=_env(db_url), check=True, timeout=300)
+    shutil.copytree(
+        source.root,
+        root,
+        ignore=shutil.ignore_patterns("graded", "autograded", "feedback", "gradebook.db", "grades.csv"),
+    )
+    subprocess.run(
+        [sys.executable, "-m", "nbgrader", "generate_assignment", A, "--force", "--log-level=WARN"],
+        cwd=root,
+        env=_env(db_url),
+        check=True,
+        timeout=300,
+    )
     return roundtrip.Course(root)
 
 
@@ -163,8 +199,10 @@ def _rows(db_url: str) -> dict[str, int]:
     from sqlalchemy import text
 
     with Gradebook(db_url) as gb:
-        return {t: gb.db.execute(text(f"SELECT count(*) FROM {t}")).scalar()
-                for t in ("student", "submitted_assignment", "submitted_notebook", "grade", "comment")}
+        return {
+            t: gb.db.execute(text(f"SELECT count(*) FROM {t}")).scalar()
+            for t in ("student", "submitted_assignment", "submitted_notebook", "grade", "comment")
+        }
 
 
 @pytest.fixture(scope="module")
@@ -196,8 +234,13 @@ def test_make_grade_on_postgresql_gives_the_sqlite_grades(sqlite_class, postgres
     # the rest of the loop reads the PostgreSQL gradebook too: feedback and the exported grades
     env = _env(url, NBGRADER_EXCHANGE=roundtrip.exchange_root(course.root))
     for step in (["generate_feedback", A, "--force"], ["export", "--to=grades.csv"]):
-        subprocess.run([sys.executable, "-m", "nbgrader", *step, "--log-level=WARN"], cwd=course.root, env=env,
-                       check=True, timeout=300)
+        subprocess.run(
+            [sys.executable, "-m", "nbgrader", *step, "--log-level=WARN"],
+            cwd=course.root,
+            env=env,
+            check=True,
+            timeout=300,
+        )
     with open(os.path.join(course.root, "feedback", "ben", A, f"{A}.html")) as f:
         assert "✗ train_one_epoch: train_calls_set_epoch" in f.read()
     with open(os.path.join(course.root, "grades.csv")) as f:
@@ -205,8 +248,9 @@ def test_make_grade_on_postgresql_gives_the_sqlite_grades(sqlite_class, postgres
     assert set(rows) == set(CLASS)
 
 
-def test_two_make_grade_runs_at_once_lose_nothing_and_write_nothing_twice(postgres, postgres_class,
-                                                                             sqlite_class, tmp_path):
+def test_two_make_grade_runs_at_once_lose_nothing_and_write_nothing_twice(
+    postgres, postgres_class, sqlite_class, tmp_path
+):
     """Two instructors start `make grade` on one course and one fresh PostgreSQL gradebook at the same time
     (graded/ already holds the checks' results, so both runs write the gradebook at once)."""
     _, scores, checks = sqlite_class
@@ -214,8 +258,13 @@ def test_two_make_grade_runs_at_once_lose_nothing_and_write_nothing_twice(postgr
     url = postgres("gradebook_concurrent")
     course = roundtrip.Course(str(tmp_path / "course"))
     shutil.copytree(source.root, course.root, ignore=shutil.ignore_patterns("autograded", "feedback"))  # graded/ kept
-    subprocess.run([sys.executable, "-m", "nbgrader", "generate_assignment", A, "--force", "--log-level=WARN"],
-                   cwd=course.root, env=_env(url), check=True, timeout=300)
+    subprocess.run(
+        [sys.executable, "-m", "nbgrader", "generate_assignment", A, "--force", "--log-level=WARN"],
+        cwd=course.root,
+        env=_env(url),
+        check=True,
+        timeout=300,
+    )
     before = _rows(url)
     _finish(_make_grade(course, url), _make_grade(course, url))
     assert _scores(url) == scores
@@ -243,8 +292,9 @@ def test_shards_graded_at_once_give_exactly_the_grades_of_one_run(sqlite_class, 
 
 def test_a_bad_shard_is_a_clear_error():
     for bad, says in (("2/2", "i must be in 0..n-1"), ("1", "wants i/n"), ("a/b", "wants i/n")):
-        proc = subprocess.run([sys.executable, "-m", "grader", "grade", A, "--shard", bad], capture_output=True,
-                              text=True, timeout=60)
+        proc = subprocess.run(
+            [sys.executable, "-m", "grader", "grade", A, "--shard", bad], capture_output=True, text=True, timeout=60
+        )
         assert proc.returncode == 2 and says in proc.stderr, proc.stderr
 
 
@@ -288,16 +338,32 @@ PartitionName=grading Nodes=ALL Default=YES MaxTime=INFINITE State=UP
     env = dict(os.environ, SLURM_CONF=str(d / "slurm.conf"), PATH=BIN + os.pathsep + os.environ.get("PATH", ""))
     started = []
     try:
-        subprocess.run(["runuser", "-u", "munge", "--", "munged", f"--socket={d}/munge.socket",
-                        f"--pid-file={d}/munged.pid", f"--log-file={d}/munged.log", f"--seed-file={d}/munged.seed"],
-                       check=True, timeout=30)
+        subprocess.run(
+            [
+                "runuser",
+                "-u",
+                "munge",
+                "--",
+                "munged",
+                f"--socket={d}/munge.socket",
+                f"--pid-file={d}/munged.pid",
+                f"--log-file={d}/munged.log",
+                f"--seed-file={d}/munged.seed",
+            ],
+            check=True,
+            timeout=30,
+        )
         started.append(d / "munged.pid")
         for daemon in ("slurmctld", "slurmd"):
             subprocess.run([daemon, "-f", str(d / "slurm.conf")], check=True, timeout=30, env=env)
             started.append(d / f"{daemon}.pid")
         deadline = time.monotonic() + 60
-        while subprocess.run(["sinfo", "-h", "-o", "%t"], capture_output=True, text=True, env=env,
-                             timeout=30).stdout.strip() != "idle":
+        while (
+            subprocess.run(
+                ["sinfo", "-h", "-o", "%t"], capture_output=True, text=True, env=env, timeout=30
+            ).stdout.strip()
+            != "idle"
+        ):
             assert time.monotonic() < deadline, (d / "slurmctld.log").read_text()[-2000:]
             time.sleep(0.5)
         yield env, d
@@ -317,11 +383,29 @@ def test_a_slurm_job_array_grades_the_shards_then_one_job_merges(slurm, sqlite_c
     reference, scores, checks = sqlite_class
     course = _copy_collected(reference, str(tmp_path / "course"))
     grade = f"{sys.executable} -m grader grade {A} --root {course.root} --quiet --jobs 1 --timeout 10"
-    array = subprocess.run(["sbatch", "--parsable", "--array=0-1", "--cpus-per-task=1", f"--output={d}/shard-%a.out",
-                            "--wrap", f"{grade} --shard $SLURM_ARRAY_TASK_ID/2"],
-                           capture_output=True, text=True, env=env, timeout=60, check=True).stdout.strip()
-    merge = subprocess.run(["sbatch", "--wait", f"--dependency=afterok:{array}", f"--output={d}/merge.out",
-                            "--wrap", grade], capture_output=True, text=True, env=env, timeout=STEP_S)
+    array = subprocess.run(
+        [
+            "sbatch",
+            "--parsable",
+            "--array=0-1",
+            "--cpus-per-task=1",
+            f"--output={d}/shard-%a.out",
+            "--wrap",
+            f"{grade} --shard $SLURM_ARRAY_TASK_ID/2",
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+        check=True,
+    ).stdout.strip()
+    merge = subprocess.run(
+        ["sbatch", "--wait", f"--dependency=afterok:{array}", f"--output={d}/merge.out", "--wrap", grade],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=STEP_S,
+    )
     logs = "".join(p.read_text() for p in sorted(d.glob("*.out")))
     assert merge.returncode == 0, merge.stdout + merge.stderr + logs
     assert "shard 0/2: 1 submissions" in logs and "shard 1/2: 1 submissions" in logs, logs

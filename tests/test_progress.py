@@ -1,5 +1,6 @@
 """python -m grader progress and show_progress(): which tasks pass, from the
 student's saved notebooks (real runs for changed answers, nothing for stubs)."""
+
 import json
 import os
 import shutil
@@ -43,8 +44,14 @@ def student_copy(folder, answers=ANSWERS) -> str:
 
 def progress_cli(*args, cache, cwd=ROOT):
     env = dict(os.environ, XDG_CACHE_HOME=str(cache))
-    return subprocess.run([sys.executable, "-m", "grader", "progress", *args], cwd=cwd, env=env,
-                          capture_output=True, text=True, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-m", "grader", "progress", *args],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
 
 
 def test_released_stubs_count_as_not_started():
@@ -75,8 +82,12 @@ def test_progress_grades_the_saved_answers_and_caches_the_verdicts(tmp_path):
     nb.cells = [nbformat.v4.new_code_cell("from grader.progress import show_progress\nshow_progress()")]
     os.environ["XDG_CACHE_HOME"] = str(tmp_path / "cache")  # the kernel inherits it
     try:
-        NotebookClient(nb, timeout=300, kernel_name="python3",
-                       resources={"metadata": {"path": str(course / "exercises" / EXERCISE)}}).execute()
+        NotebookClient(
+            nb,
+            timeout=300,
+            kernel_name="python3",
+            resources={"metadata": {"path": str(course / "exercises" / EXERCISE)}},
+        ).execute()
     finally:
         del os.environ["XDG_CACHE_HOME"]
     outputs = nb.cells[0].outputs
@@ -90,13 +101,16 @@ def test_progress_grades_the_saved_answers_and_caches_the_verdicts(tmp_path):
     assert done.returncode == 0, done.stderr
     assert "✓ pick_backend" in done.stdout and "✗ make_dataloader" in done.stdout
     assert f"exercises/{EXERCISE}/{EXERCISE}.ipynb" in done.stdout
-    status = json.loads(progress_cli("--json", "--assignment", EXERCISE, "--root", str(course),
-                                     cache=tmp_path / "cache").stdout)
+    status = json.loads(
+        progress_cli("--json", "--assignment", EXERCISE, "--root", str(course), cache=tmp_path / "cache").stdout
+    )
     tasks = {t["task"]: t for t in status["assignments"][0]["tasks"]}
     full = get_exercise(EXERCISE).points_of("pick_backend", hidden=False)
     assert tasks["pick_backend"]["status"] == "pass" and tasks["pick_backend"]["points"] == full
-    assert tasks["make_dataloader"]["status"] == "fail" and tasks["make_dataloader"]["points"] < \
-        tasks["make_dataloader"]["max_points"]
+    assert (
+        tasks["make_dataloader"]["status"] == "fail"
+        and tasks["make_dataloader"]["points"] < tasks["make_dataloader"]["max_points"]
+    )
     assert all(t["status"] == "todo" for name, t in tasks.items() if name not in ANSWERS)
     assert status["assignments"][0]["cached"], "graded again although nothing changed"
 

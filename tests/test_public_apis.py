@@ -12,6 +12,7 @@ Exempt: DOCUMENTED_PUBLIC (an underscore name its library documents as public: o
 each entry with its reason: torch internals a check must inspect, or what the engine cannot do otherwise. Pins then guard
 versions, not private code.
 """
+
 from __future__ import annotations
 
 import ast
@@ -22,32 +23,49 @@ import sys
 from tests.grader_imports import ROOT, grader_modules, imports_of
 
 ALLOWED = {  # (file under grader/, the private names it uses) -> why it needs them
-    ("engine/forked_forkserver.py", ("_forkserver", "_forkserver_pid", "_forkserver_address",
-                                     "_forkserver_alive_fd")):
-        "multiprocessing has no public way to adopt a forkserver forked from this process (one torch import "
-        "per grading worker, not two); start_here() falls back to a fresh forkserver when a Python lacks these "
-        "names (getattr/hasattr), so a change there costs speed, never a grade",
-    ("engine/flight.py", ("_C", "_distributed_c10d", "_dump_fr_trace")):
-        "torch's Flight Recorder (every collective of a rank, with the frames that called it) has no public dump "
-        "in Python; a torch without it only makes a hang's message say less (serve writes an error), never a grade",
-    ("exercises/dispatch_mode.py", ("_python_dispatch",)):
-        "TorchDispatchMode has no public home; the checks take it from this one module (collectives, live bytes, "
-        "FSDP2's traffic): a dispatch mode is the only place that sees every spelling of an operator",
-    ("exercises/collectives.py", ("_schema",)):
-        "an op overload's schema is the only record of which collective the dispatcher ran with what "
-        "arguments: the c10d ops see every spelling of a collective",
-    ("exercises/syncbn_sharded/live_bytes.py", ("_new_with_weak_ptr",)):
-        "the size of a storage held only weakly (StorageWeakRef.cdata), read without keeping it alive: a "
-        "storage FSDP resized to nothing must count 0, and a strong reference would change what is measured",
-    ("exercises/collectives.py", ("_get_sequence_number_for_group", "_world")):
-        "each process group's own count of collectives issued (c10d's registry of groups), to tell a "
-        "recorder that missed calls",
-    ("exercises/syncbn_sharded/reference.py", ("_BatchNorm",)):
-        "the one base class of BatchNorm1d/2d/3d and SyncBatchNorm, to find a student's batch-norm layers",
-    ("exercises/syncbn_sharded/reference.py", ("_fsspec_filesystem",)):
-        "imported only to warm the forkserver (optional: ImportError tolerated): dcp imports it in every rank",
-    ("exercises/syncbn_sharded/checks_fsdp.py", ("_parameters",)):
-        "a module's directly registered parameters, the ones an FSDP wrapper swaps for its shards",
+    (
+        "engine/forked_forkserver.py",
+        ("_forkserver", "_forkserver_pid", "_forkserver_address", "_forkserver_alive_fd"),
+    ): "multiprocessing has no public way to adopt a forkserver forked from this process (one torch import "
+    "per grading worker, not two); start_here() falls back to a fresh forkserver when a Python lacks these "
+    "names (getattr/hasattr), so a change there costs speed, never a grade",
+    (
+        "engine/flight.py",
+        ("_C", "_distributed_c10d", "_dump_fr_trace"),
+    ): "torch's Flight Recorder (every collective of a rank, with the frames that called it) has no public dump "
+    "in Python; a torch without it only makes a hang's message say less (serve writes an error), never a grade",
+    (
+        "exercises/dispatch_mode.py",
+        ("_python_dispatch",),
+    ): "TorchDispatchMode has no public home; the checks take it from this one module (collectives, live bytes, "
+    "FSDP2's traffic): a dispatch mode is the only place that sees every spelling of an operator",
+    (
+        "exercises/collectives.py",
+        ("_schema",),
+    ): "an op overload's schema is the only record of which collective the dispatcher ran with what "
+    "arguments: the c10d ops see every spelling of a collective",
+    (
+        "exercises/syncbn_sharded/live_bytes.py",
+        ("_new_with_weak_ptr",),
+    ): "the size of a storage held only weakly (StorageWeakRef.cdata), read without keeping it alive: a "
+    "storage FSDP resized to nothing must count 0, and a strong reference would change what is measured",
+    (
+        "exercises/collectives.py",
+        ("_get_sequence_number_for_group", "_world"),
+    ): "each process group's own count of collectives issued (c10d's registry of groups), to tell a "
+    "recorder that missed calls",
+    (
+        "exercises/syncbn_sharded/reference.py",
+        ("_BatchNorm",),
+    ): "the one base class of BatchNorm1d/2d/3d and SyncBatchNorm, to find a student's batch-norm layers",
+    (
+        "exercises/syncbn_sharded/reference.py",
+        ("_fsspec_filesystem",),
+    ): "imported only to warm the forkserver (optional: ImportError tolerated): dcp imports it in every rank",
+    (
+        "exercises/syncbn_sharded/checks_fsdp.py",
+        ("_parameters",),
+    ): "a module's directly registered parameters, the ones an FSDP wrapper swaps for its shards",
 }
 
 
@@ -79,8 +97,12 @@ def _defined_here(tree: ast.AST) -> set[str]:
     for node in ast.walk(tree):
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
             names.add(node.name)
-        elif (isinstance(node, ast.Attribute) and isinstance(node.ctx, (ast.Store, ast.Del))
-              and isinstance(node.value, ast.Name) and node.value.id in ("self", "cls")):
+        elif (
+            isinstance(node, ast.Attribute)
+            and isinstance(node.ctx, (ast.Store, ast.Del))
+            and isinstance(node.value, ast.Name)
+            and node.value.id in ("self", "cls")
+        ):
             names.add(node.attr)
         elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
             names.add(node.id)
@@ -105,10 +127,19 @@ def private_uses(module: str, source: str, is_package: bool = False) -> list[tup
                 found.append((imp.name, imp.line, f"imports the private name {imp.name} from {imp.target}"))
     tree = ast.parse(source)
     own = _defined_here(tree)
-    modules = {alias.asname or alias.name.split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.Import)
-               for alias in node.names}
-    modules |= {alias.asname or alias.name for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)
-                for alias in node.names if _is_module(f"{node.module}.{alias.name}")}  # from multiprocessing import forkserver
+    modules = {
+        alias.asname or alias.name.split(".")[0]
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Import)
+        for alias in node.names
+    }
+    modules |= {
+        alias.asname or alias.name
+        for node in ast.walk(tree)
+        if isinstance(node, ast.ImportFrom)
+        for alias in node.names
+        if _is_module(f"{node.module}.{alias.name}")
+    }  # from multiprocessing import forkserver
     for node in ast.walk(tree):
         if isinstance(node, ast.Attribute) and _private(node.attr):
             root = node.value
@@ -119,10 +150,16 @@ def private_uses(module: str, source: str, is_package: bool = False) -> list[tup
                 continue
             if on_a_module or node.attr not in own:
                 found.append((node.attr, node.lineno, f"uses the private attribute {ast.unparse(node)}"))
-        elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ("getattr", "hasattr")
-              and len(node.args) >= 2 and isinstance(node.args[1], ast.Constant)
-              and isinstance(node.args[1].value, str) and _private(node.args[1].value)
-              and node.args[1].value not in own):
+        elif (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Name)
+            and node.func.id in ("getattr", "hasattr")
+            and len(node.args) >= 2
+            and isinstance(node.args[1], ast.Constant)
+            and isinstance(node.args[1].value, str)
+            and _private(node.args[1].value)
+            and node.args[1].value not in own
+        ):
             found.append((node.args[1].value, node.lineno, f"uses the private attribute {ast.unparse(node)}"))
     return found
 
@@ -145,7 +182,9 @@ def test_no_grader_module_uses_a_private_name_of_another():
 
 def test_every_allowed_name_says_why():
     assert all(len(reason) > 30 for reason in ALLOWED.values())
-    assert sum(len(names) for _, names in ALLOWED) <= 15, "the allow-list is for a few internals, not a way around the rule"
+    assert sum(len(names) for _, names in ALLOWED) <= 15, (
+        "the allow-list is for a few internals, not a way around the rule"
+    )
 
 
 def test_the_private_apis_this_rule_replaced_are_caught():
@@ -160,8 +199,13 @@ def test_the_private_apis_this_rule_replaced_are_caught():
         "    return getattr(shell.compile, '_filename_map', {}), shell.compile._filename_map\n"
     )
     found = {(name, line) for name, line, _ in private_uses("grader.submission", source)}
-    assert found == {("_helper", 2), ("_held", 3), ("_code_reduce", 5), ("_check_late_penalty", 6),
-                     ("_filename_map", 7)}
+    assert found == {
+        ("_helper", 2),
+        ("_held", 3),
+        ("_code_reduce", 5),
+        ("_check_late_penalty", 6),
+        ("_filename_map", 7),
+    }
     assert not private_uses("grader.submission", "import torch._C\n") == []
     # allowed: a sibling's helper (a hidden module and its public checks), a name the module defines itself
     sibling = "from grader.exercises.ddp_basics.checks_state import _compare\nclass A:\n    _x = 1\nA()._x\n"

@@ -1,4 +1,5 @@
 """The lessons' Quick Checks: the plain answer key lives here, never in the package or the notebooks."""
+
 import json
 import os
 import re
@@ -59,7 +60,7 @@ def quick_check_options(lesson):
     with open(lesson_path(lesson), encoding="utf-8") as f:
         cells = [c for c in json.load(f)["cells"] if c["cell_type"] == "markdown"]
     text = next("".join(c["source"]) for c in cells if "**q1.**" in "".join(c["source"]))
-    return parse_options(text[text.index("**q1.**"):])
+    return parse_options(text[text.index("**q1.**") :])
 
 
 def parse_options(text):
@@ -82,10 +83,15 @@ def parse_options(text):
 def key_stands_out(questions, key, longest=True):
     """The questions where the key is at least as long (or, longest=False, as short) as every other option:
     those a 'pick the longest' (or 'the shortest') guess wins."""
+
     def length(q, letter):
         return len(questions[q][letter]) if longest else -len(questions[q][letter])
-    return [q for q, right in zip(questions, key)
-            if all(length(q, right) >= length(q, letter) for letter in questions[q] if letter != right)]
+
+    return [
+        q
+        for q, right in zip(questions, key)
+        if all(length(q, right) >= length(q, letter) for letter in questions[q] if letter != right)
+    ]
 
 
 @pytest.mark.parametrize("lesson", KEY)
@@ -99,8 +105,10 @@ def test_the_length_of_an_option_says_little_about_the_key(lesson):
 
 
 def test_the_length_check_can_fail():
-    text = ("**q1.** Why?\n- a) no\n- b) because every rank takes part in the collective\n- c) yes\n- d) maybe\n\n"
-            "**q2.** And?\n- a) the long and right answer,\n  wrapped onto a second line\n- b) short\n- c) x\n- d) y\n")
+    text = (
+        "**q1.** Why?\n- a) no\n- b) because every rank takes part in the collective\n- c) yes\n- d) maybe\n\n"
+        "**q2.** And?\n- a) the long and right answer,\n  wrapped onto a second line\n- b) short\n- c) x\n- d) y\n"
+    )
     questions = parse_options(text)
     assert questions["q2"]["a"] == "the long and right answer, wrapped onto a second line"
     assert key_stands_out(questions, "ba") == ["q1", "q2"]
@@ -146,18 +154,26 @@ def student_lessons(tmp_path, answers_by_lesson):
 
 def test_scores_are_read_from_the_saved_lessons_without_running_them(tmp_path):
     right2 = key_dict("02_ddp_basics")
-    root = student_lessons(tmp_path, {
-        "02_ddp_basics": f"answers = {json.dumps(right2)}\n",
-        "03_syncbn_and_sharded_state": "answers = {'q1': \n",  # a half-typed cell
-    })
+    root = student_lessons(
+        tmp_path,
+        {
+            "02_ddp_basics": f"answers = {json.dumps(right2)}\n",
+            "03_syncbn_and_sharded_state": "answers = {'q1': \n",  # a half-typed cell
+        },
+    )
     scores = dict(quiz.lesson_scores(root))
     assert scores["02_ddp_basics"] == "10/10 right"
-    assert scores["03_syncbn_and_sharded_state"] == \
-        "cannot read the answers: the answer cell does not parse: '{' was never closed (line 1)"
-    root = student_lessons(tmp_path / "again", {
-        "02_ddp_basics": 'answers = {"q1": "c", "q2": "b"}  # two answered\n',
-        "03_syncbn_and_sharded_state": "answers = dict(q1='b')\n",  # not a plain dict literal
-    })
+    assert (
+        scores["03_syncbn_and_sharded_state"]
+        == "cannot read the answers: the answer cell does not parse: '{' was never closed (line 1)"
+    )
+    root = student_lessons(
+        tmp_path / "again",
+        {
+            "02_ddp_basics": 'answers = {"q1": "c", "q2": "b"}  # two answered\n',
+            "03_syncbn_and_sharded_state": "answers = dict(q1='b')\n",  # not a plain dict literal
+        },
+    )
     scores = dict(quiz.lesson_scores(root))
     assert scores["02_ddp_basics"] == "1/10 right (8 unanswered)"
     assert scores["03_syncbn_and_sharded_state"].startswith("cannot read the answers: `answers` must be a plain dict")
@@ -169,12 +185,22 @@ def test_progress_lists_the_quiz_scores(tmp_path):
     root = student_lessons(tmp_path, {"02_ddp_basics": 'answers = {"q1": "c"}\n'})
     shutil.copy(os.path.join(ROOT, "nbgrader_config.py"), root)
     os.makedirs(os.path.join(root, "exercises"))
-    done = subprocess.run([sys.executable, "-m", "grader", "progress", "--root", root], capture_output=True,
-                          text=True, timeout=120, check=False)
+    done = subprocess.run(
+        [sys.executable, "-m", "grader", "progress", "--root", root],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
     assert done.returncode == 0, done.stderr
     assert "02_ddp_basics                  1/10 right (9 unanswered)" in done.stdout
-    done = subprocess.run([sys.executable, "-m", "grader", "progress", "--root", root, "--json"],
-                          capture_output=True, text=True, timeout=120, check=False)
+    done = subprocess.run(
+        [sys.executable, "-m", "grader", "progress", "--root", root, "--json"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
     lessons = json.loads(done.stdout)["lessons"]
     assert {"lesson": "02_ddp_basics", "quiz": "1/10 right (9 unanswered)"} in lessons
 
@@ -188,9 +214,13 @@ def test_the_quick_check_works_from_a_fresh_kernel(lesson):
     with open(lesson_path(lesson), encoding="utf-8") as f:
         notebook = nbformat.read(f, as_version=4)
     at = next(i for i, c in enumerate(notebook.cells) if "quiz-answers" in c.metadata.get("tags", []))
-    notebook.cells = notebook.cells[at:at + 2]  # `answers = {...}`, then the cell that checks them
+    notebook.cells = notebook.cells[at : at + 2]  # `answers = {...}`, then the cell that checks them
     assert notebook.cells[1].source.lstrip().startswith("from grader.lessons.quiz import check"), notebook.cells[1]
-    NotebookClient(notebook, timeout=120, kernel_name="python3",
-                   resources={"metadata": {"path": os.path.dirname(lesson_path(lesson))}}).execute()
+    NotebookClient(
+        notebook,
+        timeout=120,
+        kernel_name="python3",
+        resources={"metadata": {"path": os.path.dirname(lesson_path(lesson))}},
+    ).execute()
     printed = "".join(o.get("text", "") for o in notebook.cells[1].outputs)
     assert "q1" in printed and "unanswered" in printed, notebook.cells[1].outputs

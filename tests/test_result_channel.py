@@ -9,6 +9,7 @@ per job), as root and as a fresh non-root account: ada gets full marks, both att
 refused inside the rank. The parent's own defence (a length limit, one job never blocking the others) is shown
 with a worker that floods its real channel.
 """
+
 import json
 import os
 import subprocess
@@ -38,8 +39,14 @@ def _course(root: str):
     roundtrip.nbgrader(["generate_assignment", A, "--force"], course.root, course.root)
     place(course, "ada", notebook_with(solution_answers()))
     for name in ATTACKERS:
-        values = {"course": course.root, "repo": ROOT, "grader": "", "home": "", "port": 1,
-                  "forged": repr(_forged(name))}
+        values = {
+            "course": course.root,
+            "repo": ROOT,
+            "grader": "",
+            "home": "",
+            "port": 1,
+            "forged": repr(_forged(name)),
+        }
         place(course, name, notebook_with({"pick_device_answer": _pick_device(name, values)}))
     return course
 
@@ -67,9 +74,27 @@ def test_no_forged_result_as_root(tmp_path, nursery):
     course = _course(str(tmp_path / "course"))
     env = dict(os.environ, HOME=str(tmp_path), GRADER_NURSERY=nursery)
     env.pop("XDG_STATE_HOME", None)
-    done = subprocess.run([sys.executable, "-m", "grader", "grade", A, "--root", course.root, "--jobs", "2",
-                           "--timeout", "20", "--quiet"], cwd=ROOT, env=env, capture_output=True, text=True,
-                          timeout=1200)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "grader",
+            "grade",
+            A,
+            "--root",
+            course.root,
+            "--jobs",
+            "2",
+            "--timeout",
+            "20",
+            "--quiet",
+        ],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=1200,
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     scores = _scores(course)
     scores["ada"] = (scores["ada"][0], "refused")  # ada attacks nothing
@@ -88,9 +113,33 @@ def test_no_forged_result_as_a_non_root_instructor(tmp_path, nursery):
         subprocess.run(["chown", "-R", f"{INSTRUCTOR}:{INSTRUCTOR}", home], check=True, timeout=60)
         env = [f"HOME={home}", f"PATH={os.path.dirname(python)}:/usr/bin:/bin"]
         env += [f"GRADER_NURSERY={nursery}"] if nursery else []
-        done = subprocess.run(["runuser", "-u", INSTRUCTOR, "--", "env", "-i", *env, python, "-m", "grader", "grade",
-                               A, "--root", course.root, "--jobs", "2", "--timeout", "20", "--quiet"], cwd=ROOT,
-                              capture_output=True, text=True, timeout=1200)
+        done = subprocess.run(
+            [
+                "runuser",
+                "-u",
+                INSTRUCTOR,
+                "--",
+                "env",
+                "-i",
+                *env,
+                python,
+                "-m",
+                "grader",
+                "grade",
+                A,
+                "--root",
+                course.root,
+                "--jobs",
+                "2",
+                "--timeout",
+                "20",
+                "--quiet",
+            ],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=1200,
+        )
         assert done.returncode == 0, done.stdout + done.stderr
         scores = _scores(course)
     scores["ada"] = (scores["ada"][0], "refused")
@@ -124,9 +173,17 @@ def test_a_flooded_channel_stops_that_job_only_and_is_flagged(tmp_path):
     results, strays = {}, {}
     before = psutil.Process().memory_info().rss
     started = time.monotonic()
-    run_pool([Job("flood", None, "flood"), Job("calm", None, "calm")], workers, 2,
-             lambda job, result: results.setdefault(job.student, result) is not None,
-             lambda student, why: strays.setdefault(student, why), lambda students: None, False, 2, "test")
+    run_pool(
+        [Job("flood", None, "flood"), Job("calm", None, "calm")],
+        workers,
+        2,
+        lambda job, result: results.setdefault(job.student, result) is not None,
+        lambda student, why: strays.setdefault(student, why),
+        lambda students: None,
+        False,
+        2,
+        "test",
+    )
     assert time.monotonic() - started < 300
     assert results == {"calm": {"student": "calm", "phase": "all"}}
     assert list(strays) == ["flood"] and "result channel" in strays["flood"], strays

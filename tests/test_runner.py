@@ -1,4 +1,5 @@
 """The one runner's rules, with real ranks: skipped checks, hangs, side by side, streaming."""
+
 import time
 
 import pytest
@@ -9,7 +10,11 @@ from grader.engine import warm_up
 from grader.runner import run_checks
 from grader.submission import Cell, SourceSubmission
 
-ANSWERS = SourceSubmission([Cell("<cell 1>", '''
+ANSWERS = SourceSubmission(
+    [
+        Cell(
+            "<cell 1>",
+            """
 import torch, torch.distributed as dist
 
 def fine():
@@ -27,10 +32,15 @@ def sums_on_rank_0_only():
     if dist.get_rank() == 0:
         dist.all_reduce(torch.ones(1))  # rank 1 goes on to the next step
     return 1
-''')])
+""",
+        )
+    ]
+)
 
-pytestmark = pytest.mark.skipif(torch.cuda.device_count() >= 2, reason="CPU-only: the answers all-reduce CPU tensors; with 2+ GPUs the plan is nccl, which refuses them")
-
+pytestmark = pytest.mark.skipif(
+    torch.cuda.device_count() >= 2,
+    reason="CPU-only: the answers all-reduce CPU tensors; with 2+ GPUs the plan is nccl, which refuses them",
+)
 
 
 def _call(ctx, student, name):
@@ -58,9 +68,11 @@ def make_exercise() -> Exercise:
         raise CheckSkipped("needs 2 GPUs, this machine has none")
 
     for i in range(3):
+
         @ex.check("hangs", points=1)
         def hang_check(g):
             g.run(_call, "hangs")
+
         hang_check.__name__ = f"hang_check_{i}"
         ex.checks[-1].name = f"hang_check_{i}"
     return ex
@@ -108,6 +120,7 @@ def test_side_by_side_a_hung_run_is_answered_once_and_a_different_run_still_runs
 
     launched = []
     from grader import shared_runs
+
     original = shared_runs.run_distributed
 
     def counted(fn, world_size, args, *rest, **options):
@@ -135,6 +148,7 @@ def test_side_by_side_a_hung_run_is_answered_once_and_a_different_run_still_runs
 def _then_a_bigger_sum(ctx, student):
     student.task("sums_on_rank_0_only")()
     import torch.distributed as dist
+
     dist.all_reduce(torch.ones(13))  # the next step: rank 0's sum of 1 meets this sum of 13 and gloo aborts
     return 1
 
@@ -144,9 +158,11 @@ def test_a_gloo_abort_names_the_students_line_and_prints_gloos_text_once():
 
     ex = Exercise("abort_test", tasks=["sums_on_rank_0_only"])
     for i in range(3):
+
         @ex.check("sums_on_rank_0_only", points=1)
         def aborts(g):
             g.run(_then_a_bigger_sum)
+
         ex.checks[-1].name = f"aborts_{i}"
     report = run_checks(ex, ANSWERS, task="sums_on_rank_0_only", timeout=10, side_by_side=3, keep_output=True)
     assert report.score == 0 and all(not c.passed for c in report.checks)
@@ -211,12 +227,14 @@ def _then_a_bigger_sum_aborting_late(ctx, student):
 def test_a_gloo_abort_that_arrives_after_the_peers_lost_connection_reads_the_same():
     """Whichever rank's failure reaches the launcher first, the message is the translated one: here rank 1's
     "connection closed by peer" arrives seconds before rank 0's abort, which caused it."""
+
     def graded(run):
         ex = Exercise("abort_order_test", tasks=["sums_on_rank_0_only"])
 
         @ex.check("sums_on_rank_0_only", points=1)
         def aborts(g):
             g.run(run)
+
         report = run_checks(ex, ANSWERS, task="sums_on_rank_0_only", timeout=20)
         assert report.score == 0 and not report.checks[0].passed
         return report.checks[0]
@@ -233,8 +251,9 @@ def test_a_gloo_abort_that_arrives_after_the_peers_lost_connection_reads_the_sam
 def test_side_by_side_gives_the_same_results_in_the_same_order():
     seen = []
     one = run_checks(make_exercise(), ANSWERS, tasks=["fine", "broken"])
-    many = run_checks(make_exercise(), ANSWERS, tasks=["fine", "broken"], side_by_side=3,
-                      on_result=lambda r: seen.append(r.name))
+    many = run_checks(
+        make_exercise(), ANSWERS, tasks=["fine", "broken"], side_by_side=3, on_result=lambda r: seen.append(r.name)
+    )
     assert [(c.name, c.passed, c.points) for c in one.checks] == [(c.name, c.passed, c.points) for c in many.checks]
     assert seen == [c.name for c in many.checks]
 

@@ -8,6 +8,7 @@ own public check message. The test's parent holds what the probe must not get: a
 Then, without bwrap on PATH, `grade` stops with exit 2 and the install line; with --no-sandbox it grades and the
 table, the stored result and the class report say the class was graded unsandboxed.
 """
+
 import glob
 import json
 import os
@@ -38,7 +39,7 @@ pytestmark = [
     pytest.mark.timeout(1200),
 ]
 
-PROBE = '''
+PROBE = """
 def _probe():
     import json, os, socket, sys
     seen = {"uid": os.getuid(), "uid_map": [l.split() for l in open("/proc/self/uid_map")]}
@@ -80,7 +81,7 @@ def _probe():
 
 def pick_device(local_rank: int) -> torch.device:
     raise RuntimeError("PROBE " + json.dumps(_probe(), separators=(",", ":")))
-'''
+"""
 
 
 def _probe_answers(values: dict) -> dict:
@@ -88,14 +89,34 @@ def _probe_answers(values: dict) -> dict:
 
     answers = solution_answers()
     answers["pick_device_answer"] = "import json\n" + Template(PROBE).substitute(
-        {k: repr(v) for k, v in values.items()})
+        {k: repr(v) for k, v in values.items()}
+    )
     return answers
 
 
 def _grade(root: str, *extra: str, env: dict | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "grader", "grade", A, "--root", root, "--jobs", "2", "--quiet",
-                           "--timeout", "20", *extra], capture_output=True, text=True, timeout=1100,
-                          env=env or os.environ, cwd=ROOT)
+    return subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "grader",
+            "grade",
+            A,
+            "--root",
+            root,
+            "--jobs",
+            "2",
+            "--quiet",
+            "--timeout",
+            "20",
+            *extra,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=1100,
+        env=env or os.environ,
+        cwd=ROOT,
+    )
 
 
 def _results(root: str) -> dict[str, dict]:
@@ -116,13 +137,41 @@ def graded(tmp_path_factory):
     listener.bind(("127.0.0.1", 0))
     listener.listen(8)
     listener.setblocking(False)
-    forbidden = [root, os.path.join(ROOT, "solutions"), os.path.join(ROOT, ".git"), ada,
-                 os.path.join(root, "gradebook.db"), os.path.join(ROOT, "samples"), os.path.join(HOME, ".ssh")]
-    writes = ["/tmp", "~", HOME, os.path.join(ROOT, "grader"), os.path.dirname(sys.executable), "/grading", "/usr",
-              "/"]  # "~": the sandbox's own HOME
-    place(course, "probe", notebook_with(_probe_answers({
-        "port": listener.getsockname()[1], "forbidden": forbidden, "home": HOME, "writes": writes,
-        "secret": SECRET, "marker": MARKER})))
+    forbidden = [
+        root,
+        os.path.join(ROOT, "solutions"),
+        os.path.join(ROOT, ".git"),
+        ada,
+        os.path.join(root, "gradebook.db"),
+        os.path.join(ROOT, "samples"),
+        os.path.join(HOME, ".ssh"),
+    ]
+    writes = [
+        "/tmp",
+        "~",
+        HOME,
+        os.path.join(ROOT, "grader"),
+        os.path.dirname(sys.executable),
+        "/grading",
+        "/usr",
+        "/",
+    ]  # "~": the sandbox's own HOME
+    place(
+        course,
+        "probe",
+        notebook_with(
+            _probe_answers(
+                {
+                    "port": listener.getsockname()[1],
+                    "forbidden": forbidden,
+                    "home": HOME,
+                    "writes": writes,
+                    "secret": SECRET,
+                    "marker": MARKER,
+                }
+            )
+        ),
+    )
     env = dict(os.environ, SANDBOX_PROBE_SECRET=SECRET, PGPASSWORD=SECRET)
     try:
         proc = _grade(root, env=env)
@@ -152,8 +201,11 @@ def test_a_rank_runs_as_an_unprivileged_user_not_root_in_a_namespace(graded):
     assert seen["root_file"] == "PermissionError", seen
     if os.geteuid() == 0:  # as root, the job's own uid (slot_uids.py): no user namespace maps it onto root
         # (a nursery's job maps its one uid into a namespace of its own: the host's uid of its job too)
-        host = [int(outside) + seen["uid"] - int(inside) for inside, outside, count in seen["uid_map"]
-                if int(inside) <= seen["uid"] < int(inside) + int(count)]
+        host = [
+            int(outside) + seen["uid"] - int(inside)
+            for inside, outside, count in seen["uid_map"]
+            if int(inside) <= seen["uid"] < int(inside) + int(count)
+        ]
         assert len(host) == 1 and SlotUids.start() <= host[0] < SlotUids.start() + 4096, seen
         if not use_nursery():
             assert seen["uid_map"] == [["0", "0", "4294967295"]], seen
@@ -225,8 +277,13 @@ def test_no_sandbox_grades_and_says_so(tmp_path):
     assert proc.stdout.splitlines()[0].startswith("graded UNSANDBOXED")
     ada = _results(root)["ada"]
     assert ada["sandboxed"] is False and ada["report"]["score"] == MAX
-    report = subprocess.run([sys.executable, "-m", "grader", "report", A, "--root", root], capture_output=True,
-                            text=True, timeout=300, cwd=ROOT)
+    report = subprocess.run(
+        [sys.executable, "-m", "grader", "report", A, "--root", root],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=ROOT,
+    )
     assert report.returncode == 0, report.stderr
     with open(os.path.join(root, "reports", f"{A}.md")) as f:
         assert "Graded unsandboxed" in f.read()
@@ -244,11 +301,17 @@ def test_every_other_exercise_solution_gets_full_marks_sandboxed(tmp_path, exerc
     with open(os.path.join(folder, "timestamp.txt"), "w") as f:
         f.write("2026-11-29 12:00:00.000000 UTC")
     shutil.copy(os.path.join(ROOT, "solutions", exercise, f"{exercise}.ipynb"), folder)
-    proc = subprocess.run([sys.executable, "-m", "grader", "grade", exercise, "--root", root, "--jobs", "1",
-                           "--quiet"], capture_output=True, text=True, timeout=1100, cwd=ROOT)
+    proc = subprocess.run(
+        [sys.executable, "-m", "grader", "grade", exercise, "--root", root, "--jobs", "1", "--quiet"],
+        capture_output=True,
+        text=True,
+        timeout=1100,
+        cwd=ROOT,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     with open(os.path.join(root, "graded", exercise, "ada.json")) as f:
         ada = json.load(f)
     assert ada["sandboxed"] is True
-    assert ada["report"]["score"] == get_exercise(exercise).max_score, \
-        [(c["name"], c["message"][-400:]) for c in ada["report"]["checks"] if not c["passed"]]
+    assert ada["report"]["score"] == get_exercise(exercise).max_score, [
+        (c["name"], c["message"][-400:]) for c in ada["report"]["checks"] if not c["passed"]
+    ]

@@ -1,6 +1,7 @@
 """The sandbox's argv on a machine with NVIDIA GPUs, built against a fake /dev and /sys (no GPU needed): every
 device node the driver made (nvidia-caps and nvidia-uvm included) is bound in, /sys read-only, a driver folder
 named by LD_LIBRARY_PATH read-only, and the driver's environment kept."""
+
 import os
 
 import pytest
@@ -39,8 +40,7 @@ def _pairs(argv: list[str], option: str) -> list[tuple[str, str]]:
 def test_every_nvidia_node_sys_and_the_driver_folder_are_bound(gpu_machine, nursery):
     box = Sandbox(["python", "-m", "grader.isolation.grading_worker"], None, True, 2, nursery=nursery)
     bound = _pairs(box.argv, "--dev-bind")
-    assert sorted(bound) == sorted((os.path.join(gpu_machine["dev"], n), f"/dev/{n}")
-                                   for n in NODES + ["nvidia-caps"])
+    assert sorted(bound) == sorted((os.path.join(gpu_machine["dev"], n), f"/dev/{n}") for n in NODES + ["nvidia-caps"])
     assert (gpu_machine["sys"], "/sys") in _pairs(box.argv, "--ro-bind")
     assert (gpu_machine["driver"], gpu_machine["driver"]) in _pairs(box.argv, "--ro-bind")
     assert not any("relative" in a for a in box.argv)  # only absolute folders, and none under /usr (bound already)

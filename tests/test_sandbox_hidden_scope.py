@@ -3,6 +3,7 @@ every other exercise's read as empty files there, as every hidden module does in
 
 Within one exercise the hidden modules stay readable: the one worker that runs a submission's hidden checks
 imports them all, and its ranks share its mounts."""
+
 from __future__ import annotations
 
 import json
@@ -17,7 +18,7 @@ from tests.helpers import needs_bwrap
 pytestmark = [needs_bwrap]
 A = "02_ddp_basics"
 
-READ = ("import json, sys; print(json.dumps({p: len(open(p).read()) for p in sys.argv[1:]}))")
+READ = "import json, sys; print(json.dumps({p: len(open(p).read()) for p in sys.argv[1:]}))"
 
 
 def sizes_in_sandbox(masked: bool) -> dict[str, int]:

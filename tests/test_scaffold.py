@@ -6,6 +6,7 @@ nbgrader's config, the test helpers) run with this venv's Python and PYTHONPATH 
 scaffold, fill in the task and a real check, `make exercises`, then the CLI grades it (the solution full
 marks, the release 0), `make student` ships it without its hidden module, the digest covers it and
 `python -m grader list` lists it."""
+
 from __future__ import annotations
 
 import ast
@@ -26,9 +27,15 @@ from tests.helpers import ROOT
 
 TASK, PACKAGE = "my_task", "my_topic"
 ID = next_free_id(Path(ROOT), PACKAGE)  # the number after the course's last exercise, as a newcomer would pick
-SCAFFOLDED = [f"grader/exercises/{PACKAGE}/__init__.py", f"grader/exercises/{PACKAGE}/checks_{TASK}.py",
-              f"grader/exercises/{PACKAGE}/hidden_{TASK}.py", f"grader/exercises/{PACKAGE}/reference.py",
-              f"grader/exercises/{PACKAGE}/hints.py", f"solutions/{ID}/{ID}.ipynb", f"tests/exercises/test_{ID}.py"]
+SCAFFOLDED = [
+    f"grader/exercises/{PACKAGE}/__init__.py",
+    f"grader/exercises/{PACKAGE}/checks_{TASK}.py",
+    f"grader/exercises/{PACKAGE}/hidden_{TASK}.py",
+    f"grader/exercises/{PACKAGE}/reference.py",
+    f"grader/exercises/{PACKAGE}/hints.py",
+    f"solutions/{ID}/{ID}.ipynb",
+    f"tests/exercises/test_{ID}.py",
+]
 
 
 def files_under(root: Path) -> dict[str, bytes]:
@@ -38,8 +45,11 @@ def files_under(root: Path) -> dict[str, bytes]:
 @pytest.fixture
 def course(tmp_path):
     """A minimal course folder: one exercise package and its solution folder."""
-    shutil.copytree(Path(ROOT) / "grader" / "exercises" / "ddp_basics", tmp_path / "grader" / "exercises" / "ddp_basics",
-                    ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(
+        Path(ROOT) / "grader" / "exercises" / "ddp_basics",
+        tmp_path / "grader" / "exercises" / "ddp_basics",
+        ignore=shutil.ignore_patterns("__pycache__"),
+    )
     (tmp_path / "solutions" / "02_ddp_basics").mkdir(parents=True)
     return tmp_path
 
@@ -59,12 +69,23 @@ def test_the_notebook_carries_nbgrader_metadata_as_grader_cells_states_it(course
     answers, checks = cells.answer_cells(notebook.cells), cells.check_cells(notebook.cells)
     assert list(answers) == list(checks) == [TASK]
     answer = cells.nbgrader_meta(answers[TASK])
-    assert answer == {"grade": False, "grade_id": f"{TASK}_answer", "locked": False, "schema_version": 3,
-                      "solution": True}
+    assert answer == {
+        "grade": False,
+        "grade_id": f"{TASK}_answer",
+        "locked": False,
+        "schema_version": 3,
+        "solution": True,
+    }
     assert re.search(rf"def {TASK}\(.*### BEGIN SOLUTION\n.+### END SOLUTION", answers[TASK].source, re.S)
     check = cells.nbgrader_meta(checks[TASK])
-    assert check == {"grade": True, "grade_id": f"{TASK}_check", "locked": True, "points": 3, "schema_version": 3,
-                     "solution": False}
+    assert check == {
+        "grade": True,
+        "grade_id": f"{TASK}_check",
+        "locked": True,
+        "points": 3,
+        "schema_version": 3,
+        "solution": False,
+    }
     assert checks[TASK].source.startswith(f'check("{TASK}")')
     assert f'check("{TASK}", hidden=True)' in cells.hidden_region(checks[TASK])
     locked_ids = [cells.grade_id(c) for c in code if cells.nbgrader_meta(c).get("locked")]
@@ -83,22 +104,25 @@ def test_the_python_files_compile_and_name_nothing_after_the_task(course):
 
 
 # ------------------------------------------------------------------ what it refuses
-@pytest.mark.parametrize("exercise_id, task, phrase", [
-    ("5_x", TASK, "malformed exercise id '5_x'"),
-    ("05-x", TASK, "malformed exercise id"),
-    ("05_My", TASK, "malformed exercise id"),
-    ("005_x", TASK, "malformed exercise id"),
-    ("05_", TASK, "malformed exercise id"),
-    ("05_class", TASK, "'class' is a Python keyword"),
-    (ID, "my-task", "malformed task name 'my-task'"),
-    (ID, "_hidden", "malformed task name"),
-    (ID, "lambda", "malformed task name"),
-    ("02_ddp_basics", TASK, "exercise 02_ddp_basics exists already (grader/exercises/ddp_basics/"),
-    ("02_other", TASK, "exercise number 02 is taken by 02_ddp_basics"),
-    ("06_ddp_basics", TASK, "grader/exercises/ddp_basics exists already"),
-    (ID, "save_checkpoint", "task name 'save_checkpoint' is used by exercise 02_ddp_basics already"),
-    (ID, "MiniDDP", "task name 'MiniDDP' is used by exercise 02_ddp_basics already"),
-])
+@pytest.mark.parametrize(
+    "exercise_id, task, phrase",
+    [
+        ("5_x", TASK, "malformed exercise id '5_x'"),
+        ("05-x", TASK, "malformed exercise id"),
+        ("05_My", TASK, "malformed exercise id"),
+        ("005_x", TASK, "malformed exercise id"),
+        ("05_", TASK, "malformed exercise id"),
+        ("05_class", TASK, "'class' is a Python keyword"),
+        (ID, "my-task", "malformed task name 'my-task'"),
+        (ID, "_hidden", "malformed task name"),
+        (ID, "lambda", "malformed task name"),
+        ("02_ddp_basics", TASK, "exercise 02_ddp_basics exists already (grader/exercises/ddp_basics/"),
+        ("02_other", TASK, "exercise number 02 is taken by 02_ddp_basics"),
+        ("06_ddp_basics", TASK, "grader/exercises/ddp_basics exists already"),
+        (ID, "save_checkpoint", "task name 'save_checkpoint' is used by exercise 02_ddp_basics already"),
+        (ID, "MiniDDP", "task name 'MiniDDP' is used by exercise 02_ddp_basics already"),
+    ],
+)
 def test_a_malformed_or_existing_id_is_refused_and_nothing_is_written(course, exercise_id, task, phrase):
     before = files_under(course)
     with pytest.raises(ScaffoldError) as refused:
@@ -214,8 +238,10 @@ def ok(done: subprocess.CompletedProcess) -> str:
 
 
 def digests(copy: Path) -> dict[str, str]:
-    code = f"from grader.code_digest import grader_digest as d; import json; print(json.dumps({{e: d(e) for e in " \
-           f"['{ID}', '02_ddp_basics']}}))"
+    code = (
+        f"from grader.code_digest import grader_digest as d; import json; print(json.dumps({{e: d(e) for e in "
+        f"['{ID}', '02_ddp_basics']}}))"
+    )
     return json.loads(ok(python(copy, "-c", code)).strip().splitlines()[-1])
 
 
@@ -299,10 +325,21 @@ def test_make_student_ships_it_without_its_hidden_module(filled):
     ok(make(copy, "student"))
     build = copy / "build" / "student"
     package = build / "grader" / "exercises" / PACKAGE
-    assert sorted(p.name for p in package.glob("*.py")) == ["__init__.py", f"checks_{TASK}.py", "hints.py", "reference.py"]
+    assert sorted(p.name for p in package.glob("*.py")) == [
+        "__init__.py",
+        f"checks_{TASK}.py",
+        "hints.py",
+        "reference.py",
+    ]
     assert (build / "course" / "exercises" / ID / f"{ID}.ipynb").is_file()
-    listed = subprocess.run([str(copy / ".venv" / "bin" / "python"), "-m", "grader", "list", "--json"], cwd=build,
-                            env=dict(os.environ, PYTHONPATH=str(build)), capture_output=True, text=True, timeout=300)
+    listed = subprocess.run(
+        [str(copy / ".venv" / "bin" / "python"), "-m", "grader", "list", "--json"],
+        cwd=build,
+        env=dict(os.environ, PYTHONPATH=str(build)),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     rows = {row["id"]: row for row in map(json.loads, ok(listed).splitlines())}
     assert (rows[ID]["tasks"], rows[ID]["max_score"]) == ([TASK], 3), "the student's grader: public points only"
 

@@ -1,4 +1,5 @@
 """make selfcheck (python -m grader selfcheck) on this machine's hardware: CPU in CI."""
+
 import subprocess
 import sys
 
@@ -10,8 +11,9 @@ from tests.helpers import ROOT
 
 
 def test_selfcheck_passes_on_this_hardware_and_prints_the_plans():
-    proc = subprocess.run([sys.executable, "-m", "grader", "selfcheck"], capture_output=True, text=True,
-                          timeout=3600, cwd=ROOT)  # the sandboxed pass grades each solution again
+    proc = subprocess.run(
+        [sys.executable, "-m", "grader", "selfcheck"], capture_output=True, text=True, timeout=3600, cwd=ROOT
+    )  # the sandboxed pass grades each solution again
     assert proc.returncode == 0, proc.stdout + proc.stderr
     for world_size in (1, 2, 3):
         assert f"world size {world_size}: {current_plan(world_size).describe()}" in proc.stdout

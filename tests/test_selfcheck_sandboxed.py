@@ -1,5 +1,6 @@
 """make selfcheck's sandboxed pass: the solution graded through `make grade`'s own path (a course, its sandboxes,
 nurseries when root), its score and the plan of every run compared with what this hardware should give."""
+
 from grader import selfcheck
 from grader.engine.plan import visible_gpus
 from tests.helpers import needs_bwrap

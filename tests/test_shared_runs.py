@@ -1,5 +1,6 @@
 """Checks of one submission that ask for the same run share one launch; a failed run is never shared.
 Real ranks: the launches are counted, not replaced."""
+
 import pytest
 import torch
 
@@ -8,7 +9,11 @@ from grader.checks import CheckFailed, Exercise
 from grader.runner import run_checks
 from grader.submission import Cell, SourceSubmission
 
-ANSWERS = SourceSubmission([Cell("<cell 1>", '''
+ANSWERS = SourceSubmission(
+    [
+        Cell(
+            "<cell 1>",
+            """
 import torch.distributed as dist
 
 def fine(x):
@@ -16,7 +21,10 @@ def fine(x):
 
 def broken(x):
     raise ValueError("broken on purpose")
-''')])
+""",
+        )
+    ]
+)
 
 
 def _call(ctx, student, name, x):
@@ -42,9 +50,11 @@ def make_exercise() -> Exercise:
         assert g.run(_call, "fine", 2) == [[2, 0], [2, 1]]
 
     for i in range(2):
+
         @ex.check("broken", points=1)
         def broken_check(g):
             g.run(_call, "broken", 1)
+
         ex.checks[-1].name = f"broken_check_{i}"
     return ex
 
@@ -70,8 +80,9 @@ def graded():
 def test_same_run_launches_once_and_each_check_gets_its_own_copy(graded):
     report, launched = graded
     results = {c.name: c for c in report.checks}
-    assert all(results[name].passed for name in ("fine_mutates_what_it_read", "fine_sees_its_own_copy",
-                                                 "fine_other_argument")), [c.message for c in report.checks]
+    assert all(
+        results[name].passed for name in ("fine_mutates_what_it_read", "fine_sees_its_own_copy", "fine_other_argument")
+    ), [c.message for c in report.checks]
     assert launched.count(("fine", 1)) == 1 and launched.count(("fine", 2)) == 1
 
 

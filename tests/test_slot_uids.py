@@ -2,6 +2,7 @@
 another grading run's, and a freed one is taken again last. Graded classes show the uids in use:
 tests/test_nursery.py and tests/test_sandbox.py (each job's host uid), tests/test_job_limits.py (no cgroups: a
 fork bomb stops at its own uid's budget)."""
+
 import os
 import pwd
 

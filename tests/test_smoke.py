@@ -1,6 +1,7 @@
 """The fast tier's real runs (`make test-fast`): for every exercise, one task of its solution graded by real
 multi-process runs (separate OS processes, a real process group), through the same runner as the CLI, the notebook
 and `make grade`; and the CLI end to end on one task. The whole suites of each exercise are in tests/exercises/."""
+
 from __future__ import annotations
 
 import json
@@ -13,8 +14,12 @@ from grader.exercises import exercise_ids, get_exercise
 from tests.helpers import ROOT, failed, grade_source, solution_notebook, solution_source
 
 # One task per exercise whose public checks start ranks (a task that only inspects a value would prove nothing).
-TASK_WITH_RUNS = {"01_parallelism": "average_gradients", "02_ddp_basics": "setup",
-                  "03_syncbn_sharded": "partition_parameters", "04_torchrun": "read_dist_env"}
+TASK_WITH_RUNS = {
+    "01_parallelism": "average_gradients",
+    "02_ddp_basics": "setup",
+    "03_syncbn_sharded": "partition_parameters",
+    "04_torchrun": "read_dist_env",
+}
 
 
 def test_every_exercise_has_a_smoke_task():
@@ -34,8 +39,23 @@ def test_one_task_of_each_solution_gets_full_marks_from_real_runs(exercise_id):
 
 
 def test_the_cli_grades_one_task_of_a_notebook():
-    done = subprocess.run([sys.executable, "-m", "grader", "check", "02_ddp_basics", solution_notebook("02_ddp_basics"),
-                           "--task", "setup", "--json"], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "grader",
+            "check",
+            "02_ddp_basics",
+            solution_notebook("02_ddp_basics"),
+            "--task",
+            "setup",
+            "--json",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode == 0, done.stderr
     report = json.loads(done.stdout.strip().splitlines()[-1])
     assert report["checks"] and all(c["passed"] for c in report["checks"] if c["task"] == "setup"), report

@@ -7,6 +7,7 @@ what the install holds and fails on any hidden module, hidden check, solution re
 answer (a function or class named after a task); then it grades, in that venv, each
 solution with the public checks (full public marks) and each untouched release (0).
 """
+
 from __future__ import annotations
 
 import ast
@@ -26,8 +27,14 @@ from grader.student_build import SOLUTION_MARK, STAMP, BuildError, build, leaks
 
 ROOT = Path(__file__).resolve().parent.parent
 # Answer-equivalent references the instructor's install held (now in hidden_*.py or gone).
-KNOWN_ANSWERS = {"wrap_model", "make_dataloader", "read_dist_env", "grader_command", "contiguous_shards",
-                 "node_command"}
+KNOWN_ANSWERS = {
+    "wrap_model",
+    "make_dataloader",
+    "read_dist_env",
+    "grader_command",
+    "contiguous_shards",
+    "node_command",
+}
 GRADE_TIMEOUT_S = 900
 
 
@@ -43,17 +50,22 @@ def student(tmp_path_factory):
     venv = base / "venv"
     _run([sys.executable, "-m", "venv", "--without-pip", str(venv)], 120).check_returncode()
     python = venv / "bin" / "python"
-    site = Path(_run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                     60).stdout.strip())
+    site = Path(
+        _run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"], 60).stdout.strip()
+    )
     # The course venv's packages (torch, pip, setuptools, ...) as a plain path: no .pth of it runs here.
     (site / "course_packages.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
-    done = _run([str(python), "-m", "pip", "install", "--quiet", "--no-deps", "--no-build-isolation",
-                 "--no-index", str(out)], 300, cwd=base)
+    done = _run(
+        [str(python), "-m", "pip", "install", "--quiet", "--no-deps", "--no-build-isolation", "--no-index", str(out)],
+        300,
+        cwd=base,
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     where = _run([str(python), "-c", "import grader; print(grader.__file__)"], 60, cwd=base)
     assert where.returncode == 0, where.stderr
     assert Path(where.stdout.strip()).resolve() == site.resolve() / "grader" / "__init__.py", (
-        f"the fresh venv imports the instructor's grader: {where.stdout}")
+        f"the fresh venv imports the instructor's grader: {where.stdout}"
+    )
     return python, site, out
 
 
@@ -70,8 +82,7 @@ def _solution_regions() -> list[tuple[str, list[str]]]:
             for i, block in enumerate(re.findall(r"### BEGIN SOLUTION\n(.*?)### END SOLUTION", cell.source, re.S)):
                 lines = [s for s in (line.strip() for line in block.splitlines()) if s and not s.startswith("#")]
                 if len(lines) >= 2:
-                    regions.append((f"{exercise_id} {cell.metadata.get('nbgrader', {}).get('grade_id')} #{i}",
-                                    lines))
+                    regions.append((f"{exercise_id} {cell.metadata.get('nbgrader', {}).get('grade_id')} #{i}", lines))
     return regions
 
 
@@ -96,21 +107,28 @@ def test_student_install_holds_no_answers(student):
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and node.name in forbidden:
                 named.append(f"{path.relative_to(site)}:{node.lineno} {node.name}")
-            if isinstance(node, ast.Call) and any(k.arg == "hidden" and isinstance(k.value, ast.Constant)
-                                                  and k.value.value is True for k in node.keywords):
+            if isinstance(node, ast.Call) and any(
+                k.arg == "hidden" and isinstance(k.value, ast.Constant) and k.value.value is True for k in node.keywords
+            ):
                 hidden_calls.append(f"{path.relative_to(site)}:{node.lineno}")
     assert not named, f"functions or classes named after a task or a known answer: {named}"
     assert not hidden_calls, f"hidden checks registered in: {hidden_calls}"
 
     installed = {p: _normalized(p.read_text()) for p in sources}
-    copies = [(where, str(p.relative_to(site))) for where, lines in _solution_regions()
-              for p, text in installed.items() if "\n".join(lines) in text]
+    copies = [
+        (where, str(p.relative_to(site)))
+        for where, lines in _solution_regions()
+        for p, text in installed.items()
+        if "\n".join(lines) in text
+    ]
     assert not copies, f"solution regions found verbatim in the install: {copies}"
 
     # The registry as the student's grader sees it: every task, no hidden check, the public points.
-    probe = ("import json; from grader.exercises import MODULES, get_exercise\n"
-             "print(json.dumps({e: {'tasks': get_exercise(e).tasks, 'hidden': sum(c.hidden for c in "
-             "get_exercise(e).checks), 'points': get_exercise(e).max_score} for e in MODULES}))")
+    probe = (
+        "import json; from grader.exercises import MODULES, get_exercise\n"
+        "print(json.dumps({e: {'tasks': get_exercise(e).tasks, 'hidden': sum(c.hidden for c in "
+        "get_exercise(e).checks), 'points': get_exercise(e).max_score} for e in MODULES}))"
+    )
     seen = _run([str(python), "-c", probe], 300, cwd=out.parent)
     assert seen.returncode == 0, seen.stderr
     registry = json.loads(seen.stdout)
@@ -121,8 +139,7 @@ def test_student_install_holds_no_answers(student):
 
 
 def _grade(python: Path, exercise_id: str, notebook: Path, cwd: Path) -> dict:
-    done = _run([str(python), "-m", "grader", "check", exercise_id, str(notebook), "--json"], GRADE_TIMEOUT_S,
-                cwd=cwd)
+    done = _run([str(python), "-m", "grader", "check", exercise_id, str(notebook), "--json"], GRADE_TIMEOUT_S, cwd=cwd)
     assert done.returncode in (0, 1), done.stdout[-2000:] + done.stderr[-4000:]
     return json.loads(done.stdout.strip().splitlines()[-1])
 
@@ -152,8 +169,9 @@ def test_student_install_grades_untouched_release_zero(student, exercise_id):
 def test_student_install_refuses_to_grade_a_class(student, tmp_path):
     """Without hidden checks its grades would be wrong: make grade says so and writes nothing."""
     python, _, _ = student
-    done = _run([str(python), "-m", "grader", "grade", "02_ddp_basics", "--root", str(tmp_path), "--quiet"], 300,
-                cwd=tmp_path)
+    done = _run(
+        [str(python), "-m", "grader", "grade", "02_ddp_basics", "--root", str(tmp_path), "--quiet"], 300, cwd=tmp_path
+    )
     assert done.returncode == 2 and "student build" in done.stderr, done.stdout + done.stderr
     assert list(tmp_path.iterdir()) == [], "something was written"
 

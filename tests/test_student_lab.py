@@ -1,5 +1,6 @@
 """`make lab` for a student: the answers are not in the file browser, the browser opens where the exercise is
 fetched, and a failing check cell's error (what nbgrader's Validate shows alone) says which checks failed and why."""
+
 from __future__ import annotations
 
 import os
@@ -30,8 +31,9 @@ def test_the_file_browser_lists_no_answers_but_the_formgrader_still_opens_them()
     contents = lab_contents()
     top = listed(contents, "")
     assert "solutions" not in top and {"exercises", "lessons", "grader"} <= top
-    hidden_tests = [n for n in os.listdir(os.path.join(ROOT, "grader", "exercises", "ddp_basics"))
-                    if n.startswith("hidden_")]
+    hidden_tests = [
+        n for n in os.listdir(os.path.join(ROOT, "grader", "exercises", "ddp_basics")) if n.startswith("hidden_")
+    ]
     assert hidden_tests  # the test looks at real hidden files
     assert not set(hidden_tests) & listed(contents, "grader/exercises/ddp_basics")
     assert "checks_state.py" in listed(contents, "grader/exercises/ddp_basics")  # public checks stay
@@ -51,18 +53,31 @@ def test_make_lab_uses_that_config_and_opens_in_the_fetched_course_folder():
 
 
 def test_a_failed_check_cells_error_says_why_in_full_without_pointing_above():
-    hung = CheckResult("checkpoint_written_by_rank0_only", "save_checkpoint", False, 0, 1,
-                       "the run did not finish in time\nrank 0 called barrier (your save_checkpoint, cell 25, line 5) "
-                       "that rank 1 never called in your code\n\nrank 0 hung: waiting in barrier\n  frames ...")
+    hung = CheckResult(
+        "checkpoint_written_by_rank0_only",
+        "save_checkpoint",
+        False,
+        0,
+        1,
+        "the run did not finish in time\nrank 0 called barrier (your save_checkpoint, cell 25, line 5) "
+        "that rank 1 never called in your code\n\nrank 0 hung: waiting in barrier\n  frames ...",
+    )
     reason = _reason(hung)
     assert reason.startswith("\n- checkpoint_written_by_rank0_only: the run did not finish in time")
     assert "cell 25, line 5" in reason and "frames" not in reason  # the summary, not the stacks
     wrong = CheckResult("c", "t", False, 0, 1, "\n".join(f"line {i}" for i in range(20)))
     assert _reason(wrong).count("line ") == 8 and _reason(wrong).endswith("...")
-    again = CheckResult("checkpoint_has_unwrapped_keys", "save_checkpoint", False, 0, 1,
-                        hung.message.split("\n\n")[0] + "\n`save_checkpoint` already hung in checkpoint_written_by_rank0_only")
+    again = CheckResult(
+        "checkpoint_has_unwrapped_keys",
+        "save_checkpoint",
+        False,
+        0,
+        1,
+        hung.message.split("\n\n")[0] + "\n`save_checkpoint` already hung in checkpoint_written_by_rank0_only",
+    )
     first, second = _reasons([hung, again])
-    assert "cell 25, line 5" in first and second == ("\n- checkpoint_has_unwrapped_keys: `save_checkpoint` already hung "
-                                                       "in checkpoint_written_by_rank0_only")  # said once
+    assert "cell 25, line 5" in first and second == (
+        "\n- checkpoint_has_unwrapped_keys: `save_checkpoint` already hung in checkpoint_written_by_rank0_only"
+    )  # said once
     with open(os.path.join(ROOT, "grader", "notebook.py")) as f:
         assert "shown above" not in f.read()

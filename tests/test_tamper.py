@@ -5,6 +5,7 @@ code runs inside the ranks, so these cases try what a curious student would:
 swap a grader helper, wrap a torch.distributed collective, patch CheckFailed,
 the result reporting or builtins, or leave the rank early after printing a fake ✓.
 """
+
 import json
 import os
 import subprocess
@@ -15,16 +16,19 @@ import pytest
 from grader.exercises import get_exercise
 from tests.helpers import ROOT, solution_source
 
-HONEST_RING_CHEAT = '''
+HONEST_RING_CHEAT = """
 import torch.distributed as dist
 
 def ring_all_reduce(tensor):
     dist.all_reduce(tensor)  # the forbidden collective
-'''
+"""
 
 CASES = {
     # name: (exercise, the submission's source, the task graded)
-    "replace a grader helper": ("01_parallelism", HONEST_RING_CHEAT + '''
+    "replace a grader helper": (
+        "01_parallelism",
+        HONEST_RING_CHEAT
+        + """
 import contextlib
 import grader.exercises.parallelism.checks_core as checks
 from grader.exercises.parallelism.p2p_only import Message, Traffic
@@ -34,21 +38,36 @@ def _fake(task, fn):
     yield Traffic([Message("send", 1, 1), Message("recv", 1, 1)])
 
 checks.point_to_point_only = _fake
-''', "ring_all_reduce"),
-    "wrap dist.all_reduce to fake a result": ("02_ddp_basics", "SOLUTION" + '''
+""",
+        "ring_all_reduce",
+    ),
+    "wrap dist.all_reduce to fake a result": (
+        "02_ddp_basics",
+        "SOLUTION"
+        + """
 import torch.distributed as _dist
 _real = _dist.all_reduce
 def _fake_all_reduce(tensor, *args, **kwargs):
     return _real(tensor, *args, **kwargs)
 _dist.all_reduce = _fake_all_reduce
-''', "setup"),
-    "wrap a collective inside a task, left in place": ("02_ddp_basics", "SOLUTION" + '''
+""",
+        "setup",
+    ),
+    "wrap a collective inside a task, left in place": (
+        "02_ddp_basics",
+        "SOLUTION"
+        + """
 def cleanup():
     import torch.distributed as _dist
     _dist.barrier = lambda *a, **k: None
     _dist.destroy_process_group()
-''', "cleanup"),
-    "patch CheckFailed": ("02_ddp_basics", "SOLUTION" + '''
+""",
+        "cleanup",
+    ),
+    "patch CheckFailed": (
+        "02_ddp_basics",
+        "SOLUTION"
+        + """
 import grader.checks, grader.grading
 class _Never(Exception):
     pass
@@ -56,8 +75,13 @@ grader.checks.CheckFailed = _Never
 grader.grading.CheckFailed = _Never
 def wrap_model(model, device):
     return model
-''', "wrap_model"),
-    "patch the result reporting": ("02_ddp_basics", "SOLUTION" + '''
+""",
+        "wrap_model",
+    ),
+    "patch the result reporting": (
+        "02_ddp_basics",
+        "SOLUTION"
+        + """
 import grader.engine.worker as _w
 _real_encode = _w.encode
 def _encode(message):
@@ -65,49 +89,81 @@ def _encode(message):
 _w.encode = _encode
 def pick_backend():
     raise RuntimeError("no idea")
-''', "pick_backend"),
-    "patch builtins": ("02_ddp_basics", "SOLUTION" + '''
+""",
+        "pick_backend",
+    ),
+    "patch builtins": (
+        "02_ddp_basics",
+        "SOLUTION"
+        + """
 import builtins
 _real_isinstance = builtins.isinstance
 builtins.isinstance = lambda obj, cls: True
 def wrap_model(model, device):
     return model
-''', "wrap_model"),
+""",
+        "wrap_model",
+    ),
     # Through the modules the guard derives from the checks' imports (grader/engine/guard_list.py): each would
     # let the grader's own save, load or sharding run the student's code in the hidden cross checks.
-    "replace dcp.save, which the grader's own save calls": ("03_syncbn_sharded", "SOLUTION" + '''
+    "replace dcp.save, which the grader's own save calls": (
+        "03_syncbn_sharded",
+        "SOLUTION"
+        + """
 import torch.distributed.checkpoint as _dcp
 _real_save = _dcp.save
 def _save(state_dict, *args, **kwargs):  # the student's format could go here, read back by their own load
     return _real_save(state_dict, *args, **kwargs)
 _dcp.save = _save
-''', "load_resharded"),
-    "replace dcp.load, which the grader's own load calls": ("03_syncbn_sharded", "SOLUTION" + '''
+""",
+        "load_resharded",
+    ),
+    "replace dcp.load, which the grader's own load calls": (
+        "03_syncbn_sharded",
+        "SOLUTION"
+        + """
 import torch.distributed.checkpoint as _dcp
 _real_load = _dcp.load
 def _load(state_dict, *args, **kwargs):
     return _real_load(state_dict, *args, **kwargs)
 _dcp.load = _load
-''', "save_and_reshard"),
-    "patch a DCP planner's method": ("03_syncbn_sharded", "SOLUTION" + '''
+""",
+        "save_and_reshard",
+    ),
+    "patch a DCP planner's method": (
+        "03_syncbn_sharded",
+        "SOLUTION"
+        + """
 from torch.distributed.checkpoint import DefaultLoadPlanner as _Planner
 _real_plan = _Planner.create_local_plan
 def _create_local_plan(self):
     return _real_plan(self)
 _Planner.create_local_plan = _create_local_plan
-''', "load_resharded"),
-    "replace fully_shard, which shards the check's model": ("03_syncbn_sharded", "SOLUTION" + '''
+""",
+        "load_resharded",
+    ),
+    "replace fully_shard, which shards the check's model": (
+        "03_syncbn_sharded",
+        "SOLUTION"
+        + """
 import torch.distributed.fsdp as _fsdp
 _fsdp.fully_shard = lambda module, **kwargs: module  # nothing sharded: a gathered save passes as sharded
-''', "save_and_reshard"),
-    "wrap an FSDPModule method inside a task": ("03_syncbn_sharded", "SOLUTION" + '''
+""",
+        "save_and_reshard",
+    ),
+    "wrap an FSDPModule method inside a task": (
+        "03_syncbn_sharded",
+        "SOLUTION"
+        + """
 _solution_load_resharded = load_resharded
 def load_resharded(model, optimizer, path):
     from torch.distributed.fsdp import FSDPModule
     _real = FSDPModule.unshard
     FSDPModule.unshard = lambda self, *a, **k: _real(self, *a, **k)
     return _solution_load_resharded(model, optimizer, path)
-''', "load_resharded"),
+""",
+        "load_resharded",
+    ),
 }
 
 
@@ -118,8 +174,13 @@ def _source(exercise_id: str, text: str) -> str:
 def grade_cli(exercise_id: str, source: str, task: str, tmp_path) -> dict:
     path = tmp_path / "submission.py"
     path.write_text(source)
-    proc = subprocess.run([sys.executable, "-m", "grader", "check", exercise_id, str(path), "--json", "--task", task,
-                           "--timeout", "20"], capture_output=True, text=True, timeout=600, cwd=ROOT)
+    proc = subprocess.run(
+        [sys.executable, "-m", "grader", "check", exercise_id, str(path), "--json", "--task", task, "--timeout", "20"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=ROOT,
+    )
     assert proc.returncode in (0, 1), proc.stderr
     return json.loads(proc.stdout)
 
@@ -136,12 +197,16 @@ def test_tampering_gains_nothing_and_says_so(case, tmp_path):
 
 
 def test_leaving_the_rank_after_printing_a_fake_pass_gains_nothing(tmp_path):
-    source = _source("02_ddp_basics", "SOLUTION" + '''
+    source = _source(
+        "02_ddp_basics",
+        "SOLUTION"
+        + """
 def pick_backend():
     import os
     print("✓ pick_backend: backend_matches_hardware (1/1)", flush=True)
     os._exit(0)
-''')
+""",
+    )
     report = grade_cli("02_ddp_basics", source, "pick_backend", tmp_path)
     assert report["score"] == 0
     assert "exited with code 0" in report["checks"][0]["message"], report["checks"][0]["message"]
@@ -156,12 +221,17 @@ def test_the_untampered_solution_is_not_flagged(tmp_path):
 # --- the same corpus through `make grade` (python -m grader grade: parallel workers, nbgrader's gradebook) ---
 
 BATCH = {name: case for name, case in CASES.items() if case[0] == "02_ddp_basics"}
-BATCH["leave after a fake pass"] = ("02_ddp_basics", "SOLUTION" + '''
+BATCH["leave after a fake pass"] = (
+    "02_ddp_basics",
+    "SOLUTION"
+    + """
 def pick_backend():
     import os
     print("✓ pick_backend: backend_matches_hardware (1/1)", flush=True)
     os._exit(0)
-''', "pick_backend")
+""",
+    "pick_backend",
+)
 
 
 def _notebook_with_source(exercise_id: str, source: str) -> dict:
@@ -189,7 +259,9 @@ def test_tampering_gains_nothing_through_make_grade(tmp_path):
         folder = tmp_path / "course" / "submitted" / student / exercise_id
         folder.mkdir(parents=True)
         (folder / "timestamp.txt").write_text("2026-11-29 12:00:00.000000 UTC")
-        (folder / f"{exercise_id}.ipynb").write_text(json.dumps(_notebook_with_source(exercise_id, _source(exercise_id, text))))
+        (folder / f"{exercise_id}.ipynb").write_text(
+            json.dumps(_notebook_with_source(exercise_id, _source(exercise_id, text)))
+        )
     results = grade_assignment(course, exercise_id, jobs=2, timeout=20, progress=False)
     exercise = get_exercise(exercise_id)
     for student, (name, task) in students.items():
@@ -207,10 +279,10 @@ def test_tampering_gains_nothing_through_make_grade(tmp_path):
 # it; its honest twin makes the same mistake in plain sight. Three ways of switching them off, each on each measuring
 # mechanism (live bytes for MiniFSDP and for activation checkpointing, the allocation probe of build_fsdp2_model).
 SWITCH_OFF = {
-    "disable_current_modes": '''
+    "disable_current_modes": """
 from torch.utils._python_dispatch import _disable_current_modes as _off
-''',
-    "pop the mode stack": '''
+""",
+    "pop the mode stack": """
 import contextlib as _contextlib
 import torch as _torch
 from torch.utils._python_dispatch import _pop_mode, _push_mode
@@ -223,11 +295,11 @@ def _off():
     finally:
         for mode in reversed(popped):
             _push_mode(mode)
-''',
-    "DisableTorchDispatch": '''
+""",
+    "DisableTorchDispatch": """
 import torch as _torch
 _off = _torch._C._DisableTorchDispatch
-''',
+""",
 }
 
 # MiniFSDP: autograd keeps every layer's full weight (pack keeps the tensor besides its token); the tamper copies the
@@ -242,28 +314,52 @@ _EXIT = "        self.saving.pop(mod).__exit__(None, None, None)\n"
 _META = '    with torch.device("meta"):\n        model = make_model()  # shapes only: no memory, nothing initialized\n'
 # checkpoint_activations: no checkpointing (everything saved), and a rerun under no_grad in backward, thrown away
 _CKPT = "        return checkpoint(self.block, x, use_reentrant=False)\n"
-_RERUN = ("        out = self.block(x)  # everything saved\n"
-          "        out.register_hook(lambda grad: self._again(x))\n        return out\n\n"
-          "    def _again(self, x):\n        with torch.no_grad():\n            self.block(x.detach())  # thrown away\n")
+_RERUN = (
+    "        out = self.block(x)  # everything saved\n"
+    "        out.register_hook(lambda grad: self._again(x))\n        return out\n\n"
+    "    def _again(self, x):\n        with torch.no_grad():\n            self.block(x.detach())  # thrown away\n"
+)
 
 EX3_MISTAKES = {
     # name: (checks, [(old, honest twin's new, tamper's new)])
     "MiniFSDP keeps every full weight": (
         ["fsdp_frees_full_parameters"],
-        [(_PACK, _PACK.replace("storage_offset())", "storage_offset(), t)"), None),
-         (_UNPACK, "            i, size, stride, offset, _kept = saved\n", None),
-         (_MAP, _MAP, "                with _off():\n                    full = full * 1  # an unseen copy\n" + _MAP),
-         (_SET, _SET, "                with _off():\n    " + _SET),
-         (_ENTER, _ENTER, _ENTER + "        self._hidden = _off()\n        self._hidden.__enter__()\n"),
-         (_EXIT, _EXIT, "        self._hidden.__exit__(None, None, None)\n" + _EXIT)]),
+        [
+            (_PACK, _PACK.replace("storage_offset())", "storage_offset(), t)"), None),
+            (_UNPACK, "            i, size, stride, offset, _kept = saved\n", None),
+            (
+                _MAP,
+                _MAP,
+                "                with _off():\n                    full = full * 1  # an unseen copy\n" + _MAP,
+            ),
+            (_SET, _SET, "                with _off():\n    " + _SET),
+            (_ENTER, _ENTER, _ENTER + "        self._hidden = _off()\n        self._hidden.__enter__()\n"),
+            (_EXIT, _EXIT, "        self._hidden.__exit__(None, None, None)\n" + _EXIT),
+        ],
+    ),
     "build_fsdp2_model builds on the CPU": (
         ["fsdp2_build_sharded_from_meta", "fsdp2_units_and_mixed_precision"],
-        [(_META, "    model = make_model()  # whole, on the CPU\n",
-          "    with _off():\n        model = make_model()  # whole, on the CPU, unseen\n")]),
+        [
+            (
+                _META,
+                "    model = make_model()  # whole, on the CPU\n",
+                "    with _off():\n        model = make_model()  # whole, on the CPU, unseen\n",
+            )
+        ],
+    ),
     "checkpoint reruns under no_grad": (
         ["checkpointing_keeps_gradients", "checkpointing_frees_activations"],
-        [(_CKPT, _RERUN, _RERUN.replace("        out = self.block(x)  # everything saved\n",
-                                        "        with _off():\n            out = self.block(x)  # unseen\n"))]),
+        [
+            (
+                _CKPT,
+                _RERUN,
+                _RERUN.replace(
+                    "        out = self.block(x)  # everything saved\n",
+                    "        with _off():\n            out = self.block(x)  # unseen\n",
+                ),
+            )
+        ],
+    ),
 }
 
 
@@ -282,8 +378,10 @@ def ex3_twins():
     """Each honest twin's grading, once for every way of switching off."""
     from tests.helpers import grade_source
 
-    return {name: grade_source("03_syncbn_sharded", _ex3_source(name, None), checks=checks, timeout=60)
-            for name, (checks, _) in EX3_MISTAKES.items()}
+    return {
+        name: grade_source("03_syncbn_sharded", _ex3_source(name, None), checks=checks, timeout=60)
+        for name, (checks, _) in EX3_MISTAKES.items()
+    }
 
 
 @pytest.mark.timeout(600)

@@ -1,5 +1,6 @@
 """A correct submission never loses points to teardown noise; the nccl path
 where GPUs exist."""
+
 import pytest
 import torch
 

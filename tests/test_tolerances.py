@@ -6,6 +6,7 @@ is neither a literal nor what a rank reported); `grader.tolerances` has no defau
 backend left. Under an nccl plan the nccl bounds apply: shown at unit level, since
 nccl needs one GPU per rank.
 """
+
 import ast
 import inspect
 import os
@@ -63,8 +64,11 @@ def bare_comparisons(source: str) -> list[str]:
             found.append(f"line {node.lineno}: {name}() with the default backend")
         elif isinstance(backend, ast.Constant):
             found.append(f"line {node.lineno}: {name}() with the literal backend {backend.value!r}")
-        elif isinstance(backend, ast.Subscript) and isinstance(backend.slice, ast.Constant) \
-                and backend.slice.value == "backend":
+        elif (
+            isinstance(backend, ast.Subscript)
+            and isinstance(backend.slice, ast.Constant)
+            and backend.slice.value == "backend"
+        ):
             found.append(f"line {node.lineno}: {name}() with the backend a rank reported")
     return found
 
@@ -85,7 +89,7 @@ def test_no_check_compares_under_the_bare_default():
 
 def test_the_walk_catches_each_way_of_ignoring_the_plan():
     """The walk above can fail: each spelling of a comparison that ignores the plan is named."""
-    source = '''
+    source = """
 assert_close(a, b, "x")
 tolerances.assert_close(a, b, "x", backend="gloo")
 assert_close(a, b, "x", "likely", got["backend"])
@@ -96,7 +100,7 @@ tolerances.assert_close(a, b, "x", backend=g.plan(2).backend)
 close(g, a, b)
 torch.allclose(a, b, rtol=1e-4, atol=1e-6)
 torch.allclose(a, b)
-'''
+"""
     found = bare_comparisons(source)
     assert [f.split(":")[0] for f in found] == ["line 2", "line 3", "line 4", "line 5", "line 6", "line 10"], found
 

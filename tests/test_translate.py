@@ -1,5 +1,6 @@
 """The course in other languages: catalogs in step with the English lessons, builds that
 change only prose, and an English change that shows up as fuzzy instead of silently wrong."""
+
 import glob
 import json
 import os
@@ -49,8 +50,9 @@ def test_the_catalogs_are_in_step_with_the_english_notebooks(lesson, lang, tmp_p
     assert os.path.exists(committed), f"{committed} is missing: run `make translations`"
     copy = tmp_path / "locale"
     shutil.copytree(LOCALE, copy)
-    assert not update(lesson, lang, str(copy)), \
+    assert not update(lesson, lang, str(copy)), (
         f"{os.path.relpath(committed, ROOT)} is behind {os.path.relpath(lesson, ROOT)}: run `make translations`"
+    )
 
 
 @pytest.mark.parametrize("lang", LANGUAGES)
@@ -63,8 +65,9 @@ def test_every_catalog_compiles_and_keeps_code_links_and_placeholders(lang, tmp_
             if not message.id or not message.string:
                 continue
             for pattern in (CODE_SPAN, LINK_TARGET, PLACEHOLDER):
-                assert sorted(pattern.findall(message.string)) == sorted(pattern.findall(message.id)), \
+                assert sorted(pattern.findall(message.string)) == sorted(pattern.findall(message.id)), (
                     f"{lang} {os.path.basename(lesson)}: {pattern.pattern} differ in the translation of {message.id!r}"
+                )
 
 
 @pytest.mark.parametrize("lang", LANGUAGES)
@@ -84,8 +87,9 @@ def test_built_notebooks_are_up_to_date_and_differ_from_english_only_in_prose(la
         assert len(cells) == len(english["cells"])
         for ours, theirs in zip(cells, english["cells"]):
             if ours["cell_type"] == "markdown":
-                assert {k: v for k, v in ours.items() if k != "source"} == \
-                    {k: v for k, v in theirs.items() if k != "source"}
+                assert {k: v for k, v in ours.items() if k != "source"} == {
+                    k: v for k, v in theirs.items() if k != "source"
+                }
             else:
                 assert ours == theirs, "a code cell, its outputs or its metadata differ from the English"
 
@@ -137,6 +141,7 @@ def test_a_translated_exercise_grades_exactly_like_the_english_one(tmp_path):
     release 0, as in English (grade ids, points and checksums are the English notebook's)."""
     import subprocess
     import sys
+
     release = os.path.join(ROOT, "exercises", "02_ddp_basics", "02_ddp_basics.ipynb")
     locale = tmp_path / "locale"
     update(release, "es", str(locale))
@@ -160,8 +165,13 @@ def test_a_translated_exercise_grades_exactly_like_the_english_one(tmp_path):
     for name, notebook in (("untouched", translated), ("solved", solved)):
         path = tmp_path / f"{name}.ipynb"
         path.write_text(dumps(notebook), encoding="utf-8")
-        done = subprocess.run([sys.executable, "-m", "grader", "check", "02_ddp_basics", str(path), "--json"],
-                              capture_output=True, text=True, timeout=900, cwd=ROOT)
+        done = subprocess.run(
+            [sys.executable, "-m", "grader", "check", "02_ddp_basics", str(path), "--json"],
+            capture_output=True,
+            text=True,
+            timeout=900,
+            cwd=ROOT,
+        )
         report = json.loads(done.stdout)
         scores[name] = (report["score"], report["max_score"])
     assert scores["untouched"][0] == 0
@@ -176,6 +186,7 @@ NOT_PROSE = re.compile(r"`[^`]+`|\]\([^)]*\)|\$[^$]+\$|https?://\S+")
 
 def glossary(lang):
     import csv
+
     with open(os.path.join(LOCALE, lang, "glossary.csv"), encoding="utf-8", newline="") as f:
         return list(csv.DictReader(f))
 
@@ -201,16 +212,21 @@ def test_every_catalog_uses_the_glossary_word_for_each_term(lang):
     assert rows and all(row["english"] and row["chosen"] for row in rows), f"locale/{lang}/glossary.csv"
     for row in rows:
         re.compile(row["other_renderings"])
-    problems = [(os.path.basename(path), *hit) for path in sorted(glob.glob(os.path.join(LOCALE, lang, "LC_MESSAGES", "*.po")))
-                for hit in other_renderings(read(path, lang), rows)]
+    problems = [
+        (os.path.basename(path), *hit)
+        for path in sorted(glob.glob(os.path.join(LOCALE, lang, "LC_MESSAGES", "*.po")))
+        for hit in other_renderings(read(path, lang), rows)
+    ]
     assert not problems, "\n".join(
         f"{name}: {found!r} for {term!r} (locale/{lang}/glossary.csv chose "
         f"{next(r['chosen'] for r in rows if r['english'] == term)!r}) in {entry[:80]!r}"
-        for name, entry, term, found in problems)
+        for name, entry, term, found in problems
+    )
 
 
 def test_the_glossary_check_can_fail():
     from babel.messages.catalog import Catalog
+
     catalog = Catalog(locale="es")
     catalog.add("The epoch ends.", "El epoch termina.")
     catalog.add("Call `el epoch`.", "Llama a `el epoch`.")  # inside a code span: English code, not a rendering
@@ -222,8 +238,10 @@ def test_every_catalog_passes_msgfmt_check(lang):
     """`msgfmt -c` (GNU gettext) is what a translator's tools run. The catalogs hold no obsolete entry (msgfmt reports
     one whose English returns as a second definition), checked with or without msgfmt."""
     import subprocess
-    paths = sorted(glob.glob(os.path.join(LOCALE, lang, "LC_MESSAGES", "*.po"))) + \
-        [os.path.join(ROOT, "grader", "locale", lang, "LC_MESSAGES", "grader.po")]
+
+    paths = sorted(glob.glob(os.path.join(LOCALE, lang, "LC_MESSAGES", "*.po"))) + [
+        os.path.join(ROOT, "grader", "locale", lang, "LC_MESSAGES", "grader.po")
+    ]
     for path in paths:
         with open(path, encoding="utf-8") as f:
             assert "\n#~ " not in f.read(), f"{path}: obsolete entries (run `python -m grader translate`)"
@@ -240,5 +258,7 @@ def test_a_translated_exercise_points_to_the_lesson_in_its_language(lang):
         named = set(re.findall(r"`lessons/([\w.-]+\.ipynb)`", "".join(_markdown(english))))
         built = "".join(_markdown(target(english, lang)))
         for lesson in named:
-            assert f"`lessons/{lang}/{lesson}`" in built, f"{target(english, lang)} does not name lessons/{lang}/{lesson}"
+            assert f"`lessons/{lang}/{lesson}`" in built, (
+                f"{target(english, lang)} does not name lessons/{lang}/{lesson}"
+            )
             assert os.path.exists(os.path.join(ROOT, "lessons", lang, lesson)), f"lessons/{lang}/{lesson} is not built"

@@ -7,6 +7,7 @@
 - The snapshot covers the SQLite gradebook's journal and WAL, and restores a file it watches without
   following a link or opening a FIFO planted at its path.
 """
+
 import json
 import os
 import stat
@@ -31,16 +32,24 @@ def state(tmp_path, monkeypatch):
 
 
 def result(student: str, score: float) -> dict:
-    return {"student": student, "assignment": "a", "grader": VERSION, "sha256": "x", "readable": True,
-            "error": None, "report": {"exercise": "a", "score": score, "max_score": 10, "checks": []}}
+    return {
+        "student": student,
+        "assignment": "a",
+        "grader": VERSION,
+        "sha256": "x",
+        "readable": True,
+        "error": None,
+        "report": {"exercise": "a", "score": score, "max_score": 10, "checks": []},
+    }
 
 
 def test_the_configuration_is_read_once(tmp_path):
     (tmp_path / "nbgrader_config.py").write_text("c = get_config()\nc.CourseDirectory.db_url = 'sqlite:///one.db'\n")
     course = Course(str(tmp_path))
     assert course.db_url == "sqlite:///one.db"
-    (tmp_path / "nbgrader_config.py").write_text("import os\nos.system('touch pwned')\nc = get_config()\n"
-                                                 "c.CourseDirectory.db_url = 'sqlite:///forged.db'\n")
+    (tmp_path / "nbgrader_config.py").write_text(
+        "import os\nos.system('touch pwned')\nc = get_config()\nc.CourseDirectory.db_url = 'sqlite:///forged.db'\n"
+    )
     assert course.db_url == "sqlite:///one.db" and course.config.CourseDirectory.db_url == "sqlite:///one.db"
     assert not (tmp_path / "pwned").exists(), "the rewritten configuration was executed"
     changed = course.config

@@ -4,6 +4,7 @@ A `make grade` killed with SIGKILL runs no cleanup: its workers are orphaned. A 
 job exits when its job pipe closes, unless something else still holds that pipe (a process the run left
 behind, which inherited it): then only the kernel's parent-death signal ends it (processes.die_with_parent).
 """
+
 import os
 import signal
 import subprocess
@@ -35,8 +36,12 @@ def _gone(pid: int) -> bool:
 
 
 def test_a_worker_dies_with_a_killed_grading_run():
-    run = subprocess.Popen([sys.executable, "-c", RUN, grader_digest("01_parallelism")], stdout=subprocess.PIPE,
-                           text=True, cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    run = subprocess.Popen(
+        [sys.executable, "-c", RUN, grader_digest("01_parallelism")],
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+    )
     worker = holder = None
     try:
         worker, holder = map(int, run.stdout.readline().split())

@@ -32,6 +32,7 @@ HUB_SERVICE_SOCKET_DIR (the formgrader's socket folder), HUB_PYTHON (the student
 /srv/ddp-course/student-env/venv/bin/python), HUB_INSTRUCTOR_PYTHON (the
 formgrader's, default the course's .venv, else the hub's own).
 """
+
 import os
 import pwd
 import stat
@@ -68,16 +69,20 @@ def _private_to_instructor(path: str, what: str) -> None:
         if st.st_uid == uid and not st.st_mode & 0o077:
             return
         if folder == os.path.dirname(folder):
-            raise SystemExit(f"jupyterhub_config: {what} ({path}) is readable by students: it must lie in a folder "
-                             f"owned by {INSTRUCTOR} with mode 0700 (chown {INSTRUCTOR} DIR; chmod 700 DIR)")
+            raise SystemExit(
+                f"jupyterhub_config: {what} ({path}) is readable by students: it must lie in a folder "
+                f"owned by {INSTRUCTOR} with mode 0700 (chown {INSTRUCTOR} DIR; chmod 700 DIR)"
+            )
         folder = os.path.dirname(folder)
 
 
 _private_to_instructor(COURSE, "the course directory")
 _private_to_instructor(os.path.dirname(os.path.dirname(INSTRUCTOR_PYTHON)), "the instructor's environment")
 if not os.path.exists(PYTHON):
-    raise SystemExit(f"jupyterhub_config: no students' Python at {PYTHON}: "
-                     "python deploy/hub/student_env.py DEST builds one (make hub does)")
+    raise SystemExit(
+        f"jupyterhub_config: no students' Python at {PYTHON}: "
+        "python deploy/hub/student_env.py DEST builds one (make hub does)"
+    )
 
 # the hub, its proxy and the servers listen on 127.0.0.1 only
 c.JupyterHub.bind_url = f"http://127.0.0.1:{PORT}"
@@ -132,19 +137,26 @@ def _instructor_only_folder(path: str) -> None:
         pass
     st = os.lstat(path)
     if not stat.S_ISDIR(st.st_mode) or st.st_uid != user.pw_uid or stat.S_IMODE(st.st_mode) != 0o700:
-        raise SystemExit(f"jupyterhub_config: the formgrader's socket folder {path} must be a folder owned by "
-                         f"{INSTRUCTOR} with mode 0700 (remove it and the hub makes it; HUB_SERVICE_SOCKET_DIR "
-                         "chooses another)")
+        raise SystemExit(
+            f"jupyterhub_config: the formgrader's socket folder {path} must be a folder owned by "
+            f"{INSTRUCTOR} with mode 0700 (remove it and the hub makes it; HUB_SERVICE_SOCKET_DIR "
+            "chooses another)"
+        )
     folder = os.path.dirname(os.path.realpath(path))
     while True:  # the instructor must be able to reach it, and no one else to move it or a folder above it
         st = os.stat(folder)
         if not (st.st_mode & stat.S_IXOTH or (st.st_uid == user.pw_uid and st.st_mode & stat.S_IXUSR)):
-            raise SystemExit(f"jupyterhub_config: {INSTRUCTOR} cannot enter {folder}, on the way to the "
-                             f"formgrader's socket folder {path} (HUB_SERVICE_SOCKET_DIR chooses another)")
-        if st.st_uid not in (0, user.pw_uid) or (st.st_mode & (stat.S_IWGRP | stat.S_IWOTH)
-                                                 and not st.st_mode & stat.S_ISVTX):
-            raise SystemExit(f"jupyterhub_config: other accounts may write {folder}, above the formgrader's "
-                             f"socket folder {path}, and so replace it (HUB_SERVICE_SOCKET_DIR chooses another)")
+            raise SystemExit(
+                f"jupyterhub_config: {INSTRUCTOR} cannot enter {folder}, on the way to the "
+                f"formgrader's socket folder {path} (HUB_SERVICE_SOCKET_DIR chooses another)"
+            )
+        if st.st_uid not in (0, user.pw_uid) or (
+            st.st_mode & (stat.S_IWGRP | stat.S_IWOTH) and not st.st_mode & stat.S_ISVTX
+        ):
+            raise SystemExit(
+                f"jupyterhub_config: other accounts may write {folder}, above the formgrader's "
+                f"socket folder {path}, and so replace it (HUB_SERVICE_SOCKET_DIR chooses another)"
+            )
         if folder == os.path.dirname(folder):
             return
         folder = os.path.dirname(folder)
@@ -172,23 +184,38 @@ class FormgraderOnSocket(ConfigurableHTTPProxy):
 
 _instructor_only_folder(SOCKET_DIR)
 c.JupyterHub.proxy_class = FormgraderOnSocket
-c.JupyterHub.services = [{
-    "name": COURSE_ID,
-    "url": SERVICE_URL,
-    # jupyter_server refuses --sock beside any port but its default one, and the hub's environment for the service
-    # names SERVICE_URL's port: the default port here only lets the socket be used (it binds no TCP port)
-    "command": [INSTRUCTOR_PYTHON, "-m", "jupyterhub.singleuser", f"--ServerApp.root_dir={COURSE}",
-                f"--ServerApp.sock={SOCKET}", "--ServerApp.sock_mode=0600", "--ServerApp.port=8888"],
-    "user": INSTRUCTOR,
-    "cwd": COURSE,
-    "environment": {"PATH": INSTRUCTOR_PATH, "NBGRADER_EXCHANGE": EXCHANGE, "JUPYTERHUB_DEFAULT_URL": "/lab",
-                    "HOME": os.path.expanduser(f"~{INSTRUCTOR}"),
-                    "JUPYTER_CONFIG_PATH": os.path.join(HERE, "instructor")},  # its Collect: the vetted one
-    "oauth_no_confirm": True,
-}]
+c.JupyterHub.services = [
+    {
+        "name": COURSE_ID,
+        "url": SERVICE_URL,
+        # jupyter_server refuses --sock beside any port but its default one, and the hub's environment for the service
+        # names SERVICE_URL's port: the default port here only lets the socket be used (it binds no TCP port)
+        "command": [
+            INSTRUCTOR_PYTHON,
+            "-m",
+            "jupyterhub.singleuser",
+            f"--ServerApp.root_dir={COURSE}",
+            f"--ServerApp.sock={SOCKET}",
+            "--ServerApp.sock_mode=0600",
+            "--ServerApp.port=8888",
+        ],
+        "user": INSTRUCTOR,
+        "cwd": COURSE,
+        "environment": {
+            "PATH": INSTRUCTOR_PATH,
+            "NBGRADER_EXCHANGE": EXCHANGE,
+            "JUPYTERHUB_DEFAULT_URL": "/lab",
+            "HOME": os.path.expanduser(f"~{INSTRUCTOR}"),
+            "JUPYTER_CONFIG_PATH": os.path.join(HERE, "instructor"),
+        },  # its Collect: the vetted one
+        "oauth_no_confirm": True,
+    }
+]
 c.JupyterHub.load_groups = {f"formgrade-{COURSE_ID}": {"users": [INSTRUCTOR]}}
-c.JupyterHub.load_roles = [{  # the instructor's only rights beyond their own server
-    "name": f"formgrade-{COURSE_ID}",
-    "groups": [f"formgrade-{COURSE_ID}"],
-    "scopes": [f"access:services!service={COURSE_ID}", "list:services", f"read:services!service={COURSE_ID}"],
-}]
+c.JupyterHub.load_roles = [
+    {  # the instructor's only rights beyond their own server
+        "name": f"formgrade-{COURSE_ID}",
+        "groups": [f"formgrade-{COURSE_ID}"],
+        "scopes": [f"access:services!service={COURSE_ID}", "list:services", f"read:services!service={COURSE_ID}"],
+    }
+]

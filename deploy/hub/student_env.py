@@ -15,6 +15,7 @@ a launcher that finds the copied libpython. DEST/jupyter-config is the students'
 configuration (deploy/hub/student: the course id, the exchange, no instructor tools).
 DEST is rebuilt whole on each run.
 """
+
 from __future__ import annotations
 
 import fnmatch
@@ -46,11 +47,13 @@ def _public(path: str) -> bool:
 
 def _link_tree(src: str, dest: str, ignore=None) -> None:
     """A copy of `src` whose files are hard links (a copy where links cannot cross file systems)."""
+
     def link(a, b):
         try:
             os.link(a, b)
         except OSError:
             shutil.copy2(a, b)
+
     shutil.copytree(src, dest, symlinks=True, copy_function=link, ignore=ignore)
 
 
@@ -61,8 +64,11 @@ def _base(dest: str) -> tuple[str, dict]:
         return os.path.dirname(sys._base_executable), {}
     version = os.path.basename(stdlib)  # python3.11
     copy = os.path.join(dest, "base")
-    _link_tree(stdlib, os.path.join(copy, "lib", version), ignore=shutil.ignore_patterns(
-        "site-packages", "test", "__pycache__"))
+    _link_tree(
+        stdlib,
+        os.path.join(copy, "lib", version),
+        ignore=shutil.ignore_patterns("site-packages", "test", "__pycache__"),
+    )
     for lib in glob.glob(os.path.join(sys.base_prefix, "lib", "libpython*.so*")):
         shutil.copy(lib, os.path.join(copy, "lib"), follow_symlinks=True)
     os.makedirs(os.path.join(copy, "bin"))
@@ -94,8 +100,11 @@ def build(dest: str) -> str:
         f.write(f"home = {home}\ninclude-system-site-packages = false\nversion = {sys.version.split()[0]}\n")
     interpreter = os.path.join(venv, "bin", version)
     os.symlink(os.path.join(home, version) if env else os.path.realpath(sys._base_executable), interpreter)
-    _link_tree(sysconfig.get_paths()["purelib"], os.path.join(venv, "lib", version, "site-packages"),
-               ignore=lambda folder, names: {n for p in INSTRUCTOR_ONLY for n in fnmatch.filter(names, p)})
+    _link_tree(
+        sysconfig.get_paths()["purelib"],
+        os.path.join(venv, "lib", version, "site-packages"),
+        ignore=lambda folder, names: {n for p in INSTRUCTOR_ONLY for n in fnmatch.filter(names, p)},
+    )
     for name in ("share", "etc"):  # JupyterLab's extensions, the server extensions' configuration
         if os.path.isdir(os.path.join(sys.prefix, name)):
             _link_tree(os.path.join(sys.prefix, name), os.path.join(venv, name))
@@ -107,10 +116,14 @@ def build(dest: str) -> str:
         os.chmod(python, 0o755)
     else:
         os.symlink(version, python)
-    subprocess.run([python, "-m", "pip", "install", "--quiet", "--no-deps", "--no-index", "--no-build-isolation",
-                    build_dir], check=True, cwd=dest)
-    where = subprocess.run([python, "-c", "import grader; print(grader.__file__)"], capture_output=True, text=True,
-                           cwd="/", check=True).stdout.strip()
+    subprocess.run(
+        [python, "-m", "pip", "install", "--quiet", "--no-deps", "--no-index", "--no-build-isolation", build_dir],
+        check=True,
+        cwd=dest,
+    )
+    where = subprocess.run(
+        [python, "-c", "import grader; print(grader.__file__)"], capture_output=True, text=True, cwd="/", check=True
+    ).stdout.strip()
     if not where.startswith(venv + os.sep):
         raise SystemExit(f"student_env: the students' Python imports the grader from {where}, not its own install")
     return python

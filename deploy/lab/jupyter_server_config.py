@@ -7,10 +7,21 @@ collected submissions. hide_globs only keeps them out of listings (the formgrade
 and its links still open them): on one laptop the student could still type a path; a class has
 separate accounts (deploy/hub).
 """
+
 c = get_config()  # noqa: F821 - provided by Jupyter when it loads this file
 
 c.ContentsManager.hide_globs = [
-    "__pycache__", "*.pyc", "*.pyo", ".DS_Store", "*~",  # Jupyter's own defaults, kept
-    "solutions", "hidden_*.py", "gradebook.db", "submitted", "autograded", "feedback",
-    "*.egg-info", "node_modules",
+    "__pycache__",
+    "*.pyc",
+    "*.pyo",
+    ".DS_Store",
+    "*~",  # Jupyter's own defaults, kept
+    "solutions",
+    "hidden_*.py",
+    "gradebook.db",
+    "submitted",
+    "autograded",
+    "feedback",
+    "*.egg-info",
+    "node_modules",
 ]

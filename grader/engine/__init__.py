@@ -9,6 +9,7 @@
 - preload.py:   what the forkserver imports once (processes.preload: the public checks, named by their loader)
 - stacks.py:    tracebacks and hung stacks, the student's frames first
 """
+
 from grader.engine import cuda_watch
 from grader.engine.cuda_count import use_nvml_check
 
@@ -20,5 +21,18 @@ from grader.engine.processes import free_port, kill_tree, release_port, reserved
 from grader.engine.results import RankReport, RunFailed, RunResult  # noqa: E402
 from grader.engine.worker import DistContext  # noqa: E402
 
-__all__ = ["run_distributed", "RunResult", "RankReport", "RunFailed", "DistContext", "HardwarePlan",
-           "plan_for", "current_plan", "free_port", "release_port", "reserved_port", "kill_tree", "warm_up"]
+__all__ = [
+    "run_distributed",
+    "RunResult",
+    "RankReport",
+    "RunFailed",
+    "DistContext",
+    "HardwarePlan",
+    "plan_for",
+    "current_plan",
+    "free_port",
+    "release_port",
+    "reserved_port",
+    "kill_tree",
+    "warm_up",
+]

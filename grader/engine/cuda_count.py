@@ -7,6 +7,7 @@ The child loads the driver (libcuda.so.1) with ctypes, calls cuInit and cuDevice
 CUDA will see (MIG devices, CUDA_VISIBLE_DEVICES, a driver that cannot start), unlike NVML, which counts
 physical GPUs. GRADER_FAKE_GPUS=N (tests only) answers N without asking.
 """
+
 from __future__ import annotations
 
 import functools
@@ -72,8 +73,9 @@ def cuda_devices() -> CudaCount:
     if os.environ.get("CUDA_VISIBLE_DEVICES") == "":
         return CudaCount(0, "CUDA_VISIBLE_DEVICES is empty")
     try:
-        done = subprocess.run([sys.executable, "-I", "-c", _PROBE], capture_output=True, text=True,
-                              timeout=PROBE_TIMEOUT_S)
+        done = subprocess.run(
+            [sys.executable, "-I", "-c", _PROBE], capture_output=True, text=True, timeout=PROBE_TIMEOUT_S
+        )
         answer = json.loads(done.stdout.strip().splitlines()[-1])
         return CudaCount(int(answer["count"]), answer["error"], answer["driver"])
     except subprocess.TimeoutExpired:

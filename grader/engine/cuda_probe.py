@@ -8,6 +8,7 @@ whether it is dumpable (a non-dumpable process's /proc files belong to root), wh
 (NVML and NCCL's topology read it), the driver's environment it kept, and what CUDA counts once initialized.
 `make grade` runs it before grading anything when the machine has NVIDIA devices (isolation/gpu_gate.py).
 """
+
 from __future__ import annotations
 
 import json
@@ -58,8 +59,14 @@ def probe(timeout: float = 120.0) -> dict:
     counted = cuda_devices()
     result = run_distributed(probe_rank, 1, plan=plan, init_group=False, trusted=True, timeout=timeout)
     rank = result.ranks[0].value if result.ok else {"failed": result.failure()}
-    return {"plan": plan.describe(), "gpus": plan.gpus, "cuda_error": counted.error, "driver": counted.driver,
-            "plans": {w: current_plan(w).describe() for w in (1, 2, 3)}, "rank": rank}
+    return {
+        "plan": plan.describe(),
+        "gpus": plan.gpus,
+        "cuda_error": counted.error,
+        "driver": counted.driver,
+        "plans": {w: current_plan(w).describe() for w in (1, 2, 3)},
+        "rank": rank,
+    }
 
 
 def main(argv: list[str] | None = None) -> int:

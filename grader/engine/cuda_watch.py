@@ -7,6 +7,7 @@ CPU machine would show it. Installed by grader.engine's import in every grader p
 grading_worker, a nursery, a job: the variable is kept in sandboxes), each wrapper notes its first callers;
 at every fork the child keeps what its ancestors had called as `inherited` (a rank reports it: cuda_probe.py).
 """
+
 from __future__ import annotations
 
 import functools
@@ -14,9 +15,19 @@ import os
 import sys
 
 WATCH_ENV = "GRADER_CUDA_WATCH"
-ENTRY_POINTS = {"torch.cuda": ("is_available", "device_count", "init", "_lazy_init", "set_device",
-                               "current_device", "get_device_name", "mem_get_info"),
-                "torch._C": ("_cuda_getDeviceCount", "_cuda_init", "_cuda_setDevice")}
+ENTRY_POINTS = {
+    "torch.cuda": (
+        "is_available",
+        "device_count",
+        "init",
+        "_lazy_init",
+        "set_device",
+        "current_device",
+        "get_device_name",
+        "mem_get_info",
+    ),
+    "torch._C": ("_cuda_getDeviceCount", "_cuda_init", "_cuda_setDevice"),
+}
 called: list[str] = []  # "torch.cuda.is_available in pid 12 (python -m ...)", this process and its ancestors
 inherited: list[str] = []  # what the ancestors had called when this process was forked
 

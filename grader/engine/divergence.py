@@ -11,6 +11,7 @@ other in the grader's, or none at all) and says so in the student's terms:
 A record is a rank's text: it shapes a public check's message, never a verdict, and a hidden check never
 shows it (grading.describe_failure).
 """
+
 from __future__ import annotations
 
 import re
@@ -37,8 +38,7 @@ class _Step:
         mine = self.mine
         if mine is None:
             grader = next((f for f in self.frames if stacks.course_path(f[0]).startswith("grader/")), None)
-            return f"{self.kind} (the grader's{', ' + stacks.place(*grader[:2]) if grader else ''}, " \
-                   "outside your code)"
+            return f"{self.kind} (the grader's{', ' + stacks.place(*grader[:2]) if grader else ''}, outside your code)"
         return f"{self.kind} (your {mine[2]}, {stacks.place(mine[0], mine[1])})"
 
 
@@ -50,8 +50,9 @@ def _steps(report) -> list[_Step] | None:
         ordered = sorted(recorded, key=lambda c: (c.group != "0", c.group, c.seq))
         return [_Step(c.kind, c.frames, c.done) for c in ordered]
     frames = stacks.main_frames(report.stack or "")
-    torch_call = next((f for f in frames if "torch" + "/distributed/" in f[0].replace("\\", "/")
-                       and f[2] != "wrapper"), None)
+    torch_call = next(
+        (f for f in frames if "torch" + "/distributed/" in f[0].replace("\\", "/") and f[2] != "wrapper"), None
+    )
     return [_Step(torch_call[2], tuple(frames), False, alone=True)] if torch_call else None
 
 
@@ -70,8 +71,10 @@ def explain(result) -> list[str]:
             lines.append(_say_difference(first, last, result))
         elif all(last.values()):
             called = "; ".join(f"rank {rank} called {s[0].said()}" for rank, s in sorted(last.items()))
-            lines.append(f"the same collective on every rank, with tensors of different sizes{_sizes(result)}: "
-                         f"{called} (do the ranks go through their tensors in the same order, with the same shapes?)")
+            lines.append(
+                f"the same collective on every rank, with tensors of different sizes{_sizes(result)}: "
+                f"{called} (do the ranks go through their tensors in the same order, with the same shapes?)"
+            )
     else:
         first = _first_difference(known)
         if first is not None:
@@ -102,21 +105,25 @@ def _say_difference(i: int, known: dict, result) -> str:
     if in_mine and others:
         lead = in_mine[0]
         step = made[lead]
-        text = (f"rank {lead} called {step.said()} that {_ranks(others)} never called in your code")
+        text = f"rank {lead} called {step.said()} that {_ranks(others)} never called in your code"
         gone = []
         for rank in others:
             theirs = made[rank]
             status = next((r.status for r in result.ranks if r.rank == rank), "")
             if theirs is not None:
-                gone.append(f"rank {rank} had gone on to the next step: its {theirs.kind} there was the grader's, "
-                            "after your code returned (the two met, and the ranks fell out of step)")
+                gone.append(
+                    f"rank {rank} had gone on to the next step: its {theirs.kind} there was the grader's, "
+                    "after your code returned (the two met, and the ranks fell out of step)"
+                )
             elif status == "ok":
                 gone.append(f"rank {rank} went on to the next step and finished")
             else:
                 gone.append(f"rank {rank} made no collective there")
         return text + "; " + "; ".join(gone)
-    called = "; ".join(f"rank {rank} called {step.said()}" if step else f"rank {rank} called none"
-                       for rank, step in sorted(made.items()))
+    called = "; ".join(
+        f"rank {rank} called {step.said()}" if step else f"rank {rank} called none"
+        for rank, step in sorted(made.items())
+    )
     return f"the ranks' collective #{i + 1} differs: {called}"
 
 

@@ -8,6 +8,7 @@ launcher's request and writes the record as JSON (the pickle torch hands out is 
 rank, never in the grader). The launcher asks each live rank of a failed run (request, collect); the
 parent reads the record back (calls) as a rank's text: for messages of public checks only, never a verdict.
 """
+
 from __future__ import annotations
 
 import json
@@ -26,6 +27,7 @@ def _paths(rundir: str, rank: int) -> tuple[str, str]:
 
 
 # --- in the rank ---------------------------------------------------------------------------------------------
+
 
 def serve(workdir: str, rank: int) -> None:
     """Start the thread that writes this rank's record when the launcher asks (the run's folder holds workdir)."""
@@ -51,15 +53,24 @@ def _record() -> list[dict]:
     from torch._C._distributed_c10d import _dump_fr_trace
 
     entries = pickle.loads(_dump_fr_trace()).get("entries", [])
-    return [{"group": str(e.get("process_group", ("", ""))[0]), "seq": e.get("collective_seq_id"),
-             "p2p": bool(e.get("is_p2p")), "kind": str(e.get("profiling_name", "")).partition(":")[2],
-             "state": str(e.get("state", "")), "retired": bool(e.get("retired")),
-             "frames": [[str(f.get("filename")), int(f.get("line") or 0), str(f.get("name"))]
-                        for f in e.get("frames", [])][:40]}
-            for e in entries[-MAX_CALLS:]]
+    return [
+        {
+            "group": str(e.get("process_group", ("", ""))[0]),
+            "seq": e.get("collective_seq_id"),
+            "p2p": bool(e.get("is_p2p")),
+            "kind": str(e.get("profiling_name", "")).partition(":")[2],
+            "state": str(e.get("state", "")),
+            "retired": bool(e.get("retired")),
+            "frames": [
+                [str(f.get("filename")), int(f.get("line") or 0), str(f.get("name"))] for f in e.get("frames", [])
+            ][:40],
+        }
+        for e in entries[-MAX_CALLS:]
+    ]
 
 
 # --- in the launcher -----------------------------------------------------------------------------------------
+
 
 def request(rundir: str, ranks) -> None:
     for rank in ranks:
@@ -80,6 +91,7 @@ def collect(rundir: str, rank: int, deadline: float) -> str:
 
 
 # --- in the parent: what the record says ---------------------------------------------------------------------
+
 
 @dataclass(frozen=True)
 class Call:
@@ -104,8 +116,15 @@ def calls(text: str) -> list[Call] | None:
             if e["p2p"]:
                 continue
             frames = tuple((str(f[0]), int(f[1]), str(f[2])) for f in e["frames"][:40])
-            found.append(Call(str(e["kind"])[:40], str(e["group"])[:40], int(e["seq"]), frames,
-                              bool(e["retired"]) or e["state"] == "completed"))
+            found.append(
+                Call(
+                    str(e["kind"])[:40],
+                    str(e["group"])[:40],
+                    int(e["seq"]),
+                    frames,
+                    bool(e["retired"]) or e["state"] == "completed",
+                )
+            )
         except (KeyError, TypeError, ValueError, IndexError):
             continue
     return found

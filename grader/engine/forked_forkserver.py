@@ -14,6 +14,7 @@ Call it before this process holds anything a rank must not inherit: a hidden che
 a job, the result channel. The child keeps only the listener, the alive pipe and stdio
 (stdin /dev/null, stdout onto stderr); every other descriptor is closed.
 """
+
 from __future__ import annotations
 
 import gc

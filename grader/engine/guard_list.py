@@ -15,6 +15,7 @@ starts ranks. A line of a docstring that reads like an import may add a module:
 watching one more module is harmless. A file that cannot be read (a hidden module
 masked in a sandbox) adds nothing: its checks do not run there.
 """
+
 from __future__ import annotations
 
 import ast
@@ -27,15 +28,36 @@ EXERCISES = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file_
 
 # What the engine's own rank code uses, whatever the checks import.
 CORE_MODULES = (
-    "torch", "torch.distributed", "torch.distributed.distributed_c10d", "torch.nn", "torch.nn.functional",
-    "torch.nn.parallel", "torch.nn.parallel.distributed", "torch.optim", "torch.utils.data",
-    "torch.utils.data.distributed", "torch.autograd", "os", "os.path", "io", "pickle", "time", "math",
-    "copy", "functools", "cloudpickle", "multiprocessing.connection",
+    "torch",
+    "torch.distributed",
+    "torch.distributed.distributed_c10d",
+    "torch.nn",
+    "torch.nn.functional",
+    "torch.nn.parallel",
+    "torch.nn.parallel.distributed",
+    "torch.optim",
+    "torch.utils.data",
+    "torch.utils.data.distributed",
+    "torch.autograd",
+    "os",
+    "os.path",
+    "io",
+    "pickle",
+    "time",
+    "math",
+    "copy",
+    "functools",
+    "cloudpickle",
+    "multiprocessing.connection",
 )
 CORE_CLASSES = (
-    ("torch", "Tensor"), ("torch.nn", "Module"), ("torch.nn.parallel", "DistributedDataParallel"),
-    ("torch.optim", "Optimizer"), ("torch.utils.data", "DataLoader"),
-    ("torch.utils.data.distributed", "DistributedSampler"), ("multiprocessing.connection", "Connection"),
+    ("torch", "Tensor"),
+    ("torch.nn", "Module"),
+    ("torch.nn.parallel", "DistributedDataParallel"),
+    ("torch.optim", "Optimizer"),
+    ("torch.utils.data", "DataLoader"),
+    ("torch.utils.data.distributed", "DistributedSampler"),
+    ("multiprocessing.connection", "Connection"),
 )
 # Watched: torch and the standard library (builtins has its own entry in the guard; grader is watched whole).
 NOT_WATCHED = {"builtins", "__future__", "__main__"}
@@ -94,8 +116,10 @@ def derive(folder: str) -> tuple[tuple[str, ...], tuple[tuple[str, str], ...]]:
             found_modules, found_names = imports(import_statements(text))
             modules |= found_modules
             names |= found_names
-    return (tuple(sorted(m for m in modules if watched_root(m))),
-            tuple(sorted((m, n) for m, n in names if watched_root(m))))
+    return (
+        tuple(sorted(m for m in modules if watched_root(m))),
+        tuple(sorted((m, n) for m, n in names if watched_root(m))),
+    )
 
 
 @functools.lru_cache(maxsize=None)

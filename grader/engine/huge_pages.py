@@ -11,6 +11,7 @@ memory once (about 1 s here), so only a process that forks many times calls it; 
 not (its first check would wait for it). Best effort: on an older kernel, with THP off, or for a range
 the kernel refuses, nothing changes but the speed.
 """
+
 from __future__ import annotations
 
 import ctypes

@@ -16,6 +16,7 @@ reads or writes the grader's memory directly (ctypes, gc, frame hacks); the
 parent side of each check recomputes its expectations itself, and the
 README says what is and is not defended.
 """
+
 from __future__ import annotations
 
 import builtins
@@ -31,7 +32,14 @@ _WATCHED_MODULES, _IMPORTED_NAMES = guard_list.watched_modules(), guard_list.imp
 
 # Bound at import, before any student code: verify() must work even when builtins were swapped.
 _isinstance, _issubclass, _callable, _vars, _type, _list, _getattr = (
-    isinstance, issubclass, callable, vars, type, list, getattr)
+    isinstance,
+    issubclass,
+    callable,
+    vars,
+    type,
+    list,
+    getattr,
+)
 _ModuleType = _type(sys)
 
 
@@ -42,12 +50,22 @@ class Tampered(Exception):
 def _grader_modules() -> list:
     # The forkserver preloads every exercise's public checks (preload_checks.py); a hidden check's rank has
     # imported its module when it unpickled the check, before any student code runs.
-    return [m for name, m in _list(sys.modules.items()) if m is not None and (name == "grader" or name.startswith("grader."))]
+    return [
+        m
+        for name, m in _list(sys.modules.items())
+        if m is not None and (name == "grader" or name.startswith("grader."))
+    ]
 
 
 # Hooks the standard library exists to let any program replace (an honest notebook may set one).
-_REPLACEABLE = {("sys", "excepthook"), ("sys", "displayhook"), ("sys", "unraisablehook"),
-                ("sys", "breakpointhook"), ("warnings", "showwarning"), ("warnings", "formatwarning")}
+_REPLACEABLE = {
+    ("sys", "excepthook"),
+    ("sys", "displayhook"),
+    ("sys", "unraisablehook"),
+    ("sys", "breakpointhook"),
+    ("warnings", "showwarning"),
+    ("warnings", "formatwarning"),
+}
 _REPLACEABLE_SPACES = {where for where, _ in _REPLACEABLE}
 
 
@@ -124,21 +142,39 @@ def _profile_wrapper_code():
 
 def _rewrapped_by_torch(old, new, wrapper_code) -> bool:
     """new is torch's step wrapper around old itself (its code is torch's, the function it calls is old)."""
-    return (wrapper_code is not None and _type(new) is types.FunctionType and new.__code__ is wrapper_code
-            and new.__closure__ is not None and any(cell.cell_contents is old for cell in new.__closure__))
+    return (
+        wrapper_code is not None
+        and _type(new) is types.FunctionType
+        and new.__code__ is wrapper_code
+        and new.__closure__ is not None
+        and any(cell.cell_contents is old for cell in new.__closure__)
+    )
 
 
 # Among dunders, torch's and the standard library's namespaces are watched for those a check's measurement
 # runs through (a mode's __torch_dispatch__, a context manager's __enter__/__exit__); the grader's own modules
 # and classes for every one (a recorder's __torch_dispatch__ swapped hides what it records).
-_WATCHED_DUNDERS = frozenset(("__init__", "__new__", "__call__", "__import__", "__enter__", "__exit__",
-                              "__torch_dispatch__", "__torch_function__", "__getattr__", "__getattribute__",
-                              "__setattr__"))
+_WATCHED_DUNDERS = frozenset(
+    (
+        "__init__",
+        "__new__",
+        "__call__",
+        "__import__",
+        "__enter__",
+        "__exit__",
+        "__torch_dispatch__",
+        "__torch_function__",
+        "__getattr__",
+        "__getattribute__",
+        "__setattr__",
+    )
+)
 
 
 def _watched_name(where: str, name: str) -> bool:
-    return name[:2] != "__" or name[-2:] != "__" or name in _WATCHED_DUNDERS or where[:7] == "grader." \
-        or where == "grader"
+    return (
+        name[:2] != "__" or name[-2:] != "__" or name in _WATCHED_DUNDERS or where[:7] == "grader." or where == "grader"
+    )
 
 
 def _watched(value) -> bool:
@@ -156,8 +192,11 @@ def _record(spaces: dict[str, dict]) -> dict[tuple[str, str], object]:
             watched = kinds.get(kind)
             if watched is None:
                 watched = kinds[kind] = _watched(value)
-            if watched and _watched_name(where, name) \
-                    and not (where in _REPLACEABLE_SPACES and (where, name) in _REPLACEABLE):
+            if (
+                watched
+                and _watched_name(where, name)
+                and not (where in _REPLACEABLE_SPACES and (where, name) in _REPLACEABLE)
+            ):
                 recorded[(where, name)] = value
     return recorded
 
@@ -211,9 +250,13 @@ class Guard:
                 changed.append(f"{where}.{name}")
             else:
                 continue
-            _put_back(where, space, name, value)  # so this rank can still report (a broken isinstance breaks tracebacks)
+            _put_back(
+                where, space, name, value
+            )  # so this rank can still report (a broken isinstance breaks tracebacks)
         if changed:
             shown = ", ".join(changed[:5]) + (f" and {len(changed) - 5} more" if len(changed) > 5 else "")
-            raise Tampered(f"your code changed the grader or torch {when}: {shown} was replaced. A check must see "
-                           "your code's own behaviour, so the checks concerned score 0. Remove the code that "
-                           "assigns to these names.")
+            raise Tampered(
+                f"your code changed the grader or torch {when}: {shown} was replaced. A check must see "
+                "your code's own behaviour, so the checks concerned score 0. Remove the code that "
+                "assigns to these names."
+            )

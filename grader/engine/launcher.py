@@ -15,6 +15,7 @@ preloaded (a warm 2-rank run costs about 0.1 s). They meet through a FileStore
 in a fresh directory, so runs never collide on a port. `fn` may be defined in a
 notebook: it is serialized by value with cloudpickle.
 """
+
 from __future__ import annotations
 
 import multiprocessing.connection
@@ -86,8 +87,9 @@ def run_distributed(
         raise ValueError(f"the plan is for {plan.world_size} ranks, the run has {world_size}")
     for _ in range(port_retries):  # a port taken by another program meanwhile: try fresh ones
         result = _run_once(payload, plan, timeout, init_group, trusted)
-        if not any(clue in (str(r.error) + r.output).lower() for r in result.ranks if r.status != "ok"
-                   for clue in PORT_CLASH):
+        if not any(
+            clue in (str(r.error) + r.output).lower() for r in result.ranks if r.status != "ok" for clue in PORT_CLASH
+        ):
             return result
     return _run_once(payload, plan, timeout, init_group, trusted)
 
@@ -109,13 +111,24 @@ def _run_once(payload: bytes, plan: HardwarePlan, timeout: float, init_group: bo
         for rank in range(world_size):
             parent_end, child_end = ctx.Pipe(duplex=True)
             spec = worker.RankSpec(
-                rank=rank, world_size=world_size, backend=plan.backend, device=plan.device(rank),
-                hide_gpus=plan.hides_gpus, visible=plan.visible, guard=not trusted, init_group=init_group,
-                master_addr="127.0.0.1", master_port=port,
-                store_path=os.path.join(rundir, "store"), workdir=workdir,
+                rank=rank,
+                world_size=world_size,
+                backend=plan.backend,
+                device=plan.device(rank),
+                hide_gpus=plan.hides_gpus,
+                visible=plan.visible,
+                guard=not trusted,
+                init_group=init_group,
+                master_addr="127.0.0.1",
+                master_port=port,
+                store_path=os.path.join(rundir, "store"),
+                workdir=workdir,
                 output_path=os.path.join(rundir, f"rank{rank}.out"),
                 stack_path=os.path.join(rundir, f"rank{rank}.stack"),
-                payload=payload, timeout=timeout, launcher_pid=os.getpid(), threads=threads,
+                payload=payload,
+                timeout=timeout,
+                launcher_pid=os.getpid(),
+                threads=threads,
                 language=language,
             )
             proc = RankProcess(target=worker.main, args=(spec, child_end), name=f"rank{rank}")
@@ -126,8 +139,11 @@ def _run_once(payload: bytes, plan: HardwarePlan, timeout: float, init_group: bo
         _collect(reports, procs, conns, timeout, trusted)
         failed = any(r.status != "ok" for r in reports)
         if failed:
-            live = [r.rank for r in reports if procs[r.rank].exitcode is None] if any(
-                r.status == "hung" or r.exitcode == -signal.SIGABRT for r in reports) else []  # a crash says enough
+            live = (
+                [r.rank for r in reports if procs[r.rank].exitcode is None]
+                if any(r.status == "hung" or r.exitcode == -signal.SIGABRT for r in reports)
+                else []
+            )  # a crash says enough
             flight.request(rundir, live)  # each live rank's collectives, written while its stack is dumped
             _dump_stacks(reports, procs, rundir)
             _read_calls_and_abort_stacks(reports, live, rundir)
@@ -183,8 +199,14 @@ def _collect(reports, procs, conns, timeout, trusted) -> None:
                 except (EOFError, OSError):
                     closed = True  # closed without a report: the process is ending
                 except Exception as exc:  # refused by the safe loader
-                    message = ("error", stacks.describe_exception(RuntimeError(
-                        f"rank {i} sent back something the grader refuses to load: {str(exc).splitlines()[0]}")))
+                    message = (
+                        "error",
+                        stacks.describe_exception(
+                            RuntimeError(
+                                f"rank {i} sent back something the grader refuses to load: {str(exc).splitlines()[0]}"
+                            )
+                        ),
+                    )
             if message is not None:
                 kind, body = message
                 if kind == "ready":  # its device and process group are set up
@@ -221,7 +243,8 @@ def _collect(reports, procs, conns, timeout, trusted) -> None:
 
 def _lost_peer(report) -> bool:
     return report.status == "error" and any(
-        clue in str((report.error or {}).get("message", "")).lower() for clue in PEER_LOST)
+        clue in str((report.error or {}).get("message", "")).lower() for clue in PEER_LOST
+    )
 
 
 def _stopped_by_the_cause(reports) -> None:
@@ -291,8 +314,12 @@ def _release_and_reap(reports, procs, conns, notes, failed) -> None:
     for r, proc in zip(reports, procs):
         proc.join(timeout=max(0.0, deadline - time.monotonic()))
         if proc.exitcode is None:
-            notes.append(f"rank {r.rank} reported its result but did not exit within "
-                         f"{RELEASE_GRACE_S:.0f} s; it was killed (teardown noise, not counted)")
+            notes.append(
+                f"rank {r.rank} reported its result but did not exit within "
+                f"{RELEASE_GRACE_S:.0f} s; it was killed (teardown noise, not counted)"
+            )
         elif proc.exitcode != 0:
-            notes.append(f"rank {r.rank} reported its result, then ended with {exit_meaning(proc.exitcode)} "
-                         "(teardown noise, not counted)")
+            notes.append(
+                f"rank {r.rank} reported its result, then ended with {exit_meaning(proc.exitcode)} "
+                "(teardown noise, not counted)"
+            )

@@ -11,6 +11,7 @@ Decided once per run, in the parent, from the world size and the GPUs it sees:
   right in every case, as under torchrun. NCCL refuses two ranks on one GPU.
 Taught in lessons/02_ddp_basics.ipynb ("One GPU per rank").
 """
+
 from __future__ import annotations
 
 import os
@@ -51,8 +52,11 @@ class HardwarePlan:
             return _("{ranks}, nccl, rank r on cuda:r ({gpus} visible)", ranks=ranks, gpus=_gpus(self.gpus))
         if self.gpus == 0:
             return _("{ranks}, gloo on CPU (no GPU visible)", ranks=ranks)
-        return _("{ranks}, gloo on CPU ({gpus} visible: nccl needs one GPU per rank; the GPUs are hidden from the "
-                 "ranks)", ranks=ranks, gpus=_gpus(self.gpus))
+        return _(
+            "{ranks}, gloo on CPU ({gpus} visible: nccl needs one GPU per rank; the GPUs are hidden from the ranks)",
+            ranks=ranks,
+            gpus=_gpus(self.gpus),
+        )
 
 
 def _gpus(n: int) -> str:
@@ -101,7 +105,7 @@ def gpu_groups(gpus: int, width: int) -> list[tuple[str, ...]]:
         return []
     names = [d.strip() for d in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if d.strip()]
     names = names[:gpus] if len(names) >= gpus else [str(i) for i in range(gpus)]
-    return [tuple(names[i:i + width]) for i in range(0, gpus - width + 1, width)]
+    return [tuple(names[i : i + width]) for i in range(0, gpus - width + 1, width)]
 
 
 def default_jobs(cores: int, gpus: int, width: int) -> int:

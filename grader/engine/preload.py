@@ -10,6 +10,7 @@ knows no exercise: the exercises' public check modules are added to the forkserv
 preload by whoever loads an exercise (processes.preload, called by grader.exercises).
 Only the optional torch modules below may be missing silently.
 """
+
 import importlib
 
 import torch  # noqa: F401

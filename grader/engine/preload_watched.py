@@ -6,6 +6,7 @@ DDP's comm hooks: modules no check imports at the top) cost 0.15-0.35 s in every
 launch here, about half of an empty 2-rank launch (benchmarks/bench_guard.py). Only torch and
 standard-library modules are named (guard_list.py): nothing a public rank must not have.
 """
+
 from grader.engine import integrity
 
 integrity.import_watched()

@@ -6,6 +6,7 @@ accept an existing one only when it is a real folder (opened with O_NOFOLLOW)
 owned by us; its mode is tightened through that descriptor, never through
 the path, so no link is ever followed.
 """
+
 from __future__ import annotations
 
 import os
@@ -32,8 +33,9 @@ def private_folder(path: str) -> str:
     try:
         info = os.fstat(fd)
         if info.st_uid != os.geteuid():
-            raise UnsafeFolder(f"{path} belongs to uid {info.st_uid}, not to the grading user "
-                               f"(uid {os.geteuid()}): refused")
+            raise UnsafeFolder(
+                f"{path} belongs to uid {info.st_uid}, not to the grading user (uid {os.geteuid()}): refused"
+            )
         if stat.S_IMODE(info.st_mode) != 0o700:
             os.fchmod(fd, 0o700)
     finally:

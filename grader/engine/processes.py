@@ -1,4 +1,5 @@
 """Process plumbing: the forkserver the ranks are forked from, ports (and their locks), killing, output files."""
+
 from __future__ import annotations
 
 import fcntl

@@ -1,4 +1,5 @@
 """What a run produced: one RankReport per rank, and the RunResult around them."""
+
 from __future__ import annotations
 
 import signal
@@ -31,22 +32,28 @@ class RankReport:
         if self.status == "unavailable":
             return f"rank {self.rank} could not run on this machine: " + _first_line(self.error)
         if self.status == "error" and self.error.get("type") == "OutOfMemoryError":
-            return (f"rank {self.rank} ran out of GPU memory in your code (are tensors kept across steps, or is the "
-                    "batch too large for one GPU?): " + stacks.format_exception(self.error))
+            return (
+                f"rank {self.rank} ran out of GPU memory in your code (are tensors kept across steps, or is the "
+                "batch too large for one GPU?): " + stacks.format_exception(self.error)
+            )
         if self.status == "error":
             return f"rank {self.rank} raised " + stacks.format_exception(self.error)
         if self.status == "hung" and self.error:  # gloo's own timeout fired first: a hang all the same
             frames = self.error.get("student_frames") or []
             where = f", called from your code at {frames[-1]}" if frames else ""
-            return (f"rank {self.rank} hung: waiting in {stacks.collective_timeout(self.error)} for the other ranks "
-                    f"until gloo's own timeout gave up{where}")
+            return (
+                f"rank {self.rank} hung: waiting in {stacks.collective_timeout(self.error)} for the other ranks "
+                f"until gloo's own timeout gave up{where}"
+            )
         if self.status == "hung":
             return f"rank {self.rank} hung: " + stacks.summarize_stack(self.stack)
         if self.status == "exited":
             text = f"rank {self.rank} exited with {exit_meaning(self.exitcode)} before returning a result"
             if self.exitcode == -signal.SIGABRT:
-                text += (" (gloo aborts a process when ranks call different collectives, or send tensors of "
-                         "different sizes: do all ranks make the same collective calls in the same order?)")
+                text += (
+                    " (gloo aborts a process when ranks call different collectives, or send tensors of "
+                    "different sizes: do all ranks make the same collective calls in the same order?)"
+                )
             tail = [line for line in self.output.strip().splitlines() if line.strip()][-5:]
             return text + ("\nits last output:\n" + "\n".join("  " + line for line in tail) if tail else "")
         if self.status == "stopped":

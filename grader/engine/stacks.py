@@ -4,6 +4,7 @@ A frame is "the student's" when it is not in the standard library, in an
 installed package, or in the grader itself: a notebook cell, a submission
 file, a kernel-defined function.
 """
+
 from __future__ import annotations
 
 import linecache
@@ -14,8 +15,16 @@ import traceback
 
 _GRADER_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _LIBRARY_DIRS = tuple(
-    {os.path.abspath(p) for p in (sysconfig.get_paths()["stdlib"], sysconfig.get_paths()["purelib"],
-                                  sysconfig.get_paths()["platlib"], _GRADER_DIR) if p}
+    {
+        os.path.abspath(p)
+        for p in (
+            sysconfig.get_paths()["stdlib"],
+            sysconfig.get_paths()["purelib"],
+            sysconfig.get_paths()["platlib"],
+            _GRADER_DIR,
+        )
+        if p
+    }
 )
 
 
@@ -81,8 +90,9 @@ def _main_frames(dump: str) -> list[dict]:
 
 def frame_strings(dump: str) -> list[str]:
     """The file names and function names a stack dump holds (a rank's own: any text it chose)."""
-    return [f[key] for f in (m.groupdict() for m in map(_FRAME.match, dump.splitlines()) if m)
-            for key in ("file", "name")]
+    return [
+        f[key] for f in (m.groupdict() for m in map(_FRAME.match, dump.splitlines()) if m) for key in ("file", "name")
+    ]
 
 
 def busy_frame(dump: str) -> dict | None:
@@ -104,7 +114,8 @@ def busy_frame(dump: str) -> dict | None:
 
 def student_frame_line(frame: dict) -> str:
     return _frame_line(frame["file"], int(frame["line"]), frame["name"], None).replace(
-        frame["file"], course_path(frame["file"]), 1)
+        frame["file"], course_path(frame["file"]), 1
+    )
 
 
 _COURSE_DIR = os.path.dirname(_GRADER_DIR)
@@ -131,7 +142,7 @@ def course_path(filename: str) -> str:
 
 
 def place(filename: str, line: int) -> str:
-    """"cell 29, line 4" (a notebook cell) or "grader/grading.py:75"."""
+    """ "cell 29, line 4" (a notebook cell) or "grader/grading.py:75"."""
     shown = course_path(filename)
     return f"{shown}, line {line}" if _CELL.match(filename) or is_student_file(filename) else f"{shown}:{line}"
 
@@ -144,8 +155,11 @@ def fold_frames(frames: list[tuple[str, int, str]]) -> str:
     lines = ["your code (most recent call last):" if mine else "(none of these frames is in your code)"]
     lines += ["  " + _frame_line(f[0], f[1], f[2], None).replace(f[0], course_path(f[0]), 1) for f in mine]
     if others:
-        lines.append(f"  [{len(others)} frame(s) of the grader and torch, folded: "
-                     + ", ".join(f"{place(f[0], f[1])} {f[2]}" for f in others) + "]")
+        lines.append(
+            f"  [{len(others)} frame(s) of the grader and torch, folded: "
+            + ", ".join(f"{place(f[0], f[1])} {f[2]}" for f in others)
+            + "]"
+        )
     return "\n".join(lines)
 
 

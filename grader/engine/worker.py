@@ -8,6 +8,7 @@ Then it waits for the launcher's release and leaves with os._exit(0): no
 destructor of a gloo process group ever runs, so teardown noise (SIGABRT, a
 thread join that never returns in ~ProcessGroupGloo) cannot touch a result.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -161,9 +162,16 @@ def main(spec: RankSpec, conn) -> None:
     except BaseException as exc:
         _report_and_leave(("unavailable", describe(exc)), send, conn, encode_, exit_now)
     send(encode_(("ready", None)))  # the launcher's timeout starts now: the device and the group are set up
-    ctx = DistContext(rank=spec.rank, local_rank=spec.rank, world_size=spec.world_size, backend=spec.backend,
-                      device=device, master_addr=spec.master_addr, master_port=spec.master_port,
-                      workdir=spec.workdir)
+    ctx = DistContext(
+        rank=spec.rank,
+        local_rank=spec.rank,
+        world_size=spec.world_size,
+        backend=spec.backend,
+        device=device,
+        master_addr=spec.master_addr,
+        master_port=spec.master_port,
+        workdir=spec.workdir,
+    )
     _report_and_leave(_run_payload(spec, ctx, describe, encode_), send, conn, encode_, exit_now)
 
 

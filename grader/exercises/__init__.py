@@ -21,6 +21,7 @@ task's public checks, then its hidden ones.
 discover() is the one discovery: get_exercise(), the forkserver's preload (public modules
 only), the student build (hidden files), the digest and `python -m grader list` use it.
 """
+
 from __future__ import annotations
 
 import importlib
@@ -43,6 +44,7 @@ class UnknownExercise(KeyError):
 @dataclass(frozen=True)
 class ExercisePackage:
     """One exercise package as found on disk, before its checks are imported."""
+
     id: str
     package: str  # grader.exercises.<name>
     folder: str
@@ -61,8 +63,9 @@ def _is_public(name: str) -> bool:
 def _modules(folder: str, package: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
     names = sorted(m.name for m in pkgutil.iter_modules([folder]) if not m.ispkg)
     if "checks" in names:
-        raise ImportError(f"{package}.checks: name it checks_<topic>.py, as every exercise does (discovery imports "
-                          f"checks_*.py only)")
+        raise ImportError(
+            f"{package}.checks: name it checks_<topic>.py, as every exercise does (discovery imports checks_*.py only)"
+        )
     public = [n for n in names if _is_public(n)]
     hidden = [n for n in names if n.startswith(HIDDEN)]
     return tuple(f"{package}.{n}" for n in public), tuple(f"{package}.{n}" for n in hidden)
@@ -104,8 +107,10 @@ def _load(found: ExercisePackage) -> Exercise:
         importlib.import_module(module)
     if instructor.loads_hidden():
         if not found.hidden:
-            raise ImportError(f"{found.package} has no hidden_*.py module, and this is not a student build "
-                              f"(no {instructor.MARKER}): the instructor's grader needs its hidden checks")
+            raise ImportError(
+                f"{found.package} has no hidden_*.py module, and this is not a student build "
+                f"(no {instructor.MARKER}): the instructor's grader needs its hidden checks"
+            )
         for module in found.hidden:
             importlib.import_module(module)
     exercise.checks.sort(key=lambda c: (exercise.tasks.index(c.task), c.hidden))

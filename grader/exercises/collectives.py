@@ -18,6 +18,7 @@ for, `CollectivesUnseen` says so, so a hidden collective never passes for none (
 list is one more unseen). A mode left off the stack at the end of the body (popped for good) fails
 with `RecorderOff`: the body's end runs one operator that the recorder must see.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -30,20 +31,40 @@ from grader.checks import CheckFailed
 
 NAMESPACES = ("c10d", "_c10d_functional", "_c10d_functional_autograd")
 KINDS = {  # dispatcher operator (namespace dropped) -> what it does
-    "allreduce_": "all_reduce", "allreduce_coalesced_": "all_reduce",
-    "all_reduce": "all_reduce", "all_reduce_": "all_reduce",
-    "all_reduce_coalesced": "all_reduce", "all_reduce_coalesced_": "all_reduce",
-    "allgather_": "all_gather", "_allgather_base_": "all_gather", "allgather_coalesced_": "all_gather",
-    "allgather_into_tensor_coalesced_": "all_gather", "all_gather_into_tensor": "all_gather",
-    "all_gather_into_tensor_out": "all_gather", "all_gather_into_tensor_coalesced": "all_gather",
-    "reduce_scatter_": "reduce_scatter", "_reduce_scatter_base_": "reduce_scatter",
-    "reduce_scatter_tensor_coalesced_": "reduce_scatter", "reduce_scatter_tensor": "reduce_scatter",
-    "reduce_scatter_tensor_out": "reduce_scatter", "reduce_scatter_tensor_coalesced": "reduce_scatter",
-    "broadcast_": "broadcast", "broadcast": "broadcast",
-    "reduce_": "reduce", "gather_": "gather", "scatter_": "scatter",
-    "alltoall_": "all_to_all", "alltoall_base_": "all_to_all", "all_to_all_single": "all_to_all",
-    "barrier": "barrier", "monitored_barrier_": "barrier",
-    "send": "send", "isend": "send", "recv_": "recv", "recv_any_source_": "recv", "irecv": "recv",
+    "allreduce_": "all_reduce",
+    "allreduce_coalesced_": "all_reduce",
+    "all_reduce": "all_reduce",
+    "all_reduce_": "all_reduce",
+    "all_reduce_coalesced": "all_reduce",
+    "all_reduce_coalesced_": "all_reduce",
+    "allgather_": "all_gather",
+    "_allgather_base_": "all_gather",
+    "allgather_coalesced_": "all_gather",
+    "allgather_into_tensor_coalesced_": "all_gather",
+    "all_gather_into_tensor": "all_gather",
+    "all_gather_into_tensor_out": "all_gather",
+    "all_gather_into_tensor_coalesced": "all_gather",
+    "reduce_scatter_": "reduce_scatter",
+    "_reduce_scatter_base_": "reduce_scatter",
+    "reduce_scatter_tensor_coalesced_": "reduce_scatter",
+    "reduce_scatter_tensor": "reduce_scatter",
+    "reduce_scatter_tensor_out": "reduce_scatter",
+    "reduce_scatter_tensor_coalesced": "reduce_scatter",
+    "broadcast_": "broadcast",
+    "broadcast": "broadcast",
+    "reduce_": "reduce",
+    "gather_": "gather",
+    "scatter_": "scatter",
+    "alltoall_": "all_to_all",
+    "alltoall_base_": "all_to_all",
+    "all_to_all_single": "all_to_all",
+    "barrier": "barrier",
+    "monitored_barrier_": "barrier",
+    "send": "send",
+    "isend": "send",
+    "recv_": "recv",
+    "recv_any_source_": "recv",
+    "irecv": "recv",
 }
 NOT_COMMUNICATION = {"wait_tensor", "_wrap_tensor_autograd", "check_for_nan"}
 # The argument holding what this rank puts in (its payload), by the operator's schema names.
@@ -58,6 +79,7 @@ SEQUENCE_COST = {"reduce_scatter_": lambda n: n, "monitored_barrier_": lambda n:
 @dataclass(frozen=True)
 class Collective:
     """One collective call of this rank, as the dispatcher saw it."""
+
     kind: str  # "all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce", "gather", "scatter",
     #            "all_to_all", "barrier", "send", "recv" (an operator unknown here: its own name)
     nbytes: int  # this rank's payload: the bytes it puts in (received bytes for recv; 0 for a barrier)
@@ -78,9 +100,11 @@ class RecorderOff(CheckFailed):
     """The recorder's dispatch mode was no longer on torch's mode stack when the body returned."""
 
 
-RECORDER_OFF = ("your code turned off the grader's collective recorder (it popped torch's dispatch mode stack, "
-                "or left torch's dispatch modes disabled), so the collectives it made cannot be counted. A check "
-                "must see your code's own collectives: leave torch's dispatch modes alone")
+RECORDER_OFF = (
+    "your code turned off the grader's collective recorder (it popped torch's dispatch mode stack, "
+    "or left torch's dispatch modes disabled), so the collectives it made cannot be counted. A check "
+    "must see your code's own collectives: leave torch's dispatch modes alone"
+)
 
 
 def _tensors(value) -> list:
@@ -103,6 +127,7 @@ def _sequence_cost(func, args, kwargs) -> int:
         size = _named(func, args, kwargs)["process_group"].size()
     except Exception:  # no group argument: the default group
         import torch.distributed as dist
+
         size = dist.get_world_size()
     return cost(size)
 
@@ -114,16 +139,21 @@ def describe(func, args, kwargs, index: int, sequence: int = 1) -> Collective | 
         return None
     kind = KINDS.get(name, name)
     named = _named(func, args, kwargs)
-    payload = [] if kind == "barrier" else next(
-        (_tensors(named[n]) for n in PAYLOAD_ARGS if n in named), [])
+    payload = [] if kind == "barrier" else next((_tensors(named[n]) for n in PAYLOAD_ARGS if n in named), [])
     peer = next((named[n] for n in PEER_ARGS if isinstance(named.get(n), int)), None)
     declared = next((a for a in func._schema.arguments if a.name == "async_op"), None)  # left out: its default
     async_op = None if declared is None else bool(named.get("async_op", declared.default_value))
-    return Collective(kind=kind, nbytes=sum(t.numel() * t.element_size() for t in payload),
-                      numel=sum(t.numel() for t in payload),
-                      dtype=str(payload[0].dtype).removeprefix("torch.") if payload else "",
-                      op=f"{func.namespace}.{name}", index=index, peer=peer, async_op=async_op,
-                      sequence=sequence)
+    return Collective(
+        kind=kind,
+        nbytes=sum(t.numel() * t.element_size() for t in payload),
+        numel=sum(t.numel() for t in payload),
+        dtype=str(payload[0].dtype).removeprefix("torch.") if payload else "",
+        op=f"{func.namespace}.{name}",
+        index=index,
+        peer=peer,
+        async_op=async_op,
+        sequence=sequence,
+    )
 
 
 class _Recorder(TorchDispatchMode):
@@ -152,6 +182,7 @@ def issued() -> int | None:
     None where the backend keeps no count."""
     try:
         from torch.distributed import distributed_c10d as c10d
+
         return sum(pg._get_sequence_number_for_group() for pg in list(c10d._world.pg_map))
     except Exception:  # no group, or a backend without sequence numbers
         return None
@@ -182,7 +213,8 @@ def record_collectives(on_call=None):
         raise CollectivesUnseen(
             f"{after - before - seen} collective call(s) moved data where the grader could not see them "
             "(on the process group's backend object, in another thread, or with torch's dispatch modes turned "
-            "off): call collectives through torch.distributed, from the thread that runs your code")
+            "off): call collectives through torch.distributed, from the thread that runs your code"
+        )
 
 
 def kinds(calls) -> list[str]:

@@ -10,6 +10,7 @@ mode stack, `_DisableTorchDispatch`): the operators it runs then pass unseen. A 
 `modes_on()` asks every WatchedMode entered and not yet left on this thread; the grader's own models ask it at
 each forward, so a measurement switched off around them fails its check, with a message.
 """
+
 from __future__ import annotations
 
 import threading
@@ -17,12 +18,20 @@ import threading
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode, is_traceable_wrapper_subclass
 
-__all__ = ["TorchDispatchMode", "WatchedMode", "is_traceable_wrapper_subclass", "modes_on", "tensors_in",
-           "SWITCHED_OFF"]
+__all__ = [
+    "TorchDispatchMode",
+    "WatchedMode",
+    "is_traceable_wrapper_subclass",
+    "modes_on",
+    "tensors_in",
+    "SWITCHED_OFF",
+]
 
-SWITCHED_OFF = ("the grader's measurement was switched off (torch's dispatch modes popped or disabled, e.g. with "
-                "_disable_current_modes() or torch._C._DisableTorchDispatch()): leave torch's dispatch modes as they "
-                "are")
+SWITCHED_OFF = (
+    "the grader's measurement was switched off (torch's dispatch modes popped or disabled, e.g. with "
+    "_disable_current_modes() or torch._C._DisableTorchDispatch()): leave torch's dispatch modes as they "
+    "are"
+)
 
 _entered = threading.local()
 

@@ -6,6 +6,7 @@ blocking call returns. Never to count collectives: a patched name misses other s
 count goes through the dispatcher (collectives.py). Everything is restored on exit:
 the integrity guard (grader/engine/integrity.py) checks torch's modules when the rank returns.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -35,6 +36,7 @@ def replaced(names, make, student_fn=None, modules=None):
     if modules is None:
         import torch.distributed as dist
         from torch.distributed import distributed_c10d as c10d
+
         modules = (dist, c10d)
     replacements: dict[int, object] = {}  # id(real) -> its replacement
     by_name, saved = {}, []  # saved: (namespace, name, original)

@@ -7,6 +7,7 @@ peers have called it, and `monitored_barrier` runs on gloo only. An answer that 
 pass on CPU and fail, or pass by luck, on GPUs, so the checks judge it on gloo as nccl would: a rank whose only
 collectives after its peer's event are no fence has not waited (happens_before.Collectives records them).
 """
+
 from __future__ import annotations
 
 from grader.exercises.collectives import KINDS
@@ -34,7 +35,9 @@ def rule(names: list[str]) -> str:
     """Why these collectives are no fence, in the student's terms."""
     if "monitored_barrier" in names:
         return _("it runs on gloo only, NCCL refuses it")
-    return _("that works on gloo, but on NCCL (GPUs) {names} returns once it is queued on the GPU, before the "
-             "other ranks have called it; only dist.barrier() holds every rank until all have reached it, on every "
-             "backend",
-             names=named(names))
+    return _(
+        "that works on gloo, but on NCCL (GPUs) {names} returns once it is queued on the GPU, before the "
+        "other ranks have called it; only dist.barrier() holds every rank until all have reached it, on every "
+        "backend",
+        names=named(names),
+    )

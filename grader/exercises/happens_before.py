@@ -25,6 +25,7 @@ Holding a rank proves an early return; whether the answer waited in a way that a
 `entries` record (fences.py judges it): under nccl only a barrier blocks the host until every rank has joined
 it, the other collectives return once queued on the GPU, so gloo's blocking all_reduce is no evidence for nccl.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -36,10 +37,27 @@ from grader.exercises.collectives import record_collectives
 from grader.exercises.dist_patch import replaced
 
 # The torch.distributed functions whose return says the rank left its collective.
-COLLECTIVES = ("barrier", "monitored_barrier", "all_reduce", "broadcast", "all_gather", "all_gather_into_tensor",
-               "all_gather_single", "reduce_scatter", "reduce_scatter_tensor", "reduce_scatter_single", "reduce",
-               "gather", "scatter", "all_to_all", "all_to_all_single", "all_gather_object", "broadcast_object_list",
-               "gather_object", "scatter_object_list")
+COLLECTIVES = (
+    "barrier",
+    "monitored_barrier",
+    "all_reduce",
+    "broadcast",
+    "all_gather",
+    "all_gather_into_tensor",
+    "all_gather_single",
+    "reduce_scatter",
+    "reduce_scatter_tensor",
+    "reduce_scatter_single",
+    "reduce",
+    "gather",
+    "scatter",
+    "all_to_all",
+    "all_to_all_single",
+    "all_gather_object",
+    "broadcast_object_list",
+    "gather_object",
+    "scatter_object_list",
+)
 POINT_TO_POINT = ("send", "recv")  # they pair two ranks, not the group: not counted
 # They read what they received back to the host, so on every backend they hold a rank that receives until
 # every rank has joined them (the one exception, broadcast_object_list's source, is decided per call).
@@ -119,6 +137,7 @@ class Collectives:
                 if self._depth == 0:
                     self._calling = None
                     unmark(self.ctx, "in_collective")
+
         return call
 
     @contextlib.contextmanager
@@ -126,8 +145,7 @@ class Collectives:
         """Collectives called inside are counted and marked, in any spelling; student_fn's globals
         are searched for torch.distributed functions imported by name. Everything is restored on exit."""
         try:
-            with replaced(COLLECTIVES, self._unmarking, student_fn), \
-                    record_collectives(on_call=self._entering):
+            with replaced(COLLECTIVES, self._unmarking, student_fn), record_collectives(on_call=self._entering):
                 yield self
         finally:
             unmark(self.ctx, "in_collective")

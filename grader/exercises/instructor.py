@@ -10,6 +10,7 @@ never a silently smaller grade); grader.exercises.discover() finds them by their
 sets GRADER_HIDDEN_MASKED=1 there: get_exercise then imports none, and the exercise holds only its
 public checks; hidden checks run in a second sandbox without the marker.
 """
+
 from __future__ import annotations
 
 import os

@@ -24,6 +24,7 @@ Hidden checks declare their parts with hidden=True and their world size: the hid
 a launch of their own (the public ones never run in it). Tasks whose runs do not fit (they start or end the
 process group, or bound a hang with a timeout of their own) declare nothing and keep their own runs.
 """
+
 from __future__ import annotations
 
 import random
@@ -60,8 +61,11 @@ def run(g, parts: tuple, fn, *args) -> list:
 def _groups(g, parts: tuple, part: tuple) -> list[tuple]:
     """The launches that could answer `part`, widest first: every declared part of the run's tasks (public, or
     hidden at this world size), then the task's own parts."""
-    everyone = tuple(dict.fromkeys(p for task in g.tasks for p, size in _DECLARED.get((task, g.hidden), ())
-                                   if size in (None, g.world_size)))
+    everyone = tuple(
+        dict.fromkeys(
+            p for task in g.tasks for p, size in _DECLARED.get((task, g.hidden), ()) if size in (None, g.world_size)
+        )
+    )
     groups = [everyone] if part in everyone and len(everyone) > 1 else []
     if not g.hidden and part in parts and len(parts) > 1 and tuple(parts) != everyone:
         groups.append(tuple(parts))
@@ -76,7 +80,7 @@ def _shared_launch(g, parts: tuple) -> list | None:
     if result.ok and all(isinstance(v, list) and len(v) == len(parts) for v in values):
         return [[v[i] for v in values] for i in range(len(parts))]
     g.hung, g.tampered = before[0], before[1]  # the check's own run decides (and sees any tampering again)
-    del g.outputs[before[2]:], g.notes[before[3]:]
+    del g.outputs[before[2] :], g.notes[before[3] :]
     return None
 
 
@@ -98,5 +102,7 @@ def _fence(ctx, index: int) -> None:
     everyone = [torch.zeros_like(mine) for _ in range(ctx.world_size)]
     dist.all_gather(everyone, mine)
     if any(t.tolist() != [index, _FENCE] for t in everyone):
-        raise RuntimeError(f"the ranks were out of step after part {index} of a shared launch: a collective of one "
-                           "run met another's (the checks make their own runs)")
+        raise RuntimeError(
+            f"the ranks were out of step after part {index} of a shared launch: a collective of one "
+            "run met another's (the checks make their own runs)"
+        )

@@ -12,6 +12,7 @@ done (idempotent), a run killed halfway resumes, and a result file forged by
 student code is put back and flagged. Worker processes are long-lived
 (worker_pool.py): each keeps its forkserver warm across the submissions it grades.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -61,8 +62,9 @@ def in_notebook_results(data: bytes | None) -> dict[str, bool]:
         for out in outputs:
             if not isinstance(out, dict):
                 continue
-            error |= out.get("output_type") == "error" or (out.get("output_type") == "stream"
-                                                            and out.get("name") == "stderr")
+            error |= out.get("output_type") == "error" or (
+                out.get("output_type") == "stream" and out.get("name") == "stderr"
+            )
             data_ = out.get("data") if isinstance(out.get("data"), dict) else {}
             for part in (out.get("text"), data_.get("text/plain"), data_.get("text/html")):
                 part = "".join(part) if isinstance(part, list) else part
@@ -73,8 +75,17 @@ def in_notebook_results(data: bytes | None) -> dict[str, bool]:
     return shown
 
 
-def grade_one(assignment: str, student: str, path: str | None, timeout: float, world_size: int,
-              version: str, shown_as: str = "", phase: str = "all", hung: dict | None = None) -> dict:
+def grade_one(
+    assignment: str,
+    student: str,
+    path: str | None,
+    timeout: float,
+    world_size: int,
+    version: str,
+    shown_as: str = "",
+    phase: str = "all",
+    hung: dict | None = None,
+) -> dict:
     """Grade one private copy of a submission (runs in a worker process): every check (phase "all"),
     or the "public" ones (in a sandbox where the hidden modules are masked: the exercise holds only
     those) or the "hidden" ones; the parent merges the two phases (merge_phases)."""
@@ -82,14 +93,26 @@ def grade_one(assignment: str, student: str, path: str | None, timeout: float, w
     if path is not None:
         with open(path, "rb") as f:
             data = f.read()
-    result = {"student": student, "assignment": assignment, "grader": version, "phase": phase,
-              "sha256": hashlib.sha256(data).hexdigest() if data is not None else None}
+    result = {
+        "student": student,
+        "assignment": assignment,
+        "grader": version,
+        "phase": phase,
+        "sha256": hashlib.sha256(data).hexdigest() if data is not None else None,
+    }
     exercise = get_exercise(assignment)
     try:
         if path is None:
             raise SubmissionError(f"no notebook named {assignment}.ipynb was submitted")
-        report = run_checks(exercise, read_submission(path), world_size=world_size, timeout=timeout,
-                            hidden={"public": False, "hidden": True}.get(phase), hung_in=hung, credit=phase == "all")
+        report = run_checks(
+            exercise,
+            read_submission(path),
+            world_size=world_size,
+            timeout=timeout,
+            hidden={"public": False, "hidden": True}.get(phase),
+            hung_in=hung,
+            credit=phase == "all",
+        )
         result["readable"], result["error"] = True, None
         result["report"] = report.to_json()
         result["hung"] = {c.task: c.name for c in report.checks if c.hung}
@@ -102,9 +125,24 @@ def grade_one(assignment: str, student: str, path: str | None, timeout: float, w
 
 def unreadable_report(assignment: str, error: str) -> dict:
     exercise = get_exercise(assignment)
-    return {"exercise": assignment, "score": 0, "max_score": exercise.max_score,
-            "checks": [{"name": c.name, "task": c.task, "passed": False, "points": 0, "max_points": c.points,
-                        "message": f"not graded: {error}", "hidden": c.hidden, "notes": []} for c in exercise.checks]}
+    return {
+        "exercise": assignment,
+        "score": 0,
+        "max_score": exercise.max_score,
+        "checks": [
+            {
+                "name": c.name,
+                "task": c.task,
+                "passed": False,
+                "points": 0,
+                "max_points": c.points,
+                "message": f"not graded: {error}",
+                "hidden": c.hidden,
+                "notes": [],
+            }
+            for c in exercise.checks
+        ],
+    }
 
 
 def merge_phases(public: dict, hidden: dict | None) -> dict:
@@ -132,16 +170,21 @@ def worker_main(assignment: str, timeout: float, world_size: int, version: str) 
         student, path, shown_as, token, phase, hung, *gpus = line.rstrip("\n").split("\t")
         devices = json.loads(gpus[0]) if gpus else None
         assign_gpus(None if devices is None else tuple(str(d) for d in devices))
-        result = grade_one(assignment, student, path or None, timeout, world_size, version, shown_as, phase,
-                           json.loads(hung))
+        result = grade_one(
+            assignment, student, path or None, timeout, world_size, version, shown_as, phase, json.loads(hung)
+        )
         channel.send(f"{token}\t{json.dumps(result, ensure_ascii=False)}")
     return 0
 
 
 def _valid(result: dict | None, digest: str | None, version: str, sandboxed: bool) -> bool:
-    return bool(result) and result.get("sha256") == digest and result.get("grader") == version \
-        and not result.get("regrade") \
-        and (result.get("sandboxed", False) or not sandboxed)  # a sandboxed run regrades unsandboxed results
+    return (
+        bool(result)
+        and result.get("sha256") == digest
+        and result.get("grader") == version
+        and not result.get("regrade")
+        and (result.get("sandboxed", False) or not sandboxed)
+    )  # a sandboxed run regrades unsandboxed results
 
 
 class _Guard:
@@ -165,18 +208,35 @@ class _Guard:
             if path in self.watched:
                 events.append(f"{self.watched[path]} was changed while the class was graded (restored)")
             else:
-                events.append(f"{self.owner.get(path, path)}'s submission was changed while the class was graded "
-                              f"(the original was restored)")
+                events.append(
+                    f"{self.owner.get(path, path)}'s submission was changed while the class was graded "
+                    f"(the original was restored)"
+                )
         for event in events:
             for student in sorted(suspects):
                 others = sorted(suspects - {student})
-                self.flag(student, event + (f"; this submission was graded then, with {', '.join(others)}"
-                                            if others else "; only this submission was being graded then"))
+                self.flag(
+                    student,
+                    event
+                    + (
+                        f"; this submission was graded then, with {', '.join(others)}"
+                        if others
+                        else "; only this submission was being graded then"
+                    ),
+                )
 
 
-def grade_assignment(course: Course, assignment: str, jobs: int | None = 2, timeout: float = 30.0, world_size: int = 2,
-                     progress: bool = True, shard: tuple[int, int] | None = None,
-                     sandbox: bool = True, no_gpu: bool = False) -> dict[str, dict]:
+def grade_assignment(
+    course: Course,
+    assignment: str,
+    jobs: int | None = 2,
+    timeout: float = 30.0,
+    world_size: int = 2,
+    progress: bool = True,
+    shard: tuple[int, int] | None = None,
+    sandbox: bool = True,
+    no_gpu: bool = False,
+) -> dict[str, dict]:
     """Grade every collected submission (or shard (i, n): every n-th student from the i-th, in name order);
     returns student -> result. sandbox: each submission's public checks, then its hidden ones, in a sandbox
     (sandbox.py): a job forked from that phase's nursery (nursery.py), or with GRADER_NURSERY=0 a bubblewrap
@@ -192,25 +252,32 @@ def grade_assignment(course: Course, assignment: str, jobs: int | None = 2, time
     share = share_gpus(gate.gpus, assignment, world_size, jobs)
     jobs = share.jobs
     if shard is not None:
-        submissions = {s: submissions[s] for s in sorted(submissions)[shard[0]::shard[1]]}
+        submissions = {s: submissions[s] for s in sorted(submissions)[shard[0] :: shard[1]]}
     # earlier results, read before any student code runs (a shard watches only its own students' files)
     store = ResultStore(course.results_dir(assignment), list(submissions) if shard else None, version)
     watched = course.instructor_files()  # nbgrader_config.py, the SQLite gradebook, its journal and WAL
     snapshot = Snapshot(list(submissions.values()) + list(watched))
     guard = _Guard(store, snapshot, submissions, watched)
-    accepted = {s: r for s in submissions
-                if _valid(r := store.earlier(s), snapshot.digest(submissions[s]), version, sandbox)}
+    accepted = {
+        s: r for s in submissions if _valid(r := store.earlier(s), snapshot.digest(submissions[s]), version, sandbox)
+    }
     for student in store.unsealed:  # written between runs by something other than the grader
-        guard.flag(student, f"the stored result {student}.json was not sealed by the grader (forged after an "
-                            f"earlier run): ignored, and the submission graded again")
+        guard.flag(
+            student,
+            f"the stored result {student}.json was not sealed by the grader (forged after an "
+            f"earlier run): ignored, and the submission graded again",
+        )
     public: dict[str, dict] = {}  # student -> the public phase's result, until its hidden phase reports
     queue: list[Job] = []
 
     def on_result(job: Job, result: dict) -> bool:
         student = job.student
         if result.get("phase") != job.phase:
-            guard.flag(student, "a message that was not the grader's reached the grader's pipe while this "
-                                "submission was graded (ignored)")
+            guard.flag(
+                student,
+                "a message that was not the grader's reached the grader's pipe while this "
+                "submission was graded (ignored)",
+            )
             return False
         if job.phase == "public" and result.get("readable"):
             public[student] = result
@@ -233,14 +300,25 @@ def grade_assignment(course: Course, assignment: str, jobs: int | None = 2, time
             if path is not None:
                 os.chmod(path, 0o644)  # the sandbox's worker (nobody) reads it; its folder stays private
             queue.append(Job(student, path, submissions[student], "public" if sandbox else "all"))
-        _run_workers(queue, worker_args, jobs, sandbox, share, on_result, guard, progress, len(submissions),
-                     f"grading {assignment}" + ("" if sandbox else " (UNSANDBOXED)"))
+        _run_workers(
+            queue,
+            worker_args,
+            jobs,
+            sandbox,
+            share,
+            on_result,
+            guard,
+            progress,
+            len(submissions),
+            f"grading {assignment}" + ("" if sandbox else " (UNSANDBOXED)"),
+        )
         guard.tick(set())  # put back anything changed after the last tick (no one left to name)
     finally:
         snapshot.close()
-    results = {student: _final_result(student, assignment, accepted.get(student), guard, snapshot.content[path],
-                                      sandbox)
-               for student, path in submissions.items()}
+    results = {
+        student: _final_result(student, assignment, accepted.get(student), guard, snapshot.content[path], sandbox)
+        for student, path in submissions.items()
+    }
     for student in accepted:
         store.accept(student, results[student])  # flags kept with the result: the report and later runs see them
     guard.tick(set())
@@ -255,10 +333,16 @@ def _run_workers(queue, worker_args, jobs, sandbox, share, on_result, guard, pro
         print(no_cgroup_notice(limits.missing), file=sys.stderr)
     uids = _slot_uids(jobs) if sandbox and queue and os.geteuid() == 0 else None
     nurseries = Nurseries(worker_args, jobs + 2) if sandbox and queue and use_nursery() else None
-    workers = Workers(worker_args,
-                      (lambda argv, job, uid=None: sandboxes.Sandbox(argv, job.path, job.phase == "public",
-                                                                     jobs + 1, uid=uid))
-                      if sandbox else None, nurseries, limits, share if share.gpus else None, uids)
+    workers = Workers(
+        worker_args,
+        (lambda argv, job, uid=None: sandboxes.Sandbox(argv, job.path, job.phase == "public", jobs + 1, uid=uid))
+        if sandbox
+        else None,
+        nurseries,
+        limits,
+        share if share.gpus else None,
+        uids,
+    )
     try:
         with adopting_orphans():  # what a submission left behind (double fork, setsid) dies with the run
             run_pool(queue, workers, jobs, on_result, guard.flag, guard.tick, progress, total, desc)
@@ -274,10 +358,16 @@ def _run_workers(queue, worker_args, jobs, sandbox, share, on_result, guard, pro
 def _final_result(student: str, assignment: str, result: dict | None, guard, content: bytes, sandbox: bool) -> dict:
     """The stored result with the run's flags, the checks the notebook itself showed, plans and regrade."""
     if result is None:  # a worker died on it, or it changed while being graded
-        result = {"student": student, "assignment": assignment, "readable": False, "sha256": None,
-                  "error": "grading did not finish (a grader worker died on this submission, or its copy "
-                           "changed while graded); the next run grades it again", "report": None,
-                  "sandboxed": sandbox}
+        result = {
+            "student": student,
+            "assignment": assignment,
+            "readable": False,
+            "sha256": None,
+            "error": "grading did not finish (a grader worker died on this submission, or its copy "
+            "changed while graded); the next run grades it again",
+            "report": None,
+            "sandboxed": sandbox,
+        }
     result["run_flags"] = list(dict.fromkeys(result.get("run_flags", []) + guard.flags.get(student, [])))
     result["in_notebook"] = in_notebook_results(content)
     result["flags"] = _flags(result)
@@ -297,8 +387,10 @@ def _slot_uids(jobs: int) -> SlotUids:
 def no_cgroup_notice(why: str) -> str:
     """The one line said at start where jobs get no cgroup: what still bounds each job, and what does not."""
     own = "its own uid" if os.geteuid() == 0 else "its own user namespace"
-    return (f"grader: no limit per job here ({why}): each job's processes are bounded by {own} "
-            f"(RLIMIT_NPROC {PROCESSES_PER_JOB}), its memory only per process and by its /tmp and /dev/shm sizes")
+    return (
+        f"grader: no limit per job here ({why}): each job's processes are bounded by {own} "
+        f"(RLIMIT_NPROC {PROCESSES_PER_JOB}), its memory only per process and by its /tmp and /dev/shm sizes"
+    )
 
 
 def share_gpus(gpus: int, assignment: str, world_size: int, jobs: int | None) -> GpuShare:

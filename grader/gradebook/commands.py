@@ -1,4 +1,5 @@
 """python -m grader grade | report (and the hidden _grade-worker)."""
+
 from __future__ import annotations
 
 import argparse
@@ -17,29 +18,43 @@ def _grade(args) -> int:
 
     course = Course(os.path.abspath(args.root))
     try:
-        results = grade_assignment(course, args.assignment, jobs=args.jobs, timeout=args.timeout,
-                                   world_size=args.world_size, progress=not args.quiet, shard=args.shard,
-                                   sandbox=args.sandbox, no_gpu=args.no_gpu)
+        results = grade_assignment(
+            course,
+            args.assignment,
+            jobs=args.jobs,
+            timeout=args.timeout,
+            world_size=args.world_size,
+            progress=not args.quiet,
+            shard=args.shard,
+            sandbox=args.sandbox,
+            no_gpu=args.no_gpu,
+        )
     except (NotReady, SandboxMissing, GpuUnusable) as exc:
         print(f"python -m grader grade: {exc}", file=sys.stderr)
         return 2
     if args.shard:  # a shard only fills graded/; one later run without --shard merges into the gradebook
-        print(f"shard {args.shard[0]}/{args.shard[1]}: {len(results)} submissions graded into "
-              f"{course.results_dir(args.assignment)}; merge with: python -m grader grade {args.assignment}")
+        print(
+            f"shard {args.shard[0]}/{args.shard[1]}: {len(results)} submissions graded into "
+            f"{course.results_dir(args.assignment)}; merge with: python -m grader grade {args.assignment}"
+        )
         return 0
     problems = write_results(course, args.assignment, results)
     scores = gradebook_scores(course, args.assignment)
     print(format_grades(results, scores, problems, gradebook_marks(course, args.assignment)))
     regrade = sorted(s for s, r in results.items() if r.get("regrade"))
     if regrade:  # the machine failed them: nobody's answer, and not a grade to keep
-        print(f"python -m grader grade: {len(regrade)} submission(s) had checks that could not run on this machine "
-              f"(GPU or process group setup; they pay nothing), regrade them: {', '.join(regrade)}", file=sys.stderr)
+        print(
+            f"python -m grader grade: {len(regrade)} submission(s) had checks that could not run on this machine "
+            f"(GPU or process group setup; they pay nothing), regrade them: {', '.join(regrade)}",
+            file=sys.stderr,
+        )
         return 1
     return 0
 
 
-UNSANDBOXED = ("graded UNSANDBOXED (--no-sandbox): student code ran as this user, with its files, "
-               "environment and network")
+UNSANDBOXED = (
+    "graded UNSANDBOXED (--no-sandbox): student code ran as this user, with its files, environment and network"
+)
 
 
 def format_grades(results: dict, scores: dict, problems: dict | None = None, marks: dict | None = None) -> str:
@@ -54,7 +69,7 @@ def format_grades(results: dict, scores: dict, problems: dict | None = None, mar
     for student, result in sorted(results.items()):
         score, max_score = scores.get(student, (0, 0))
         mark = (marks or {}).get(student, {})
-        notes = ([f"late: -{mark['late_penalty']:g} (nbgrader's late penalty)"] if mark.get("late_penalty") else [])
+        notes = [f"late: -{mark['late_penalty']:g} (nbgrader's late penalty)"] if mark.get("late_penalty") else []
         notes += [f"FLAGGED: {f}" for f in result.get("flags", [])]
         if result.get("regrade"):
             notes.append("could not run on this machine: regrade")
@@ -94,25 +109,41 @@ def _worker(args) -> int:
 
 
 def register(sub) -> None:
-    grade = sub.add_parser("grade", help="autograde every collected submission of an assignment, in parallel, "
-                                         "into nbgrader's gradebook")
+    grade = sub.add_parser(
+        "grade", help="autograde every collected submission of an assignment, in parallel, into nbgrader's gradebook"
+    )
     grade.add_argument("assignment")
     grade.add_argument("--root", default=".", help="the course directory (default: the current one)")
-    grade.add_argument("--jobs", type=int, default=None,
-                       help="submissions graded at once (default: one per core; with GPUs, no more than the groups "
-                            "of GPUs a job gets: each job has its own)")
+    grade.add_argument(
+        "--jobs",
+        type=int,
+        default=None,
+        help="submissions graded at once (default: one per core; with GPUs, no more than the groups "
+        "of GPUs a job gets: each job has its own)",
+    )
     grade.add_argument("--timeout", type=float, default=30.0, help="seconds before a run counts as hung")
     grade.add_argument("--world-size", type=int, default=2)
     grade.add_argument("--quiet", action="store_true", help="no progress bar")
-    grade.add_argument("--shard", type=shard, default=None, metavar="I/N",
-                       help="grade only shard I of N (into graded/, not the gradebook), e.g. one task of a "
-                            "Slurm job array; then run once without --shard to merge")
-    grade.add_argument("--no-sandbox", dest="sandbox", action="store_false",
-                       help="grade without bubblewrap sandboxes (only for a class you trust): student code runs as "
-                            "you, with your files and network; the grade table and the report say so")
-    grade.add_argument("--no-gpu", action="store_true",
-                       help="grade on CPU (gloo) even where the machine has GPUs: the ranks see none; each "
-                            "result's plan says so")
+    grade.add_argument(
+        "--shard",
+        type=shard,
+        default=None,
+        metavar="I/N",
+        help="grade only shard I of N (into graded/, not the gradebook), e.g. one task of a "
+        "Slurm job array; then run once without --shard to merge",
+    )
+    grade.add_argument(
+        "--no-sandbox",
+        dest="sandbox",
+        action="store_false",
+        help="grade without bubblewrap sandboxes (only for a class you trust): student code runs as "
+        "you, with your files and network; the grade table and the report say so",
+    )
+    grade.add_argument(
+        "--no-gpu",
+        action="store_true",
+        help="grade on CPU (gloo) even where the machine has GPUs: the ranks see none; each result's plan says so",
+    )
     grade.set_defaults(func=_grade)
 
     report = sub.add_parser("report", help="the class report of an assignment (markdown and a PNG plot)")

@@ -7,6 +7,7 @@ nbgrader's autograde included, gets a copy of that frozen configuration. A
 submission that rewrites the file during a run changes nothing the run does;
 the run puts the file back and flags it (batch.py, `instructor_files`).
 """
+
 from __future__ import annotations
 
 import copy
@@ -53,7 +54,7 @@ class Course:
     @property
     def sqlite_gradebook(self) -> str | None:
         """The gradebook's file when it is SQLite (a PostgreSQL gradebook has none)."""
-        return self.db_url[len(SQLITE):] if self.db_url.startswith(SQLITE) else None
+        return self.db_url[len(SQLITE) :] if self.db_url.startswith(SQLITE) else None
 
     def instructor_files(self) -> dict[str, str]:
         """path -> what it is: the instructor's files a grading run watches and puts back if touched.

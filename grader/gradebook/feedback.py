@@ -6,6 +6,7 @@ it. `make grade` runs it inside autograde (inject.py); nbgrader_config.py also
 runs it in generate_feedback, so feedback from plain `nbgrader autograde`
 (the formgrader's button) shows no `Out[ ]: 4` either. Light: nbgrader only.
 """
+
 from __future__ import annotations
 
 from nbgrader.preprocessors import NbGraderPreprocessor

@@ -16,6 +16,7 @@ the course's configured nbgrader plugin (c.AssignLatePenalties.plugin_class,
 through its public late_submission_penalty), and flagged submissions get the
 formgrader's flag.
 """
+
 from __future__ import annotations
 
 import json
@@ -36,8 +37,14 @@ from nbgrader.apps import NbGraderAPI
 from nbgrader.coursedir import CourseDirectory
 from nbgrader.nbgraderformat import common as nbgrader_format
 from nbgrader.plugins import BasePlugin
-from nbgrader.preprocessors import (AssignLatePenalties, CheckCellMetadata, IgnorePattern, LimitOutput,
-                                    NbGraderPreprocessor, SaveAutoGrades)
+from nbgrader.preprocessors import (
+    AssignLatePenalties,
+    CheckCellMetadata,
+    IgnorePattern,
+    LimitOutput,
+    NbGraderPreprocessor,
+    SaveAutoGrades,
+)
 from traitlets import Dict
 
 from grader import cells
@@ -115,9 +122,16 @@ class InjectCheckResults(NbGraderPreprocessor):
 def autograde_config(course: Course, assignment: str, results: dict[str, dict]):
     config = course.config
     config.Autograde.exporter_class = NotebookExporter  # the course's config refuses nbgrader's own autograde
-    config.Autograde.autograde_preprocessors = [InjectCheckResults, IgnorePattern, ClearMetadataPreprocessor,
-                                                LimitOutput, SaveAutoGrades, AssignLatePenalties, StripCheckPoints,
-                                                CheckCellMetadata]
+    config.Autograde.autograde_preprocessors = [
+        InjectCheckResults,
+        IgnorePattern,
+        ClearMetadataPreprocessor,
+        LimitOutput,
+        SaveAutoGrades,
+        AssignLatePenalties,
+        StripCheckPoints,
+        CheckCellMetadata,
+    ]
     config.InjectCheckResults.results = results
     config.Exporter.optimistic_validation = True  # nbconvert validates once, after the last preprocessor
     return config
@@ -143,8 +157,11 @@ def _write_results(course: Course, assignment: str, results: dict[str, dict]) ->
             continue
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # SQLAlchemy's autoflush notes inside nbgrader's API
-            outcome = api.autograde(assignment, student, force=True, create=True) if result.get("readable") else \
-                {"success": False, "log": result.get("error", "")}
+            outcome = (
+                api.autograde(assignment, student, force=True, create=True)
+                if result.get("readable")
+                else {"success": False, "log": result.get("error", "")}
+            )
         if not outcome["success"]:
             problems[student] = (outcome.get("error") or outcome.get("log") or "").strip().splitlines()[-1:]
     late = AssignLatePenalties(config=config)  # read for its configured plugin_class only
@@ -178,8 +195,7 @@ def late_penalty(plugin: BasePlugin, student: str, score: float, seconds_late: f
     return None if penalty is None else min(max(penalty, 0), score)
 
 
-def _late_penalty_and_flag(gb: Gradebook, plugin: BasePlugin, assignment: str, student: str,
-                           flagged: bool) -> None:
+def _late_penalty_and_flag(gb: Gradebook, plugin: BasePlugin, assignment: str, student: str, flagged: bool) -> None:
     """The late penalty, from the score now in the gradebook; the formgrader's "Flagged?" set when the run
     flagged the submission (never cleared: a human may have set it)."""
     try:
@@ -203,6 +219,11 @@ def gradebook_scores(course: Course, assignment: str) -> dict[str, tuple[float, 
 def gradebook_marks(course: Course, assignment: str) -> dict[str, dict]:
     """student -> {score, late_penalty, flagged}: the formgrader's columns."""
     with Gradebook(course.db_url) as gb:
-        return {s.student.id: {"score": s.score, "late_penalty": s.late_submission_penalty,
-                               "flagged": any(n.flagged for n in s.notebooks)}
-                for s in gb.find_assignment(assignment).submissions}
+        return {
+            s.student.id: {
+                "score": s.score,
+                "late_penalty": s.late_submission_penalty,
+                "flagged": any(n.flagged for n in s.notebooks),
+            }
+            for s in gb.find_assignment(assignment).submissions
+        }

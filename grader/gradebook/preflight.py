@@ -11,6 +11,7 @@ gradebook must describe the notebook the students were given, which only
 generate_assignment (that also wrote the release) knows. Each missing piece is
 one line saying what to do; nothing is written (not even an empty gradebook).
 """
+
 from __future__ import annotations
 
 import os
@@ -32,19 +33,25 @@ def check_ready(course: Course, assignment: str) -> dict[str, str]:
     """Raises NotReady, or returns student -> submitted notebook."""
     root = course.root
     if is_student_build():
-        raise NotReady(f"this grader is a student build ({MARKER} exists): it has no hidden checks, so its grades "
-                       "would be wrong; grade with the instructor's install of the course")
+        raise NotReady(
+            f"this grader is a student build ({MARKER} exists): it has no hidden checks, so its grades "
+            "would be wrong; grade with the instructor's install of the course"
+        )
     if not os.path.isdir(root):
         raise NotReady(f"no course directory {root}: pass the course with --root (make grade COURSE=DIR)")
     if not os.path.isfile(os.path.join(root, "nbgrader_config.py")):
-        raise NotReady(f"{root} has no nbgrader_config.py, so it is not an nbgrader course directory: pass the "
-                       f"course with --root (make grade COURSE=DIR)")
+        raise NotReady(
+            f"{root} has no nbgrader_config.py, so it is not an nbgrader course directory: pass the "
+            f"course with --root (make grade COURSE=DIR)"
+        )
     if assignment not in exercise_ids():
         raise NotReady(f"unknown assignment {assignment!r}: the grader knows {', '.join(exercise_ids())}")
     get_exercise(assignment)  # a check module that fails to import raises here, with its traceback, before any grading
     if not _in_gradebook(course.db_url, assignment):
-        raise NotReady(f"{assignment} is not in the gradebook ({_shown(course.db_url)}): run "
-                       f"`nbgrader generate_assignment {assignment}` (make exercises) in {root} first")
+        raise NotReady(
+            f"{assignment} is not in the gradebook ({_shown(course.db_url)}): run "
+            f"`nbgrader generate_assignment {assignment}` (make exercises) in {root} first"
+        )
     try:
         results_key()  # the seal of graded/ (results.py): created now, or refused if others could read it
     except UnsafeFolder as exc:
@@ -54,13 +61,15 @@ def check_ready(course: Course, assignment: str) -> dict[str, str]:
         raise NotReady(odd)
     submissions = course.submitted(assignment)
     if not submissions:
-        raise NotReady(f"no submissions of {assignment} in {os.path.join(root, 'submitted')}/<student>/"
-                       f"{assignment}/: run `nbgrader collect {assignment}` in {root} first")
+        raise NotReady(
+            f"no submissions of {assignment} in {os.path.join(root, 'submitted')}/<student>/"
+            f"{assignment}/: run `nbgrader collect {assignment}` in {root} first"
+        )
     return submissions
 
 
 def _in_gradebook(db_url: str, assignment: str) -> bool:
-    if db_url.startswith("sqlite:///") and not os.path.isfile(db_url[len("sqlite:///"):]):
+    if db_url.startswith("sqlite:///") and not os.path.isfile(db_url[len("sqlite:///") :]):
         return False  # opening it would create an empty gradebook
     from nbgrader.api import Gradebook, MissingEntry
 

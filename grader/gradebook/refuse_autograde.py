@@ -16,21 +16,24 @@ For notebooks one trusts (a benchmark against nbgrader, the course's own samples
 command line lets nbgrader's autograde run as usual: `nbgrader autograde A --UnsandboxedAutograde.allowed=True`.
 The formgrader's button sends no flag. Light: nbgrader only.
 """
+
 from __future__ import annotations
 
 from nbconvert.exporters import NotebookExporter
 from nbgrader.converters.base import NbGraderException
 from nbgrader.preprocessors import Execute
 
-REFUSAL = ("nbgrader's autograde is turned off in this course: it would run student code unsandboxed, as you; "
-           "grade with `make grade` (python -m grader grade ASSIGNMENT), which runs it in sandboxes and fills "
-           "this gradebook")
+REFUSAL = (
+    "nbgrader's autograde is turned off in this course: it would run student code unsandboxed, as you; "
+    "grade with `make grade` (python -m grader grade ASSIGNMENT), which runs it in sandboxes and fills "
+    "this gradebook"
+)
 ALLOW = "--UnsandboxedAutograde.allowed=True"  # nbgrader's autograde as usual, for notebooks one trusts
 
 
 def _refuse_unless_allowed(configurable) -> None:
     allowed = configurable.config.UnsandboxedAutograde.get("allowed")  # no trait declares it: from the command
-    if str(allowed).strip().lower() != "true":                          # line it is a string, in a file True
+    if str(allowed).strip().lower() != "true":  # line it is a string, in a file True
         configurable.log.error(REFUSAL)
         raise NbGraderException(REFUSAL)
 

@@ -4,6 +4,7 @@ plot: which DDP mistakes the class makes most, next to a histogram of totals.
 
     python -m grader report 02_ddp_basics [--root COURSE]
 """
+
 from __future__ import annotations
 
 import collections
@@ -24,10 +25,19 @@ def summarize(assignment: str, results: list[dict]) -> list[dict]:
     rows = []
     for check in get_exercise(assignment).checks:
         outcomes = [c for r in results if r.get("report") for c in r["report"]["checks"] if c["name"] == check.name]
-        failures = collections.Counter(c["message"].splitlines()[0] for c in outcomes if not c["passed"] and c["message"])
-        rows.append({"check": check.name, "task": check.task, "hidden": check.hidden,
-                     "passed": sum(c["passed"] for c in outcomes), "graded": len(outcomes),
-                     "top_failures": failures.most_common(3)})
+        failures = collections.Counter(
+            c["message"].splitlines()[0] for c in outcomes if not c["passed"] and c["message"]
+        )
+        rows.append(
+            {
+                "check": check.name,
+                "task": check.task,
+                "hidden": check.hidden,
+                "passed": sum(c["passed"] for c in outcomes),
+                "graded": len(outcomes),
+                "top_failures": failures.most_common(3),
+            }
+        )
     return rows
 
 
@@ -37,8 +47,11 @@ def full_marks_per_task(assignment: str, results: list[dict]) -> dict[str, tuple
     out = {}
     for task in exercise.tasks:
         top = sum(c.points for c in exercise.checks if c.task == task)
-        full = sum(1 for r in results if r.get("report") and
-                   sum(c["points"] for c in r["report"]["checks"] if c["task"] == task) >= top)
+        full = sum(
+            1
+            for r in results
+            if r.get("report") and sum(c["points"] for c in r["report"]["checks"] if c["task"] == task) >= top
+        )
         out[task] = (full, top)
     return out
 
@@ -48,15 +61,21 @@ def _md(assignment: str, results: list[dict], rows: list[dict]) -> list[str]:
     lines = [f"# Class report: {assignment}", ""]
     unsandboxed = [r["student"] for r in results if r.get("sandboxed") is False]
     if unsandboxed:
-        lines += [f"**Graded unsandboxed** (`--no-sandbox`): {len(unsandboxed)} of {len(results)} submissions ran as "
-                  "the grading user, with its files, environment and network.", ""]
+        lines += [
+            f"**Graded unsandboxed** (`--no-sandbox`): {len(unsandboxed)} of {len(results)} submissions ran as "
+            "the grading user, with its files, environment and network.",
+            "",
+        ]
     plans: dict[str, list[str]] = {}
     for r in results:
         for plan in r.get("plans") or []:
             plans.setdefault(plan, []).append(r["student"])
     if plans:
-        lines += ["Hardware plans the runs used: " + "; ".join(
-            f"{plan} ({len(who)} of {len(results)})" for plan, who in plans.items()), ""]
+        lines += [
+            "Hardware plans the runs used: "
+            + "; ".join(f"{plan} ({len(who)} of {len(results)})" for plan, who in plans.items()),
+            "",
+        ]
     if flagged:
         lines += [f"## Flagged ({len(flagged)}): look at these first", ""]
         lines += [f"- **{r['student']}**: {'; '.join(r['flags'])}" for r in flagged] + [""]
@@ -87,10 +106,12 @@ def write_report(course: Course, assignment: str, out_dir: str | None = None) ->
     with open(md, "w") as f:
         f.write("\n".join(_md(assignment, results, rows)) + "\n")
 
-    failing = sorted((r for r in rows if r["graded"] and r["passed"] < r["graded"]),
-                     key=lambda r: r["graded"] - r["passed"])
-    fig, (ax, hist) = plt.subplots(1, 2, figsize=(17, 0.5 * max(len(failing), 4) + 1.4),
-                                   gridspec_kw={"width_ratios": [3, 1]})
+    failing = sorted(
+        (r for r in rows if r["graded"] and r["passed"] < r["graded"]), key=lambda r: r["graded"] - r["passed"]
+    )
+    fig, (ax, hist) = plt.subplots(
+        1, 2, figsize=(17, 0.5 * max(len(failing), 4) + 1.4), gridspec_kw={"width_ratios": [3, 1]}
+    )
     counts = [r["graded"] - r["passed"] for r in failing]
     ax.barh([f"{r['task']}: {r['check']}" for r in failing], counts, color="tab:red", alpha=0.3)
     for y, row in enumerate(failing):
@@ -102,8 +123,9 @@ def write_report(course: Course, assignment: str, out_dir: str | None = None) ->
 
     max_score = get_exercise(assignment).max_score
     totals = [r["report"]["score"] for r in results if r.get("report")]
-    hist.hist(totals, bins=min(int(max_score) + 1, 17), range=(0, max_score), color="tab:blue", alpha=0.6,
-              edgecolor="white")
+    hist.hist(
+        totals, bins=min(int(max_score) + 1, 17), range=(0, max_score), color="tab:blue", alpha=0.6, edgecolor="white"
+    )
     hist.yaxis.set_major_locator(MaxNLocator(integer=True))
     hist.set_xlabel(f"total score (of {max_score:g})")
     hist.set_ylabel("students")

@@ -16,6 +16,7 @@ state folder (~/.local/state/ddp-grader/results.key, 0600, in a 0700 folder):
     that survives the run could still forge a sealed file afterwards. That is
     why the sandbox is the default.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -59,8 +60,10 @@ def results_key() -> bytes:
     with os.fdopen(fd, "rb") as f:
         info = os.fstat(f.fileno())
         if info.st_uid != os.geteuid() or info.st_mode & 0o077:
-            raise UnsafeFolder(f"the results key {path} is not private to the grading user (owner uid "
-                               f"{info.st_uid}, mode {info.st_mode & 0o777:o}): refused")
+            raise UnsafeFolder(
+                f"the results key {path} is not private to the grading user (owner uid "
+                f"{info.st_uid}, mode {info.st_mode & 0o777:o}): refused"
+            )
         key = f.read().strip()
     if len(key) < 32:
         raise UnsafeFolder(f"the results key {path} is damaged: remove it (every result is then regraded once)")

@@ -6,6 +6,7 @@ grade` -> generate_feedback -> export (CSV). Used by `make demo` and by the
 end-to-end test, on a throwaway copy of the course with its own exchange and
 SQLite gradebook.
 """
+
 from __future__ import annotations
 
 import os
@@ -45,11 +46,20 @@ def exchange_root(root: str) -> str:
 
 
 def nbgrader(args: list[str], cwd: str, root: str, timeout: float = 300) -> str:
-    env = dict(os.environ, NBGRADER_EXCHANGE=exchange_root(root),
-               PATH=os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", ""))
+    env = dict(
+        os.environ,
+        NBGRADER_EXCHANGE=exchange_root(root),
+        PATH=os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", ""),
+    )
     env.pop("NBGRADER_DB_URL", None)
-    proc = subprocess.run([sys.executable, "-m", "nbgrader", *args, "--log-level=WARN"], cwd=cwd, env=env,
-                          capture_output=True, text=True, timeout=timeout)
+    proc = subprocess.run(
+        [sys.executable, "-m", "nbgrader", *args, "--log-level=WARN"],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
     if proc.returncode != 0:
         raise StepFailed(f"nbgrader {' '.join(args)} failed:\n{proc.stdout}{proc.stderr}")
     return proc.stdout + proc.stderr
@@ -76,8 +86,7 @@ def _as_student(action: str, course: Course, assignment: str, student: str) -> N
     config.CourseDirectory.student_id = student  # one OS user plays every student here
     factory = ExchangeFactory(config=config)
     exchange = factory.FetchAssignment if action == "fetch" else factory.Submit
-    app = exchange(coursedir=CourseDirectory(config=config), authenticator=Authenticator(config=config),
-                   config=config)
+    app = exchange(coursedir=CourseDirectory(config=config), authenticator=Authenticator(config=config), config=config)
     try:
         app.start()
     except ExchangeError as exc:

@@ -9,6 +9,7 @@ back without following links, and never by opening what the student left at
 the path (a FIFO would hang us, a link would send the write elsewhere): the
 original is written to a fresh file beside it and renamed over the path.
 """
+
 from __future__ import annotations
 
 import hashlib

@@ -7,6 +7,7 @@ the same, without the arrow. A FIFO or a device would hang or hurt whatever read
 GiB (no blocks on disk) becomes that much real data once copied. So `make grade` refuses all of these before it
 reads anything (preflight.py), and `make collect` refuses them in the exchange (vetted_collect.py). Light: os only.
 """
+
 from __future__ import annotations
 
 import os
@@ -33,8 +34,13 @@ def _kind(mode: int) -> str | None:
     """What a non-plain entry is, in words; None for a folder or a regular file."""
     if stat.S_ISDIR(mode) or stat.S_ISREG(mode):
         return None
-    return {stat.S_IFLNK: "a symbolic link", stat.S_IFIFO: "a FIFO", stat.S_IFSOCK: "a socket",
-            stat.S_IFCHR: "a device", stat.S_IFBLK: "a device"}.get(stat.S_IFMT(mode), "a special file")
+    return {
+        stat.S_IFLNK: "a symbolic link",
+        stat.S_IFIFO: "a FIFO",
+        stat.S_IFSOCK: "a socket",
+        stat.S_IFCHR: "a device",
+        stat.S_IFBLK: "a device",
+    }.get(stat.S_IFMT(mode), "a special file")
 
 
 def problems(base: str, max_bytes: int = MAX_SUBMISSION_BYTES) -> list[str]:
@@ -48,8 +54,9 @@ def problems(base: str, max_bytes: int = MAX_SUBMISSION_BYTES) -> list[str]:
     names: dict[tuple[int, int], list[str]] = {}  # (dev, inode) of files with more than one name -> those names
     sizes: dict[str, int] = {}  # submission -> apparent size of its files
     biggest: dict[str, tuple[int, str]] = {}
-    for folder, dirs, files in os.walk(base, onerror=lambda exc: found.append(f"{shown(exc.filename)} cannot be "
-                                                                              f"read ({exc.strerror})")):
+    for folder, dirs, files in os.walk(
+        base, onerror=lambda exc: found.append(f"{shown(exc.filename)} cannot be read ({exc.strerror})")
+    ):
         for name in sorted(dirs + files):
             path = os.path.join(folder, name)
             rel = os.path.relpath(path, base)
@@ -72,8 +79,10 @@ def problems(base: str, max_bytes: int = MAX_SUBMISSION_BYTES) -> list[str]:
     for submission, total in sorted(sizes.items()):
         if total > max_bytes:
             size, rel = biggest[submission]
-            found.append(f"{shown(submission)} holds {size_text(total)} of files ({shown(rel)}: {size_text(size)}), "
-                         f"more than the {size_text(max_bytes)} a submission may hold")
+            found.append(
+                f"{shown(submission)} holds {size_text(total)} of files ({shown(rel)}: {size_text(size)}), "
+                f"more than the {size_text(max_bytes)} a submission may hold"
+            )
     return found
 
 
@@ -83,5 +92,7 @@ def refusal(base: str, max_bytes: int = MAX_SUBMISSION_BYTES) -> str | None:
     if not found:
         return None
     more = f"; and {len(found) - MAX_SHOWN} more" if len(found) > MAX_SHOWN else ""
-    return (f"{shown(base, 200)} holds what grading must not read: {'; '.join(found[:MAX_SHOWN])}{more}. Nothing was "
-            f"graded; remove those (collect with `make collect`, which refuses them) and grade again")
+    return (
+        f"{shown(base, 200)} holds what grading must not read: {'; '.join(found[:MAX_SHOWN])}{more}. Nothing was "
+        f"graded; remove those (collect with `make collect`, which refuses them) and grade again"
+    )

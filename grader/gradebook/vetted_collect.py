@@ -21,6 +21,7 @@ nbgrader's collect then runs on the staging copy: the newest accepted submission
 student, with `--update` and `--before-duedate` as usual. Used by the formgrader's
 Collect button (deploy/hub) and by `python -m grader collect ASSIGNMENT` (grader/gradebook/collect.py).
 """
+
 from __future__ import annotations
 
 import os
@@ -48,8 +49,9 @@ def _when(ts: datetime) -> str:
     return ts.astimezone(timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
-def stage(src: str, dest: str, student: str, backdate_tolerance_s: float,
-          max_bytes: int = MAX_SUBMISSION_BYTES) -> None:
+def stage(
+    src: str, dest: str, student: str, backdate_tolerance_s: float, max_bytes: int = MAX_SUBMISSION_BYTES
+) -> None:
     """Copy the submission folder `src` to `dest` (new) if it is `student`'s, made when its name says."""
     parts = os.path.basename(src).rsplit("+", 3)
     try:
@@ -112,8 +114,10 @@ class _OwnedCopy:
                 raise Refused(f"{shown(where)} is not a plain file")
             self.owned(st, where)
             if st.st_size > self.room:
-                raise Refused(f"{shown(where)} is {size_text(st.st_size)} (its apparent size), more than the "
-                              f"{size_text(self.max_bytes)} a submission may hold together")
+                raise Refused(
+                    f"{shown(where)} is {size_text(st.st_size)} (its apparent size), more than the "
+                    f"{size_text(self.max_bytes)} a submission may hold together"
+                )
             with open(there, "xb") as out:
                 copied = _copy_at_most(f, out, self.room)
             if copied > self.room:  # it grew while copied
@@ -160,14 +164,18 @@ class VettedCollect(ExchangeCollect):
     """nbgrader's collect, on a private copy of the inbound submissions that `stage` accepted."""
 
     max_submission_bytes = Int(
-        MAX_SUBMISSION_BYTES, config=True,
+        MAX_SUBMISSION_BYTES,
+        config=True,
         help="The most bytes (apparent size) one submission's files may hold together; a larger one is refused, "
-             "never copied (`make grade` refuses the same under submitted/).")
+        "never copied (`make grade` refuses the same under submitted/).",
+    )
 
     backdate_tolerance_s = Float(
-        300.0, config=True,
+        300.0,
+        config=True,
         help="How much older than its files a submission's time may be: nbgrader stamps the time, then copies "
-             "and chmods; a backdate within this bound gains at most this much lateness.")
+        "and chmods; a backdate within this bound gains at most this much lateness.",
+    )
 
     def init_src(self):
         inbound = os.path.join(self.root, self.coursedir.course_id, "inbound")
@@ -181,8 +189,13 @@ class VettedCollect(ExchangeCollect):
                 if len(parts) < 3 or parts[1] != self.coursedir.assignment_id or not fnmatch(parts[0], student):
                     continue
                 try:
-                    stage(os.path.join(inbound, name), os.path.join(staged, name), parts[0],
-                          self.backdate_tolerance_s, self.max_submission_bytes)
+                    stage(
+                        os.path.join(inbound, name),
+                        os.path.join(staged, name),
+                        parts[0],
+                        self.backdate_tolerance_s,
+                        self.max_submission_bytes,
+                    )
                 except Refused as exc:
                     shutil.rmtree(os.path.join(staged, name), ignore_errors=True)
                     self.log.error("REFUSED %s: %s", shown(name), exc)

@@ -8,6 +8,7 @@ counts none there, grading stops before anything is graded, with one line saying
 anyway (--no-gpu: every run on gloo, the results say so; --no-sandbox). A machine without NVIDIA devices is
 not probed: every run is gloo on CPU, as each result's plan says.
 """
+
 from __future__ import annotations
 
 import json
@@ -113,11 +114,20 @@ def check_gpus(worker_args: list[str], sandbox: bool, nursery: bool, no_gpu: boo
     if gpus > 0 and not rank.get("failed") and not rank.get("cuda_error"):
         return GpuGate(gpus, probed)
     where = ("a nursery's job" if nursery else "the sandbox") if sandbox else "a grading worker"
-    why = probed.get("failed") or rank.get("failed") or rank.get("cuda_error") or probed.get("cuda_error") \
+    why = (
+        probed.get("failed")
+        or rank.get("failed")
+        or rank.get("cuda_error")
+        or probed.get("cuda_error")
         or "CUDA counts 0 GPUs"
+    )
     why = ([line.strip() for line in str(why).splitlines() if line.strip()] or ["?"])[-1][:300]  # one line
-    clues = [f"{k}: {rank[k]}" for k in ("comm", "dumpable", "sys_pci") if k in rank
-             and rank[k] not in ("written", True)]
-    raise GpuUnusable(f"this machine has NVIDIA GPUs, but CUDA counts none in {where} ({why}"
-                      + (f"; {', '.join(clues)}" if clues else "") + "): nothing was graded; grade on CPU anyway "
-                      "with --no-gpu" + (", or outside the sandbox with --no-sandbox" if sandbox else ""))
+    clues = [
+        f"{k}: {rank[k]}" for k in ("comm", "dumpable", "sys_pci") if k in rank and rank[k] not in ("written", True)
+    ]
+    raise GpuUnusable(
+        f"this machine has NVIDIA GPUs, but CUDA counts none in {where} ({why}"
+        + (f"; {', '.join(clues)}" if clues else "")
+        + "): nothing was graded; grade on CPU anyway "
+        "with --no-gpu" + (", or outside the sandbox with --no-sandbox" if sandbox else "")
+    )

@@ -9,6 +9,7 @@ size (engine/plan.py: widest_job), so the job's plans follow the README's plan t
 gets no group on a machine with GPUs (--jobs above the groups, or fewer GPUs than ranks) sees none: every run
 of it is gloo on CPU, and its results say so.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field

@@ -7,6 +7,7 @@ exercise's hidden checks or reads a job, it imports torch and the public checks 
 ranks' forkserver from itself (engine/forked_forkserver.py): one torch import per worker, not two. Before
 all that it takes its stdin and stdout private (result_channel.py): nothing it starts holds the result channel.
 """
+
 from __future__ import annotations
 
 import argparse

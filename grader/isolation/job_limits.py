@@ -15,6 +15,7 @@ under the grader's own cgroup (so whatever bounds the grader still bounds its jo
 `pids` and `memory` or in the unified v2 hierarchy, whichever the grader can write; it needs root here (no
 delegated v2 subtree). GRADER_JOB_PIDS and GRADER_JOB_MEMORY (bytes) change the bounds.
 """
+
 from __future__ import annotations
 
 import itertools
@@ -66,8 +67,11 @@ class JobLimits:
         except OSError as exc:
             return cls({}, 0, f"/proc/self/cgroup is not readable ({exc.strerror})")
         name = f"ddp-grader-{os.getpid()}"
-        v1 = {kind: os.path.join(ROOT, kind, own[kind].lstrip("/"), name) for kind in ("pids", "memory")
-              if kind in own and os.path.isdir(os.path.join(ROOT, kind))}
+        v1 = {
+            kind: os.path.join(ROOT, kind, own[kind].lstrip("/"), name)
+            for kind in ("pids", "memory")
+            if kind in own and os.path.isdir(os.path.join(ROOT, kind))
+        }
         if len(v1) == 2:
             return cls._made(v1, 1)
         unified = os.path.join(ROOT, own.get("", "/").lstrip("/"))
@@ -177,8 +181,9 @@ class JobGroup:
             events = _events(self.folders["memory"], "memory.events")
             memory, name = events.get("oom_kill", 0) or events.get("max", 0), "memory.max"
         if memory:
-            found.append(f"memory, /tmp and /dev/shm together (at most {MEMORY_BYTES / (1 << 30):g} GiB per job: "
-                         f"cgroup {name})")
+            found.append(
+                f"memory, /tmp and /dev/shm together (at most {MEMORY_BYTES / (1 << 30):g} GiB per job: cgroup {name})"
+            )
         return found
 
     def close(self) -> None:

@@ -7,6 +7,7 @@ Python 3.11 has no os.unshare or os.mount; these are the few calls a job needs, 
 new PID namespace, bring `lo` up with SIOCSIFFLAGS, then drop every capability (bounding set first, it
 needs CAP_SETPCAP) before any student byte is read.
 """
+
 from __future__ import annotations
 
 import ctypes
@@ -41,8 +42,10 @@ def unshare(flags: int) -> None:
 
 def mount(source: str, target: str, fstype: str | None, flags: int = 0, data: str | None = None) -> None:
     enc = lambda s: None if s is None else s.encode()  # noqa: E731
-    _check(_libc.mount(enc(source), enc(target), enc(fstype), ctypes.c_ulong(flags), enc(data)),
-           f"mount {fstype or source} on {target}")
+    _check(
+        _libc.mount(enc(source), enc(target), enc(fstype), ctypes.c_ulong(flags), enc(data)),
+        f"mount {fstype or source} on {target}",
+    )
 
 
 def prctl(option: int, arg: int = 0) -> int:
@@ -51,8 +54,11 @@ def prctl(option: int, arg: int = 0) -> int:
 
 def map_ids(uid_inside: int, uid_outside: int, gid_inside: int, gid_outside: int) -> None:
     """This process's own uid and gid, mapped into the user namespace it has just unshared."""
-    for name, text in (("setgroups", "deny"), ("uid_map", f"{uid_inside} {uid_outside} 1\n"),
-                       ("gid_map", f"{gid_inside} {gid_outside} 1\n")):
+    for name, text in (
+        ("setgroups", "deny"),
+        ("uid_map", f"{uid_inside} {uid_outside} 1\n"),
+        ("gid_map", f"{gid_inside} {gid_outside} 1\n"),
+    ):
         with open(f"/proc/self/{name}", "w") as f:
             f.write(text)
 

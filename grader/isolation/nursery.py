@@ -9,6 +9,7 @@ nursery_client.py): each carries the job's result socket, the read end of its jo
 descriptor of the parent's private copy of the submission. The nursery never reads a student byte and never
 runs student code; it forks, and the child (nursery_job.py) isolates itself before it reads the submission.
 """
+
 from __future__ import annotations
 
 import argparse

@@ -13,6 +13,7 @@ namespace). It is moved into the job's cgroups (job_limits.py), where there are 
 the go byte it waits for. A nursery that is dead or does not answer is killed, and the next job starts a new one; a job
 that could not be started reads as ended at once, so worker_pool.py reports it lost, as for a dead worker.
 """
+
 from __future__ import annotations
 
 import json
@@ -69,11 +70,18 @@ class Nursery:
         self.control, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         stderr = None if os.environ.get("GRADER_SANDBOX_STDERR") else subprocess.DEVNULL
         with theirs:
-            self.proc = subprocess.Popen(box.argv, stdin=theirs.fileno(), stdout=subprocess.DEVNULL, stderr=stderr,
-                                         env=box.env, start_new_session=True)
+            self.proc = subprocess.Popen(
+                box.argv,
+                stdin=theirs.fileno(),
+                stdout=subprocess.DEVNULL,
+                stderr=stderr,
+                env=box.env,
+                start_new_session=True,
+            )
 
-    def start(self, submission: str | None, group=None, probe: bool = False,
-              uid: int | None = None) -> JobProcess | None:
+    def start(
+        self, submission: str | None, group=None, probe: bool = False, uid: int | None = None
+    ) -> JobProcess | None:
         """The job's process, or None if this nursery could not start it (dead, or not answering). group: the
         job's cgroups (job_limits.JobGroup), which its first process enters before it forks anything. probe: the
         job runs the CUDA probe rank (engine/cuda_probe.py) instead of grading, and reports on its result channel.
@@ -92,8 +100,11 @@ class Nursery:
             theirs.close()  # before the wait: a job (or nursery) that dies before its hello then reads as EOF at once
             ours.settimeout(HELLO_S)
             hello, ancillary, _, _ = ours.recvmsg(1, socket.CMSG_SPACE(_UCRED))
-            pid = next(struct.unpack("3i", data[:_UCRED])[0] for level, kind, data in ancillary
-                       if level == socket.SOL_SOCKET and kind == socket.SCM_CREDENTIALS)
+            pid = next(
+                struct.unpack("3i", data[:_UCRED])[0]
+                for level, kind, data in ancillary
+                if level == socket.SOL_SOCKET and kind == socket.SCM_CREDENTIALS
+            )
             if hello != b"H" or pid <= 0:  # at EOF (the job or its nursery died first) SO_PASSCRED still hands
                 raise OSError("no hello from the job")  # credentials, with pid 0: killing "0" is our own group
             if group is not None:

@@ -22,6 +22,7 @@ locked: the mount is refused (EPERM). The nursery's sandbox therefore also binds
 the nursery runs no student code) under NURSERY_DIR, which each job covers with an empty tmpfs right after it
 has mounted its own /proc.
 """
+
 from __future__ import annotations
 
 import json
@@ -35,8 +36,7 @@ from grader.isolation import job_limits
 from grader.isolation import namespaces as ns
 from grader.isolation import sandbox
 
-NAMESPACES = (ns.CLONE_NEWUSER | ns.CLONE_NEWNS | ns.CLONE_NEWPID | ns.CLONE_NEWNET | ns.CLONE_NEWIPC
-              | ns.CLONE_NEWUTS)
+NAMESPACES = ns.CLONE_NEWUSER | ns.CLONE_NEWNS | ns.CLONE_NEWPID | ns.CLONE_NEWNET | ns.CLONE_NEWIPC | ns.CLONE_NEWUTS
 INSIDE_ID = 65534  # the job's uid and gid in its own user namespace: not root there either
 _TMPFS = ns.MS_NOSUID | ns.MS_NODEV
 
@@ -120,8 +120,9 @@ def _read_only(path: str) -> None:
     /etc, the parents of the bound prefixes) that user's, which is each job's uid too: a job could leave a file there
     for the next (an /etc/ld.so.preload for a classmate's processes). The flags the nursery's namespace locked
     (nosuid, nodev, noexec, atime) are kept, as a remount from a user namespace must."""
-    locked = os.statvfs(path).f_flag & (os.ST_NOSUID | os.ST_NODEV | os.ST_NOEXEC | os.ST_NOATIME | os.ST_NODIRATIME
-                                        | os.ST_RELATIME)
+    locked = os.statvfs(path).f_flag & (
+        os.ST_NOSUID | os.ST_NODEV | os.ST_NOEXEC | os.ST_NOATIME | os.ST_NODIRATIME | os.ST_RELATIME
+    )
     ns.mount("none", path, None, ns.MS_REMOUNT | ns.MS_BIND | ns.MS_RDONLY | locked)
 
 

@@ -10,6 +10,7 @@ token) and take its descriptors (pidfd_getfd). So the worker first makes itself 
 inherit that; an exec, such as the tracker's, does not), then moves both descriptors to non-inheritable
 numbers, with fd 0 on /dev/null and fd 1 on stderr: nothing it starts afterwards holds either of them.
 """
+
 from __future__ import annotations
 
 import fcntl

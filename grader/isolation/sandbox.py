@@ -58,6 +58,7 @@ namespace of its own, with fresh /tmp, HOME, /dev/shm, /proc and its submission,
 runs as nobody with CAP_SETUID and CAP_SETGID alone, which each job's first process uses to take its own uid
 before it unshares its user namespace (and with it every capability of the nursery's).
 """
+
 from __future__ import annotations
 
 import atexit
@@ -97,9 +98,11 @@ def available() -> bool:
 
 def require() -> None:
     if not available():
-        raise SandboxMissing(f"grading runs each submission in a bubblewrap sandbox, and `bwrap` is not on PATH: "
-                             f"install it ({INSTALL_HINT}), or pass --no-sandbox to grade unsandboxed "
-                             "(only for a class you trust)")
+        raise SandboxMissing(
+            f"grading runs each submission in a bubblewrap sandbox, and `bwrap` is not on PATH: "
+            f"install it ({INSTALL_HINT}), or pass --no-sandbox to grade unsandboxed "
+            "(only for a class you trust)"
+        )
 
 
 def read_only_prefixes() -> list[str]:
@@ -132,7 +135,10 @@ def _read_only_file(prefix: str, text: str) -> str:
 def _named_uid_files(uid: int) -> dict[str, str]:
     """/etc/passwd and /etc/group with the job's uid and gid named "grading", for its sandbox."""
     files = {}
-    for name, entry in (("passwd", f"grading:x:{uid}:{uid}::{HOME}:/usr/sbin/nologin\n"), ("group", f"grading:x:{uid}:\n")):
+    for name, entry in (
+        ("passwd", f"grading:x:{uid}:{uid}::{HOME}:/usr/sbin/nologin\n"),
+        ("group", f"grading:x:{uid}:\n"),
+    ):
         try:
             with open(f"/etc/{name}") as f:
                 text = f.read()
@@ -179,8 +185,14 @@ DRIVER_ENV_PREFIXES = ("CUDA_", "NCCL_", "NVIDIA_", "CUBLAS_", "CUDNN_", "TORCH_
 
 
 def environment(masked: bool) -> dict[str, str]:
-    env = {"PATH": f"{os.path.dirname(sys.executable)}:/usr/bin:/bin", "HOME": HOME, "LANG": "C.UTF-8",
-           "PYTHONDONTWRITEBYTECODE": "1", "PYTHONNOUSERSITE": "1", "PYTORCH_NVML_BASED_CUDA_CHECK": "1"}
+    env = {
+        "PATH": f"{os.path.dirname(sys.executable)}:/usr/bin:/bin",
+        "HOME": HOME,
+        "LANG": "C.UTF-8",
+        "PYTHONDONTWRITEBYTECODE": "1",
+        "PYTHONNOUSERSITE": "1",
+        "PYTORCH_NVML_BASED_CUDA_CHECK": "1",
+    }
     for name, value in os.environ.items():
         if name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", *DRIVER_ENV) or name.startswith(DRIVER_ENV_PREFIXES):
             env[name] = value
@@ -215,8 +227,12 @@ def driver_folders(covered: list[str], library_path: str | None = None) -> list[
     found = []
     for folder in library_path.split(":"):
         folder = os.path.realpath(folder) if os.path.isabs(folder) else ""
-        if folder and os.path.isdir(folder) and folder not in found and not any(
-                folder == p or folder.startswith(p.rstrip("/") + "/") for p in ["/usr", *covered]):
+        if (
+            folder
+            and os.path.isdir(folder)
+            and folder not in found
+            and not any(folder == p or folder.startswith(p.rstrip("/") + "/") for p in ["/usr", *covered])
+        ):
             found.append(folder)
     return found
 
@@ -229,12 +245,28 @@ _AS_ROOT = ["--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts", 
 class Sandbox:
     """argv and environment of one sandboxed worker."""
 
-    def __init__(self, worker_argv: list[str], submission: str | None, masked: bool, jobs: int,
-                 nursery: bool = False, uid: int | None = None):
+    def __init__(
+        self,
+        worker_argv: list[str],
+        submission: str | None,
+        masked: bool,
+        jobs: int,
+        nursery: bool = False,
+        uid: int | None = None,
+    ):
         """uid: as root, the job's own uid (slot_uids.py); a nursery's jobs each take theirs (nursery_job.py)."""
         root = os.geteuid() == 0
-        args = [BWRAP, *(_AS_ROOT if root else ["--unshare-all", "--cap-drop", "ALL"]), "--hostname", HOSTNAME,
-                "--die-with-parent", "--new-session", "--ro-bind", "/usr", "/usr"]
+        args = [
+            BWRAP,
+            *(_AS_ROOT if root else ["--unshare-all", "--cap-drop", "ALL"]),
+            "--hostname",
+            HOSTNAME,
+            "--die-with-parent",
+            "--new-session",
+            "--ro-bind",
+            "/usr",
+            "/usr",
+        ]
         for link in ("bin", "lib", "lib64", "sbin"):
             if os.path.islink(f"/{link}"):
                 args += ["--symlink", os.readlink(f"/{link}"), f"/{link}"]
@@ -258,24 +290,55 @@ class Sandbox:
         if submission is not None:
             args += ["--perms", "0755", "--dir", os.path.dirname(SUBMISSION), "--ro-bind", submission, SUBMISSION]
         for folder in driver_folders(read_only_prefixes()):
-            args += [a for parent in _parents(folder) if parent not in ("/tmp", HOME, "/home")
-                     for a in ("--perms", "0755", "--dir", parent)] + ["--ro-bind", folder, folder]
+            args += [
+                a
+                for parent in _parents(folder)
+                if parent not in ("/tmp", HOME, "/home")
+                for a in ("--perms", "0755", "--dir", parent)
+            ] + ["--ro-bind", folder, folder]
         args += ["--proc", "/proc", "--dev", "/dev", "--perms", "1777", "--size", str(TMP_BYTES), "--tmpfs", "/dev/shm"]
         if os.path.isdir(SYS):
             args += ["--ro-bind", SYS, "/sys"]
         if nursery:  # each job mounts its own /proc and tmpfs here (nursery_job.py says why the host's /proc is needed)
-            args += ["--perms", "0755", "--dir", os.path.dirname(SUBMISSION), "--perms", "0755", "--dir",
-                     NURSERY_DIR, "--bind", "/proc", os.path.join(NURSERY_DIR, "proc")]  # writable: see nursery_job.py
+            args += [
+                "--perms",
+                "0755",
+                "--dir",
+                os.path.dirname(SUBMISSION),
+                "--perms",
+                "0755",
+                "--dir",
+                NURSERY_DIR,
+                "--bind",
+                "/proc",
+                os.path.join(NURSERY_DIR, "proc"),
+            ]  # writable: see nursery_job.py
         for name in gpu_nodes():  # GPUs, when the machine has them
             args += ["--dev-bind", os.path.join(DEV, name), f"/dev/{name}"]
         args += ["--chdir", "/tmp"]
         if root and nursery:  # the nursery runs as nobody, keeping only what it takes to put each job it forks
-            args += ["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups",  # in its own uid
-                     "--inh-caps=-all,+setuid,+setgid", "--ambient-caps=+setuid,+setgid",
-                     "--bounding-set=-all,+setuid,+setgid", "--no-new-privs", "--"]
+            args += [
+                "setpriv",
+                f"--reuid={NOBODY}",
+                f"--regid={NOBODY}",
+                "--clear-groups",  # in its own uid
+                "--inh-caps=-all,+setuid,+setgid",
+                "--ambient-caps=+setuid,+setgid",
+                "--bounding-set=-all,+setuid,+setgid",
+                "--no-new-privs",
+                "--",
+            ]
         elif root:  # bwrap set the sandbox up as root; the worker runs as its job's own uid, without capabilities
-            args += ["setpriv", f"--reuid={uid or NOBODY}", f"--regid={uid or NOBODY}", "--clear-groups",
-                     "--inh-caps=-all", "--bounding-set=-all", "--no-new-privs", "--"]
+            args += [
+                "setpriv",
+                f"--reuid={uid or NOBODY}",
+                f"--regid={uid or NOBODY}",
+                "--clear-groups",
+                "--inh-caps=-all",
+                "--bounding-set=-all",
+                "--no-new-privs",
+                "--",
+            ]
         args += worker_argv
         # RLIMIT_NPROC: a job of its own uid is bounded here; otherwise this is the budget of every job together, and
         # each job bounds itself to NPROC_PER_SANDBOX inside its own uid or user namespace (job_limits.py)
@@ -283,4 +346,3 @@ class Sandbox:
         limits = [f"--nproc={nproc}", f"--data={DATA_BYTES}", f"--fsize={TMP_BYTES}", "--core=0"]
         self.argv = ["prlimit", *limits, "--", *args]
         self.env = environment(masked)
-

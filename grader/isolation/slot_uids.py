@@ -13,6 +13,7 @@ above any account's and below 2**31; a uid is skipped if /etc/passwd or /etc/gro
 flock in LOCK_DIR, root's alone). Each job's gid is the same number, with no supplementary groups. A uid freed
 is taken again last, so a job's processes are long gone (its PID namespace ended) before the uid serves again.
 """
+
 from __future__ import annotations
 
 import fcntl
@@ -96,8 +97,9 @@ class SlotUids:
             if uid >= self.start() + _SCAN or uid >= 2**31 - 1:
                 raise OSError(f"no free uid for a grading job in {self.start()}..{uid} (GRADER_SLOT_UIDS_FROM)")
             if uid not in running and not _named(uid) and not any(uid in r for r in subs):
-                fd = os.open(os.path.join(folder, str(uid)), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW,
-                             0o600)
+                fd = os.open(
+                    os.path.join(folder, str(uid)), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600
+                )
                 try:
                     fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
                 except OSError:

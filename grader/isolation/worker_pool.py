@@ -18,6 +18,7 @@ start (bwrap, the torch import, the forkserver) overlaps their work and their
 waits, and it is handed its job line (before which no student code runs in it)
 when a slot frees.
 """
+
 from __future__ import annotations
 
 import json
@@ -61,7 +62,7 @@ class Lines:
         lines = []
         while (end := self.pending.find(b"\n", self.scanned)) >= 0:
             lines.append(self.pending[:end].decode("utf-8", "replace"))
-            del self.pending[:end + 1]
+            del self.pending[: end + 1]
             self.scanned = 0
         self.scanned = len(self.pending)
         if len(self.pending) > RESULT_LIMIT:
@@ -84,8 +85,15 @@ class Workers:
     """How workers start: one long-lived `python -m grader.isolation.grading_worker ARGS` process each (sandbox None),
     or one sandboxed worker per job; then a job line names the submission as the sandbox shows it."""
 
-    def __init__(self, worker_args: list[str], sandbox: Callable[[list[str], Job], "object"] | None = None,
-                 nurseries=None, limits=None, gpus=None, uids=None):
+    def __init__(
+        self,
+        worker_args: list[str],
+        sandbox: Callable[[list[str], Job], "object"] | None = None,
+        nurseries=None,
+        limits=None,
+        gpus=None,
+        uids=None,
+    ):
         self.argv = [sys.executable, "-m", "grader.isolation.grading_worker", *worker_args]
         self.sandbox = sandbox
         self.nurseries = nurseries  # sandboxed: each job forked from its phase's nursery (nursery_client.py)
@@ -122,8 +130,17 @@ class Workers:
             stderr = None if os.environ.get("GRADER_SANDBOX_STDERR") else subprocess.DEVNULL
             if group is not None:
                 argv = group.join_argv(argv)
-        return subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=stderr, text=True,
-                                bufsize=1, encoding="utf-8", start_new_session=True, env=env)
+        return subprocess.Popen(
+            argv,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=stderr,
+            text=True,
+            bufsize=1,
+            encoding="utf-8",
+            start_new_session=True,
+            env=env,
+        )
 
     def path_seen(self, job: Job) -> str:
         if job.path is None:
@@ -131,16 +148,30 @@ class Workers:
         return SUBMISSION if self.sandbox else job.path
 
 
-def run_pool(queue: list[Job], workers: Workers, jobs: int, on_result: Callable[[Job, dict], bool],
-             on_stray: Callable[[str, str], None], on_tick: Callable[[set[str]], None], progress: bool, total: int,
-             desc: str) -> None:
+def run_pool(
+    queue: list[Job],
+    workers: Workers,
+    jobs: int,
+    on_result: Callable[[Job, dict], bool],
+    on_stray: Callable[[str, str], None],
+    on_tick: Callable[[set[str]], None],
+    progress: bool,
+    total: int,
+    desc: str,
+) -> None:
     """Grade the queued jobs in `jobs` workers. on_result(job, result) for each genuine result, returns
     whether the submission is done (it may queue its next phase); on_stray(student, why) for a message
     that is not; on_tick(students whose code may have run since the last tick) at least once a second."""
     if not queue:
         return
-    bar = tqdm(total=total, initial=total - len({j.student for j in queue}), desc=desc, unit="submission",
-               disable=not progress, file=sys.stderr)
+    bar = tqdm(
+        total=total,
+        initial=total - len({j.student for j in queue}),
+        desc=desc,
+        unit="submission",
+        disable=not progress,
+        file=sys.stderr,
+    )
     pool = _Pool(queue, workers, jobs, on_result, on_stray, bar)
     try:
         pool.fill()
@@ -158,8 +189,14 @@ class _Pool:
     sandboxed worker started ahead for the next job, and whose code may have run since the last tick."""
 
     def __init__(self, queue: list[Job], workers: Workers, jobs: int, on_result, on_stray, bar):
-        self.queue, self.workers, self.jobs, self.on_result, self.on_stray, self.bar = \
-            queue, workers, jobs, on_result, on_stray, bar
+        self.queue, self.workers, self.jobs, self.on_result, self.on_stray, self.bar = (
+            queue,
+            workers,
+            jobs,
+            on_result,
+            on_stray,
+            bar,
+        )
         self.selector = selectors.DefaultSelector()
         self.running: dict[subprocess.Popen, dict | None] = {}
         self.warm: list[tuple[subprocess.Popen, Job]] = []  # sandboxed: the next job's worker, started, not yet fed
@@ -210,8 +247,14 @@ class _Pool:
         devices = workers.gpus.take() if workers.gpus else None
         self.running[proc] = {"job": job, "token": secrets.token_hex(16), "since": time.monotonic(), "gpus": devices}
         self.window.add(job.student)
-        fields = [job.student, workers.path_seen(job), job.shown_as, self.running[proc]["token"], job.phase,
-                  json.dumps(job.hung)] + ([json.dumps(devices)] if devices is not None else [])  # its own GPUs
+        fields = [
+            job.student,
+            workers.path_seen(job),
+            job.shown_as,
+            self.running[proc]["token"],
+            job.phase,
+            json.dumps(job.hung),
+        ] + ([json.dumps(devices)] if devices is not None else [])  # its own GPUs
         try:
             proc.stdin.write("\t".join(fields) + "\n")
             proc.stdin.flush()
@@ -232,14 +275,19 @@ class _Pool:
         proc.wait(timeout=10)
         self.release(proc)
 
-    def release(self, proc) -> None:  # the job's cgroups: what it ran into is told to its author; what it left is killed
+    def release(
+        self, proc
+    ) -> None:  # the job's cgroups: what it ran into is told to its author; what it left is killed
         self.workers.give_back_uid(getattr(proc, "uid", None))  # its PID namespace ended: nothing of it runs as the uid
         group = getattr(proc, "group", None)
         if group is None:
             return
         for limit in group.exceeded():
-            self.on_stray(proc.student, f"this submission's code ran into its job's limit on {limit}; a check that "
-                                        "failed then may have failed because of it")
+            self.on_stray(
+                proc.student,
+                f"this submission's code ran into its job's limit on {limit}; a check that "
+                "failed then may have failed because of it",
+            )
         group.close()
 
     def message(self, proc, line: str) -> None:
@@ -249,11 +297,18 @@ class _Pool:
             result = json.loads(result)
         except ValueError:
             token, result = None, None
-        if job is None or token != job["token"] or not isinstance(result, dict) \
-                or result.get("student") != job["job"].student:
+        if (
+            job is None
+            or token != job["token"]
+            or not isinstance(result, dict)
+            or result.get("student") != job["job"].student
+        ):
             if job is not None:
-                self.on_stray(job["job"].student, "a message that was not the grader's reached the grader's pipe "
-                                                  "while this submission was graded (ignored)")
+                self.on_stray(
+                    job["job"].student,
+                    "a message that was not the grader's reached the grader's pipe "
+                    "while this submission was graded (ignored)",
+                )
             return
         self.running[proc] = None
         self.give_back(job)
@@ -264,9 +319,11 @@ class _Pool:
 
     def overflow(self, proc) -> None:  # more than a result, without a newline: only student code writes that
         if self.running.get(proc) is not None:
-            self.on_stray(self.running[proc]["job"].student,
-                          f"more than {RESULT_LIMIT >> 20} MiB without a line end reached the grader's result channel "
-                          "while this submission was graded: its grading was stopped")
+            self.on_stray(
+                self.running[proc]["job"].student,
+                f"more than {RESULT_LIMIT >> 20} MiB without a line end reached the grader's result channel "
+                "while this submission was graded: its grading was stopped",
+            )
         self.lost(proc)
 
     def lost(self, proc) -> None:  # the worker ended or was stopped before its result: the submission stays ungraded

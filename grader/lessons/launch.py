@@ -9,6 +9,7 @@ Two details matter (lesson 4, section 1):
 Every job runs in the current directory (the lesson's temporary folder, from `workspace()`), which is also on the
 workers' PYTHONPATH so that the lesson's scripts import each other.
 """
+
 from __future__ import annotations
 
 import json
@@ -48,9 +49,14 @@ class Launch:
         self.deadline = time.monotonic() + timeout
         self.started = time.time()
         with open(self.log_path, "w") as log:
-            self.proc = subprocess.Popen(TORCHRUN + args, env=env or torchrun_env(), stdout=log,
-                                         stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                         start_new_session=True)
+            self.proc = subprocess.Popen(
+                TORCHRUN + args,
+                env=env or torchrun_env(),
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+            )
 
     def wait(self):
         """torchrun's exit code, or 'timeout' after killing the whole job."""

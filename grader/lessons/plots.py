@@ -3,6 +3,7 @@
 Each function names the lesson and section that measures what it draws (d2l style): read the measurement
 there, the drawing here. Lesson 1's and 4's figures are in plots_more.py.
 """
+
 from __future__ import annotations
 
 import matplotlib.pyplot as plt
@@ -42,8 +43,10 @@ def epoch_orders(with_set_epoch, without_set_epoch, epochs=3, ranks=2):
     Lesson 2, §8 "DistributedSampler and set_epoch". Each argument: orders[rank][epoch] = list of sample ids.
     """
     _, axes = plt.subplots(1, 2, figsize=(11, 3.6), sharey=True)
-    for ax, orders, title in ((axes[0], with_set_epoch, "with sampler.set_epoch(epoch)"),
-                              (axes[1], without_set_epoch, "without set_epoch")):
+    for ax, orders, title in (
+        (axes[0], with_set_epoch, "with sampler.set_epoch(epoch)"),
+        (axes[1], without_set_epoch, "without set_epoch"),
+    ):
         rows = [orders[rank][epoch] for epoch in range(epochs) for rank in range(ranks)]
         ax.imshow(rows, cmap="tab20", vmin=0, vmax=19, aspect="auto")
         for y, row in enumerate(rows):
@@ -106,7 +109,7 @@ def accuracy_bars(accuracy, situations, methods, steps=60):
 ZERO_COLORS = {"DDP": "C0", "ZeRO-1": "C1", "ZeRO-2": "C2", "FSDP2 (ZeRO-3)": "C3", "ZeRO-3 / FSDP": "C3"}
 
 
-def memory_per_rank(world_sizes, measured, mb=2 ** 20, psi=7.5e9, gpus=(1, 2, 4, 8, 16, 32, 64)):
+def memory_per_rank(world_sizes, measured, mb=2**20, psi=7.5e9, gpus=(1, 2, 4, 8, 16, 32, 64)):
     """Left: measured bytes on the fullest rank (DDP, ZeRO-1, FSDP2; ZeRO-2 computed). Right: the ZeRO
     paper's formulas for a 7.5 B model in mixed precision.
 
@@ -114,8 +117,13 @@ def memory_per_rank(world_sizes, measured, mb=2 ** 20, psi=7.5e9, gpus=(1, 2, 4,
     """
     _, (left, right) = plt.subplots(1, 2, figsize=(12, 4))
     for method, marker in (("DDP", "o"), ("ZeRO-1", "s"), ("FSDP2 (ZeRO-3)", "^")):
-        left.plot(world_sizes, [max(sum(r[method].values()) for r in measured[n]) / mb for n in world_sizes],
-                  marker=marker, color=ZERO_COLORS[method], label=f"{method}, measured")
+        left.plot(
+            world_sizes,
+            [max(sum(r[method].values()) for r in measured[n]) / mb for n in world_sizes],
+            marker=marker,
+            color=ZERO_COLORS[method],
+            label=f"{method}, measured",
+        )
     one = measured[world_sizes[0]][0]["DDP"]  # everything whole: the parts of one replica
     zero2 = [(one["parameters"] + (one["gradients"] + one["optimizer state"]) / n) / mb for n in world_sizes]
     left.plot(world_sizes, zero2, "d--", color=ZERO_COLORS["ZeRO-2"], label="ZeRO-2, computed")
@@ -127,8 +135,12 @@ def memory_per_rank(world_sizes, measured, mb=2 ** 20, psi=7.5e9, gpus=(1, 2, 4,
     left.legend(fontsize=8)
     left.grid(alpha=0.3)
 
-    formulas = {"DDP": lambda n: 16 * psi, "ZeRO-1": lambda n: 4 * psi + 12 * psi / n,
-                "ZeRO-2": lambda n: 2 * psi + 14 * psi / n, "ZeRO-3 / FSDP": lambda n: 16 * psi / n}
+    formulas = {
+        "DDP": lambda n: 16 * psi,
+        "ZeRO-1": lambda n: 4 * psi + 12 * psi / n,
+        "ZeRO-2": lambda n: 2 * psi + 14 * psi / n,
+        "ZeRO-3 / FSDP": lambda n: 16 * psi / n,
+    }
     for method, f in formulas.items():
         right.plot(gpus, [f(n) / 1e9 for n in gpus], "o-", color=ZERO_COLORS[method], label=method)
     right.axhline(80, color="gray", ls=":")

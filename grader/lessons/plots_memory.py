@@ -1,4 +1,5 @@
 """Figures of lesson 3's memory sections (lessons/03_syncbn_and_sharded_state.ipynb, §6b)."""
+
 from __future__ import annotations
 
 import matplotlib.pyplot as plt
@@ -13,10 +14,12 @@ def checkpoint_peaks(measured: dict, unit: str = "MiB"):
     labels = ["none" if mode is None else mode for mode in measured]
     peaks = [peak / 2**20 for peak, _ in measured.values()]
     forwards = [count for _, count in measured.values()]
-    colors = ["tab:gray", "tab:green", "tab:orange"][:len(labels)]
+    colors = ["tab:gray", "tab:green", "tab:orange"][: len(labels)]
     _, (left, right) = plt.subplots(1, 2, figsize=(9, 2.8))
-    for ax, values, title, fmt in ((left, peaks, f"peak hidden activations ({unit})", "{:.1f}"),
-                                   (right, forwards, "block forwards per step", "{:d}")):
+    for ax, values, title, fmt in (
+        (left, peaks, f"peak hidden activations ({unit})", "{:.1f}"),
+        (right, forwards, "block forwards per step", "{:d}"),
+    ):
         ax.barh(labels, values, color=colors)
         for y, value in enumerate(values):
             ax.text(value, y, " " + fmt.format(value), va="center", fontsize=9)
@@ -42,8 +45,15 @@ def fsdp_timeline(events: list[tuple[str, int]], layer_bytes: list[int] | None =
     ax.step(xs, [held for _, held in events], where="post", color="tab:gray", label="full parameters held (bytes)")
     for kind, color, marker in (("all-gather", "tab:blue", "v"), ("reduce-scatter", "tab:red", "^")):
         points = [(x, held) for x, (k, held) in zip(xs, events) if k == kind]
-        ax.scatter([x for x, _ in points], [h for _, h in points], color=color, marker=marker, s=60, zorder=3,
-                   label=f"{kind} ({len(points)})")
+        ax.scatter(
+            [x for x, _ in points],
+            [h for _, h in points],
+            color=color,
+            marker=marker,
+            s=60,
+            zorder=3,
+            label=f"{kind} ({len(points)})",
+        )
     for size in layer_bytes or []:
         ax.axhline(size, color="tab:gray", linewidth=0.5, linestyle=":")
     if start is not None:

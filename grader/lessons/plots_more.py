@@ -1,5 +1,6 @@
 """The figures of lessons 1 and 4 (lessons 2 and 3: plots.py). Each function names the lesson and section
 that measures what it draws."""
+
 from __future__ import annotations
 
 import matplotlib.pyplot as plt
@@ -74,15 +75,22 @@ def pipeline_timelines(runs):
     for ax, (n_micro, ranks) in zip(axes, runs.items()):
         origin = min(start for r in ranks for start, _ in r["busy"])  # the first block of work starts at 0
         for rank, result in enumerate(ranks):
-            ax.broken_barh([((s - origin) * 1e3, d * 1e3) for s, d in result["busy"]], (rank - 0.35, 0.7),
-                           color=["tab:blue", "tab:green"][rank], edgecolor="white")
+            ax.broken_barh(
+                [((s - origin) * 1e3, d * 1e3) for s, d in result["busy"]],
+                (rank - 0.35, 0.7),
+                color=["tab:blue", "tab:green"][rank],
+                edgecolor="white",
+            )
         ax.set_yticks([0, 1], ["stage 0", "stage 1"])
         ax.invert_yaxis()
         ax.set_xlabel("milliseconds")
         waited = (ranks[1]["busy"][0][0] - origin) * 1e3
         end = (max(r["end"] for r in ranks) - origin) * 1e3
-        ax.set_title(f"{n_micro} micro-batch{'es' if n_micro > 1 else ''}: stage 1 idle for the first {waited:.0f} "
-                     f"ms; done at {end:.0f} ms", fontsize=10)
+        ax.set_title(
+            f"{n_micro} micro-batch{'es' if n_micro > 1 else ''}: stage 1 idle for the first {waited:.0f} "
+            f"ms; done at {end:.0f} ms",
+            fontsize=10,
+        )
     plt.tight_layout()
     plt.show()
 
@@ -91,7 +99,7 @@ def _buffers(ax, rows, title):
     width = max(len(row) for row in rows)
     grid = torch.full((len(rows), width), float("nan"))
     for i, row in enumerate(rows):
-        grid[i, :len(row)] = torch.tensor(row)
+        grid[i, : len(row)] = torch.tensor(row)
     ax.imshow(grid, cmap="viridis", vmin=0, vmax=130, aspect="auto")
     for i, row in enumerate(rows):
         for j, value in enumerate(row):
@@ -149,10 +157,17 @@ def allreduce_cost(nbytes, seconds, alpha, bandwidth, large):
     left.set_ylabel("data sent by the busiest rank\n(in tensor sizes; it receives as much)")
     left.set_title("All-reduce traffic per rank")
     left.legend()
-    right.loglog(nbytes[~large], seconds[~large] * 1e3, "o", color="tab:blue", mfc="none", label="measured (fastest of 7)")
+    right.loglog(
+        nbytes[~large], seconds[~large] * 1e3, "o", color="tab:blue", mfc="none", label="measured (fastest of 7)"
+    )
     right.loglog(nbytes[large], seconds[large] * 1e3, "o", color="tab:blue", label="measured, used for the bandwidth")
-    right.loglog(nbytes, (alpha + nbytes / bandwidth) * 1e3, "-", color="tab:orange",
-                 label=f"model: {alpha * 1e6:.0f} µs + bytes / ({bandwidth / 1e9:.2f} GB/s)")
+    right.loglog(
+        nbytes,
+        (alpha + nbytes / bandwidth) * 1e3,
+        "-",
+        color="tab:orange",
+        label=f"model: {alpha * 1e6:.0f} µs + bytes / ({bandwidth / 1e9:.2f} GB/s)",
+    )
     right.set_xlabel("tensor size (bytes)")
     right.set_ylabel("all_reduce time (ms)")
     right.set_title("gloo all_reduce, 2 processes on this machine")
@@ -168,7 +183,7 @@ def restart_timeline(evts, t0, kill_time):
     """
     _, ax = plt.subplots(figsize=(11, 3.2))
     colors = {0: "tab:blue", 1: "tab:green"}
-    for (rank, attempt) in sorted({(e["rank"], e["attempt"]) for e in evts}):
+    for rank, attempt in sorted({(e["rank"], e["attempt"]) for e in evts}):
         mine = [e for e in evts if e["rank"] == rank and e["attempt"] == attempt]
         y = 1 - rank
         start = next(e["t"] for e in mine if e["event"] == "start") - t0
@@ -191,10 +206,18 @@ def restart_timeline(evts, t0, kill_time):
             ax.plot(e["t"] - t0, 1.38, marker="v", color="black", markersize=6)
     restart = [e["t"] - t0 for e in evts if e["event"] == "start" and e["attempt"] == 1]
     if kill_time is not None and restart:
-        ax.annotate("", xy=(min(restart), 0.5), xytext=(kill_time - t0, 0.5),
-                    arrowprops={"arrowstyle": "->", "color": "gray"})
-        ax.text((kill_time - t0 + min(restart)) / 2, 0.58, "SIGTERM to rank 0,\nnew rendezvous,\nnew processes",
-                ha="center", va="bottom", fontsize=7, color="dimgray")
+        ax.annotate(
+            "", xy=(min(restart), 0.5), xytext=(kill_time - t0, 0.5), arrowprops={"arrowstyle": "->", "color": "gray"}
+        )
+        ax.text(
+            (kill_time - t0 + min(restart)) / 2,
+            0.58,
+            "SIGTERM to rank 0,\nnew rendezvous,\nnew processes",
+            ha="center",
+            va="bottom",
+            fontsize=7,
+            color="dimgray",
+        )
     if kill_time is not None:
         ax.axvline(kill_time - t0, color="red", linestyle="--")
         ax.text(kill_time - t0, 1.62, " SIGKILL (rank 1)", color="red", fontsize=8, va="bottom")
@@ -203,11 +226,22 @@ def restart_timeline(evts, t0, kill_time):
     ax.set_xlabel("seconds since torchrun was launched")
     handles = [plt.Rectangle((0, 0), 1, 1, color=c) for c in ("lightgray", "tab:blue", "salmon", "tab:green")]
     handles.append(plt.Line2D([], [], marker="v", color="black", linestyle=""))
-    ax.legend(handles, ["start-up (imports, rendezvous, DDP)", "epochs, attempt 0", "lost work",
-                        "epochs, attempt 1 (resumed)", "snapshot written"], fontsize=7, loc="upper left",
-              bbox_to_anchor=(1.01, 1.0))
-    ax.set_title("A worker killed in epoch 2, torchrun restarts the group, the script resumes from its snapshot",
-                 fontsize=10)
+    ax.legend(
+        handles,
+        [
+            "start-up (imports, rendezvous, DDP)",
+            "epochs, attempt 0",
+            "lost work",
+            "epochs, attempt 1 (resumed)",
+            "snapshot written",
+        ],
+        fontsize=7,
+        loc="upper left",
+        bbox_to_anchor=(1.01, 1.0),
+    )
+    ax.set_title(
+        "A worker killed in epoch 2, torchrun restarts the group, the script resumes from its snapshot", fontsize=10
+    )
     plt.tight_layout()
     plt.show()
 
@@ -223,8 +257,14 @@ def elastic_lanes(lanes, t0, b_launched):
         begin, end = mine[0]["t"] - t0, mine[-1]["t"] - t0
         first = mine[0]
         ax.barh(y, max(end - begin, 0.05), left=begin, height=0.5, color=colors.get(first["WORLD_SIZE"], "gray"))
-        ax.text(end + 0.1, y, f"{label}, pid {first['pid']}: RANK {first['RANK']}, WORLD_SIZE {first['WORLD_SIZE']}, "
-                f"restart count {first['TORCHELASTIC_RESTART_COUNT']}", va="center", fontsize=7)
+        ax.text(
+            end + 0.1,
+            y,
+            f"{label}, pid {first['pid']}: RANK {first['RANK']}, WORLD_SIZE {first['WORLD_SIZE']}, "
+            f"restart count {first['TORCHELASTIC_RESTART_COUNT']}",
+            va="center",
+            fontsize=7,
+        )
     ax.axvline(b_launched - t0, color="gray", linestyle="--")
     ax.text(b_launched - t0, len(lanes) - 0.45, " node B launched", color="gray", fontsize=8)
     ax.set_yticks([])

@@ -1,4 +1,5 @@
 """Figures of lesson 2's "DDP in practice" section (lessons/02_ddp_basics.ipynb, §14)."""
+
 from __future__ import annotations
 
 import matplotlib.pyplot as plt
@@ -12,16 +13,25 @@ def sync_strategies(milliseconds: dict[str, float], no_overlap: dict[str, float]
     """
     labels = list(milliseconds)
     values = [milliseconds[label] for label in labels]
-    colors = ["tab:red" if "parameter" in label else "tab:gray" if "flat" in label or "no " in label
-              else "tab:blue" for label in labels]
+    colors = [
+        "tab:red" if "parameter" in label else "tab:gray" if "flat" in label or "no " in label else "tab:blue"
+        for label in labels
+    ]
     _, ax = plt.subplots(figsize=(8, 0.45 * len(labels) + 1.2))
     ax.barh(labels, values, color=colors)
     for y, value in enumerate(values):
         ax.text(value, y, f" {value:.1f} ms", va="center", fontsize=8)
     if no_overlap:
         ys = [y for y, label in enumerate(labels) if label in no_overlap]
-        ax.scatter([no_overlap[labels[y]] for y in ys], ys, marker="|", s=400, color="black", zorder=3,
-                   label="α–β prediction with no overlap: compute + Σ(α + bytes/bandwidth)")
+        ax.scatter(
+            [no_overlap[labels[y]] for y in ys],
+            ys,
+            marker="|",
+            s=400,
+            color="black",
+            zorder=3,
+            label="α–β prediction with no overlap: compute + Σ(α + bytes/bandwidth)",
+        )
         ax.legend(loc="lower right", fontsize=8)
     ax.invert_yaxis()
     ax.set_xlim(0, max(values + list((no_overlap or {}).values())) * 1.3)

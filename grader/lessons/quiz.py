@@ -9,6 +9,7 @@ The key is not stored here in plain text: each question keeps a random salt and 
 SHA-256 of salt and right letter (tests/test_quiz.py holds the plain key). With four options a
 determined reader can still try every letter; the hash only keeps the key from being read at a glance.
 """
+
 from __future__ import annotations
 
 import ast
@@ -32,122 +33,303 @@ class Question:
 Q = Question
 QUIZZES: dict[str, dict[str, Question]] = {
     "01_data_vs_model_parallelism": {
-        "q1": Q("c75964c6e2ba", "56bfd24c91b23245",
-                N_('The model fits on one GPU: copy it to all 8 and split the batch (data parallelism); splitting '
-                   'the model only pays when it does not fit (§1, §6).')),
-        "q2": Q("ccc5b34e6af9", "e413c071dd0817ab",
-                N_('The mean of four equal-sized shard means is the mean over all 128 samples, and the gradient is '
-                   'linear in the loss (§2).')),
-        "q3": Q("b67ebf81573a", "57e294847da691cc",
-                N_('Reduce-scatter then all-gather, N-1 steps each, n/N elements per step: 2(N-1)/N·n, almost 2n for'
-                   ' large N whatever the number of ranks (§5).')),
-        "q4": Q("a5a16a486daa", "62b88e0b5eb8ebb5",
-                N_("GPipe's bubble is (N-1)/(M+N-1) with N stages and M micro-batches: 3/7, about 43% (§3.2).")),
-        "q5": Q("e9a0a789f800", "d8713477b56c80f9",
-                N_('The element-wise sum is [11, 22, 33, 44]; reduce_scatter leaves rank r only the r-th slice, so '
-                   'rank 1 gets [33, 44] (§4).')),
-        "q6": Q("032077b41378", "cc5f5a979c7f457d",
-                N_('Tensor parallelism communicates inside every layer, forward and backward, on the critical path: '
-                   'it needs the fastest links, such as NVLink (§3.1).')),
-        "q7": Q("75aa89aede7e", "57e9ced93b3a9f68",
-                N_('Shard(0) to Replicate() is an all-gather: each rank sends its block and receives the other; '
-                   'a reduction happens only from Partial() (§4.2).')),
-        "q8": Q("57798a3dac25", "39513cde7cf935f6",
-                N_('1F1B reorders the same work, so the bubble stays (p-1)/(m+p-1); starting a backward after every '
-                   'forward caps the micro-batches in flight at p, hence the activation memory (§4.3).')),
+        "q1": Q(
+            "c75964c6e2ba",
+            "56bfd24c91b23245",
+            N_(
+                "The model fits on one GPU: copy it to all 8 and split the batch (data parallelism); splitting "
+                "the model only pays when it does not fit (§1, §6)."
+            ),
+        ),
+        "q2": Q(
+            "ccc5b34e6af9",
+            "e413c071dd0817ab",
+            N_(
+                "The mean of four equal-sized shard means is the mean over all 128 samples, and the gradient is "
+                "linear in the loss (§2)."
+            ),
+        ),
+        "q3": Q(
+            "b67ebf81573a",
+            "57e294847da691cc",
+            N_(
+                "Reduce-scatter then all-gather, N-1 steps each, n/N elements per step: 2(N-1)/N·n, almost 2n for"
+                " large N whatever the number of ranks (§5)."
+            ),
+        ),
+        "q4": Q(
+            "a5a16a486daa",
+            "62b88e0b5eb8ebb5",
+            N_("GPipe's bubble is (N-1)/(M+N-1) with N stages and M micro-batches: 3/7, about 43% (§3.2)."),
+        ),
+        "q5": Q(
+            "e9a0a789f800",
+            "d8713477b56c80f9",
+            N_(
+                "The element-wise sum is [11, 22, 33, 44]; reduce_scatter leaves rank r only the r-th slice, so "
+                "rank 1 gets [33, 44] (§4)."
+            ),
+        ),
+        "q6": Q(
+            "032077b41378",
+            "cc5f5a979c7f457d",
+            N_(
+                "Tensor parallelism communicates inside every layer, forward and backward, on the critical path: "
+                "it needs the fastest links, such as NVLink (§3.1)."
+            ),
+        ),
+        "q7": Q(
+            "75aa89aede7e",
+            "57e9ced93b3a9f68",
+            N_(
+                "Shard(0) to Replicate() is an all-gather: each rank sends its block and receives the other; "
+                "a reduction happens only from Partial() (§4.2)."
+            ),
+        ),
+        "q8": Q(
+            "57798a3dac25",
+            "39513cde7cf935f6",
+            N_(
+                "1F1B reorders the same work, so the bubble stays (p-1)/(m+p-1); starting a backward after every "
+                "forward caps the micro-batches in flight at p, hence the activation memory (§4.3)."
+            ),
+        ),
     },
     "02_ddp_basics": {
-        "q1": Q("bb82bcefddf1", "57047bb7da5a9713",
-                N_('DDP all-reduces (sums) the gradients inside backward() and divides by the world size: every rank'
-                   ' holds the same average (§7).')),
-        "q2": Q("6d4f0576cafe", "35657b1bc0d5ef77",
-                N_("Ranks are numbered machine by machine: 1·4 + 2 = 6; the local rank 2 picks that machine's "
-                   'cuda:2; the world size is 2·4 = 8 (§3).')),
-        "q3": Q("661977361617", "544a9999273a857b",
-                N_("The DDP constructor broadcasts rank 0's parameters and buffers, so the copies start identical "
-                   'whatever each rank drew (§6).')),
-        "q4": Q("93bde0a536bd", "55e9726b8805348b",
-                N_('The permutation is seeded with seed + epoch; without set_epoch the epoch stays 0, so every epoch'
-                   " repeats epoch 0's order (§8).")),
-        "q5": Q("d6b897f9b5a8", "5dc64630092ac7df",
-                N_('Under no_sync the micro-batch gradients add up in .grad; the last backward all-reduces that sum '
-                   'and DDP divides by the world size only: 4 times the mean, so divide each loss by k (§14).')),
-        "q6": Q("fd808329ac9c", "1b6b0e2d4e138239",
-                N_("Join shadows only DDP's collectives: rank 0's fifth logging all_reduce meets Join's one-number "
-                   'count instead, returns a wrong value, and the next sizes differ, so the run fails (§14).')),
-        "q7": Q("f313c833d89b", "7f3e93ae5b3ab623",
-                N_('One writer with unwrapped keys (.module), a barrier so the file is complete, then map_location '
-                   "onto each rank's device (§10).")),
-        "q8": Q("1afccfd6e433", "e3f01aa769b49a52",
-                N_('Every rank must call every collective: rank 0 waits for a partner that never comes, until the '
-                   "group's timeout (§13, mistake 2).")),
-        "q9": Q("69056de454e6", "80f720258e55914e",
-                N_("DDPOptimizer splits Dynamo's graph at DDP's bucket boundaries, so each bucket's all-reduce "
-                   'still overlaps the backward of the pieces before it (§14.7).')),
-        "q10": Q("90998ec8abd7", "2608e7c8b8e585dc",
-                 N_('Overlap is NCCL kernels running under compute kernels; gaps on the compute stream mean backward'
-                    ' waited for communication, and CPU records only launch the kernels (§14.8).')),
+        "q1": Q(
+            "bb82bcefddf1",
+            "57047bb7da5a9713",
+            N_(
+                "DDP all-reduces (sums) the gradients inside backward() and divides by the world size: every rank"
+                " holds the same average (§7)."
+            ),
+        ),
+        "q2": Q(
+            "6d4f0576cafe",
+            "35657b1bc0d5ef77",
+            N_(
+                "Ranks are numbered machine by machine: 1·4 + 2 = 6; the local rank 2 picks that machine's "
+                "cuda:2; the world size is 2·4 = 8 (§3)."
+            ),
+        ),
+        "q3": Q(
+            "661977361617",
+            "544a9999273a857b",
+            N_(
+                "The DDP constructor broadcasts rank 0's parameters and buffers, so the copies start identical "
+                "whatever each rank drew (§6)."
+            ),
+        ),
+        "q4": Q(
+            "93bde0a536bd",
+            "55e9726b8805348b",
+            N_(
+                "The permutation is seeded with seed + epoch; without set_epoch the epoch stays 0, so every epoch"
+                " repeats epoch 0's order (§8)."
+            ),
+        ),
+        "q5": Q(
+            "d6b897f9b5a8",
+            "5dc64630092ac7df",
+            N_(
+                "Under no_sync the micro-batch gradients add up in .grad; the last backward all-reduces that sum "
+                "and DDP divides by the world size only: 4 times the mean, so divide each loss by k (§14)."
+            ),
+        ),
+        "q6": Q(
+            "fd808329ac9c",
+            "1b6b0e2d4e138239",
+            N_(
+                "Join shadows only DDP's collectives: rank 0's fifth logging all_reduce meets Join's one-number "
+                "count instead, returns a wrong value, and the next sizes differ, so the run fails (§14)."
+            ),
+        ),
+        "q7": Q(
+            "f313c833d89b",
+            "7f3e93ae5b3ab623",
+            N_(
+                "One writer with unwrapped keys (.module), a barrier so the file is complete, then map_location "
+                "onto each rank's device (§10)."
+            ),
+        ),
+        "q8": Q(
+            "1afccfd6e433",
+            "e3f01aa769b49a52",
+            N_(
+                "Every rank must call every collective: rank 0 waits for a partner that never comes, until the "
+                "group's timeout (§13, mistake 2)."
+            ),
+        ),
+        "q9": Q(
+            "69056de454e6",
+            "80f720258e55914e",
+            N_(
+                "DDPOptimizer splits Dynamo's graph at DDP's bucket boundaries, so each bucket's all-reduce "
+                "still overlaps the backward of the pieces before it (§14.7)."
+            ),
+        ),
+        "q10": Q(
+            "90998ec8abd7",
+            "2608e7c8b8e585dc",
+            N_(
+                "Overlap is NCCL kernels running under compute kernels; gaps on the compute stream mean backward"
+                " waited for communication, and CPU records only launch the kernels (§14.8)."
+            ),
+        ),
     },
     "03_syncbn_and_sharded_state": {
-        "q1": Q("2bd9e939ed98", "290ab94dcbdd4e21",
-                N_("DDP synchronizes gradients, not activations: each BatchNorm copy normalizes with its own GPU's "
-                   'samples in training mode (§1).')),
-        "q2": Q("206b820c6cdc", "0c8025029fa3b874",
-                N_('A handful of large, strongly correlated images per GPU makes per-GPU statistics noisy; LayerNorm'
-                   ' and eval mode never use batch statistics (§1, §2).')),
-        "q3": Q("2e5a3ba466e0", "ef3fdc5d94f7b8e6",
-                N_('Backward all-reduces two per-channel sums; the input gradient is computed locally from them, γ '
-                   'and β gradients are left to DDP (§3).')),
-        "q4": Q("871a2eda5c51", "cae2c2f3e51a990c",
-                N_("4 + 4 + 8 bytes per parameter (weight, gradient, Adam's two moments), replicated on every GPU by"
-                   ' DDP: 16 GB each (§4).')),
-        "q5": Q("cbdcd0e11415", "47551f560b3ba800",
-                N_("Stage 2 keeps the 4 GB of weights whole and shards the gradients and Adam's moments: 4 + (4 + "
-                   '8)/8 = 5.5 GB; stage 1 would be 9 GB (§5).')),
-        "q6": Q("5ec928258235", "d984f9f4a1cbcfc1",
-                N_('consolidate_state_dict is a collective: rank 0 waits for shards that the other ranks, waiting in'
-                   ' the barrier, never send (§8).')),
-        "q7": Q("d0579fe08b82", "91c5cceb95a52d8f",
-                N_('DCP is a collective in which every rank writes its own shard plus metadata, so it can be loaded '
-                   'by another number of ranks (§9).')),
-        "q8": Q("d35596865f02", "af77e2b695364bb5",
-                N_('Parameters freed after forward are gathered again for backward, and the gradient is reduce-'
-                   "scattered into the shards: three transfers of the layer's size against DDP's two, about 1.5 "
-                   'times the traffic (§6).')),
-        "q9": Q("346e089eb3a6", "db6b782915ade7ba",
-                N_('Each block reshards after its forward (the default for every unit but the root), so it is '
-                   'gathered again for its backward: two all-gathers per step (§6, §6c).')),
-        "q10": Q("299a0510a265", "a3cef7623a2e41bf",
-                 N_('Checkpointing each block keeps only its input and recomputes the block in backward, one at a '
-                    'time: about one block at the peak, 8 extra forwards (§6b).')),
+        "q1": Q(
+            "2bd9e939ed98",
+            "290ab94dcbdd4e21",
+            N_(
+                "DDP synchronizes gradients, not activations: each BatchNorm copy normalizes with its own GPU's "
+                "samples in training mode (§1)."
+            ),
+        ),
+        "q2": Q(
+            "206b820c6cdc",
+            "0c8025029fa3b874",
+            N_(
+                "A handful of large, strongly correlated images per GPU makes per-GPU statistics noisy; LayerNorm"
+                " and eval mode never use batch statistics (§1, §2)."
+            ),
+        ),
+        "q3": Q(
+            "2e5a3ba466e0",
+            "ef3fdc5d94f7b8e6",
+            N_(
+                "Backward all-reduces two per-channel sums; the input gradient is computed locally from them, γ "
+                "and β gradients are left to DDP (§3)."
+            ),
+        ),
+        "q4": Q(
+            "871a2eda5c51",
+            "cae2c2f3e51a990c",
+            N_(
+                "4 + 4 + 8 bytes per parameter (weight, gradient, Adam's two moments), replicated on every GPU by"
+                " DDP: 16 GB each (§4)."
+            ),
+        ),
+        "q5": Q(
+            "cbdcd0e11415",
+            "47551f560b3ba800",
+            N_(
+                "Stage 2 keeps the 4 GB of weights whole and shards the gradients and Adam's moments: 4 + (4 + "
+                "8)/8 = 5.5 GB; stage 1 would be 9 GB (§5)."
+            ),
+        ),
+        "q6": Q(
+            "5ec928258235",
+            "d984f9f4a1cbcfc1",
+            N_(
+                "consolidate_state_dict is a collective: rank 0 waits for shards that the other ranks, waiting in"
+                " the barrier, never send (§8)."
+            ),
+        ),
+        "q7": Q(
+            "d0579fe08b82",
+            "91c5cceb95a52d8f",
+            N_(
+                "DCP is a collective in which every rank writes its own shard plus metadata, so it can be loaded "
+                "by another number of ranks (§9)."
+            ),
+        ),
+        "q8": Q(
+            "d35596865f02",
+            "af77e2b695364bb5",
+            N_(
+                "Parameters freed after forward are gathered again for backward, and the gradient is reduce-"
+                "scattered into the shards: three transfers of the layer's size against DDP's two, about 1.5 "
+                "times the traffic (§6)."
+            ),
+        ),
+        "q9": Q(
+            "346e089eb3a6",
+            "db6b782915ade7ba",
+            N_(
+                "Each block reshards after its forward (the default for every unit but the root), so it is "
+                "gathered again for its backward: two all-gathers per step (§6, §6c)."
+            ),
+        ),
+        "q10": Q(
+            "299a0510a265",
+            "a3cef7623a2e41bf",
+            N_(
+                "Checkpointing each block keeps only its input and recomputes the block in backward, one at a "
+                "time: about one block at the peak, 8 extra forwards (§6b)."
+            ),
+        ),
     },
     "04_torchrun": {
-        "q1": Q("bbee4c7ae6d0", "24e5131b566a2d55",
-                N_('Node 1, local rank 1: RANK = 1·4 + 1 = 5, LOCAL_RANK = 1, WORLD_SIZE = 8, LOCAL_WORLD_SIZE = 4 '
-                   '(§1, §4).')),
-        "q2": Q("c492e01614d7", "bac0305b664047b1",
-                N_('torchrun restarts the whole worker group after a new rendezvous; the script resumes from its '
-                   'last snapshot (§2).')),
-        "q3": Q("dd36a35fe520", "036e8c132d9ec177",
-                N_('os.replace is atomic: a worker killed mid-write leaves the old snapshot intact instead of a '
-                   'half-written one (§2).')),
-        "q4": Q("140cda0917dc", "a1baca7f966e5ea8",
-                N_('Momentum buffers are optimizer state: without them the run goes on, but not as the uninterrupted'
-                   ' run would (§2).')),
-        "q5": Q("8dbe3e92d3b3", "d1a44477875bdc93",
-                N_('The c10d rendezvous store is hosted at that endpoint; every agent must reach it to join (§3).')),
-        "q6": Q("b553503ceb53", "0b423570891e7c9f",
-                N_('An elastic job: it starts with 2 nodes, accepts up to 4, and restarts all workers with the new '
-                   'WORLD_SIZE when membership changes (§3).')),
-        "q7": Q("baf72a6fb3a5", "a372f59b4bb824bc",
-                N_('The Flight Recorder names the rank behind (its newest sequence number is the lowest) and the '
-                   'collective it never called; its stack says why (§5).')),
-        "q8": Q("9335d6e7ede3", "93f9dfdbd207ae14",
-                N_('LOCAL_RANK 0 exists once per node: with 2 nodes two writers race on the same shared file; guard '
-                   'with RANK 0 (§4).')),
-        "q9": Q("482b492ba040", "85b7cf2e4567600f",
-                N_('async_save copies the state into CPU memory before it returns, then writes it from a background '
-                   'thread: the next step waits only for that copy (§2).')),
+        "q1": Q(
+            "bbee4c7ae6d0",
+            "24e5131b566a2d55",
+            N_(
+                "Node 1, local rank 1: RANK = 1·4 + 1 = 5, LOCAL_RANK = 1, WORLD_SIZE = 8, LOCAL_WORLD_SIZE = 4 "
+                "(§1, §4)."
+            ),
+        ),
+        "q2": Q(
+            "c492e01614d7",
+            "bac0305b664047b1",
+            N_(
+                "torchrun restarts the whole worker group after a new rendezvous; the script resumes from its "
+                "last snapshot (§2)."
+            ),
+        ),
+        "q3": Q(
+            "dd36a35fe520",
+            "036e8c132d9ec177",
+            N_(
+                "os.replace is atomic: a worker killed mid-write leaves the old snapshot intact instead of a "
+                "half-written one (§2)."
+            ),
+        ),
+        "q4": Q(
+            "140cda0917dc",
+            "a1baca7f966e5ea8",
+            N_(
+                "Momentum buffers are optimizer state: without them the run goes on, but not as the uninterrupted"
+                " run would (§2)."
+            ),
+        ),
+        "q5": Q(
+            "8dbe3e92d3b3",
+            "d1a44477875bdc93",
+            N_("The c10d rendezvous store is hosted at that endpoint; every agent must reach it to join (§3)."),
+        ),
+        "q6": Q(
+            "b553503ceb53",
+            "0b423570891e7c9f",
+            N_(
+                "An elastic job: it starts with 2 nodes, accepts up to 4, and restarts all workers with the new "
+                "WORLD_SIZE when membership changes (§3)."
+            ),
+        ),
+        "q7": Q(
+            "baf72a6fb3a5",
+            "a372f59b4bb824bc",
+            N_(
+                "The Flight Recorder names the rank behind (its newest sequence number is the lowest) and the "
+                "collective it never called; its stack says why (§5)."
+            ),
+        ),
+        "q8": Q(
+            "9335d6e7ede3",
+            "93f9dfdbd207ae14",
+            N_(
+                "LOCAL_RANK 0 exists once per node: with 2 nodes two writers race on the same shared file; guard "
+                "with RANK 0 (§4)."
+            ),
+        ),
+        "q9": Q(
+            "482b492ba040",
+            "85b7cf2e4567600f",
+            N_(
+                "async_save copies the state into CPU memory before it returns, then writes it from a background "
+                "thread: the next step waits only for that copy (§2)."
+            ),
+        ),
     },
 }
 
@@ -189,7 +371,8 @@ class QuizScore:
             return _("not answered yet")
         unanswered = self.total - self.answered
         return _("{right}/{total} right", right=self.right, total=self.total) + (
-            " " + _("({n} unanswered)", n=unanswered) if unanswered else "")
+            " " + _("({n} unanswered)", n=unanswered) if unanswered else ""
+        )
 
 
 def score(lesson: str, answers: dict) -> QuizScore:
@@ -212,11 +395,15 @@ def check(lesson: str, answers: dict) -> None:
     if unknown:
         print(_("(ignored: {names} is not a question of this lesson)", names=", ".join(unknown)))
     result = score(lesson, answers)
-    print(_("{right}/{total} right", right=result.right, total=result.total) if result.answered
-          else _("No answers yet: fill in `answers` above."))
+    print(
+        _("{right}/{total} right", right=result.right, total=result.total)
+        if result.answered
+        else _("No answers yet: fill in `answers` above.")
+    )
 
 
 # --- reading a saved lesson, for the progress overview --------------------------------------
+
 
 def read_answers(path: str) -> dict:
     """The `answers` dict of a saved lesson notebook, parsed from its source without running it.
@@ -234,11 +421,14 @@ def read_answers(path: str) -> dict:
             tree = ast.parse(source)
         except SyntaxError as exc:
             if tagged:
-                raise ValueError(_("the answer cell does not parse: {error} (line {line})", error=exc.msg,
-                                   line=exc.lineno)) from None
+                raise ValueError(
+                    _("the answer cell does not parse: {error} (line {line})", error=exc.msg, line=exc.lineno)
+                ) from None
             continue
         for node in tree.body:
-            if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "answers" for t in node.targets):
+            if isinstance(node, ast.Assign) and any(
+                isinstance(t, ast.Name) and t.id == "answers" for t in node.targets
+            ):
                 try:
                     value = ast.literal_eval(node.value)
                 except ValueError:

@@ -1,4 +1,5 @@
 """Text output of the lessons without the machine's paths, so committed outputs read the same anywhere."""
+
 from __future__ import annotations
 
 import os
@@ -12,11 +13,16 @@ import tempfile
 
 def _prefixes() -> list[tuple[str, str]]:
     """(machine path, neutral name), longest first: the installed packages, the interpreter, temp, home."""
-    pairs = [(p, "") for p in {sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"],
-                               *site.getsitepackages()}]
-    pairs += [(os.path.dirname(sys.executable), "<python>"), (sys.prefix, "<python>"),
-              (os.path.realpath(tempfile.gettempdir()), "<tmp>"), (tempfile.gettempdir(), "<tmp>"),
-              (os.path.expanduser("~"), "~")]
+    pairs = [
+        (p, "") for p in {sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"], *site.getsitepackages()}
+    ]
+    pairs += [
+        (os.path.dirname(sys.executable), "<python>"),
+        (sys.prefix, "<python>"),
+        (os.path.realpath(tempfile.gettempdir()), "<tmp>"),
+        (tempfile.gettempdir(), "<tmp>"),
+        (os.path.expanduser("~"), "~"),
+    ]
     return sorted({(p.rstrip(os.sep), n) for p, n in pairs if p and p != os.sep}, key=lambda x: -len(x[0]))
 
 

@@ -5,6 +5,7 @@ wait for the device before each reading (torch.cuda.synchronize); on a CPU every
 done and nothing needs to wait. Used by lesson 1 (the all-reduce timings) and lesson 2 (§14.6, the
 synchronisation strategies); lesson 2's "Timing on a GPU" callout explains why.
 """
+
 from __future__ import annotations
 
 import time

@@ -3,6 +3,7 @@
 Lesson 2, §14.8 "Seeing the overlap: the profiler" (lessons/02_ddp_basics.ipynb): a rank profiles one DDP step,
 exports the trace (prof.export_chrome_trace) and keeps two lanes of it, drawn by `timeline`.
 """
+
 from __future__ import annotations
 
 import json
@@ -25,9 +26,12 @@ def lanes(path: str) -> dict[str, list[tuple[float, float, str]]]:
         except (ValueError, KeyError, TypeError) as exc:
             raise ValueError(f"{path} is not a Chrome trace (a JSON object with traceEvents): {exc}") from None
     spans = [e for e in events if e.get("ph") == "X" and "ts" in e and "dur" in e]
-    found = {"backward": [(e["ts"], e["ts"] + e["dur"], e["name"][len(BACKWARD):])
-                          for e in spans if e["name"].startswith(BACKWARD)],
-             "all_reduce": [(e["ts"], e["ts"] + e["dur"], e["name"]) for e in spans if e["name"] in COLLECTIVES]}
+    found = {
+        "backward": [
+            (e["ts"], e["ts"] + e["dur"], e["name"][len(BACKWARD) :]) for e in spans if e["name"].startswith(BACKWARD)
+        ],
+        "all_reduce": [(e["ts"], e["ts"] + e["dur"], e["name"]) for e in spans if e["name"] in COLLECTIVES],
+    }
     if not found["backward"]:
         raise ValueError(f"{path} holds no backward node ({BACKWARD}...): profile a step that calls backward()")
     t0 = min(start for lane in found.values() for start, _, _ in lane)

@@ -16,9 +16,19 @@ Hidden checks are not run: they are the instructor's.
 Modules: find.py (the notebooks), grade.py (the visible checks of started tasks),
 cache.py (verdicts by answers and grader digest), view.py (text and notebook views).
 """
+
 from grader.progress.find import candidates, find_root, pick_notebook
 from grader.progress.grade import AssignmentProgress, TaskProgress, assignment_progress, course_progress
 from grader.progress.view import register, show_progress
 
-__all__ = ["show_progress", "course_progress", "assignment_progress", "candidates", "find_root", "pick_notebook",
-           "AssignmentProgress", "TaskProgress", "register"]
+__all__ = [
+    "show_progress",
+    "course_progress",
+    "assignment_progress",
+    "candidates",
+    "find_root",
+    "pick_notebook",
+    "AssignmentProgress",
+    "TaskProgress",
+    "register",
+]

@@ -3,6 +3,7 @@
 Keys carry the answers' text and grader_digest(), so an entry is stale as soon as
 either changes.
 """
+
 from __future__ import annotations
 
 import json

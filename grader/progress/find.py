@@ -1,4 +1,5 @@
 """Finding the student's notebooks: the course folder, their copies, the one they work in."""
+
 from __future__ import annotations
 
 import glob
@@ -7,8 +8,16 @@ import os
 from grader import cells
 from grader.exercises import exercise_ids
 
-INSTRUCTOR_DIRS = {"solutions", "source", "release", "submitted", "autograded", "feedback", ".nbgrader",
-                   ".ipynb_checkpoints"}
+INSTRUCTOR_DIRS = {
+    "solutions",
+    "source",
+    "release",
+    "submitted",
+    "autograded",
+    "feedback",
+    ".nbgrader",
+    ".ipynb_checkpoints",
+}
 GRADED_COPY = {"submitted", "autograded", "feedback"}  # nbgrader runs the notebook there: no overview
 
 
@@ -32,7 +41,9 @@ def find_root(start: str) -> str:
     start = os.path.abspath(start)
     chain = ([start] + list(_parents(start)))[:3]
     for folder in chain:
-        if os.path.isfile(os.path.join(folder, "nbgrader_config.py")) and os.path.isdir(os.path.join(folder, "exercises")):
+        if os.path.isfile(os.path.join(folder, "nbgrader_config.py")) and os.path.isdir(
+            os.path.join(folder, "exercises")
+        ):
             return folder
     for folder in chain:
         if any(candidates(folder, a) for a in exercise_ids()):
@@ -59,9 +70,9 @@ def pick_notebook(paths: list[str]) -> str | None:
 
 # --- reading answers -----------------------------------------------------------------
 
+
 def answer_cells(path: str) -> dict[str, dict]:
     return cells.answer_cells(cells.read_cells(path))
-
 
 
 def _answers_changed(path: str) -> bool:

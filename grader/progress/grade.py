@@ -1,4 +1,5 @@
 """Grading the started tasks of each saved notebook (visible checks, one runner), with the cache."""
+
 from __future__ import annotations
 
 import hashlib
@@ -51,8 +52,9 @@ class AssignmentProgress:
         return any(t.status != "todo" for t in self.tasks)
 
 
-def assignment_progress(assignment: str, path: str | None, cache: dict | None = None,
-                        timeout: float = 30.0, world_size: int = 2) -> AssignmentProgress:
+def assignment_progress(
+    assignment: str, path: str | None, cache: dict | None = None, timeout: float = 30.0, world_size: int = 2
+) -> AssignmentProgress:
     """Grade the visible checks of the started tasks of one saved notebook."""
     from grader.runner import SIDE_BY_SIDE, run_checks  # heavy (torch): only when something is graded
     from grader.submission import SubmissionError, read_notebook
@@ -68,14 +70,28 @@ def assignment_progress(assignment: str, path: str | None, cache: dict | None = 
         progress.problem = _("cannot read the notebook: {error}", error=exc)
         return progress
     started = [t for t in exercise.tasks if t in answers and not cells.untouched(answers[t])]
-    key = hashlib.sha256(json.dumps([assignment, grader_digest(assignment), world_size,
-                                     [c.source for c in submission.cells], started]).encode()).hexdigest()
+    key = hashlib.sha256(
+        json.dumps(
+            [assignment, grader_digest(assignment), world_size, [c.source for c in submission.cells], started]
+        ).encode()
+    ).hexdigest()
     if cache is not None and key in cache:
         progress.tasks = [TaskProgress(**t) for t in cache[key]["tasks"]]
         progress.cached = True
         return _with_hints(progress)
-    results = run_checks(exercise, submission, tasks=started, hidden=False, world_size=world_size,
-                         timeout=timeout, side_by_side=SIDE_BY_SIDE).checks if started else []
+    results = (
+        run_checks(
+            exercise,
+            submission,
+            tasks=started,
+            hidden=False,
+            world_size=world_size,
+            timeout=timeout,
+            side_by_side=SIDE_BY_SIDE,
+        ).checks
+        if started
+        else []
+    )
     for task in exercise.tasks:
         mine = [r for r in results if r.task == task]
         visible = exercise.checks_for(task, hidden=False)
@@ -84,8 +100,11 @@ def assignment_progress(assignment: str, path: str | None, cache: dict | None = 
             progress.tasks.append(TaskProgress(task, "todo", 0, len(visible), 0, max_points))
         else:
             ok = sum(r.passed for r in mine)
-            progress.tasks.append(TaskProgress(task, "pass" if ok == len(mine) else "fail", ok, len(mine),
-                                               sum(r.points for r in mine), max_points))
+            progress.tasks.append(
+                TaskProgress(
+                    task, "pass" if ok == len(mine) else "fail", ok, len(mine), sum(r.points for r in mine), max_points
+                )
+            )
     if cache is not None:
         cache[key] = {"at": time.time(), "tasks": [asdict(t) for t in progress.tasks]}
     return _with_hints(progress)
@@ -98,8 +117,9 @@ def _with_hints(progress: AssignmentProgress) -> AssignmentProgress:
     return progress
 
 
-def course_progress(root: str, assignments: list[str] | None = None, use_cache: bool = True,
-                    timeout: float = 30.0, on_assignment=None) -> list[AssignmentProgress]:
+def course_progress(
+    root: str, assignments: list[str] | None = None, use_cache: bool = True, timeout: float = 30.0, on_assignment=None
+) -> list[AssignmentProgress]:
     cache = load_cache() if use_cache else None
     rows = []
     for assignment in assignments or exercise_ids():

@@ -1,4 +1,5 @@
 """Showing progress: a text table (python -m grader progress) and a notebook view (show_progress())."""
+
 from __future__ import annotations
 
 import html
@@ -35,9 +36,14 @@ def hints_note(used: int) -> str:
 def text_rows(row: AssignmentProgress, root: str, width: int = 100) -> list[str]:
     if row.notebook is None or row.problem:
         return [f"{row.assignment:<20} {row.problem or _(NO_NOTEBOOK)}"]
-    head = f"{row.assignment:<20} " + _("{passed:>2}/{tasks} tasks  {points:g}/{max_points:g} points  {notebook}",
-                                       passed=row.passed, tasks=len(row.tasks), points=row.points,
-                                       max_points=row.max_points, notebook=_relative(row.notebook, root))
+    head = f"{row.assignment:<20} " + _(
+        "{passed:>2}/{tasks} tasks  {points:g}/{max_points:g} points  {notebook}",
+        passed=row.passed,
+        tasks=len(row.tasks),
+        points=row.points,
+        max_points=row.max_points,
+        notebook=_relative(row.notebook, root),
+    )
     lines, line = [head], "  "
     for t in row.tasks:
         item = f"  {MARKS[t.status]} {t.task}{hints_note(t.hints)}"
@@ -67,12 +73,20 @@ class _ProgressView:
 
     def __repr__(self) -> str:
         report = text_report(self.rows, self.root)
-        return report if self.done else report + "\n" + _("... grading {done} of {expected} assignments",
-                                                           done=len(self.rows), expected=self.expected)
+        return (
+            report
+            if self.done
+            else report
+            + "\n"
+            + _("... grading {done} of {expected} assignments", done=len(self.rows), expected=self.expected)
+        )
 
     def _repr_html_(self) -> str:
-        colors = {"pass": "var(--jp-success-color1,#2e7d32)", "fail": "var(--jp-error-color1,#c62828)",
-                  "todo": "var(--jp-ui-font-color2,#888)"}
+        colors = {
+            "pass": "var(--jp-success-color1,#2e7d32)",
+            "fail": "var(--jp-error-color1,#c62828)",
+            "todo": "var(--jp-ui-font-color2,#888)",
+        }
         body = []
         for row in self.rows:
             if row.notebook is None or row.problem:
@@ -83,20 +97,38 @@ class _ProgressView:
                 f"<span title='{t.passed_checks}/{t.checks} checks, {t.points:g}/{t.max_points:g} points' "
                 f"style='color:{colors[t.status]};white-space:nowrap;margin-right:0.8em'>"
                 f"{MARKS[t.status]} {html.escape(t.task)}<span style='color:#888;font-size:smaller'>"
-                f"{html.escape(hints_note(t.hints))}</span></span>" for t in row.tasks)
-            body.append(f"<tr><td style='white-space:nowrap;vertical-align:top;padding:2px 1.5em 2px 0'><b>{row.assignment}</b><br>"
-                        "<span style='color:#888'>" + html.escape(_(
-                            "{passed}/{tasks} tasks, {points:g}/{max_points:g} pts", passed=row.passed,
-                            tasks=len(row.tasks), points=row.points, max_points=row.max_points))
-                        + f"</span></td><td style='text-align:left'>{chips}</td></tr>")
+                f"{html.escape(hints_note(t.hints))}</span></span>"
+                for t in row.tasks
+            )
+            body.append(
+                f"<tr><td style='white-space:nowrap;vertical-align:top;padding:2px 1.5em 2px 0'><b>{row.assignment}</b><br>"
+                "<span style='color:#888'>"
+                + html.escape(
+                    _(
+                        "{passed}/{tasks} tasks, {points:g}/{max_points:g} pts",
+                        passed=row.passed,
+                        tasks=len(row.tasks),
+                        points=row.points,
+                        max_points=row.max_points,
+                    )
+                )
+                + f"</span></td><td style='text-align:left'>{chips}</td></tr>"
+            )
         if not self.done:
-            body.append("<tr><td colspan=2 style='color:#888'>⋯ " + html.escape(_(
-                "grading {done} of {expected} assignments", done=len(self.rows), expected=self.expected))
-                + "</td></tr>")
-        return ("<div class='grader-progress'><table style='border-collapse:collapse'>" + "".join(body)
-                + f"</table><div style='color:#888;font-size:smaller'>{html.escape(_(LEGEND))} · "
-                + html.escape(_("visible checks of your saved notebooks under {root}", root=self.root))
-                + "</div></div>")
+            body.append(
+                "<tr><td colspan=2 style='color:#888'>⋯ "
+                + html.escape(
+                    _("grading {done} of {expected} assignments", done=len(self.rows), expected=self.expected)
+                )
+                + "</td></tr>"
+            )
+        return (
+            "<div class='grader-progress'><table style='border-collapse:collapse'>"
+            + "".join(body)
+            + f"</table><div style='color:#888;font-size:smaller'>{html.escape(_(LEGEND))} · "
+            + html.escape(_("visible checks of your saved notebooks under {root}", root=self.root))
+            + "</div></div>"
+        )
 
 
 def show_progress(root: str | None = None, assignments: list[str] | None = None, timeout: float = 30.0) -> None:
@@ -114,8 +146,7 @@ def show_progress(root: str | None = None, assignments: list[str] | None = None,
 
         handle = display(view, display_id=True)
         with captured_stderr():  # nothing on stderr in a notebook cell
-            view.rows = course_progress(root, chosen, timeout=timeout,
-                                        on_assignment=lambda row: handle.update(view))
+            view.rows = course_progress(root, chosen, timeout=timeout, on_assignment=lambda row: handle.update(view))
         view.done = True
         handle.update(view)
     else:
@@ -127,6 +158,7 @@ def show_progress(root: str | None = None, assignments: list[str] | None = None,
 
 # --- python -m grader progress --------------------------------------------------------------
 
+
 def _main(args) -> int:
     root = os.path.abspath(args.root) if args.root else find_root(os.getcwd())
     if not os.path.isdir(root):
@@ -134,15 +166,34 @@ def _main(args) -> int:
         return 2
     if args.json:
         rows = course_progress(root, args.assignment, not args.no_cache, args.timeout)
-        print(json.dumps({"root": root, "assignments": [
-            {"assignment": r.assignment, "notebook": r.notebook, "problem": r.problem, "cached": r.cached,
-             "tasks": [asdict(t) for t in r.tasks]} for r in rows],
-            "lessons": [{"lesson": lesson, "quiz": shown} for lesson, shown in lesson_scores(root)]},
-            ensure_ascii=False))
+        print(
+            json.dumps(
+                {
+                    "root": root,
+                    "assignments": [
+                        {
+                            "assignment": r.assignment,
+                            "notebook": r.notebook,
+                            "problem": r.problem,
+                            "cached": r.cached,
+                            "tasks": [asdict(t) for t in r.tasks],
+                        }
+                        for r in rows
+                    ],
+                    "lessons": [{"lesson": lesson, "quiz": shown} for lesson, shown in lesson_scores(root)],
+                },
+                ensure_ascii=False,
+            )
+        )
         return 0
     print(heading(root), flush=True)
-    for row in course_progress(root, args.assignment, not args.no_cache, args.timeout,
-                               on_assignment=lambda r: print("\n".join(text_rows(r, root)), flush=True)):
+    for row in course_progress(
+        root,
+        args.assignment,
+        not args.no_cache,
+        args.timeout,
+        on_assignment=lambda r: print("\n".join(text_rows(r, root)), flush=True),
+    ):
         pass
     print(_(LEGEND))
     print(quiz_report(root))  # the lessons' Quick Checks, next to the exercises
@@ -150,13 +201,20 @@ def _main(args) -> int:
 
 
 def register(sub) -> None:
-    parser = sub.add_parser("progress", help="which tasks of which assignments pass, from your notebooks",
-                            description="Which tasks of which assignments pass: the visible checks, run on your "
-                                        "saved notebooks (untouched tasks are skipped, verdicts cached).")
-    parser.add_argument("--root", default=None,
-                        help="the folder holding your notebooks (default: the course folder around the current one)")
-    parser.add_argument("--assignment", action="append", choices=exercise_ids(), default=None,
-                        help="only this assignment (repeatable)")
+    parser = sub.add_parser(
+        "progress",
+        help="which tasks of which assignments pass, from your notebooks",
+        description="Which tasks of which assignments pass: the visible checks, run on your "
+        "saved notebooks (untouched tasks are skipped, verdicts cached).",
+    )
+    parser.add_argument(
+        "--root",
+        default=None,
+        help="the folder holding your notebooks (default: the course folder around the current one)",
+    )
+    parser.add_argument(
+        "--assignment", action="append", choices=exercise_ids(), default=None, help="only this assignment (repeatable)"
+    )
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.add_argument("--no-cache", action="store_true", help="grade again even if nothing changed")
     parser.add_argument("--timeout", type=float, default=30.0, help="seconds before a run counts as hung")

@@ -11,4 +11,5 @@ fuzzy, as with gettext's msgmerge). The build (`build.py`) writes `lessons/<lang
 outputs and metadata are the English notebook's, byte for byte; an entry that is fuzzy or missing is
 shown in English, and the notebook then opens with a one-line note saying so.
 """
+
 LANGUAGES = ("es", "nl", "ja")

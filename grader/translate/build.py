@@ -8,6 +8,7 @@ Only markdown sources change: every code cell, output and metadata (grade ids, p
 English notebook's, so a translated notebook runs, and grades, exactly like the English one. A notebook
 is built for a language once its catalog has at least one translated entry.
 """
+
 from __future__ import annotations
 
 import glob
@@ -22,9 +23,9 @@ from grader.translate.segments import translate
 # Shown first when some entry is still English (missing, or fuzzy after the English changed).
 NOTE = {
     "es": "*Algunas partes de este cuaderno siguen en inglés: su traducción falta o quedó atrasada "
-          "respecto al original.*",
+    "respecto al original.*",
     "nl": "*Sommige delen van dit notebook staan nog in het Engels: de vertaling ontbreekt of loopt "
-          "achter op het origineel.*",
+    "achter op het origineel.*",
     "ja": "*このノートブックには英語のままの箇所があります。翻訳が未完成か、原文の更新に追いついていない部分です。*",
 }
 NOTE_CELL_ID = "translation-note"
@@ -54,8 +55,10 @@ def translated_notebook(english_path: str, lang: str, locale_dir: str = LOCALE, 
         notebook = json.load(f)
     find = lookup(catalog if catalog is not None else read(po_path(lang, english_path, locale_dir), lang))
     english = 0
-    release = os.path.basename(os.path.dirname(os.path.abspath(english_path))) == \
-        os.path.splitext(os.path.basename(english_path))[0]
+    release = (
+        os.path.basename(os.path.dirname(os.path.abspath(english_path)))
+        == os.path.splitext(os.path.basename(english_path))[0]
+    )
     for cell in notebook["cells"]:
         if cell["cell_type"] == "markdown":
             text, kept = translate("".join(cell["source"]), find)
@@ -64,16 +67,18 @@ def translated_notebook(english_path: str, lang: str, locale_dir: str = LOCALE, 
             cell["source"] = _lines(text)
             english += kept
     if english:
-        notebook["cells"].insert(0, {"cell_type": "markdown", "id": NOTE_CELL_ID, "metadata": {},
-                                     "source": _lines(NOTE[lang])})
+        notebook["cells"].insert(
+            0, {"cell_type": "markdown", "id": NOTE_CELL_ID, "metadata": {}, "source": _lines(NOTE[lang])}
+        )
     return notebook, english
 
 
 def english_notebooks(root: str = ROOT) -> list[str]:
     """Every notebook under the course root `root` that has catalogs: the lessons, then each exercise's
     student release."""
-    return sorted(glob.glob(os.path.join(root, "lessons", "*.ipynb"))) + \
-        sorted(glob.glob(os.path.join(root, "exercises", "*", "*.ipynb")))
+    return sorted(glob.glob(os.path.join(root, "lessons", "*.ipynb"))) + sorted(
+        glob.glob(os.path.join(root, "exercises", "*", "*.ipynb"))
+    )
 
 
 def target(english: str, lang: str, root: str = ROOT) -> str:

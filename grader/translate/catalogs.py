@@ -5,6 +5,7 @@ gettext's msgmerge does: unchanged entries keep their translation, an entry whos
 little keeps its old translation marked fuzzy (with the old English beside it, `#| msgid`), an entry
 no longer in the notebook is dropped. A catalog is rewritten only when its messages change.
 """
+
 from __future__ import annotations
 
 import io
@@ -55,9 +56,17 @@ Update: `python -m grader translate` (README: "The course in other languages")."
 
 def new_catalog(lang: str, header: str, domain: str | None = None) -> Catalog:
     """An empty catalog for `lang`, with the course's header; `header` may name {language}."""
-    catalog = Catalog(locale=lang, domain=domain, project=PROJECT, version="1", fuzzy=False,
-                      copyright_holder="the course's authors", msgid_bugs_address="the course's issue tracker",
-                      language_team=f"ddp-course {lang}", last_translator="the course's translators")
+    catalog = Catalog(
+        locale=lang,
+        domain=domain,
+        project=PROJECT,
+        version="1",
+        fuzzy=False,
+        copyright_holder="the course's authors",
+        msgid_bugs_address="the course's issue tracker",
+        language_team=f"ddp-course {lang}",
+        last_translator="the course's translators",
+    )
     catalog.header_comment = "# " + header.format(language=catalog.locale.english_name).replace("\n", "\n# ")
     return catalog
 
@@ -124,7 +133,9 @@ def status(catalog: Catalog) -> Status:
 
 def lookup(catalog: Catalog):
     """entry -> its translation, or None when it is missing or fuzzy (then the English is shown)."""
+
     def find(entry: str):
         message = catalog.get(entry)
         return message.string if message is not None and message.string and not message.fuzzy else None
+
     return find

@@ -5,6 +5,7 @@ build lessons/<lang>/ and translated/<lang>/.
 With --status: per language and notebook, the share of entries translated, fuzzy and missing.
 Both also cover the grader's own messages (grader/i18n.py, catalog `grader`: grader_catalog.py).
 """
+
 from __future__ import annotations
 
 from grader.translate import LANGUAGES, grader_catalog
@@ -19,8 +20,10 @@ def _status(languages) -> int:
         for name, catalog in catalogs + [(grader_catalog.NAME, grader_catalog.read(lang))]:
             s = status(catalog)
             share = lambda n: f"{100 * n / s.total:.0f}%" if s.total else "-"  # noqa: E731
-            print(f"{lang:5s} {name:34s} {share(s.translated):>10s} {share(s.fuzzy):>6s} "
-                  f"{share(s.missing):>8s}  of {s.total} entries")
+            print(
+                f"{lang:5s} {name:34s} {share(s.translated):>10s} {share(s.fuzzy):>6s} "
+                f"{share(s.missing):>8s}  of {s.total} entries"
+            )
     return 0
 
 
@@ -41,10 +44,12 @@ def _run(args) -> int:
 
 
 def register(sub) -> None:
-    parser = sub.add_parser("translate", help="update the translation catalogs (locale/) from the English "
-                                              "lessons and exercises, build lessons/<lang>/ and "
-                                              "translated/<lang>/; --status: how much is done")
+    parser = sub.add_parser(
+        "translate",
+        help="update the translation catalogs (locale/) from the English "
+        "lessons and exercises, build lessons/<lang>/ and "
+        "translated/<lang>/; --status: how much is done",
+    )
     parser.add_argument("--status", action="store_true", help="print the share translated, fuzzy and missing")
     parser.add_argument("--lang", action="append", choices=LANGUAGES, help="only this language (repeatable)")
     parser.set_defaults(func=_run)
-

@@ -5,6 +5,7 @@ The messages are the strings passed to `_`, `N_` and `ngettext` in grader/*.py (
 grader.po` as catalogs.update does for a notebook: an entry whose English changed turns fuzzy (shown in
 English until a translator checks it), a removed one is dropped.
 """
+
 from __future__ import annotations
 
 import os
@@ -26,12 +27,17 @@ Update: `python -m grader translate` (README: "The course in other languages")."
 def template() -> Catalog:
     catalog = Catalog(project=PROJECT, fuzzy=False)
     for filename, lineno, message, comments, context in extract_from_dir(
-            PACKAGE, method_map=[("**.py", "python")], keywords=KEYWORDS, comment_tags=("i18n:",),
-            strip_comment_tags=True):
+        PACKAGE, method_map=[("**.py", "python")], keywords=KEYWORDS, comment_tags=("i18n:",), strip_comment_tags=True
+    ):
         if filename.startswith("translate" + os.sep) or filename == "i18n.py":
             continue  # the tooling's docstrings show the keywords, they are no messages
-        catalog.add(message, locations=[(filename, lineno)], auto_comments=comments, context=context,
-                    flags=("python-brace-format",) if "{" in str(message) else ())
+        catalog.add(
+            message,
+            locations=[(filename, lineno)],
+            auto_comments=comments,
+            context=context,
+            flags=("python-brace-format",) if "{" in str(message) else (),
+        )
     return catalog
 
 

@@ -4,6 +4,7 @@ Fenced code blocks, HTML-only lines and images stay English (they are not prose)
 between entries are kept exactly, so `join(split(text))` gives the text back byte for byte, and a
 translated cell differs from its English one only inside the entries.
 """
+
 from __future__ import annotations
 
 import re
@@ -25,7 +26,7 @@ def split(text: str) -> list[tuple[str, bool]]:
             body = entry.rstrip("\n")
             pieces.append((body, not fenced_block(body) and not _NOT_PROSE.match(body) and bool(body.strip())))
             if len(entry) > len(body):
-                pieces.append((entry[len(body):], False))
+                pieces.append((entry[len(body) :], False))
             block.clear()
 
     for line in text.splitlines(keepends=True):

@@ -1,6 +1,7 @@
 """Correct MiniFSDP answers other than the solution, each an alternative the task text allows (graded in
 tests/exercises/test_03_fsdp.py): one flat shard per layer, and an autograd.Function that wraps the layer's op and
 saves only the shard (computing in bf16 with compute_dtype, its layers' weight attributes 0-element placeholders)."""
+
 FLAT = '''
 class MiniFSDP(nn.Module):
     """FSDP by hand with one flat shard per layer: the layer's parameters flattened together, padded, chunk `rank`."""

@@ -1,6 +1,7 @@
 """Exercise 01_parallelism, task parallelize_mlp (DeviceMesh + DTensor, a SwiGLU block column-then-row): the
 solution passes, and each typical mistake and lazy answer fails with a message naming the extra or missing
 collective (real multi-process runs). One grading per answer, module-scoped."""
+
 from __future__ import annotations
 
 import pytest
@@ -8,58 +9,64 @@ import pytest
 from tests.helpers import failed, grade_source, replace_definition, solution_source
 
 EXERCISE, TASK = "01_parallelism", "parallelize_mlp"
-VALUES, LAYOUT, HIDDEN = ("dtensor_block_matches_one_process", "dtensor_block_is_column_then_row",
-                          "dtensor_block_three_ranks_biases_3d")
+VALUES, LAYOUT, HIDDEN = (
+    "dtensor_block_matches_one_process",
+    "dtensor_block_is_column_then_row",
+    "dtensor_block_three_ranks_biases_3d",
+)
 
-GATHER_THEN_ROW_BODY = '''
+GATHER_THEN_ROW_BODY = """
             from torch.distributed.tensor import Replicate
             return parallelize_module(mlp, mesh, {"gate": ColwiseParallel(output_layouts=Replicate()),
                                                   "up": ColwiseParallel(output_layouts=Replicate()),
-                                                  "down": RowwiseParallel(input_layouts=Replicate())})'''
-GATHER_THEN_ROW = '''
-        def parallelize_mlp(mlp, mesh):''' + GATHER_THEN_ROW_BODY
+                                                  "down": RowwiseParallel(input_layouts=Replicate())})"""
+GATHER_THEN_ROW = (
+    """
+        def parallelize_mlp(mlp, mesh):"""
+    + GATHER_THEN_ROW_BODY
+)
 
 ANSWERS = {
     "solution": None,
     # the lesson's plan, one layer more: right numbers and placements, but gate and up each turn x into a
     # replicated DTensor of their own, so the backward all-reduces the input's gradient twice
-    "lesson_plan_extended": '''
+    "lesson_plan_extended": """
         def parallelize_mlp(mlp, mesh):
             return parallelize_module(mlp, mesh, {"gate": ColwiseParallel(), "up": ColwiseParallel(),
-                                                  "down": RowwiseParallel()})''',
+                                                  "down": RowwiseParallel()})""",
     # all three column-parallel: the hidden activation is gathered before down
-    "all_column": '''
+    "all_column": """
         def parallelize_mlp(mlp, mesh):
             from torch.distributed.tensor import Replicate
             return parallelize_module(mlp, mesh, {"gate": ColwiseParallel(output_layouts=Replicate()),
                                                   "up": ColwiseParallel(output_layouts=Replicate()),
-                                                  "down": ColwiseParallel(output_layouts=Replicate())})''',
+                                                  "down": ColwiseParallel(output_layouts=Replicate())})""",
     # the laziest answer: nothing parallelized (right numbers, no collective)
-    "unchanged": '''
+    "unchanged": """
         def parallelize_mlp(mlp, mesh):
-            return mlp''',
+            return mlp""",
     # DTensors that every rank holds whole (Replicate): the right numbers, still nothing split
-    "replicated": '''
+    "replicated": """
         def parallelize_mlp(mlp, mesh):
             from torch.distributed.tensor import DTensor, distribute_module
             return distribute_module(
                 mlp, mesh,
                 input_fn=lambda module, args, mesh: tuple(DTensor.from_local(a, mesh, [Replicate()]) for a in args),
-                output_fn=lambda module, out, mesh: out.to_local())''',
+                output_fn=lambda module, out, mesh: out.to_local())""",
     # a right plan on a copy: the mlp it was given stays unparallelized
-    "parallelized_copy": '''
+    "parallelized_copy": """
         def parallelize_mlp(mlp, mesh):
             import copy
             from torch.distributed.tensor.parallel import PrepareModuleInput
             copied = parallelize_module(copy.deepcopy(mlp), mesh, PrepareModuleInput(
                 input_layouts=(Replicate(),), desired_input_layouts=(Replicate(),), use_local_output=False))
             return parallelize_module(copied, mesh, {"gate": ColwiseParallel(), "up": ColwiseParallel(),
-                                                     "down": RowwiseParallel()})''',
+                                                     "down": RowwiseParallel()})""",
     # gathers the hidden activation, then row-wise: right numbers, an extra all_gather (the twin of the tampers)
     "gather_then_row": GATHER_THEN_ROW,
     # the same, hiding its all_gathers from the grader's recorder by swapping its __torch_dispatch__ (the
     # recorder's own count moved too, so the sequence numbers agree)
-    "hide_gathers_swapping_the_recorder": '''
+    "hide_gathers_swapping_the_recorder": """
         def parallelize_mlp(mlp, mesh):
             import grader.exercises.collectives as recorder
             real = recorder._Recorder.__torch_dispatch__
@@ -69,32 +76,35 @@ ANSWERS = {
                     return func(*args, **(kwargs or {}))
                 return real(self, func, types, args, kwargs)
             recorder._Recorder.__torch_dispatch__ = hiding
-''' + GATHER_THEN_ROW_BODY,
+"""
+    + GATHER_THEN_ROW_BODY,
     # hides them by disabling torch's dispatch modes around the block's forward
-    "hide_gathers_disabling_modes": '''
+    "hide_gathers_disabling_modes": """
         def parallelize_mlp(mlp, mesh):
             from torch.utils._python_dispatch import _disable_current_modes
             off = []
             mlp.register_forward_pre_hook(lambda m, a: off.append(_disable_current_modes()) or off[-1].__enter__() and None)
             mlp.register_forward_hook(lambda m, a, out: off.pop().__exit__(None, None, None) and None)
-''' + GATHER_THEN_ROW_BODY,
+"""
+    + GATHER_THEN_ROW_BODY,
     # edits the record instead: a forward hook takes the all_gathers out of the recorder's list
-    "hide_gathers_editing_the_record": '''
+    "hide_gathers_editing_the_record": """
         def parallelize_mlp(mlp, mesh):
             from torch.utils._python_dispatch import _get_current_dispatch_mode
             def forget(module, args, out):
                 calls = getattr(_get_current_dispatch_mode(), "calls", [])
                 calls[:] = [c for c in calls if c.kind != "all_gather"]
             mlp.register_forward_hook(forget)
-''' + GATHER_THEN_ROW_BODY,
+"""
+    + GATHER_THEN_ROW_BODY,
     # correct alternatives: the input prepared inside the plan (the root's name is ""), and the layers one by one
-    "prepared_in_the_plan": '''
+    "prepared_in_the_plan": """
         def parallelize_mlp(mlp, mesh):
             from torch.distributed.tensor.parallel import PrepareModuleInput
             return parallelize_module(mlp, mesh, {
                 "": PrepareModuleInput(input_layouts=(Replicate(),), desired_input_layouts=(Replicate(),)),
-                "gate": ColwiseParallel(), "up": ColwiseParallel(), "down": RowwiseParallel()})''',
-    "layer_by_layer": '''
+                "gate": ColwiseParallel(), "up": ColwiseParallel(), "down": RowwiseParallel()})""",
+    "layer_by_layer": """
         def parallelize_mlp(mlp, mesh):
             from torch.distributed.tensor.parallel import PrepareModuleInput
             parallelize_module(mlp, mesh, PrepareModuleInput(input_layouts=(Replicate(),),
@@ -102,16 +112,21 @@ ANSWERS = {
                                                              use_local_output=False))
             for name, style in (("gate", ColwiseParallel()), ("up", ColwiseParallel()), ("down", RowwiseParallel())):
                 parallelize_module(getattr(mlp, name), mesh, style)
-            return mlp''',
+            return mlp""",
     # pops the grader's mode off torch's stack for good as the forward starts
-    "hide_gathers_popping_the_mode": '''
+    "hide_gathers_popping_the_mode": """
         def parallelize_mlp(mlp, mesh):
             from torch.utils._python_dispatch import _pop_mode
             mlp.register_forward_pre_hook(lambda m, a: _pop_mode() and None)
-''' + GATHER_THEN_ROW_BODY,
+"""
+    + GATHER_THEN_ROW_BODY,
 }
-TAMPERS = ("hide_gathers_swapping_the_recorder", "hide_gathers_disabling_modes", "hide_gathers_popping_the_mode",
-           "hide_gathers_editing_the_record")
+TAMPERS = (
+    "hide_gathers_swapping_the_recorder",
+    "hide_gathers_disabling_modes",
+    "hide_gathers_popping_the_mode",
+    "hide_gathers_editing_the_record",
+)
 
 
 @pytest.fixture(scope="module")
@@ -170,10 +185,12 @@ def test_hiding_collectives_from_the_recorder_scores_no_more_than_the_twin(repor
     report, bad = reports[tamper]
     assert report.score <= reports["gather_then_row"][0].score, report.lines()
     assert report.score == 0 and set(bad) == {VALUES, LAYOUT, HIDDEN}
-    said = {"hide_gathers_swapping_the_recorder": "changed the grader or torch",
-            "hide_gathers_disabling_modes": "moved data where the grader could not see them",
-            "hide_gathers_popping_the_mode": "turned off the grader's collective recorder",
-            "hide_gathers_editing_the_record": "moved data where the grader could not see them"}[tamper]
+    said = {
+        "hide_gathers_swapping_the_recorder": "changed the grader or torch",
+        "hide_gathers_disabling_modes": "moved data where the grader could not see them",
+        "hide_gathers_popping_the_mode": "turned off the grader's collective recorder",
+        "hide_gathers_editing_the_record": "moved data where the grader could not see them",
+    }[tamper]
     assert all(said in bad[name] for name in (VALUES, LAYOUT)), bad  # a hidden check does not show its text
 
 

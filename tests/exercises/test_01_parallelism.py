@@ -1,6 +1,7 @@
 """Exercise 01_parallelism: the solution gets full marks, and each typical
 mistake fails the check that targets it, with a message naming it (real
 multi-process runs, like the grader)."""
+
 from __future__ import annotations
 
 import pytest
@@ -51,9 +52,12 @@ def test_shards_ignoring_rank(solution):
 
 
 def test_shards_remainder_on_last_rank(solution):
-    _, bad = grade_mutant(solution, "start = rank * base + min(rank, extra)\n    size = base + (1 if rank < extra else 0)",
-                          "start = rank * base\n    size = base + (extra if rank == world_size - 1 else 0)",
-                          "shard_indices")
+    _, bad = grade_mutant(
+        solution,
+        "start = rank * base + min(rank, extra)\n    size = base + (1 if rank < extra else 0)",
+        "start = rank * base\n    size = base + (extra if rank == world_size - 1 else 0)",
+        "shard_indices",
+    )
     assert "differ by more than one" in bad["shards_are_disjoint_covering_balanced"]
 
 
@@ -64,40 +68,59 @@ def test_average_summing_without_dividing(solution):
 
 
 def test_average_crashing_on_missing_grad(solution):
-    _, bad = grade_mutant(solution, "        if param.grad is None:  # frozen or unused: nothing to average\n            continue\n",
-                          "", "average_gradients")
+    _, bad = grade_mutant(
+        solution,
+        "        if param.grad is None:  # frozen or unused: nothing to average\n            continue\n",
+        "",
+        "average_gradients",
+    )
     assert set(bad) == {"averaged_gradients_three_ranks_frozen_layer"}
     # a hidden check shows the grader's words only, not the CheckFailed its rank code raised
     assert "your code failed a hidden test" in bad["averaged_gradients_three_ranks_frozen_layer"]
 
 
 def test_average_reducing_the_weights(solution):
-    _, bad = grade_mutant(solution, "dist.all_reduce(param.grad, op=dist.ReduceOp.SUM)",
-                          "dist.all_reduce(param.data, op=dist.ReduceOp.SUM)", "average_gradients")
+    _, bad = grade_mutant(
+        solution,
+        "dist.all_reduce(param.grad, op=dist.ReduceOp.SUM)",
+        "dist.all_reduce(param.data, op=dist.ReduceOp.SUM)",
+        "average_gradients",
+    )
     assert "not the weights" in bad["averaged_gradients_match_full_batch"]
 
 
 # ---------------------------------------------------------- ring_all_reduce
 def test_ring_calling_all_reduce(solution):
-    _, bad = grade_mutant(solution, "    if world_size == 1:\n        return\n",
-                          "    dist.all_reduce(tensor)\n    return\n", "ring_all_reduce")
+    _, bad = grade_mutant(
+        solution,
+        "    if world_size == 1:\n        return\n",
+        "    dist.all_reduce(tensor)\n    return\n",
+        "ring_all_reduce",
+    )
     assert "ring_all_reduce called dist.all_reduce: use only isend/irecv/send/recv" in bad["ring_sums_in_place"]
 
 
 def test_ring_collective_imported_by_name(solution):
-    source = mutate(solution, "    if world_size == 1:\n        return\n",
-                    "    from torch.distributed import broadcast\n    broadcast(tensor, 0)\n    return\n")
+    source = mutate(
+        solution,
+        "    if world_size == 1:\n        return\n",
+        "    from torch.distributed import broadcast\n    broadcast(tensor, 0)\n    return\n",
+    )
     report = grade_source(EXERCISE, "from torch.distributed import all_gather\n" + source, task="ring_all_reduce")
     assert "called dist.broadcast" in failed(report)["ring_sums_in_place"]
 
 
-@pytest.mark.parametrize("spelling", [
-    "    from torch.distributed import distributed_c10d\n    distributed_c10d.all_reduce(tensor)\n    return\n",
-    "    import torch.distributed.nn.functional as F\n    tensor.copy_(F.all_reduce(tensor))\n    return\n",
-    "    from torch.distributed import _functional_collectives as funcol\n"
-    "    tensor.copy_(funcol.all_reduce(tensor, 'sum', dist.group.WORLD))\n    return\n",
-    "    dist.all_reduce(tensor, async_op=True).wait()\n    return\n",
-], ids=["distributed_c10d", "nn.functional", "functional collectives", "async_op"])
+@pytest.mark.parametrize(
+    "spelling",
+    [
+        "    from torch.distributed import distributed_c10d\n    distributed_c10d.all_reduce(tensor)\n    return\n",
+        "    import torch.distributed.nn.functional as F\n    tensor.copy_(F.all_reduce(tensor))\n    return\n",
+        "    from torch.distributed import _functional_collectives as funcol\n"
+        "    tensor.copy_(funcol.all_reduce(tensor, 'sum', dist.group.WORLD))\n    return\n",
+        "    dist.all_reduce(tensor, async_op=True).wait()\n    return\n",
+    ],
+    ids=["distributed_c10d", "nn.functional", "functional collectives", "async_op"],
+)
 def test_ring_calling_all_reduce_in_any_spelling(solution, spelling):
     # The dispatcher sees the collective whatever its name: refused before any data moves.
     _, bad = grade_mutant(solution, "    if world_size == 1:\n        return\n", spelling, "ring_all_reduce")
@@ -106,9 +129,13 @@ def test_ring_calling_all_reduce_in_any_spelling(solution, spelling):
 
 def test_ring_catching_the_refusal_still_fails(solution):
     # An answer that swallows the refusal and goes on with the ring still used a collective.
-    _, bad = grade_mutant(solution, "    if world_size == 1:\n        return\n",
-                          "    try:\n        dist.all_reduce(tensor.clone())\n    except Exception:\n        pass\n"
-                          "    if world_size == 1:\n        return\n", "ring_all_reduce")
+    _, bad = grade_mutant(
+        solution,
+        "    if world_size == 1:\n        return\n",
+        "    try:\n        dist.all_reduce(tensor.clone())\n    except Exception:\n        pass\n"
+        "    if world_size == 1:\n        return\n",
+        "ring_all_reduce",
+    )
     assert "ring_all_reduce called dist.all_reduce" in bad["ring_sums_in_place"]
 
 
@@ -121,63 +148,85 @@ def test_ring_with_imported_p2p_names_gets_full_marks(solution):
 
 
 def test_ring_blocking_send_deadlocks(solution):
-    bad = grade_one_check(mutate(
-        solution,
-        "request = dist.isend(chunks[send_index].contiguous(), nxt)  # not blocking: every rank sends at once\n"
-        "        dist.recv(incoming, prev)\n        request.wait()",
-        "dist.send(chunks[send_index].contiguous(), nxt)\n        dist.recv(incoming, prev)"), "ring_sums_in_place")
+    bad = grade_one_check(
+        mutate(
+            solution,
+            "request = dist.isend(chunks[send_index].contiguous(), nxt)  # not blocking: every rank sends at once\n"
+            "        dist.recv(incoming, prev)\n        request.wait()",
+            "dist.send(chunks[send_index].contiguous(), nxt)\n        dist.recv(incoming, prev)",
+        ),
+        "ring_sums_in_place",
+    )
     assert "deadlock" in bad["ring_sums_in_place"] and "blocking dist.send" in bad["ring_sums_in_place"]
 
 
 def test_ring_not_in_place(solution):
-    _, bad = grade_mutant(solution, "chunks = list(torch.tensor_split(tensor.view(-1), world_size))",
-                          "tensor = tensor.clone()\n    chunks = list(torch.tensor_split(tensor.view(-1), world_size))",
-                          "ring_all_reduce")
+    _, bad = grade_mutant(
+        solution,
+        "chunks = list(torch.tensor_split(tensor.view(-1), world_size))",
+        "tensor = tensor.clone()\n    chunks = list(torch.tensor_split(tensor.view(-1), world_size))",
+        "ring_all_reduce",
+    )
     # The mutant returns nothing; the message still says where the sum must go.
     assert "sum in place" in bad["ring_sums_in_place"]
 
 
 def test_ring_sending_whole_tensor(solution):
-    naive = ("if world_size == 1:\n        return\n"
-             "    other = torch.empty_like(tensor)\n"
-             "    request = dist.isend(tensor.clone(), (rank + 1) % world_size)\n"
-             "    dist.recv(other, (rank - 1) % world_size)\n"
-             "    request.wait()\n"
-             "    tensor += other\n"
-             "    return\n")
+    naive = (
+        "if world_size == 1:\n        return\n"
+        "    other = torch.empty_like(tensor)\n"
+        "    request = dist.isend(tensor.clone(), (rank + 1) % world_size)\n"
+        "    dist.recv(other, (rank - 1) % world_size)\n"
+        "    request.wait()\n"
+        "    tensor += other\n"
+        "    return\n"
+    )
     _, bad = grade_mutant(solution, "if world_size == 1:\n        return\n", naive, "ring_all_reduce")
     assert "ring_sums_in_place" not in bad  # correct on 2 ranks...
     assert "chunks of at most" in bad["ring_passes_chunks_to_neighbours"]  # ...but not a ring
 
 
 def test_ring_torch_chunk_on_short_tensor(solution):
-    _, bad = grade_mutant(solution, "torch.tensor_split(tensor.view(-1), world_size)",
-                          "torch.chunk(tensor.view(-1), world_size)", "ring_all_reduce")
+    _, bad = grade_mutant(
+        solution,
+        "torch.tensor_split(tensor.view(-1), world_size)",
+        "torch.chunk(tensor.view(-1), world_size)",
+        "ring_all_reduce",
+    )
     assert set(bad) == {"ring_three_ranks"}
     assert "torch.chunk returns fewer than world_size pieces" in bad["ring_three_ranks"]
 
 
 # ----------------------------------------------------- ColumnParallelLinear
 def test_column_autograd_all_gather_scales_gradients(solution):
-    _, bad = grade_mutant(solution, "return _GatherColumns.apply(local, self.sizes)",
-                          "import torch.distributed.nn.functional as dist_nn\n"
-                          "        return torch.cat(dist_nn.all_gather(local), dim=-1)", "ColumnParallelLinear")
+    _, bad = grade_mutant(
+        solution,
+        "return _GatherColumns.apply(local, self.sizes)",
+        "import torch.distributed.nn.functional as dist_nn\n"
+        "        return torch.cat(dist_nn.all_gather(local), dim=-1)",
+        "ColumnParallelLinear",
+    )
     assert "column_parallel_forward" not in bad
     assert "2 times too large" in bad["column_parallel_shard_gradients"]
 
 
 def test_column_plain_all_gather_loses_gradients(solution):
-    _, bad = grade_mutant(solution, "return _GatherColumns.apply(local, self.sizes)",
-                          "parts = [torch.empty_like(local) for _ in self.sizes]\n"
-                          "        dist.all_gather(parts, local)\n"
-                          "        return torch.cat(parts, dim=-1)", "ColumnParallelLinear")
+    _, bad = grade_mutant(
+        solution,
+        "return _GatherColumns.apply(local, self.sizes)",
+        "parts = [torch.empty_like(local) for _ in self.sizes]\n"
+        "        dist.all_gather(parts, local)\n"
+        "        return torch.cat(parts, dim=-1)",
+        "ColumnParallelLinear",
+    )
     assert "column_parallel_forward" not in bad
     assert "no gradient reached the weight shard" in bad["column_parallel_shard_gradients"]
 
 
 def test_column_without_input_gradient_reduction(solution):
-    _, bad = grade_mutant(solution, "nn.functional.linear(_CopyToShards.apply(x), ",
-                          "nn.functional.linear(x, ", "ColumnParallelLinear")
+    _, bad = grade_mutant(
+        solution, "nn.functional.linear(_CopyToShards.apply(x), ", "nn.functional.linear(x, ", "ColumnParallelLinear"
+    )
     assert set(bad) == {"column_parallel_input_gradient", "column_parallel_uneven_three_ranks"}
     assert "sum it over ranks in backward" in bad["column_parallel_input_gradient"]
 
@@ -188,13 +237,17 @@ def test_column_full_weight_on_every_rank(solution):
 
 
 # ------------------------------------------------------------ pipeline_step
-HEADER_SENT = ("        dist.send(torch.tensor([activation.dim()], dtype=torch.int64, device=inputs.device), dst=1)\n"
-               "        dist.send(torch.tensor(activation.shape, dtype=torch.int64, device=inputs.device), dst=1)\n")
-HEADER_RECEIVED = ("    ndim = torch.empty(1, dtype=torch.int64, device=targets.device)\n"
-                   "    dist.recv(ndim, src=0)\n"
-                   "    shape = torch.empty(int(ndim.item()), dtype=torch.int64, device=targets.device)\n"
-                   "    dist.recv(shape, src=0)\n"
-                   "    activation = torch.empty(shape.tolist(), device=targets.device)")
+HEADER_SENT = (
+    "        dist.send(torch.tensor([activation.dim()], dtype=torch.int64, device=inputs.device), dst=1)\n"
+    "        dist.send(torch.tensor(activation.shape, dtype=torch.int64, device=inputs.device), dst=1)\n"
+)
+HEADER_RECEIVED = (
+    "    ndim = torch.empty(1, dtype=torch.int64, device=targets.device)\n"
+    "    dist.recv(ndim, src=0)\n"
+    "    shape = torch.empty(int(ndim.item()), dtype=torch.int64, device=targets.device)\n"
+    "    dist.recv(shape, src=0)\n"
+    "    activation = torch.empty(shape.tolist(), device=targets.device)"
+)
 GUESSED_SHAPE = "    activation = torch.empty(len(targets), 5, device=targets.device)"  # right for the visible MLP only
 
 
@@ -224,36 +277,53 @@ def test_pipeline_guessing_the_activation_shape(solution):
 
 
 def test_pipeline_header_received_as_float(solution):
-    _, bad = grade_mutant(solution, "ndim = torch.empty(1, dtype=torch.int64, device=targets.device)",
-                          "ndim = torch.empty(1, device=targets.device)", "pipeline_step")
+    _, bad = grade_mutant(
+        solution,
+        "ndim = torch.empty(1, dtype=torch.int64, device=targets.device)",
+        "ndim = torch.empty(1, device=targets.device)",
+        "pipeline_step",
+    )
     assert "a shape (or dtype) mismatch" in bad["pipeline_loss_matches"]
 
 
 def test_pipeline_sending_a_non_contiguous_activation(solution):
-    _, bad = grade_mutant(solution, "dist.send(activation.detach().contiguous(), dst=1)",
-                          "dist.send(activation.detach(), dst=1)", "pipeline_step")
+    _, bad = grade_mutant(
+        solution,
+        "dist.send(activation.detach().contiguous(), dst=1)",
+        "dist.send(activation.detach(), dst=1)",
+        "pipeline_step",
+    )
     assert set(bad) == {"pipeline_3d_activation_cross_entropy"}
     # the diagnosis comes from inside a rank: a hidden check does not show it
     assert "hidden test of `pipeline_step`" in bad["pipeline_3d_activation_cross_entropy"]
 
 
 def test_pipeline_activation_buffer_with_the_targets_dtype(solution):
-    _, bad = grade_mutant(solution, "activation = torch.empty(shape.tolist(), device=targets.device)",
-                          "activation = torch.empty(shape.tolist(), dtype=targets.dtype, device=targets.device)",
-                          "pipeline_step")
+    _, bad = grade_mutant(
+        solution,
+        "activation = torch.empty(shape.tolist(), device=targets.device)",
+        "activation = torch.empty(shape.tolist(), dtype=targets.dtype, device=targets.device)",
+        "pipeline_step",
+    )
     assert set(bad) == {"pipeline_3d_activation_cross_entropy"}  # float targets hide it
     assert "hidden test of `pipeline_step`" in bad["pipeline_3d_activation_cross_entropy"]
 
 
 def test_pipeline_own_loss_instead_of_loss_fn(solution):
-    _, bad = grade_mutant(solution, "loss = loss_fn(stage(activation), targets)",
-                          "loss = torch.nn.functional.mse_loss(stage(activation), targets)", "pipeline_step")
+    _, bad = grade_mutant(
+        solution,
+        "loss = loss_fn(stage(activation), targets)",
+        "loss = torch.nn.functional.mse_loss(stage(activation), targets)",
+        "pipeline_step",
+    )
     assert "never called loss_fn" in bad["pipeline_loss_matches"]
     assert "hidden test of `pipeline_step`" in bad["pipeline_3d_activation_cross_entropy"]
 
 
 def test_pipeline_waiting_for_the_gradient_before_sending(solution):
-    send = "        dist.send(activation.detach().contiguous(), dst=1)  # send needs contiguous memory; no graph crosses\n"
+    send = (
+        "        dist.send(activation.detach().contiguous(), dst=1)  # send needs contiguous memory; no graph crosses\n"
+    )
     receive = "        dist.recv(grad, src=1)\n"
     bad = grade_one_check(mutate(mutate(solution, send, ""), receive, receive + send), "pipeline_loss_matches")
     assert "both ranks are receiving" in bad["pipeline_loss_matches"]

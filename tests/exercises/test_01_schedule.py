@@ -1,6 +1,7 @@
 """Exercise 01_parallelism, task pipeline_schedule (torch.distributed.pipelining, GPipe and 1F1B): the solution
 passes, a hand-written 1F1B in the same order passes too, and each typical mistake and lazy answer fails with a
 message naming it (real multi-process runs). One grading per answer, module-scoped."""
+
 from __future__ import annotations
 
 import pytest
@@ -9,10 +10,13 @@ from grader.exercises.parallelism.checks_schedule import events, expected_order
 from tests.helpers import failed, grade_source, replace_definition, solution_source
 
 EXERCISE, TASK = "01_parallelism", "pipeline_schedule"
-ONE_F_ONE_B, GPIPE, HIDDEN = ("schedule_1f1b_matches_one_process_in_its_order",
-                              "schedule_gpipe_matches_one_process_in_its_order", "schedule_three_stages_uneven")
+ONE_F_ONE_B, GPIPE, HIDDEN = (
+    "schedule_1f1b_matches_one_process_in_its_order",
+    "schedule_gpipe_matches_one_process_in_its_order",
+    "schedule_three_stages_uneven",
+)
 
-STEP = '''
+STEP = """
             losses = []
             if rank == 0:
                 runner.step(x)
@@ -20,36 +24,39 @@ STEP = '''
                 runner.step(target=targets, losses=losses)
             else:
                 runner.step()
-            return losses'''
+            return losses"""
 
 ANSWERS = {
     "solution": None,
     # the typical mistake: one schedule whatever the argument says
-    "always_gpipe": '''
+    "always_gpipe": """
         def pipeline_schedule(model, x, targets, loss_fn, n_microbatches, schedule):
             rank, world_size = dist.get_rank(), dist.get_world_size()
             mine = torch.tensor_split(torch.arange(len(model)), world_size)[rank].tolist()
             stage = PipelineStage(model[mine[0]:mine[-1] + 1], rank, world_size, x.device)
-            runner = ScheduleGPipe(stage, n_microbatches=n_microbatches, loss_fn=loss_fn)''' + STEP,
+            runner = ScheduleGPipe(stage, n_microbatches=n_microbatches, loss_fn=loss_fn)"""
+    + STEP,
     # no microbatching: the schedule runs the whole batch as one microbatch
-    "one_microbatch": '''
+    "one_microbatch": """
         def pipeline_schedule(model, x, targets, loss_fn, n_microbatches, schedule):
             rank, world_size = dist.get_rank(), dist.get_world_size()
             mine = torch.tensor_split(torch.arange(len(model)), world_size)[rank].tolist()
             stage = PipelineStage(model[mine[0]:mine[-1] + 1], rank, world_size, x.device)
             kind = {"GPipe": ScheduleGPipe, "1F1B": Schedule1F1B}[schedule]
-            runner = kind(stage, n_microbatches=1, loss_fn=loss_fn)''' + STEP,
+            runner = kind(stage, n_microbatches=1, loss_fn=loss_fn)"""
+    + STEP,
     # the stage built from copies of the layers: model's own parameters never get a gradient
-    "copied_layers": '''
+    "copied_layers": """
         def pipeline_schedule(model, x, targets, loss_fn, n_microbatches, schedule):
             import copy
             rank, world_size = dist.get_rank(), dist.get_world_size()
             mine = torch.tensor_split(torch.arange(len(model)), world_size)[rank].tolist()
             stage = PipelineStage(copy.deepcopy(model[mine[0]:mine[-1] + 1]), rank, world_size, x.device)
             kind = {"GPipe": ScheduleGPipe, "1F1B": Schedule1F1B}[schedule]
-            runner = kind(stage, n_microbatches=n_microbatches, loss_fn=loss_fn)''' + STEP,
+            runner = kind(stage, n_microbatches=n_microbatches, loss_fn=loss_fn)"""
+    + STEP,
     # the last rank keeps the losses to itself
-    "no_losses": '''
+    "no_losses": """
         def pipeline_schedule(model, x, targets, loss_fn, n_microbatches, schedule):
             rank, world_size = dist.get_rank(), dist.get_world_size()
             mine = torch.tensor_split(torch.arange(len(model)), world_size)[rank].tolist()
@@ -57,19 +64,19 @@ ANSWERS = {
             kind = {"GPipe": ScheduleGPipe, "1F1B": Schedule1F1B}[schedule]
             runner = kind(stage, n_microbatches=n_microbatches, loss_fn=loss_fn)
             runner.step(x) if rank == 0 else runner.step(target=targets) if rank == world_size - 1 else runner.step()
-            return []''',
+            return []""",
     # the laziest answers: nothing at all, and the whole model on every rank (right losses, no pipeline)
-    "nothing": '''
+    "nothing": """
         def pipeline_schedule(model, x, targets, loss_fn, n_microbatches, schedule):
-            return []''',
-    "whole_model_everywhere": '''
+            return []""",
+    "whole_model_everywhere": """
         def pipeline_schedule(model, x, targets, loss_fn, n_microbatches, schedule):
             loss_fn(model(x), targets).backward()
             last = dist.get_rank() == dist.get_world_size() - 1
             return [loss_fn(model(a), b).detach() for a, b in zip(x.tensor_split(n_microbatches),
-                                                                 targets.tensor_split(n_microbatches))] if last else []''',
+                                                                 targets.tensor_split(n_microbatches))] if last else []""",
     # a correct alternative: the schedules written by hand with send and recv, in torch's order
-    "hand_written": '''
+    "hand_written": """
         def pipeline_schedule(model, x, targets, loss_fn, n_microbatches, schedule):
             rank, world_size = dist.get_rank(), dist.get_world_size()
             mine = torch.tensor_split(torch.arange(len(model)), world_size)[rank].tolist()
@@ -122,7 +129,7 @@ ANSWERS = {
                     nb += 1
             for request in pending:
                 request.wait()
-            return losses''',
+            return losses""",
 }
 
 
@@ -182,8 +189,9 @@ def test_lazy_answers_earn_nothing(reports, lazy):
 def test_the_orders_read_from_messages():
     # rank 0 of 2, 1F1B, 3 microbatches: integer metadata first, then activations out and gradients in
     meta = [("send", 1, "int64"), ("recv", 1, "int64")]
-    sends = [("send", 1, "float32")] * 2 + [("recv", 1, "float32"), ("send", 1, "float32")] + \
-        [("recv", 1, "float32")] * 2
+    sends = (
+        [("send", 1, "float32")] * 2 + [("recv", 1, "float32"), ("send", 1, "float32")] + [("recv", 1, "float32")] * 2
+    )
     assert events(meta + sends, 0, 2) == ("FFBFBB", []) == (expected_order("1F1B", 0, 2, 3), [])
     # a middle rank counts its sends: activation i onwards, gradient i back
     middle = [("recv", 0, "float32"), ("send", 2, "float32"), ("recv", 2, "float32"), ("send", 0, "float32")]

@@ -2,6 +2,7 @@
 fewer launches per submission), and that launch changes no verdict: when it fails, each check makes its
 own run, so a crash in one run costs only the checks that need that run, with that run's own message. A hidden
 check's run stays its own. Real ranks; launches are counted."""
+
 import pytest
 
 from tests.helpers import failed, graded_counting_launches, mutate, solution_source

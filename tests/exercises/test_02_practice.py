@@ -1,5 +1,6 @@
 """02_ddp_basics, DDP in practice (train_with_accumulation, train_uneven, BucketedDDP): the solution gets full
 marks on these tasks; each typical mistake and the laziest wrong answers fail with a message naming the mistake."""
+
 import pytest
 
 from grader.exercises import get_exercise
@@ -23,75 +24,187 @@ def test_solution_gets_full_marks(task):
     assert report.score == get_exercise(EXERCISE).points_of(task) > 0
 
 
-BUCKETED_BROADCAST = ("        self.world_size = dist.get_world_size()\n        with torch.no_grad():\n"
-                      "            for tensor in list(module.parameters()) + list(module.buffers()):\n"
-                      "                dist.broadcast(tensor, src=0)\n")  # BucketedDDP's (MiniDDP's differs)
+BUCKETED_BROADCAST = (
+    "        self.world_size = dist.get_world_size()\n        with torch.no_grad():\n"
+    "            for tensor in list(module.parameters()) + list(module.buffers()):\n"
+    "                dist.broadcast(tensor, src=0)\n"
+)  # BucketedDDP's (MiniDDP's differs)
 MUTANTS = [  # (task, old, new, check, phrase)
-    ("train_with_accumulation", "with contextlib.nullcontext() if last else model.no_sync():",
-     "with contextlib.nullcontext():", "accumulation_one_all_reduce_per_bucket_per_step", "no_sync is missing"),
-    ("train_with_accumulation", "(loss / accumulation_steps).backward()", "loss.backward()",
-     "accumulation_matches_big_batch_step", "not divided by the number of micro-batches"),
-    ("train_with_accumulation", "        if last:\n            optimizer.step()", "        if True:\n            optimizer.step()",
-     "accumulation_matches_big_batch_step", "the step is taken every micro-batch"),
-    ("train_with_accumulation", "            optimizer.zero_grad()\n    dist.all_reduce(totals)\n",
-     "            optimizer.zero_grad()\n",
-     "accumulation_returns_global_mean_loss", "each returned its own mean"),
-    ("BucketedDDP", "torch.cat([g.reshape(-1) for g in grads]).div_(self.world_size)",
-     "torch.cat([g.reshape(-1) for g in grads])", "bucketed_gradients_match_ddp", "world_size times DDP's"),
-    ("BucketedDDP", "if current and size + nbytes > cap:", "if current:",
-     "bucketed_one_all_reduce_per_bucket", "One per parameter"),
-    ("BucketedDDP", "            if i not in self._pending:  # holds", "            if True:  # holds",
-     "bucketed_one_all_reduce_per_bucket", "all-reduced twice"),
-    ("BucketedDDP", "the bucket's last gradient: launch now, during backward\n            self._launch(i)",
-     "\n            pass", "bucketed_all_reduce_overlaps_backward", "started after backward returned"),
-    ("BucketedDDP", ("        if self._ready[i] == len(self.buckets[i]):  # the bucket's last gradient: launch now, during "
-     "backward\n            self._launch(i)"),
-     ("        if sum(self._ready) == sum(map(len, self.buckets)):  # all at the end of backward\n"
-     "            for j in range(len(self.buckets)):\n                self._launch(j)"),
-     "bucketed_all_reduce_overlaps_backward", "not all together at the end of backward"),
-    ("BucketedDDP", ("        for i in range(len(self.buckets)):\n"
-     "            if i not in self._pending:  # holds a parameter that forward did not use\n"
-     "                self._launch(i)\n"), "", "bucketed_gradients_match_ddp", "never becomes ready"),
+    (
+        "train_with_accumulation",
+        "with contextlib.nullcontext() if last else model.no_sync():",
+        "with contextlib.nullcontext():",
+        "accumulation_one_all_reduce_per_bucket_per_step",
+        "no_sync is missing",
+    ),
+    (
+        "train_with_accumulation",
+        "(loss / accumulation_steps).backward()",
+        "loss.backward()",
+        "accumulation_matches_big_batch_step",
+        "not divided by the number of micro-batches",
+    ),
+    (
+        "train_with_accumulation",
+        "        if last:\n            optimizer.step()",
+        "        if True:\n            optimizer.step()",
+        "accumulation_matches_big_batch_step",
+        "the step is taken every micro-batch",
+    ),
+    (
+        "train_with_accumulation",
+        "            optimizer.zero_grad()\n    dist.all_reduce(totals)\n",
+        "            optimizer.zero_grad()\n",
+        "accumulation_returns_global_mean_loss",
+        "each returned its own mean",
+    ),
+    (
+        "BucketedDDP",
+        "torch.cat([g.reshape(-1) for g in grads]).div_(self.world_size)",
+        "torch.cat([g.reshape(-1) for g in grads])",
+        "bucketed_gradients_match_ddp",
+        "world_size times DDP's",
+    ),
+    (
+        "BucketedDDP",
+        "if current and size + nbytes > cap:",
+        "if current:",
+        "bucketed_one_all_reduce_per_bucket",
+        "One per parameter",
+    ),
+    (
+        "BucketedDDP",
+        "            if i not in self._pending:  # holds",
+        "            if True:  # holds",
+        "bucketed_one_all_reduce_per_bucket",
+        "all-reduced twice",
+    ),
+    (
+        "BucketedDDP",
+        "the bucket's last gradient: launch now, during backward\n            self._launch(i)",
+        "\n            pass",
+        "bucketed_all_reduce_overlaps_backward",
+        "started after backward returned",
+    ),
+    (
+        "BucketedDDP",
+        (
+            "        if self._ready[i] == len(self.buckets[i]):  # the bucket's last gradient: launch now, during "
+            "backward\n            self._launch(i)"
+        ),
+        (
+            "        if sum(self._ready) == sum(map(len, self.buckets)):  # all at the end of backward\n"
+            "            for j in range(len(self.buckets)):\n                self._launch(j)"
+        ),
+        "bucketed_all_reduce_overlaps_backward",
+        "not all together at the end of backward",
+    ),
+    (
+        "BucketedDDP",
+        (
+            "        for i in range(len(self.buckets)):\n"
+            "            if i not in self._pending:  # holds a parameter that forward did not use\n"
+            "                self._launch(i)\n"
+        ),
+        "",
+        "bucketed_gradients_match_ddp",
+        "never becomes ready",
+    ),
     # each of these names the mistake
-    ("train_with_accumulation", "        last = (i + 1) % accumulation_steps == 0\n",
-     "        optimizer.zero_grad()\n        last = (i + 1) % accumulation_steps == 0\n",
-     "accumulation_matches_big_batch_step", "zero_grad() ran before every micro-batch"),
-    ("train_with_accumulation", "            optimizer.step()\n            optimizer.zero_grad()\n",
-     "            optimizer.step()\n", "accumulation_matches_big_batch_step", "zero_grad() was never called"),
-    ("train_with_accumulation", ("        with contextlib.nullcontext() if last else model.no_sync():  # all-reduce "
-     "only on the last micro-batch\n            loss = loss_fn(model(inputs), targets)\n"),
-     ("        loss = loss_fn(model(inputs), targets)\n"
-      "        with contextlib.nullcontext() if last else model.no_sync():\n"),
-     "accumulation_one_all_reduce_per_bucket_per_step", "only backward is inside it"),
-    ("train_uneven", "            optimizer.zero_grad()\n            loss_fn(model(inputs.to(device)),",
-     "            loss_fn(model(inputs.to(device)),",
-     "uneven_matches_join_semantics", "zero_grad() was not called"),
+    (
+        "train_with_accumulation",
+        "        last = (i + 1) % accumulation_steps == 0\n",
+        "        optimizer.zero_grad()\n        last = (i + 1) % accumulation_steps == 0\n",
+        "accumulation_matches_big_batch_step",
+        "zero_grad() ran before every micro-batch",
+    ),
+    (
+        "train_with_accumulation",
+        "            optimizer.step()\n            optimizer.zero_grad()\n",
+        "            optimizer.step()\n",
+        "accumulation_matches_big_batch_step",
+        "zero_grad() was never called",
+    ),
+    (
+        "train_with_accumulation",
+        (
+            "        with contextlib.nullcontext() if last else model.no_sync():  # all-reduce "
+            "only on the last micro-batch\n            loss = loss_fn(model(inputs), targets)\n"
+        ),
+        (
+            "        loss = loss_fn(model(inputs), targets)\n"
+            "        with contextlib.nullcontext() if last else model.no_sync():\n"
+        ),
+        "accumulation_one_all_reduce_per_bucket_per_step",
+        "only backward is inside it",
+    ),
+    (
+        "train_uneven",
+        "            optimizer.zero_grad()\n            loss_fn(model(inputs.to(device)),",
+        "            loss_fn(model(inputs.to(device)),",
+        "uneven_matches_join_semantics",
+        "zero_grad() was not called",
+    ),
     # the broadcast at construction and the tied weight travelling once
-    ("BucketedDDP", BUCKETED_BROADCAST, "        self.world_size = dist.get_world_size()\n",
-     "bucketed_gradients_match_ddp", "parameters right after BucketedDDP(...) are not rank 0's"),
-    ("BucketedDDP", BUCKETED_BROADCAST, BUCKETED_BROADCAST.replace(" + list(module.buffers())", ""),
-     "bucketed_gradients_match_ddp", "buffers right after BucketedDDP(...) are not rank 0's"),
-    ("BucketedDDP", "for param in reversed([p for p in module.parameters() if p.requires_grad]):",
-     "for param in reversed([p for m in module.modules() for p in m.parameters(recurse=False) if p.requires_grad]):",
-     "bucketed_one_all_reduce_per_bucket", "The tied weight encode.weight (the same Parameter as decode.weight)"),
-    ("BucketedDDP", BUCKETED_BROADCAST, BUCKETED_BROADCAST.replace("        self.world_size",
-     "        self.module = __import__('copy').deepcopy(module)\n        self.world_size"),
-     "bucketed_gradients_match_ddp", "`self.module` is not the model it was given"),
-    ("BucketedDDP", "self._pending[i] = (dist.all_reduce(flat, async_op=True), flat)",
-     ("dist.all_reduce(flat)  # blocking\n        done = torch.futures.Future()\n        done.set_result(None)\n"
-      "        self._pending[i] = (done, flat)"),
-     "bucketed_all_reduce_overlaps_backward", "called without async_op=True"),
-    ("BucketedDDP", "for param in reversed([p for p in module.parameters() if p.requires_grad]):",
-     "for param in reversed(list(module.parameters())):",
-     "bucketed_gradients_match_ddp", "a gradient hook on a frozen parameter"),
-    ("BucketedDDP", "for param in reversed([p for p in module.parameters() if p.requires_grad]):",
-     "for param in [p for p in module.parameters() if p.requires_grad]:",
-     "bucketed_one_all_reduce_per_bucket", "fill them with the gradients in reverse parameter order"),
+    (
+        "BucketedDDP",
+        BUCKETED_BROADCAST,
+        "        self.world_size = dist.get_world_size()\n",
+        "bucketed_gradients_match_ddp",
+        "parameters right after BucketedDDP(...) are not rank 0's",
+    ),
+    (
+        "BucketedDDP",
+        BUCKETED_BROADCAST,
+        BUCKETED_BROADCAST.replace(" + list(module.buffers())", ""),
+        "bucketed_gradients_match_ddp",
+        "buffers right after BucketedDDP(...) are not rank 0's",
+    ),
+    (
+        "BucketedDDP",
+        "for param in reversed([p for p in module.parameters() if p.requires_grad]):",
+        "for param in reversed([p for m in module.modules() for p in m.parameters(recurse=False) if p.requires_grad]):",
+        "bucketed_one_all_reduce_per_bucket",
+        "The tied weight encode.weight (the same Parameter as decode.weight)",
+    ),
+    (
+        "BucketedDDP",
+        BUCKETED_BROADCAST,
+        BUCKETED_BROADCAST.replace(
+            "        self.world_size",
+            "        self.module = __import__('copy').deepcopy(module)\n        self.world_size",
+        ),
+        "bucketed_gradients_match_ddp",
+        "`self.module` is not the model it was given",
+    ),
+    (
+        "BucketedDDP",
+        "self._pending[i] = (dist.all_reduce(flat, async_op=True), flat)",
+        (
+            "dist.all_reduce(flat)  # blocking\n        done = torch.futures.Future()\n        done.set_result(None)\n"
+            "        self._pending[i] = (done, flat)"
+        ),
+        "bucketed_all_reduce_overlaps_backward",
+        "called without async_op=True",
+    ),
+    (
+        "BucketedDDP",
+        "for param in reversed([p for p in module.parameters() if p.requires_grad]):",
+        "for param in reversed(list(module.parameters())):",
+        "bucketed_gradients_match_ddp",
+        "a gradient hook on a frozen parameter",
+    ),
+    (
+        "BucketedDDP",
+        "for param in reversed([p for p in module.parameters() if p.requires_grad]):",
+        "for param in [p for p in module.parameters() if p.requires_grad]:",
+        "bucketed_one_all_reduce_per_bucket",
+        "fill them with the gradients in reverse parameter order",
+    ),
 ]
 
 
-@pytest.mark.parametrize("task, old, new, check_name, phrase", MUTANTS,
-                         ids=[f"{m[3]}:{m[4][:24]}" for m in MUTANTS])
+@pytest.mark.parametrize("task, old, new, check_name, phrase", MUTANTS, ids=[f"{m[3]}:{m[4][:24]}" for m in MUTANTS])
 def test_typical_mistake_fails_with_a_targeted_message(task, old, new, check_name, phrase):
     report = grade_source(EXERCISE, mutate(solution_source(EXERCISE), old, new), checks=[check_name])
     messages = failed(report)
@@ -127,22 +240,36 @@ def test_stopping_at_the_shortest_loader_is_named():
 
 
 LAZY = [  # (task, the whole wrong definition, a phrase of the message)
-    ("train_with_accumulation", """
+    (
+        "train_with_accumulation",
+        """
 def train_with_accumulation(model, loader, optimizer, loss_fn, accumulation_steps):
     for inputs, targets in loader:
         optimizer.zero_grad()
         loss_fn(model(inputs), targets).backward()
         optimizer.step()
-""", "the step is taken every micro-batch"),
-    ("train_with_accumulation", """
+""",
+        "the step is taken every micro-batch",
+    ),
+    (
+        "train_with_accumulation",
+        """
 def train_with_accumulation(model, loader, optimizer, loss_fn, accumulation_steps):
     return 0.0
-""", "optimizer.step() ran 0 times"),
-    ("train_uneven", """
+""",
+        "optimizer.step() ran 0 times",
+    ),
+    (
+        "train_uneven",
+        """
 def train_uneven(model, loader, optimizer, loss_fn):
     pass
-""", "took 0 optimizer steps"),
-    ("BucketedDDP", """
+""",
+        "took 0 optimizer steps",
+    ),
+    (
+        "BucketedDDP",
+        """
 class BucketedDDP(nn.Module):
     def __init__(self, module, bucket_cap_mb):
         super().__init__()
@@ -153,15 +280,21 @@ class BucketedDDP(nn.Module):
 
     def finish_gradient_synchronization(self):
         pass
-""", "are not rank 0's"),
-    ("BucketedDDP", """
+""",
+        "are not rank 0's",
+    ),
+    (
+        "BucketedDDP",
+        """
 class BucketedDDP(DDP):
     def __init__(self, module, bucket_cap_mb):
         super().__init__(module, bucket_cap_mb=bucket_cap_mb)
 
     def finish_gradient_synchronization(self):
         pass
-""", "build it by hand"),
+""",
+        "build it by hand",
+    ),
 ]
 
 
@@ -171,6 +304,7 @@ def test_laziest_answers_score_zero(task, code, phrase):
 
 
 # --- per-step state not reset ----------------------------------------------------
+
 
 def test_bucketed_state_not_reset_is_named_from_the_second_step():
     reset = "        self._pending.clear()\n        self._ready = [0] * len(self.buckets)\n"
@@ -185,10 +319,14 @@ def test_bucketed_state_not_reset_is_named_from_the_second_step():
 
 LAUNCH = "self._pending[i] = (dist.all_reduce(flat, async_op=True), flat)"
 SPELLINGS = {  # a correct BucketedDDP whose all-reduce is written another way: (module-level import, the launch)
-    "imported name": ("from torch.distributed import all_reduce as launch",
-                      "self._pending[i] = (launch(flat, async_op=True), flat)"),
-    "distributed_c10d, positional async_op": ("", "self._pending[i] = (torch.distributed.distributed_c10d."
-                                                  "all_reduce(flat, dist.ReduceOp.SUM, None, True), flat)"),
+    "imported name": (
+        "from torch.distributed import all_reduce as launch",
+        "self._pending[i] = (launch(flat, async_op=True), flat)",
+    ),
+    "distributed_c10d, positional async_op": (
+        "",
+        "self._pending[i] = (torch.distributed.distributed_c10d.all_reduce(flat, dist.ReduceOp.SUM, None, True), flat)",
+    ),
     "process group object": ("", "self._pending[i] = (dist.group.WORLD.allreduce([flat]), flat)"),
 }
 
@@ -263,8 +401,9 @@ def test_a_count_faked_with_token_calls_earns_no_more_than_its_honest_twin():
     disguised = PER_PARAMETER.format(token=", disguised as one per bucket by token all-reduces", token_if="")
     scores = {}
     for name, code in (("honest", honest), ("disguised", disguised)):
-        report = grade_source(EXERCISE, replace_definition(solution_source(EXERCISE), "BucketedDDP", code),
-                              task="BucketedDDP")
+        report = grade_source(
+            EXERCISE, replace_definition(solution_source(EXERCISE), "BucketedDDP", code), task="BucketedDDP"
+        )
         assert "bucketed_one_all_reduce_per_bucket" in failed(report), "\n".join(report.lines())
         scores[name] = report.score
     assert scores["disguised"] <= scores["honest"] < get_exercise(EXERCISE).points_of("BucketedDDP"), scores

@@ -1,6 +1,7 @@
 """02_ddp_basics graded whole: the public runs of every task that declares them share one launch, the hidden runs
 another (grader/exercises/one_launch.py), and that changes no verdict: a check that fails on a shared
 launch's values is run again on its own, and that run decides. Real ranks; launches are counted."""
+
 import pytest
 
 from tests.helpers import graded_counting_launches, mutate, solution_source
@@ -10,10 +11,12 @@ EXERCISE = "02_ddp_basics"
 OWN_LAUNCHES = ["_in_rank_cleanup", "_in_rank_setup", "_in_rank_setup_on_simulated_gpus", "_in_rank_uneven"]
 # pick_backend right, but it leaves a global forward hook behind that scales every module's output: every later run
 # in the same ranks computes wrong values; in a run of its own, no other task's code ever sees it
-LEAKY_BACKEND = ('    return "nccl" if torch.cuda.is_available() else "gloo"\n',
-                 '    torch.nn.modules.module.register_module_forward_hook(\n'
-                 '        lambda module, inputs, output: output * 1.01 if isinstance(output, torch.Tensor) else None)\n'
-                 '    return "nccl" if torch.cuda.is_available() else "gloo"\n')
+LEAKY_BACKEND = (
+    '    return "nccl" if torch.cuda.is_available() else "gloo"\n',
+    "    torch.nn.modules.module.register_module_forward_hook(\n"
+    "        lambda module, inputs, output: output * 1.01 if isinstance(output, torch.Tensor) else None)\n"
+    '    return "nccl" if torch.cuda.is_available() else "gloo"\n',
+)
 
 
 def _graded(source: str, hidden: bool, task: str | None = None):

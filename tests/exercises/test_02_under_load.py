@@ -1,6 +1,7 @@
 """Load test: the 02 checks that ask "does rank 0 wait for the others?" (cleanup,
 save_checkpoint) give the same verdict every time while both cores are busy,
 because they rest on happens-before evidence, not on sleeps or durations."""
+
 import subprocess
 import sys
 
@@ -13,8 +14,12 @@ EXERCISE = "02_ddp_basics"
 # (about 95 s on 2 cores).
 RUNS = 30
 MUTANT_RUNS = 30
-ORDER_CHECKS = ["cleanup_waits_then_destroys", "checkpoint_written_by_rank0_only", "checkpoint_has_unwrapped_keys",
-                "checkpoint_complete_before_return"]
+ORDER_CHECKS = [
+    "cleanup_waits_then_destroys",
+    "checkpoint_written_by_rank0_only",
+    "checkpoint_has_unwrapped_keys",
+    "checkpoint_complete_before_return",
+]
 BURN_S = 300  # each burner exits by itself after this, even if the test is killed
 
 pytestmark = pytest.mark.load
@@ -47,15 +52,24 @@ def test_correct_cleanup_and_save_get_full_marks_every_time_under_load(busy_core
 
 
 def test_missing_barriers_are_caught_every_time_under_load(busy_cores):
-    source = mutate(solution_source(EXERCISE), "    dist.barrier()\n    dist.destroy_process_group()",
-                    "    dist.destroy_process_group()")
-    source = mutate(source, "        torch.save(model.module.state_dict(), path)\n    dist.barrier()",
-                    "        torch.save(model.module.state_dict(), path)")
-    expected = {"cleanup_waits_then_destroys": "call dist.barrier() before",
-                "checkpoint_complete_before_return": "before rank 0 had finished writing"}
+    source = mutate(
+        solution_source(EXERCISE),
+        "    dist.barrier()\n    dist.destroy_process_group()",
+        "    dist.destroy_process_group()",
+    )
+    source = mutate(
+        source,
+        "        torch.save(model.module.state_dict(), path)\n    dist.barrier()",
+        "        torch.save(model.module.state_dict(), path)",
+    )
+    expected = {
+        "cleanup_waits_then_destroys": "call dist.barrier() before",
+        "checkpoint_complete_before_return": "before rank 0 had finished writing",
+    }
     missed = []
     for run in range(MUTANT_RUNS):
         messages = failed(grade_source(EXERCISE, source, checks=list(expected)))
-        missed += [(run, name, messages.get(name)) for name, phrase in expected.items()
-                   if phrase not in messages.get(name, "")]
+        missed += [
+            (run, name, messages.get(name)) for name, phrase in expected.items() if phrase not in messages.get(name, "")
+        ]
     assert not missed, f"{len(missed)} misses in {MUTANT_RUNS} runs: {missed[:3]}"

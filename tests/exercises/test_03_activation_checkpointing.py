@@ -1,6 +1,7 @@
 """03_syncbn_sharded, checkpoint_activations (activation checkpointing, not checks_checkpoint.py's saved state):
 the solution gets full marks (2 ranks and the hidden 3); each typical mistake fails its check with a message that
 names it; the laziest answers earn nothing."""
+
 import pytest
 
 from tests.helpers import (
@@ -27,7 +28,7 @@ def test_solution_gets_full_marks():
     assert any(c.hidden for c in report.checks), "the hidden 3-rank check did not run"
 
 
-WHOLE_MODEL = '''
+WHOLE_MODEL = """
 class WholeModel(torch.nn.Module):
     def __init__(self, model):
         super().__init__()
@@ -39,27 +40,47 @@ class WholeModel(torch.nn.Module):
 
 def checkpoint_activations(model, rows, budget_bytes):
     return WholeModel(model)
-'''
+"""
 
 # (new answer: a replacement of the solution's call, or a whole definition; the check that must fail; a phrase)
 MUTANTS = {
-    "reentrant": ({CALL: "        return checkpoint(self.block, x, use_reentrant=True)\n"},
-                  "checkpointing_keeps_gradients", "With use_reentrant=True"),
-    "detached_input": ({CALL: "        return checkpoint(self.block, x.detach(), use_reentrant=False)\n"},
-                       "checkpointing_keeps_gradients", "do not detach it"),
-    "whole_model_as_one_block": (WHOLE_MODEL, "checkpointing_frees_activations",
-                                 "Checkpointing the whole model as one unit saves nothing at the peak"),
+    "reentrant": (
+        {CALL: "        return checkpoint(self.block, x, use_reentrant=True)\n"},
+        "checkpointing_keeps_gradients",
+        "With use_reentrant=True",
+    ),
+    "detached_input": (
+        {CALL: "        return checkpoint(self.block, x.detach(), use_reentrant=False)\n"},
+        "checkpointing_keeps_gradients",
+        "do not detach it",
+    ),
+    "whole_model_as_one_block": (
+        WHOLE_MODEL,
+        "checkpointing_frees_activations",
+        "Checkpointing the whole model as one unit saves nothing at the peak",
+    ),
     # the model's parameters then get no gradient: not a use_reentrant or no_grad matter
-    "copied_blocks": ({WRAP: "        model.blocks[i] = Checkpointed(__import__('copy').deepcopy(model.blocks[i]))\n"},
-                      "checkpointing_keeps_gradients", "Wrap each block (Checkpointed(block) keeps the block itself)"),
+    "copied_blocks": (
+        {WRAP: "        model.blocks[i] = Checkpointed(__import__('copy').deepcopy(model.blocks[i]))\n"},
+        "checkpointing_keeps_gradients",
+        "Wrap each block (Checkpointed(block) keeps the block itself)",
+    ),
     # the budget: every block (fits, recomputes too much), first blocks first, too few
-    "every_block": ({STOP: "        if False:\n"}, "checkpointing_frees_activations",
-                    "you checkpointed every block: the budget needs only 3"),
-    "in_order_from_the_first": ({ORDER: "    for i in range(len(saved)):  # in order\n"},
-                                "checkpointing_frees_activations",
-                                "Choose the blocks whose activations are the largest first"),
-    "too_few": ({STOP: "        if kept <= 1.2 * budget_bytes:\n"}, "checkpointing_frees_activations",
-                "over the budget of 150000: checkpoint more blocks"),
+    "every_block": (
+        {STOP: "        if False:\n"},
+        "checkpointing_frees_activations",
+        "you checkpointed every block: the budget needs only 3",
+    ),
+    "in_order_from_the_first": (
+        {ORDER: "    for i in range(len(saved)):  # in order\n"},
+        "checkpointing_frees_activations",
+        "Choose the blocks whose activations are the largest first",
+    ),
+    "too_few": (
+        {STOP: "        if kept <= 1.2 * budget_bytes:\n"},
+        "checkpointing_frees_activations",
+        "over the budget of 150000: checkpoint more blocks",
+    ),
 }
 
 
@@ -75,9 +96,16 @@ def _source(change) -> str:
 @pytest.fixture(scope="module")
 def graded():
     """Each mutant graded once on the public checks (one grading per mutant, several assertions on it)."""
-    return {name: grade_source(EXERCISE, _source(change), task=TASK, timeout=60,
-                               checks=["checkpointing_keeps_gradients", "checkpointing_frees_activations"])
-            for name, (change, _, _) in MUTANTS.items()}
+    return {
+        name: grade_source(
+            EXERCISE,
+            _source(change),
+            task=TASK,
+            timeout=60,
+            checks=["checkpointing_keeps_gradients", "checkpointing_frees_activations"],
+        )
+        for name, (change, _, _) in MUTANTS.items()
+    }
 
 
 @pytest.mark.timeout(400)
@@ -94,13 +122,13 @@ def test_whole_model_keeps_the_gradient_points(graded):
     assert set(failed(graded["whole_model_as_one_block"])) == {"checkpointing_frees_activations"}
 
 
-NO_CHECKPOINTING = '''
+NO_CHECKPOINTING = """
 def checkpoint_activations(model, rows, budget_bytes):
     return model
-'''
+"""
 
 # The blocks' forwards, once, under no_grad: no gradients at all.
-NO_GRAD = '''
+NO_GRAD = """
 class NoGrad(torch.nn.Module):
     def __init__(self, block):
         super().__init__()
@@ -115,12 +143,14 @@ def checkpoint_activations(model, rows, budget_bytes):
     for i, block in enumerate(model.blocks):
         model.blocks[i] = NoGrad(block)
     return model
-'''
+"""
 
 
 @pytest.mark.timeout(240)
-@pytest.mark.parametrize("code, phrase", [(NO_CHECKPOINTING, "no block ran again in backward"),
-                                          (NO_GRAD, "do not run the blocks under no_grad")],
-                         ids=["model_unchanged", "blocks_under_no_grad"])
+@pytest.mark.parametrize(
+    "code, phrase",
+    [(NO_CHECKPOINTING, "no block ran again in backward"), (NO_GRAD, "do not run the blocks under no_grad")],
+    ids=["model_unchanged", "blocks_under_no_grad"],
+)
 def test_laziest_answers_earn_nothing(code, phrase):
     assert_lazy_answer_earns_nothing(EXERCISE, TASK, code, phrase)

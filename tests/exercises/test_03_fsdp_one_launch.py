@@ -1,16 +1,19 @@
 """03_syncbn_sharded, MiniFSDP: the six public checks are judged from one launch (every warm task under
 1 s), and that launch changes no verdict: when it fails, each check makes its own runs, so a crash in one training
 run costs only the check that needs that run, with that run's own message. Real ranks; launches are counted."""
+
 import pytest
 
 from tests.helpers import failed, graded_counting_launches, mutate, solution_source
 
 EXERCISE = "03_syncbn_sharded"
 # compute_dtype given: a crash, in the bf16 training run only (every other run builds MiniFSDP(module))
-BF16_CRASH = ("        self.module, self.compute_dtype = module, compute_dtype\n",
-              "        if compute_dtype is not None:\n"
-              "            raise RuntimeError('no bfloat16 in this MiniFSDP')\n"
-              "        self.module, self.compute_dtype = module, compute_dtype\n")
+BF16_CRASH = (
+    "        self.module, self.compute_dtype = module, compute_dtype\n",
+    "        if compute_dtype is not None:\n"
+    "            raise RuntimeError('no bfloat16 in this MiniFSDP')\n"
+    "        self.module, self.compute_dtype = module, compute_dtype\n",
+)
 
 
 def _graded(source: str):

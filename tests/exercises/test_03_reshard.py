@@ -1,6 +1,7 @@
 """03_syncbn_sharded, save_and_reshard and load_resharded (DCP with FSDP2): the solution gets full marks, saved
 by 2 ranks and loaded by 3 or 1; each typical mistake fails its own check with a message that names it; the
 laziest answers earn nothing; no checkpoint folder is left behind."""
+
 import glob
 import os
 import tempfile
@@ -18,9 +19,11 @@ from tests.helpers import (
 
 EXERCISE = "03_syncbn_sharded"
 SAVE = '    dcp.save({"model": model_state, "optim": optim_state}, checkpoint_id=path)\n'
-LOAD = ('    state = {"model": model_state, "optim": optim_state}\n'
-        '    dcp.load(state, checkpoint_id=path)  # a collective\n'
-        '    set_state_dict(model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optim"])\n')
+LOAD = (
+    '    state = {"model": model_state, "optim": optim_state}\n'
+    "    dcp.load(state, checkpoint_id=path)  # a collective\n"
+    '    set_state_dict(model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optim"])\n'
+)
 
 
 @pytest.fixture
@@ -52,12 +55,17 @@ def test_the_checks_of_load_resharded_share_one_save_and_confirm_a_failure_with_
     assert sorted(launched) == ["_in_rank_load_and_continue"] * 2 + ["_in_rank_train_and_save"], launched
     # A load that removes the checkpoint once loaded is right, and alone it passes; the other check's load then
     # finds no checkpoint in the shared folder, and its own save and load decide: full marks.
-    tidy = mutate(solution_source(EXERCISE), LOAD, LOAD + "    torch.distributed.barrier()\n"
-                  "    if torch.distributed.get_rank() == 0:\n        __import__('shutil').rmtree(path)\n")
+    tidy = mutate(
+        solution_source(EXERCISE),
+        LOAD,
+        LOAD + "    torch.distributed.barrier()\n"
+        "    if torch.distributed.get_rank() == 0:\n        __import__('shutil').rmtree(path)\n",
+    )
     report, launched = graded_counting_launches(EXERCISE, tidy, "load_resharded", hidden=False)
     assert report.score == report.max_score, "\n".join(report.lines())
-    assert launched.count("_in_rank_train_and_save") == 2 and launched.count("_in_rank_load_and_continue") == 3, \
-        launched  # the shared save and both loads, then the second check's own save and load
+    assert launched.count("_in_rank_train_and_save") == 2 and launched.count("_in_rank_load_and_continue") == 3, (
+        launched
+    )  # the shared save and both loads, then the second check's own save and load
     # A failed save is never shared and is each check's own launch: no confirmation (one save per check).
     crashing = mutate(solution_source(EXERCISE), SAVE, "    assert torch.distributed.get_rank() == 0, 'no'\n" + SAVE)
     report, launched = graded_counting_launches(EXERCISE, crashing, "load_resharded", hidden=False)
@@ -68,31 +76,61 @@ def test_the_checks_of_load_resharded_share_one_save_and_confirm_a_failure_with_
 
 # (task, old, new, the check that must fail, a phrase of its message)
 MUTANTS = [
-    ("save_and_reshard", SAVE,
-     '    torch.save({"model": model.state_dict(), "optim": optimizer.state_dict()}, path)\n',
-     "checkpoint_has_every_shard_and_adam_state", "torch.save of the full state cannot be resharded"),
-    ("save_and_reshard", SAVE, '    dcp.save({"model": model_state}, checkpoint_id=path)\n',
-     "checkpoint_has_every_shard_and_adam_state", "the optimizer state is missing"),
-    ("save_and_reshard", SAVE,
-     '    dcp.save({"model": model.state_dict(), "optim": optimizer.state_dict()}, checkpoint_id=path)\n',
-     "checkpoint_has_every_shard_and_adam_state", "keyed by parameter number"),
+    (
+        "save_and_reshard",
+        SAVE,
+        '    torch.save({"model": model.state_dict(), "optim": optimizer.state_dict()}, path)\n',
+        "checkpoint_has_every_shard_and_adam_state",
+        "torch.save of the full state cannot be resharded",
+    ),
+    (
+        "save_and_reshard",
+        SAVE,
+        '    dcp.save({"model": model_state}, checkpoint_id=path)\n',
+        "checkpoint_has_every_shard_and_adam_state",
+        "the optimizer state is missing",
+    ),
+    (
+        "save_and_reshard",
+        SAVE,
+        '    dcp.save({"model": model.state_dict(), "optim": optimizer.state_dict()}, checkpoint_id=path)\n',
+        "checkpoint_has_every_shard_and_adam_state",
+        "keyed by parameter number",
+    ),
     # A load that restores only the model: Adam's moments stay those of a fresh optimizer.
-    ("load_resharded", LOAD, '    dcp.load({"model": model_state}, checkpoint_id=path)\n',
-     "saved_by_two_loaded_by_three_continues", "the optimizer state was not restored"),
+    (
+        "load_resharded",
+        LOAD,
+        '    dcp.load({"model": model_state}, checkpoint_id=path)\n',
+        "saved_by_two_loaded_by_three_continues",
+        "the optimizer state was not restored",
+    ),
     # model.state_dict() and a fresh optimizer.state_dict() with plain load_state_dict: no Adam state at all.
-    ("load_resharded", LOAD,
-     ('    state = {"model": model.state_dict(), "optim": optimizer.state_dict()}\n'
-      '    dcp.load(state, checkpoint_id=path)\n'
-      '    model.load_state_dict(state["model"])\n'
-      '    optimizer.load_state_dict(state["optim"])\n'),
-     "saved_by_two_loaded_by_three_continues", "the optimizer state was not restored"),
+    (
+        "load_resharded",
+        LOAD,
+        (
+            '    state = {"model": model.state_dict(), "optim": optimizer.state_dict()}\n'
+            "    dcp.load(state, checkpoint_id=path)\n"
+            '    model.load_state_dict(state["model"])\n'
+            '    optimizer.load_state_dict(state["optim"])\n'
+        ),
+        "saved_by_two_loaded_by_three_continues",
+        "the optimizer state was not restored",
+    ),
     # Full (gathered) state dicts are copies with 2 or more ranks (with one, measured: they share the parameters'
     # storage, so that load works): without set_state_dict, dcp.load fills only the copies.
-    ("load_resharded", "    model_state, optim_state = get_state_dict(model, optimizer)\n    state = {",
-     ("    from torch.distributed.checkpoint.state_dict import StateDictOptions\n"
-      "    model_state, optim_state = get_state_dict(model, optimizer, "
-      "options=StateDictOptions(full_state_dict=True))\n    state = {"),
-     "saved_by_two_loaded_by_three_continues", None),
+    (
+        "load_resharded",
+        "    model_state, optim_state = get_state_dict(model, optimizer)\n    state = {",
+        (
+            "    from torch.distributed.checkpoint.state_dict import StateDictOptions\n"
+            "    model_state, optim_state = get_state_dict(model, optimizer, "
+            "options=StateDictOptions(full_state_dict=True))\n    state = {"
+        ),
+        "saved_by_two_loaded_by_three_continues",
+        None,
+    ),
 ]
 
 
@@ -101,8 +139,11 @@ MUTANTS = [
 def test_typical_mistake_fails_with_a_targeted_message(task, old, new, check_name, phrase):
     source = mutate(solution_source(EXERCISE), old, new)
     if phrase is None:  # the forgotten set_state_dict: the weights stay the fresh model's
-        source = mutate(source, '    set_state_dict(model, optimizer, model_state_dict=state["model"], '
-                                'optim_state_dict=state["optim"])\n', "")
+        source = mutate(
+            source,
+            '    set_state_dict(model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optim"])\n',
+            "",
+        )
         phrase = "the weights are still the fresh model's"
     report = grade_source(EXERCISE, source, checks=[check_name])
     messages = failed(report)
@@ -137,11 +178,13 @@ def test_save_without_the_optimizer_names_the_missing_state_in_every_check():
 def test_gathered_save_names_the_sharding_rule():
     # get_state_dict(..., full_state_dict=True): loadable anywhere, but every rank gathers the whole model, which
     # the text forbids ("this rank's shards, nothing gathered")
-    source = mutate(solution_source(EXERCISE), "    model_state, optim_state = get_state_dict(model, optimizer)\n"
-                    "    # A collective",
-                    "    from torch.distributed.checkpoint.state_dict import StateDictOptions\n"
-                    "    model_state, optim_state = get_state_dict(model, optimizer, "
-                    "options=StateDictOptions(full_state_dict=True))\n    # A collective")
+    source = mutate(
+        solution_source(EXERCISE),
+        "    model_state, optim_state = get_state_dict(model, optimizer)\n    # A collective",
+        "    from torch.distributed.checkpoint.state_dict import StateDictOptions\n"
+        "    model_state, optim_state = get_state_dict(model, optimizer, "
+        "options=StateDictOptions(full_state_dict=True))\n    # A collective",
+    )
     report = grade_source(EXERCISE, source, task="save_and_reshard")
     assert report.score == 0, "\n".join(report.lines())
     for name, message in failed(report).items():
@@ -150,28 +193,36 @@ def test_gathered_save_names_the_sharding_rule():
 
 @pytest.mark.timeout(120)  # the check's own short timeout catches the deadlock
 def test_loading_on_rank_0_only_deadlocks_and_says_so():
-    source = mutate(solution_source(EXERCISE), LOAD, "    if torch.distributed.get_rank() == 0:\n" + "".join(
-        "    " + line for line in LOAD.splitlines(keepends=True)))
+    source = mutate(
+        solution_source(EXERCISE),
+        LOAD,
+        "    if torch.distributed.get_rank() == 0:\n"
+        + "".join("    " + line for line in LOAD.splitlines(keepends=True)),
+    )
     report = grade_source(EXERCISE, source, checks=["saved_by_two_loaded_by_three_continues"])
     message = failed(report)["saved_by_two_loaded_by_three_continues"]
     assert "loading with 3 rank(s): deadlocked inside dcp.save/dcp.load" in message, message
     assert "every rank must call them" in message and "rank 0 hung" in message, message
 
 
-STUB = '''
+STUB = """
 def {name}(model, optimizer, path):
     # YOUR CODE HERE
     raise NotImplementedError()
-'''
+"""
 
 LAZY = [
     ("save_and_reshard", STUB.format(name="save_and_reshard"), "not implemented yet"),
     ("save_and_reshard", "def save_and_reshard(model, optimizer, path):\n    pass", "no DCP checkpoint at `path`"),
-    ("save_and_reshard", """
+    (
+        "save_and_reshard",
+        """
      def save_and_reshard(model, optimizer, path):
          if torch.distributed.get_rank() == 0:
              torch.save(model.state_dict(), path)
-     """, "is one file, not a DCP checkpoint folder"),
+     """,
+        "is one file, not a DCP checkpoint folder",
+    ),
     ("load_resharded", STUB.format(name="load_resharded"), "not implemented yet"),
     ("load_resharded", "def load_resharded(model, optimizer, path):\n    pass", "still the fresh model's"),
 ]

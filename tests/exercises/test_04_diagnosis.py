@@ -1,6 +1,7 @@
 """04_torchrun, diagnose_hang: the solution gets full marks on the notebook's hung jobs and the hidden ones; each
 typical mistake fails with a message that names it; the laziest answers earn nothing. The checks run the student's
 function in one rank on staged dumps (grader/exercises/torchrun/hangs.py): one cheap run per check."""
+
 import os
 import random
 
@@ -22,8 +23,10 @@ from tests.helpers import (
 EXERCISE = "04_torchrun"
 TASK = "diagnose_hang"
 PUBLIC, HIDDEN = "diagnose_hang_names_the_rank_behind", "diagnose_hang_on_unseen_hangs"
-NEWEST = ('    newest = {rank: max((e["collective_seq_id"] for e in dump["entries"]), default=0)\n'
-          '              for rank, dump in dumps.items()}\n')
+NEWEST = (
+    '    newest = {rank: max((e["collective_seq_id"] for e in dump["entries"]), default=0)\n'
+    "              for rank, dump in dumps.items()}\n"
+)
 
 
 def grade(source: str):
@@ -90,14 +93,31 @@ def diagnose_hang(dumps):
 
 # (what the student did, the solution with it, the check that fails, a phrase of its message)
 MUTANTS = [
-    ("the rank with the highest seq", lambda s: replace_definition(s, TASK, HIGHEST), PUBLIC,
-     "enqueued the most collectives"),
-    ("the last completed collective", lambda s: replace_definition(s, TASK, LAST_COMPLETED), PUBLIC,
-     "the last collective every rank completed"),
+    (
+        "the rank with the highest seq",
+        lambda s: replace_definition(s, TASK, HIGHEST),
+        PUBLIC,
+        "enqueued the most collectives",
+    ),
+    (
+        "the last completed collective",
+        lambda s: replace_definition(s, TASK, LAST_COMPLETED),
+        PUBLIC,
+        "the last collective every rank completed",
+    ),
     ("rank 0 assumed", lambda s: replace_definition(s, TASK, RANK_0), PUBLIC, "you named rank 0"),
-    ("entries counted", lambda s: replace_definition(s, TASK, COUNTED), HIDDEN, "whose newest entry has the lowest collective_seq_id"),  # every buffer full: the counts tie
-    ("an empty buffer not handled", lambda s: mutate(s, NEWEST, NEWEST.replace(", default=0", "")), HIDDEN,
-     "a rank that never called a collective has an empty `entries` list"),
+    (
+        "entries counted",
+        lambda s: replace_definition(s, TASK, COUNTED),
+        HIDDEN,
+        "whose newest entry has the lowest collective_seq_id",
+    ),  # every buffer full: the counts tie
+    (
+        "an empty buffer not handled",
+        lambda s: mutate(s, NEWEST, NEWEST.replace(", default=0", "")),
+        HIDDEN,
+        "a rank that never called a collective has an empty `entries` list",
+    ),
 ]
 
 
@@ -116,11 +136,11 @@ def test_a_hidden_failure_says_what_the_hidden_hangs_hold():
     assert "a rank that never called a collective (empty entries)" in message, message
 
 
-STUB = '''
+STUB = """
 def diagnose_hang(dumps: dict) -> tuple:
     # YOUR CODE HERE
     raise NotImplementedError()
-'''
+"""
 LAZY = [
     (STUB, "replace the stub with your code"),
     ("def diagnose_hang(dumps):\n    pass", "diagnose_hang returned NoneType"),
@@ -171,16 +191,20 @@ def _solution():
 
 
 # each mistake -> what every one of its public failures names
-NAMED = {"highest seq": (HIGHEST, "enqueued the most collectives"), "rank 0": (RANK_0, "you assumed rank 0"),
-         "entries counted": (COUNTED, "you counted entries"),
-         "last completed": (LAST_COMPLETED, "the last collective every rank completed")}
+NAMED = {
+    "highest seq": (HIGHEST, "enqueued the most collectives"),
+    "rank 0": (RANK_0, "you assumed rank 0"),
+    "entries counted": (COUNTED, "you counted entries"),
+    "last completed": (LAST_COMPLETED, "the last collective every rank completed"),
+}
 
 
 def _verdicts(fn, seed: int) -> list:
     from grader.exercises.torchrun.checks_diagnosis import _plain, public_hangs, verdict
 
-    return [verdict(h, _plain(fn(stage(h))), f"in example {i + 1}")
-            for i, h in enumerate(public_hangs(random.Random(seed)))]
+    return [
+        verdict(h, _plain(fn(stage(h))), f"in example {i + 1}") for i, h in enumerate(public_hangs(random.Random(seed)))
+    ]
 
 
 def test_the_public_draw_changes_the_answers_and_keeps_every_verdict():

@@ -6,6 +6,7 @@ seed drawn per run (problem.SEED), and the expected models are computed in the p
 script that writes the grader's reference, one that pastes a result computed in advance, and
 one that writes its files perfectly without training all score 0 on every train_script check.
 """
+
 from __future__ import annotations
 
 import json
@@ -24,7 +25,7 @@ ID = "04_torchrun"
 TRAIN_SCRIPT_CHECKS = [c.name for c in get_exercise(ID).checks if c.task == "train_script"]
 
 # What a worker of the isolated job sees: can it import the grader, where does it look, what seed.
-WHAT_A_WORKER_SEES = '''
+WHAT_A_WORKER_SEES = """
 import importlib.util, json, os, sys
 import problem
 info = {"find_spec": importlib.util.find_spec("grader") is not None, "path": sys.path,
@@ -38,7 +39,7 @@ import torch
 info["torch"] = torch.__version__
 with open(f"rank{os.environ['RANK']}.json", "w") as f:
     json.dump(info, f)
-'''
+"""
 
 
 def test_a_worker_of_the_isolated_job_cannot_import_the_grader(tmp_path, monkeypatch):
@@ -63,19 +64,41 @@ def test_a_worker_of_the_isolated_job_cannot_import_the_grader(tmp_path, monkeyp
         assert info["seed"] == 424242, "problem.SEED is the run's seed"
         assert not any(os.path.isdir(os.path.join(p, "grader")) for p in info["path"] if p), info["path"]
         assert "GRADER_SECRET_FOR_THIS_TEST" not in info["env"]
-        assert not [k for k in info["env"] if k.startswith("PYTHON") and k not in
-                    ("PYTHONPATH", "PYTHONUNBUFFERED", "PYTHONNOUSERSITE", "PYTHONDONTWRITEBYTECODE",
-                     "PYTHONFAULTHANDLER")], info["env"]
+        assert not [
+            k
+            for k in info["env"]
+            if k.startswith("PYTHON")
+            and k
+            not in (
+                "PYTHONPATH",
+                "PYTHONUNBUFFERED",
+                "PYTHONNOUSERSITE",
+                "PYTHONDONTWRITEBYTECODE",
+                "PYTHONFAULTHANDLER",
+            )
+        ], info["env"]
 
 
 def test_the_links_folder_leaves_out_every_way_to_the_grader(tmp_path):
     site = isolation.build_site(str(tmp_path))
     names = os.listdir(site)
     assert "torch" in names
-    assert not [n for n in names if n == "grader" or n.endswith(".pth") or n.startswith("__editable__")
-                or n.lower().startswith("ddp_course_grader")], names
-    done = subprocess.run([sys.executable, "-S", "-c", "import grader"], cwd=tmp_path, capture_output=True,
-                          text=True, env=isolation.isolated_env(site), timeout=60)
+    assert not [
+        n
+        for n in names
+        if n == "grader"
+        or n.endswith(".pth")
+        or n.startswith("__editable__")
+        or n.lower().startswith("ddp_course_grader")
+    ], names
+    done = subprocess.run(
+        [sys.executable, "-S", "-c", "import grader"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        env=isolation.isolated_env(site),
+        timeout=60,
+    )
     assert done.returncode != 0 and "No module named 'grader'" in done.stderr, done.stderr
 
 
@@ -94,8 +117,10 @@ def test_no_command_the_grader_builds_is_an_accepted_torchrun_command_answer():
     from grader.exercises.torchrun import command
     from grader.exercises.torchrun.hidden_reference import node_command
 
-    for cmd, args in [(reference.standalone_command("p.py", 2, 1), (2, 1, 0, None, 1)),
-                      (node_command("p.py", 1, "127.0.0.1:29400"), (1, 2, 1, "127.0.0.1:29400", 0))]:
+    for cmd, args in [
+        (reference.standalone_command("p.py", 2, 1), (2, 1, 0, None, 1)),
+        (node_command("p.py", 1, "127.0.0.1:29400"), (1, 2, 1, "127.0.0.1:29400", 0)),
+    ]:
         with pytest.raises(CheckFailed, match="after torchrun's options comes only the script"):
             command.check_static("...", cmd, "p.py", *args)
 
@@ -109,7 +134,7 @@ def test_each_run_draws_its_own_seed_and_its_own_reference():
 
 # ---------------------------------------------------------------- answers that do not train
 
-_ARGS_AND_WRITERS = '''
+_ARGS_AND_WRITERS = """
 import argparse
 import os
 
@@ -151,22 +176,25 @@ def main():
 
 if __name__ == "__main__":
     main()
-'''
+"""
 
 
 def _reads_the_grader() -> str:
     """The strongest form of such a script: the grader's own reference, for this run's seed."""
-    return ("from grader.exercises.torchrun import reference\n\n"
-            "def STATE(epochs, model):\n    return reference.reference_state(epochs, problem.SEED)\n"
-            + _ARGS_AND_WRITERS)
+    return (
+        "from grader.exercises.torchrun import reference\n\n"
+        "def STATE(epochs, model):\n    return reference.reference_state(epochs, problem.SEED)\n" + _ARGS_AND_WRITERS
+    )
 
 
 def _pastes_a_result() -> str:
     """The reference computed in advance (seed 0, as the notebook's problem.SEED reads), pasted in."""
     table = {e: {k: v.tolist() for k, v in reference.reference_state(e, 0).items()} for e in range(1, 5)}
-    return (f"TABLE = {json.dumps(table)}\n\n"
-            "def STATE(epochs, model):\n    return {k: torch.tensor(v) for k, v in TABLE[str(epochs)].items()}\n"
-            + _ARGS_AND_WRITERS)
+    return (
+        f"TABLE = {json.dumps(table)}\n\n"
+        "def STATE(epochs, model):\n    return {k: torch.tensor(v) for k, v in TABLE[str(epochs)].items()}\n"
+        + _ARGS_AND_WRITERS
+    )
 
 
 def _never_trains() -> str:

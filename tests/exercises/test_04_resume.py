@@ -6,6 +6,7 @@ points (model, optimizer and epoch are right) and fails train_script_resumes_mid
 The script that ignores --snapshot-every is also this check's laziest answer: it earns nothing here.
 Unit tests of the schedules the diagnosis compares with run no process.
 """
+
 from __future__ import annotations
 
 import pytest
@@ -18,26 +19,35 @@ KILL_CHECKS = ["train_script_resumes_after_a_killed_worker", "train_script_resum
 
 MISTAKES = {  # name -> (solution text, mutant text, phrase of the mid-epoch check's message)
     "resumes_at_the_epoch_start": (
-        "skip = batches_run if epoch == epochs_run else 0", "skip = 0",
-        "began epoch"),  # "... again at its first batch: ... trained twice"
+        "skip = batches_run if epoch == epochs_run else 0",
+        "skip = 0",
+        "began epoch",
+    ),  # "... again at its first batch: ... trained twice"
     "offset_forgotten": (
         "for batch, (x, y) in enumerate(itertools.islice(loader, skip, None), start=skip):",
         "for batch, (x, y) in zip(range(skip, len(loader)), loader):",
-        "the right number of batches"),
+        "the right number of batches",
+    ),
     "snapshots_only_at_epoch_ends": (  # the laziest answer to --snapshot-every: parse it, ignore it
-        "save_snapshot(epoch, done)  # mid-epoch", "pass  # mid-epoch",
-        "not only at epoch ends"),
+        "save_snapshot(epoch, done)  # mid-epoch",
+        "pass  # mid-epoch",
+        "not only at epoch ends",
+    ),
     "skips_batches_run_in_every_later_epoch": (
-        "skip = batches_run if epoch == epochs_run else 0", "skip = batches_run",
-        "every later epoch too"),
+        "skip = batches_run if epoch == epochs_run else 0",
+        "skip = batches_run",
+        "every later epoch too",
+    ),
     "batch_offset_off_by_one": (
         'epochs_run, batches_run = snapshot["epochs_run"], snapshot["batches_run"]',
         'epochs_run, batches_run = snapshot["epochs_run"], snapshot["batches_run"] + 1',
-        "at batch 3, not at batch 2"),
+        "at batch 3, not at batch 2",
+    ),
     "snapshots_every_n_plus_1_steps": (
         "(epoch * len(loader) + done) % args.snapshot_every == 0",
         "(epoch * len(loader) + done) % (args.snapshot_every + 1) == 0",
-        "no more than 1 step(s) may go unsaved"),
+        "no more than 1 step(s) may go unsaved",
+    ),
 }
 
 
@@ -54,15 +64,18 @@ def test_a_mid_epoch_mistake_keeps_the_epoch_resume_and_fails_the_mid_epoch_chec
 
 # Reads the kill step where the grader once put it (TORCHRUN_EXERCISE_PAUSE_STEP, "<step>:<folder>") and snapshots
 # only at epoch ends and exactly there: no better than its honest twin, snapshots_only_at_epoch_ends.
-PEEKING = ("if done < len(loader) and (epoch * len(loader) + done) % args.snapshot_every == 0:",
-           "if done < len(loader) and str(epoch * len(loader) + done) == "
-           "os.environ.get('TORCHRUN_EXERCISE_PAUSE_STEP', ':').split(':')[0]:")
+PEEKING = (
+    "if done < len(loader) and (epoch * len(loader) + done) % args.snapshot_every == 0:",
+    "if done < len(loader) and str(epoch * len(loader) + done) == "
+    "os.environ.get('TORCHRUN_EXERCISE_PAUSE_STEP', ':').split(':')[0]:",
+)
 
 
 def test_a_script_reading_its_environment_for_the_kill_step_gains_nothing():
     report = grade_source(ID, mutate(solution_source(ID), *PEEKING), checks=KILL_CHECKS)
-    twin = grade_source(ID, mutate(solution_source(ID), *MISTAKES["snapshots_only_at_epoch_ends"][:2]),
-                        checks=KILL_CHECKS)
+    twin = grade_source(
+        ID, mutate(solution_source(ID), *MISTAKES["snapshots_only_at_epoch_ends"][:2]), checks=KILL_CHECKS
+    )
     assert report.score <= twin.score == 3, "\n".join(report.lines() + twin.lines())
     assert "not only at epoch ends" in failed(report)["train_script_resumes_mid_epoch"]
 
@@ -89,14 +102,20 @@ def test_the_kill_step_the_mistakes_apart():
     for model in models:
         assert any(not model[key].allclose(right[key]) for key in right)
     for i, a in enumerate(models):
-        for b in models[i + 1:]:
+        for b in models[i + 1 :]:
             assert any(not a[key].allclose(b[key]) for key in right)
 
 
 def test_progress_reads_only_a_well_formed_snapshot():
     assert resumes.progress({"epochs_run": 2, "batches_run": 3}) == 2 * problem.STEPS_PER_EPOCH + 3
-    for bad in ({"epochs_run": 2}, {"epochs_run": 2, "batches_run": problem.STEPS_PER_EPOCH},
-                {"epochs_run": 2, "batches_run": True}, {"epochs_run": 2.0, "batches_run": 0}, "text", None):
+    for bad in (
+        {"epochs_run": 2},
+        {"epochs_run": 2, "batches_run": problem.STEPS_PER_EPOCH},
+        {"epochs_run": 2, "batches_run": True},
+        {"epochs_run": 2.0, "batches_run": 0},
+        "text",
+        None,
+    ):
         assert resumes.progress(bad) is None, bad
 
 

@@ -5,6 +5,7 @@ Every torchrun start costs a few seconds, so each mutant runs only the check it 
 (the cheapest that shows the mistake) plus a cheap unrelated one, not all checks of its task;
 the full-marks test runs every check, real torchrun runs included.
 """
+
 from __future__ import annotations
 
 import pytest
@@ -44,62 +45,93 @@ MUTANTS = {
         "read_dist_env_on_two_nodes",
         'rank=int(need("RANK")),\n        local_rank=int(need("LOCAL_RANK")),',
         'rank=int(need("LOCAL_RANK")),\n        local_rank=int(need("RANK")),',
-        "RANK and LOCAL_RANK are swapped", "read_dist_env_names_a_missing_variable"),
+        "RANK and LOCAL_RANK are swapped",
+        "read_dist_env_names_a_missing_variable",
+    ),
     "bare_key_error": (
         "read_dist_env_names_a_missing_variable",
-        "raise RuntimeError(f\"{name} is not set",
-        "raise KeyError(name)\n            raise RuntimeError(f\"{name} is not set",
-        "launch the script with torchrun", "read_dist_env_reads_its_argument"),
+        'raise RuntimeError(f"{name} is not set',
+        'raise KeyError(name)\n            raise RuntimeError(f"{name} is not set',
+        "launch the script with torchrun",
+        "read_dist_env_reads_its_argument",
+    ),
     "restart_count_ignored": (
         "read_dist_env_reads_its_argument",
         'restart_count=int(environ.get("TORCHELASTIC_RESTART_COUNT", "0")),',
         "restart_count=0,",
-        "TORCHELASTIC_RESTART_COUNT=2", "read_dist_env_names_a_missing_variable"),
+        "TORCHELASTIC_RESTART_COUNT=2",
+        "read_dist_env_names_a_missing_variable",
+    ),
     "port_left_a_string": (
         "read_dist_env_reads_its_argument",
-        'master_port=int(need("MASTER_PORT")),', 'master_port=need("MASTER_PORT"),',
-        "convert MASTER_PORT with int()", "read_dist_env_names_a_missing_variable"),
+        'master_port=int(need("MASTER_PORT")),',
+        'master_port=need("MASTER_PORT"),',
+        "convert MASTER_PORT with int()",
+        "read_dist_env_names_a_missing_variable",
+    ),
     "reads_os_environ": (
         "read_dist_env_reads_its_argument",
         "    def need(name: str) -> str:",
         "    environ = __import__('os').environ\n\n    def need(name: str) -> str:",
-        "os.environ", "torchrun_command_runs_one_node"),
+        "os.environ",
+        "torchrun_command_runs_one_node",
+    ),
     "restart_count_required": (
         "read_dist_env_reads_its_argument",
         'restart_count=int(environ.get("TORCHELASTIC_RESTART_COUNT", "0")),',
         'restart_count=int(need("TORCHELASTIC_RESTART_COUNT")),',
-        "restart_count is then 0", "read_dist_env_names_a_missing_variable"),
+        "restart_count is then 0",
+        "read_dist_env_names_a_missing_variable",
+    ),
     "nproc_nnodes_swapped": (
         "torchrun_command_runs_one_node",
         'f"--nproc-per-node={nproc_per_node}",\n           f"--nnodes={nnodes}",',
         'f"--nproc-per-node={nnodes}",\n           f"--nnodes={nproc_per_node}",',
-        "swapped", "read_dist_env_names_a_missing_variable"),
+        "swapped",
+        "read_dist_env_names_a_missing_variable",
+    ),
     "no_standalone": (
         "torchrun_command_runs_one_node",
-        'cmd.append("--standalone")', "pass",
-        "use --standalone", "read_dist_env_names_a_missing_variable"),
+        'cmd.append("--standalone")',
+        "pass",
+        "use --standalone",
+        "read_dist_env_names_a_missing_variable",
+    ),
     "script_not_last": (
         "torchrun_command_runs_one_node",
-        "return cmd + [script]", "return cmd[:3] + [script] + cmd[3:]",
-        "the script must be the last element", "read_dist_env_names_a_missing_variable"),
+        "return cmd + [script]",
+        "return cmd[:3] + [script] + cmd[3:]",
+        "the script must be the last element",
+        "read_dist_env_names_a_missing_variable",
+    ),
     "standalone_for_two_nodes": (
         "torchrun_command_runs_two_nodes",
         """            raise ValueError("a job on more than one node needs an rdzv_endpoint that every node can reach")""",
         "            pass",
-        "raise ValueError when nnodes > 1", "read_dist_env_names_a_missing_variable"),
+        "raise ValueError when nnodes > 1",
+        "read_dist_env_names_a_missing_variable",
+    ),
     "max_restarts_ignored": (
         "torchrun_command_restarts",
-        'f"--max-restarts={max_restarts}"]', '"--max-restarts=0"]',
-        "--max-restarts=1", "read_dist_env_names_a_missing_variable"),
+        'f"--max-restarts={max_restarts}"]',
+        '"--max-restarts=0"]',
+        "--max-restarts=1",
+        "read_dist_env_names_a_missing_variable",
+    ),
     "batch_not_divided": (
         "train_script_matches_single_process",
-        "batch_size=problem.GLOBAL_BATCH // world_size", "batch_size=problem.GLOBAL_BATCH",
-        "GLOBAL_BATCH // world_size", "read_dist_env_names_a_missing_variable"),
+        "batch_size=problem.GLOBAL_BATCH // world_size",
+        "batch_size=problem.GLOBAL_BATCH",
+        "GLOBAL_BATCH // world_size",
+        "read_dist_env_names_a_missing_variable",
+    ),
     "sampler_seed_written_as_a_number": (
         "train_script_matches_single_process",
         "DistributedSampler(dataset, shuffle=True, seed=problem.SEED)",
         "DistributedSampler(dataset, shuffle=True, seed=0)",
-        "not problem.SEED", "read_dist_env_names_a_missing_variable"),
+        "not problem.SEED",
+        "read_dist_env_names_a_missing_variable",
+    ),
     "rank_0_trains_alone": (  # the same global batches, on rank 0 only, without DDP: the final model matches
         "train_script_matches_single_process",
         "        for batch, (x, y) in enumerate(itertools.islice(loader, skip, None), start=skip):\n"
@@ -116,30 +148,46 @@ MUTANTS = {
         "                optimizer.zero_grad()\n"
         "                problem.loss_fn(model(x), y).backward()\n"
         "                optimizer.step()",
-        "rank 0: 192, rank 1: 0", "read_dist_env_names_a_missing_variable"),
+        "rank 0: 192, rank 1: 0",
+        "read_dist_env_names_a_missing_variable",
+    ),
     "resume_from_epoch_0": (
         "train_script_resumes_after_a_killed_worker",
-        'epochs_run, batches_run = snapshot["epochs_run"], snapshot["batches_run"]', "epochs_run, batches_run = 0, 0",
-        "started again from epoch 0", "read_dist_env_names_a_missing_variable"),
+        'epochs_run, batches_run = snapshot["epochs_run"], snapshot["batches_run"]',
+        "epochs_run, batches_run = 0, 0",
+        "started again from epoch 0",
+        "read_dist_env_names_a_missing_variable",
+    ),
     "optimizer_not_restored": (
         "train_script_resumes_after_a_killed_worker",
-        'optimizer.load_state_dict(snapshot["optimizer"])', "pass",
-        "restore the optimizer state", "read_dist_env_names_a_missing_variable"),
+        'optimizer.load_state_dict(snapshot["optimizer"])',
+        "pass",
+        "restore the optimizer state",
+        "read_dist_env_names_a_missing_variable",
+    ),
     "every_node_saves": (
         "train_script_on_two_nodes",
-        "if rank == 0:  # one writer", 'if int(os.environ["LOCAL_RANK"]) == 0:  # one writer',
-        "only global rank 0 may write", "read_dist_env_names_a_missing_variable"),
+        "if rank == 0:  # one writer",
+        'if int(os.environ["LOCAL_RANK"]) == 0:  # one writer',
+        "only global rank 0 may write",
+        "read_dist_env_names_a_missing_variable",
+    ),
     # The blocking dcp.save writes from the training thread: the marker's test on real threads and the verdicts'
     # test below cover it without another torchrun run (the test budget); this one runs end to end.
     "checkpoint_future_waited_at_once": (  # async_save(...).result(): training waits for the write all the same
         "train_script_checkpoints_while_training_goes_on",
         "process_group=checkpoint_group)  # returns once the state is copied",
         "process_group=checkpoint_group)\n        pending.result()",
-        "waited for its future", "read_dist_env_names_a_missing_variable"),
+        "waited for its future",
+        "read_dist_env_names_a_missing_variable",
+    ),
     "snapshot_written_in_place": (
         "train_script_replaces_the_snapshot_atomically",
-        "    torch.save(obj, tmp)\n    os.replace(tmp, path)", "    torch.save(obj, path)",
-        "rewritten in place", "read_dist_env_names_a_missing_variable"),
+        "    torch.save(obj, tmp)\n    os.replace(tmp, path)",
+        "    torch.save(obj, path)",
+        "rewritten in place",
+        "read_dist_env_names_a_missing_variable",
+    ),
 }
 
 
@@ -152,21 +200,27 @@ def test_mutant_fails_its_check(solution, name):
     assert phrase in failures[target], failures[target]
 
 
-MKSTEMP = ("    tmp = f\"{path}.tmp\"\n",
-           "    import tempfile\n    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(os.path.abspath(path)))\n"
-           "    os.close(fd)\n")
-LOG_MID_EPOCH = ("save_snapshot(epoch, done)  # mid-epoch; the epoch's end is saved below",
-                 "save_snapshot(epoch, done)  # mid-epoch\n"
-                 "                if rank == 0:\n"
-                 "                    with open(args.epoch_log, \"a\") as f:\n"
-                 "                        f.write(f\"{epoch}\\\\n\")")
+MKSTEMP = (
+    '    tmp = f"{path}.tmp"\n',
+    "    import tempfile\n    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(os.path.abspath(path)))\n"
+    "    os.close(fd)\n",
+)
+LOG_MID_EPOCH = (
+    "save_snapshot(epoch, done)  # mid-epoch; the epoch's end is saved below",
+    "save_snapshot(epoch, done)  # mid-epoch\n"
+    "                if rank == 0:\n"
+    '                    with open(args.epoch_log, "a") as f:\n'
+    '                        f.write(f"{epoch}\\\\n")',
+)
 
 
 def test_a_log_line_at_mid_epoch_snapshots_is_named_and_mkstemp_is_atomic(solution):
     """Rank 0 alone logs, also at its mid-epoch snapshots, and saves through mkstemp + os.replace: told about the
     mid-epoch lines, not about a second writer; the snapshot is replaced atomically (the hidden probe passes)."""
     source = mutate(mutate(solution, *MKSTEMP), *LOG_MID_EPOCH)
-    report = grade_checks(source, ["train_script_matches_single_process", "train_script_replaces_the_snapshot_atomically"])
+    report = grade_checks(
+        source, ["train_script_matches_single_process", "train_script_replaces_the_snapshot_atomically"]
+    )
     failures = failed(report)
     assert set(failures) == {"train_script_matches_single_process"}, failures
     message = failures["train_script_matches_single_process"]
@@ -179,6 +233,7 @@ def test_mkstemp_and_os_replace_is_a_correct_alternative(solution):
 
 
 # --- the checkpoint marker (problem.GATE_ENV) on real threads, without torchrun ---
+
 
 def _fresh_problem(tmp_path, monkeypatch):
     """A private copy of problem.py (its counters are per process), with the marker armed."""
@@ -242,12 +297,19 @@ def test_the_marker_ignores_a_write_from_the_training_thread(tmp_path, monkeypat
     assert set(loaded) == {"body.0.weight", "body.0.bias", "body.2.weight", "body.2.bias", problem.EXTRA_STATE}
 
 
-@pytest.mark.parametrize("gate, loaded, phrase", [
-    ({}, None, "no checkpoint under --checkpoints checkpoints"),  # the laziest: no DCP save at all
-    ({}, {"loaded": {}}, "written by the training thread"),  # a checkpoint, never written in the background
-    ({"0": ["write-began 4 4", "gave-up"]}, {"loaded": {}}, "no training step began while it was"),
-    ({"0": ["write-began 4 4", "training-waits-for-the-future 4"], "1": []}, {"loaded": {}}, "waited for its future"),
-])
+@pytest.mark.parametrize(
+    "gate, loaded, phrase",
+    [
+        ({}, None, "no checkpoint under --checkpoints checkpoints"),  # the laziest: no DCP save at all
+        ({}, {"loaded": {}}, "written by the training thread"),  # a checkpoint, never written in the background
+        ({"0": ["write-began 4 4", "gave-up"]}, {"loaded": {}}, "no training step began while it was"),
+        (
+            {"0": ["write-began 4 4", "training-waits-for-the-future 4"], "1": []},
+            {"loaded": {}},
+            "waited for its future",
+        ),
+    ],
+)
 def test_the_order_of_events_names_each_mistake(gate, loaded, phrase):
     """What the marker wrote (the real-thread tests above) -> the verdict, for every order it can write."""
     from grader.checks import CheckFailed
@@ -260,9 +322,14 @@ def test_the_order_of_events_names_each_mistake(gate, loaded, phrase):
     check_order(runs.ScriptRun(3, 1, gate={"0": ["write-began 4 9", "next-step-began 9"], "1": []}, loaded=loaded))
 
 
-@pytest.mark.parametrize("error, phrase", [("missing", "no checkpoint at checkpoints/epoch_2"),
-                                            ("incomplete", "has no .metadata: its save never completed"),
-                                            ("CheckpointException: bad key", "could not be loaded at 3 ranks")])
+@pytest.mark.parametrize(
+    "error, phrase",
+    [
+        ("missing", "no checkpoint at checkpoints/epoch_2"),
+        ("incomplete", "has no .metadata: its save never completed"),
+        ("CheckpointException: bad key", "could not be loaded at 3 ranks"),
+    ],
+)
 def test_a_checkpoint_the_loader_could_not_read_is_named(error, phrase):
     from grader.checks import CheckFailed
     from grader.exercises.torchrun import runs

@@ -1,6 +1,7 @@
 """fences.py and happens_before.Collectives.entries: which waits hold a rank until its peers have joined, on
 every backend (a barrier; an *_object collective read back by the rank that receives), recorded per call in real
 2-rank gloo runs; the rule's verdict on what a rank called after its peer's event."""
+
 import pytest
 
 from grader.engine import run_distributed
@@ -37,14 +38,18 @@ def test_each_call_says_whether_it_holds_the_rank_on_every_backend():
     for rank, (entries, entered) in enumerate(result.values):
         receives_from_0, receives_from_1 = rank != 0, rank != 1
         assert entries == [
-            ("all_reduce", False), ("broadcast", False),  # nccl: returned once queued on the GPU
+            ("all_reduce", False),
+            ("broadcast", False),  # nccl: returned once queued on the GPU
             ("barrier", True),
             ("barrier(async_op=True)", False),  # returns at once: only its wait() holds the rank
             ("monitored_barrier", False),  # gloo only: nccl refuses it
             # the source sends and goes on; a receiving rank reads the sizes, then the objects, back
-            ("broadcast_object_list", receives_from_0), ("broadcast_object_list", receives_from_0),
-            ("broadcast_object_list", receives_from_1), ("broadcast_object_list", receives_from_1),
-            ("all_gather_object", True), ("all_gather_object", True),
+            ("broadcast_object_list", receives_from_0),
+            ("broadcast_object_list", receives_from_0),
+            ("broadcast_object_list", receives_from_1),
+            ("broadcast_object_list", receives_from_1),
+            ("all_gather_object", True),
+            ("all_gather_object", True),
         ], (rank, entries)
         assert entered == len(entries)
 

@@ -1,6 +1,7 @@
 """Hang messages: the check's own hang analysis is what the student reads, never gloo's raw
 "Timed out waiting ...ms"; a rank busy in the student's own code is named, with where, and the others
 are said to wait for it. Real 2-rank runs of exercise 02."""
+
 from tests.helpers import failed, grade_source, mutate, replace_definition, solution_source
 
 EX = "02_ddp_basics"
@@ -17,7 +18,7 @@ def test_train_uneven_without_join_reads_as_the_hang_analysis():
 
 
 def test_gloo_timeout_of_a_group_of_the_students_own_is_reported_as_a_hang():
-    wrap = '''
+    wrap = """
     def wrap_model(model, device):
         import datetime
         import torch
@@ -27,10 +28,11 @@ def test_gloo_timeout_of_a_group_of_the_students_own_is_reported_as_a_hang():
         if dist.get_rank() == 0:
             dist.all_reduce(torch.ones(1), group=group)  # rank 1 never joins
         return DDP(model.to(device))
-    '''
+    """
     source = replace_definition(solution_source(EX), "wrap_model", wrap)
-    bad = failed(grade_source(EX, source, task="wrap_model", timeout=8,
-                              checks=["wrap_model_broadcasts_rank0_parameters"]))
+    bad = failed(
+        grade_source(EX, source, task="wrap_model", timeout=8, checks=["wrap_model_broadcasts_rank0_parameters"])
+    )
     message = bad["wrap_model_broadcasts_rank0_parameters"]
     assert message.startswith("the run did not finish in time"), message
     assert "rank 0 hung: waiting in" in message and "gloo's own timeout" in message, message
@@ -39,7 +41,7 @@ def test_gloo_timeout_of_a_group_of_the_students_own_is_reported_as_a_hang():
 
 
 def test_a_rank_busy_in_the_students_loop_is_named_and_the_others_wait_for_it():
-    wrap = '''
+    wrap = """
     def wrap_model(model, device):
         import time
         import torch.distributed as dist
@@ -48,10 +50,11 @@ def test_a_rank_busy_in_the_students_loop_is_named_and_the_others_wait_for_it():
         while rank == 1:  # waits for something that never comes
             time.sleep(0.01)
         return DDP(model.to(device))
-    '''
+    """
     source = replace_definition(solution_source(EX), "wrap_model", wrap)
-    bad = failed(grade_source(EX, source, task="wrap_model", timeout=5,
-                              checks=["wrap_model_broadcasts_rank0_parameters"]))
+    bad = failed(
+        grade_source(EX, source, task="wrap_model", timeout=5, checks=["wrap_model_broadcasts_rank0_parameters"])
+    )
     message = bad["wrap_model_broadcasts_rank0_parameters"]
     heading = message.splitlines()[0]
     assert "rank 1 is busy in your code at" in heading and "the others wait for it" in heading, message
@@ -61,20 +64,22 @@ def test_a_rank_busy_in_the_students_loop_is_named_and_the_others_wait_for_it():
 
 
 def test_every_rank_busy_in_the_students_code():
-    wrap = '''
+    wrap = """
     def wrap_model(model, device):
         while True:
             pass
-    '''
+    """
     source = replace_definition(solution_source(EX), "wrap_model", wrap)
-    bad = failed(grade_source(EX, source, task="wrap_model", timeout=5,
-                              checks=["wrap_model_broadcasts_rank0_parameters"]))
+    bad = failed(
+        grade_source(EX, source, task="wrap_model", timeout=5, checks=["wrap_model_broadcasts_rank0_parameters"])
+    )
     message = bad["wrap_model_broadcasts_rank0_parameters"]
     assert "every rank is busy in your code" in message.splitlines()[0], message
     assert "rank 0 hung: busy in your code at" in message and "rank 1 hung: busy in your code at" in message
 
 
 # --- the hang or mismatch in the student's terms: which collective, in which line of theirs ---------------------
+
 
 def _line_of(source: str, code: str) -> int:
     """The line number of the student's line holding `code` (its last occurrence: the mutated definition)."""
@@ -91,11 +96,21 @@ def _names_the_line(message: str, function: str, line: int) -> None:
 
 
 def test_exercise_1_a_reduce_on_rank_0_only_names_the_students_line():
-    source = mutate(solution_source("01_parallelism"), "        dist.all_reduce(param.grad, op=dist.ReduceOp.SUM)\n",
-                    "        if dist.get_rank() == 0:\n"
-                    "            dist.all_reduce(param.grad, op=dist.ReduceOp.SUM)  # rank 1 never joins\n")
-    bad = failed(grade_source("01_parallelism", source, task="average_gradients", timeout=5,
-                              checks=["averaged_gradients_match_full_batch"]))
+    source = mutate(
+        solution_source("01_parallelism"),
+        "        dist.all_reduce(param.grad, op=dist.ReduceOp.SUM)\n",
+        "        if dist.get_rank() == 0:\n"
+        "            dist.all_reduce(param.grad, op=dist.ReduceOp.SUM)  # rank 1 never joins\n",
+    )
+    bad = failed(
+        grade_source(
+            "01_parallelism",
+            source,
+            task="average_gradients",
+            timeout=5,
+            checks=["averaged_gradients_match_full_batch"],
+        )
+    )
     message = bad["averaged_gradients_match_full_batch"]
     _names_the_line(message, "average_gradients", _line_of(source, "rank 1 never joins"))
     assert "that rank 1 never called in your code" in message, message
@@ -104,11 +119,21 @@ def test_exercise_1_a_reduce_on_rank_0_only_names_the_students_line():
 def test_exercise_1_gradients_reduced_in_another_order_on_one_rank_name_the_students_line():
     """gloo aborts one rank and the other loses its connection: whichever the launcher hears first, the message
     is the translated one (the lost connection is never shown as the failure)."""
-    source = mutate(solution_source("01_parallelism"), "    for param in model.parameters():\n",
-                    "    params = list(model.parameters())\n"
-                    "    for param in (params[::-1] if dist.get_rank() == 1 else params):  # another order\n")
-    bad = failed(grade_source("01_parallelism", source, task="average_gradients", timeout=5,
-                              checks=["averaged_gradients_match_full_batch"]))
+    source = mutate(
+        solution_source("01_parallelism"),
+        "    for param in model.parameters():\n",
+        "    params = list(model.parameters())\n"
+        "    for param in (params[::-1] if dist.get_rank() == 1 else params):  # another order\n",
+    )
+    bad = failed(
+        grade_source(
+            "01_parallelism",
+            source,
+            task="average_gradients",
+            timeout=5,
+            checks=["averaged_gradients_match_full_batch"],
+        )
+    )
     message = bad["averaged_gradients_match_full_batch"]
     line = _line_of(source, "dist.all_reduce(param.grad, op=dist.ReduceOp.SUM)")
     _names_the_line(message, "average_gradients", line)
@@ -116,12 +141,12 @@ def test_exercise_1_gradients_reduced_in_another_order_on_one_rank_name_the_stud
 
 
 def test_exercise_2_a_barrier_on_rank_0_only_names_the_students_line_once_per_task():
-    code = '''
+    code = """
     def save_checkpoint(model, path):
         if dist.get_rank() == 0:
             torch.save(model.module.state_dict(), path)
             dist.barrier()  # only rank 0 waits
-    '''
+    """
     source = replace_definition(solution_source(EX), "save_checkpoint", code)
     report = grade_source(EX, source, task="save_checkpoint", timeout=5)
     bad = failed(report)
@@ -134,7 +159,7 @@ def test_exercise_2_a_barrier_on_rank_0_only_names_the_students_line_once_per_ta
 
 
 def test_exercise_2_an_all_reduce_on_rank_0_only_before_ddp_names_the_students_line():
-    wrap = '''
+    wrap = """
     def wrap_model(model, device):
         import torch
         import torch.distributed as dist
@@ -142,34 +167,53 @@ def test_exercise_2_an_all_reduce_on_rank_0_only_before_ddp_names_the_students_l
         if dist.get_rank() == 0:
             dist.all_reduce(torch.ones(1))  # rank 1 goes straight to DDP
         return DDP(model.to(device))
-    '''
+    """
     source = replace_definition(solution_source(EX), "wrap_model", wrap)
-    bad = failed(grade_source(EX, source, task="wrap_model", timeout=5,
-                              checks=["wrap_model_broadcasts_rank0_parameters"]))
+    bad = failed(
+        grade_source(EX, source, task="wrap_model", timeout=5, checks=["wrap_model_broadcasts_rank0_parameters"])
+    )
     message = bad["wrap_model_broadcasts_rank0_parameters"]
     _names_the_line(message, "wrap_model", _line_of(source, "rank 1 goes straight to DDP"))
     assert f"your wrap_model, submission.py, line {_line_of(source, 'return DDP(model.to(device))')})" in message
 
 
 def test_exercise_3_global_stats_reduced_on_rank_0_only_name_the_students_line():
-    source = mutate(solution_source("03_syncbn_sharded"),
-                    "        dist.all_reduce(total, op=dist.ReduceOp.SUM)\n",
-                    "        if dist.get_rank() == 0:\n"
-                    "            dist.all_reduce(total, op=dist.ReduceOp.SUM)  # rank 1 skips the sum\n")
-    bad = failed(grade_source("03_syncbn_sharded", source, task="global_batch_stats", timeout=5,
-                              checks=["stats_of_the_concatenated_batch"]))
+    source = mutate(
+        solution_source("03_syncbn_sharded"),
+        "        dist.all_reduce(total, op=dist.ReduceOp.SUM)\n",
+        "        if dist.get_rank() == 0:\n"
+        "            dist.all_reduce(total, op=dist.ReduceOp.SUM)  # rank 1 skips the sum\n",
+    )
+    bad = failed(
+        grade_source(
+            "03_syncbn_sharded",
+            source,
+            task="global_batch_stats",
+            timeout=5,
+            checks=["stats_of_the_concatenated_batch"],
+        )
+    )
     message = bad["stats_of_the_concatenated_batch"]
     _names_the_line(message, "forward", _line_of(source, "rank 1 skips the sum"))
 
 
 def test_exercise_3_global_stats_of_different_sizes_name_the_students_line():
-    source = mutate(solution_source("03_syncbn_sharded"),
-                    "        dist.all_reduce(total, op=dist.ReduceOp.SUM)\n",
-                    "        if dist.get_rank() == 1:\n"
-                    "            total = torch.cat([total, total])  # rank 1 sums twice as much\n"
-                    "        dist.all_reduce(total, op=dist.ReduceOp.SUM)  # sizes differ\n")
-    bad = failed(grade_source("03_syncbn_sharded", source, task="global_batch_stats", timeout=5,
-                              checks=["stats_of_the_concatenated_batch"]))
+    source = mutate(
+        solution_source("03_syncbn_sharded"),
+        "        dist.all_reduce(total, op=dist.ReduceOp.SUM)\n",
+        "        if dist.get_rank() == 1:\n"
+        "            total = torch.cat([total, total])  # rank 1 sums twice as much\n"
+        "        dist.all_reduce(total, op=dist.ReduceOp.SUM)  # sizes differ\n",
+    )
+    bad = failed(
+        grade_source(
+            "03_syncbn_sharded",
+            source,
+            task="global_batch_stats",
+            timeout=5,
+            checks=["stats_of_the_concatenated_batch"],
+        )
+    )
     message = bad["stats_of_the_concatenated_batch"]
     _names_the_line(message, "forward", _line_of(source, "sizes differ"))
     assert "by peer" not in message, message
@@ -178,29 +222,33 @@ def test_exercise_3_global_stats_of_different_sizes_name_the_students_line():
 # Exercise 4 runs the student's script under real torchrun, in processes of their own: no collective recorder is
 # read there. A worker gloo aborts prints its stack (PYTHONFAULTHANDLER), and a hung one is sent SIGABRT to print
 # it before it is killed, so the message names the script's line where each worker stood (train.py, line N).
-EX4_SNAPSHOT = '''        if rank == 0:  # one writer (global rank 0, not LOCAL_RANK 0 on every node)
+EX4_SNAPSHOT = """        if rank == 0:  # one writer (global rank 0, not LOCAL_RANK 0 on every node)
             save_atomically({"model": model.state_dict(), "optimizer": optimizer.state_dict(),
                              "epochs_run": epochs_done, "batches_run": batches_done}, args.snapshot)
-'''
+"""
 
 
 def _ex4_message(source: str) -> str:
-    bad = failed(grade_source("04_torchrun", source, task="train_script",
-                              checks=["train_script_matches_single_process"]))
+    bad = failed(
+        grade_source("04_torchrun", source, task="train_script", checks=["train_script_matches_single_process"])
+    )
     return bad["train_script_matches_single_process"]
 
 
 def _script_line(source: str, code: str) -> int:
     script = source.split("train_script = '''", 1)[1]
-    return next(i for i, line in enumerate(script.splitlines(), start=1) if code in line)  # line 1: after the opening quotes
+    return next(
+        i for i, line in enumerate(script.splitlines(), start=1) if code in line
+    )  # line 1: after the opening quotes
 
 
 def test_exercise_4_a_barrier_on_rank_0_only_names_the_scripts_line(monkeypatch):
     from grader.exercises.torchrun import runs
 
     monkeypatch.setattr(runs, "RUN_TIMEOUT_S", 25.0)  # the hang's bound, not a verdict: the run is killed
-    source = mutate(solution_source("04_torchrun"), EX4_SNAPSHOT,
-                    EX4_SNAPSHOT + "            dist.barrier()  # only rank 0 waits\n")
+    source = mutate(
+        solution_source("04_torchrun"), EX4_SNAPSHOT, EX4_SNAPSHOT + "            dist.barrier()  # only rank 0 waits\n"
+    )
     message = _ex4_message(source)
     line = _script_line(source, "only rank 0 waits")
     assert f"train.py, line {line}, in save_snapshot" in message, message
@@ -208,8 +256,11 @@ def test_exercise_4_a_barrier_on_rank_0_only_names_the_scripts_line(monkeypatch)
 
 
 def test_exercise_4_sums_of_different_sizes_name_the_scripts_line():
-    source = mutate(solution_source("04_torchrun"), EX4_SNAPSHOT,
-                    EX4_SNAPSHOT + "        dist.all_reduce(torch.ones(1 if rank == 0 else 13))  # sizes differ\n")
+    source = mutate(
+        solution_source("04_torchrun"),
+        EX4_SNAPSHOT,
+        EX4_SNAPSHOT + "        dist.all_reduce(torch.ones(1 if rank == 0 else 13))  # sizes differ\n",
+    )
     message = _ex4_message(source)
     line = _script_line(source, "sizes differ")
     assert f"train.py, line {line}, in save_snapshot" in message, message

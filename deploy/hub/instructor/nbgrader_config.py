@@ -2,6 +2,7 @@
 submission in another student's name, postdated or backdated (grader/gradebook/vetted_collect.py); its Autograde
 refuses, saying to run `make grade` (grader/gradebook/refuse_autograde.py: nbgrader's would run student code
 unsandboxed, as the instructor), whatever the course's own nbgrader_config.py says."""
+
 from grader.gradebook.refuse_autograde import RefuseAutogradeExporter, autograde_preprocessors
 
 c = get_config()  # noqa: F821 (provided by nbgrader)

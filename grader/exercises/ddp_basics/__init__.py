@@ -14,12 +14,25 @@ ctx.device: the run's hardware plan), never from the grader's torch.cuda.
 This file declares the exercise; its checks_*.py and hidden_*.py modules are found by
 grader.exercises.discover() (the contract is in grader/exercises/__init__.py).
 """
+
 from grader.checks import Exercise
 
 EXERCISE = Exercise(
     "02_ddp_basics",
-    tasks=["pick_backend", "pick_device", "setup", "cleanup", "wrap_model", "make_dataloader",
-           "train_one_epoch", "save_checkpoint", "load_checkpoint", "MiniDDP",
-           "train_with_accumulation", "train_uneven", "BucketedDDP"],
+    tasks=[
+        "pick_backend",
+        "pick_device",
+        "setup",
+        "cleanup",
+        "wrap_model",
+        "make_dataloader",
+        "train_one_epoch",
+        "save_checkpoint",
+        "load_checkpoint",
+        "MiniDDP",
+        "train_with_accumulation",
+        "train_uneven",
+        "BucketedDDP",
+    ],
 )
 check = EXERCISE.check

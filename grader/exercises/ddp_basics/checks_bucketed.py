@@ -25,6 +25,7 @@ repeats the gradient comparison on 3 ranks):
 Collectives are recorded at the dispatcher (grader/exercises/collectives.py), so every spelling of a call is
 counted, and a token call cannot stand in for the real traffic: the count check also adds up the bytes.
 """
+
 from __future__ import annotations
 
 import torch
@@ -41,14 +42,20 @@ from grader.exercises.ddp_basics import EXERCISE
 
 
 STEPS = 2
-RESET = N_("reset the per-step state (the count of ready gradients, the pending handles) at the end of "
-            "finish_gradient_synchronization")
+RESET = N_(
+    "reset the per-step state (the count of ready gradients, the pending handles) at the end of "
+    "finish_gradient_synchronization"
+)
 
 
 def _require_by_hand(mini) -> None:
     if isinstance(mini, DDP) or any(isinstance(m, DDP) for m in getattr(mini, "modules", list)()):
-        raise CheckFailed(_("BucketedDDP is (or wraps) torch's DistributedDataParallel: build it by hand, with "
-                            "gradient hooks that fill buckets and all-reduce each one asynchronously"))
+        raise CheckFailed(
+            _(
+                "BucketedDDP is (or wraps) torch's DistributedDataParallel: build it by hand, with "
+                "gradient hooks that fill buckets and all-reduce each one asynchronously"
+            )
+        )
 
 
 class _Phases:
@@ -73,8 +80,11 @@ def _bucketed_history(ctx, student, name, cap_mb, record):
     weights (seed 1 + rank): only rank 0's, broadcast at construction, give DDP's gradients."""
     factory, features = rp.MODELS[name], rp.IN_FEATURES[name]
     device_ids = [ctx.device.index] if ctx.device.type == "cuda" else None
-    ddp = DDP(ref.seeded(factory, 1 + ctx.rank).to(ctx.device), device_ids=device_ids,
-              find_unused_parameters=(name == "unused"))
+    ddp = DDP(
+        ref.seeded(factory, 1 + ctx.rank).to(ctx.device),
+        device_ids=device_ids,
+        find_unused_parameters=(name == "unused"),
+    )
     module = ref.seeded(factory, 1 + ctx.rank).to(ctx.device)
     phases = _Phases(record)
     first_ready: list[int] = []  # how many collectives backward had made when the first layer's gradient was ready
@@ -97,8 +107,14 @@ def _bucketed_history(ctx, student, name, cap_mb, record):
         loss = nn.MSELoss()(phases.run("forward", mini, x), y)
         phases.run("backward", loss.backward)
         phases.run("after backward", mini.finish_gradient_synchronization)
-        steps.append({"ddp": ref.flat_grads(ddp.module), "grad": ref.flat_grads(module), "calls": phases.calls,
-                      "before_first": first_ready[-1] if first_ready else None})
+        steps.append(
+            {
+                "ddp": ref.flat_grads(ddp.module),
+                "grad": ref.flat_grads(module),
+                "calls": phases.calls,
+                "before_first": first_ready[-1] if first_ready else None,
+            }
+        )
         for opt in opts:
             opt.step()
     return {"params": params, "buffers": buffers, "kept": kept, "steps": steps}
@@ -114,22 +130,40 @@ def _nth(step: int) -> str:
     return (_("first"), _("second"), _("third"))[step] if step < 3 else _("{n}th", n=step + 1)
 
 
-GRADIENT_CASES = (("wide", 0.002), ("frozen", 0.0001), ("tied", 0.00005), ("unused", 0.0001),
-                  ("shared", 0.0001))  # several buckets each
+GRADIENT_CASES = (
+    ("wide", 0.002),
+    ("frozen", 0.0001),
+    ("tied", 0.00005),
+    ("unused", 0.0001),
+    ("shared", 0.0001),
+)  # several buckets each
 
 
 def _broadcast_at_construction(name: str, rank: int, run: dict) -> None:
     rank0 = ref.seeded(rp.MODELS[name], 1)
-    how = _("broadcast rank 0's parameters and buffers in __init__ (dist.broadcast(tensor, src=0) for each): every "
-            "replica must start from the same weights, or they drift apart from the first step")
+    how = _(
+        "broadcast rank 0's parameters and buffers in __init__ (dist.broadcast(tensor, src=0) for each): every "
+        "replica must start from the same weights, or they drift apart from the first step"
+    )
     if not torch.equal(run["params"], rp.initial_state(rank0, buffers=False)):
-        raise CheckFailed(_("{name} model: rank {rank}'s parameters right after BucketedDDP(...) are not rank "
-                            "0's (the ranks start from different weights): {how}",
-                            name=name, rank=rank, how=how))
+        raise CheckFailed(
+            _(
+                "{name} model: rank {rank}'s parameters right after BucketedDDP(...) are not rank "
+                "0's (the ranks start from different weights): {how}",
+                name=name,
+                rank=rank,
+                how=how,
+            )
+        )
     if not torch.equal(run["buffers"], rp.initial_state(rank0, params=False)):
-        raise CheckFailed(_("{name} model: rank {rank}'s buffers right after BucketedDDP(...) are not rank "
-                            "0's: {how}",
-                            name=name, rank=rank, how=how))
+        raise CheckFailed(
+            _(
+                "{name} model: rank {rank}'s buffers right after BucketedDDP(...) are not rank 0's: {how}",
+                name=name,
+                rank=rank,
+                how=how,
+            )
+        )
 
 
 def _bucketed_grads_match(g, cases):
@@ -137,14 +171,22 @@ def _bucketed_grads_match(g, cases):
         results = _bucketed_runs(g, cases, False)
     except CheckFailed as exc:
         if "doesn't require gradient" in str(exc):
-            raise CheckFailed(_("BucketedDDP registered a gradient hook on a frozen parameter: bucket only the "
-                                "parameters with requires_grad=True")) from None
+            raise CheckFailed(
+                _(
+                    "BucketedDDP registered a gradient hook on a frozen parameter: bucket only the "
+                    "parameters with requires_grad=True"
+                )
+            ) from None
         raise
     for rank, runs in enumerate(results):  # the construction first: every rank's
         for (name, _unused), run in zip(cases, runs):
             if not run["kept"]:
-                raise CheckFailed(_("BucketedDDP's `self.module` is not the model it was given: keep it "
-                                    "(self.module = module) and train that model"))
+                raise CheckFailed(
+                    _(
+                        "BucketedDDP's `self.module` is not the model it was given: keep it "
+                        "(self.module = module) and train that model"
+                    )
+                )
             _broadcast_at_construction(name, rank, run)
     for rank, runs in enumerate(results):
         for (name, _unused), run in zip(cases, runs):
@@ -152,15 +194,25 @@ def _bucketed_grads_match(g, cases):
                 grad, ddp_grad = record["grad"], record["ddp"]
                 likely = _("average each bucket (all-reduce the flat bucket, divide by the world size, copy back)")
                 if g.close(grad, ddp_grad * g.world_size) and ddp_grad.abs().sum() > 0:
-                    likely = _("the gradients are world_size times DDP's: divide the all-reduced sum by the world "
-                               "size")
+                    likely = _("the gradients are world_size times DDP's: divide the all-reduced sum by the world size")
                 elif step > 0:
                     likely = _("the first step was right, the {nth} was not: {reset}", nth=_nth(step), reset=_(RESET))
                 elif name == "unused":
-                    likely = _("a bucket holding a parameter that forward never uses never becomes ready: "
-                               "all-reduce the buckets still pending in finish_gradient_synchronization")
-                g.assert_close(grad, ddp_grad, _("{name} model, rank {rank}, {nth} step: BucketedDDP's gradient",
-                                                 name=name, rank=rank, nth=_nth(step)), likely)
+                    likely = _(
+                        "a bucket holding a parameter that forward never uses never becomes ready: "
+                        "all-reduce the buckets still pending in finish_gradient_synchronization"
+                    )
+                g.assert_close(
+                    grad,
+                    ddp_grad,
+                    _(
+                        "{name} model, rank {rank}, {nth} step: BucketedDDP's gradient",
+                        name=name,
+                        rank=rank,
+                        nth=_nth(step),
+                    ),
+                    likely,
+                )
 
 
 @EXERCISE.check("BucketedDDP", points=3)
@@ -172,9 +224,14 @@ CAPS_MB = (0.0005, 0.003, 100.0)  # one gradient per bucket, a few per bucket, o
 COUNT_CASES = tuple(("wide", cap) for cap in CAPS_MB) + (("shared", 0.00001),)  # the shared weight alone
 OVERLAP_CASES = (("wide", 0.003),)
 # The public checks' three runs, in one launch (grader/exercises/one_launch.py: it changes no verdict).
-BUCKET_PARTS = one_launch.declare("BucketedDDP", ((_in_rank_bucketed, (GRADIENT_CASES, False)),
-                                                  (_in_rank_bucketed, (COUNT_CASES,)),
-                                                  (_in_rank_bucketed, (OVERLAP_CASES,))))
+BUCKET_PARTS = one_launch.declare(
+    "BucketedDDP",
+    (
+        (_in_rank_bucketed, (GRADIENT_CASES, False)),
+        (_in_rank_bucketed, (COUNT_CASES,)),
+        (_in_rank_bucketed, (OVERLAP_CASES,)),
+    ),
+)
 
 
 def _bucketed_runs(g, *args) -> list:
@@ -183,8 +240,10 @@ def _bucketed_runs(g, *args) -> list:
 
 def _not_reset(steps: list, phase: str | None = None) -> int | None:
     """The first step after the first that launched no all-reduce (during `phase`) while the first one did."""
+
     def launched(record):
         return [c for c in record["calls"] if c[1] == "all_reduce" and (phase is None or c[0] == phase)]
+
     if not launched(steps[0]):
         return None
     return next((step for step, record in enumerate(steps) if step and not launched(record)), None)
@@ -196,14 +255,26 @@ def _judge_traffic(name: str, cap: float, rank: int, steps: list) -> None:
     where = _("{name} model, bucket_cap_mb={cap}, rank {rank}", name=name, cap=cap, rank=rank)
     stale = _not_reset(steps)
     if stale is not None:
-        raise CheckFailed(_("{where}: from the {nth} step on, no all-reduce was launched: {reset}",
-                            where=where, nth=_nth(stale), reset=_(RESET)))
+        raise CheckFailed(
+            _(
+                "{where}: from the {nth} step on, no all-reduce was launched: {reset}",
+                where=where,
+                nth=_nth(stale),
+                reset=_(RESET),
+            )
+        )
     for step, record in enumerate(steps):
         others = sorted({kind for _, kind, _, _ in record["calls"] if kind not in ("all_reduce", "barrier")})
         if others:
-            raise CheckFailed(_("{where}, {nth} step: BucketedDDP also made {join} calls during the step: "
-                                "synchronize the gradients with one all_reduce per bucket and nothing else",
-                                where=where, nth=_nth(step), join=', '.join(others)))
+            raise CheckFailed(
+                _(
+                    "{where}, {nth} step: BucketedDDP also made {join} calls during the step: "
+                    "synchronize the gradients with one all_reduce per bucket and nothing else",
+                    where=where,
+                    nth=_nth(step),
+                    join=", ".join(others),
+                )
+            )
         calls = [c for c in record["calls"] if c[1] == "all_reduce"]  # a barrier moves no data: allowed
         sent = sum(size for _, _, size, _ in calls)
         count = len(calls)
@@ -211,31 +282,63 @@ def _judge_traffic(name: str, cap: float, rank: int, steps: list) -> None:
             hint = ""
             for names, size in rp.shared_parameters(model):
                 if sent > nbytes and (sent - nbytes) % size == 0:
-                    hint = " " + _("The tied weight {name} (the same Parameter as {others}) was sent {times} times: "
-                                   "list each Parameter once (module.parameters() yields a shared one once), so that "
-                                   "it travels once per step.", name=names[0], others=", ".join(names[1:]),
-                                   times=(sent - nbytes) // size + 1)
+                    hint = " " + _(
+                        "The tied weight {name} (the same Parameter as {others}) was sent {times} times: "
+                        "list each Parameter once (module.parameters() yields a shared one once), so that "
+                        "it travels once per step.",
+                        name=names[0],
+                        others=", ".join(names[1:]),
+                        times=(sent - nbytes) // size + 1,
+                    )
             if not hint and sent == 2 * nbytes:
-                hint = " " + _("Each bucket was all-reduced twice: launch it once (in the hook, or in "
-                               "finish_gradient_synchronization for a bucket that never became ready), then only wait "
-                               "for it.")
-            raise CheckFailed(_("{where}, {nth} step: the all-reduces carried {sent} bytes, but the gradients "
-                                "are {nbytes} bytes: each gradient travels once per step, in its bucket.{hint}",
-                                where=where, nth=_nth(step), sent=sent, nbytes=nbytes, hint=hint))
+                hint = " " + _(
+                    "Each bucket was all-reduced twice: launch it once (in the hook, or in "
+                    "finish_gradient_synchronization for a bucket that never became ready), then only wait "
+                    "for it."
+                )
+            raise CheckFailed(
+                _(
+                    "{where}, {nth} step: the all-reduces carried {sent} bytes, but the gradients "
+                    "are {nbytes} bytes: each gradient travels once per step, in its bucket.{hint}",
+                    where=where,
+                    nth=_nth(step),
+                    sent=sent,
+                    nbytes=nbytes,
+                    hint=hint,
+                )
+            )
         if count not in expected:
-            hint = (" " + _("One per parameter: group the gradients into buckets of up to bucket_cap_mb.")
-                    if count == len([p for p in model.parameters() if p.requires_grad]) else "")
-            raise CheckFailed(_("{where}, {nth} step: {count} all-reduces, expected {expected} (one per bucket, "
-                                "gradients in reverse parameter order, a new bucket when the next one would "
-                                "exceed the cap).{hint}",
-                                where=where, nth=_nth(step), count=count, expected=min(expected), hint=hint))
+            hint = (
+                " " + _("One per parameter: group the gradients into buckets of up to bucket_cap_mb.")
+                if count == len([p for p in model.parameters() if p.requires_grad])
+                else ""
+            )
+            raise CheckFailed(
+                _(
+                    "{where}, {nth} step: {count} all-reduces, expected {expected} (one per bucket, "
+                    "gradients in reverse parameter order, a new bucket when the next one would "
+                    "exceed the cap).{hint}",
+                    where=where,
+                    nth=_nth(step),
+                    count=count,
+                    expected=min(expected),
+                    hint=hint,
+                )
+            )
         got = sorted(size for _, _, size, _ in calls)
         if got not in rp.bucket_sizes(model, cap):
-            raise CheckFailed(_("{where}, {nth} step: the buckets carried {got} bytes, expected "
-                                "{expected}: fill them with the gradients in reverse parameter order (the "
-                                "last layer's first, as backward produces them), a new bucket when the next "
-                                "gradient would take the current one past bucket_cap_mb",
-                                where=where, nth=_nth(step), got=got, expected=rp.bucket_sizes(model, cap)[0]))
+            raise CheckFailed(
+                _(
+                    "{where}, {nth} step: the buckets carried {got} bytes, expected "
+                    "{expected}: fill them with the gradients in reverse parameter order (the "
+                    "last layer's first, as backward produces them), a new bucket when the next "
+                    "gradient would take the current one past bucket_cap_mb",
+                    where=where,
+                    nth=_nth(step),
+                    got=got,
+                    expected=rp.bucket_sizes(model, cap)[0],
+                )
+            )
 
 
 @EXERCISE.check("BucketedDDP", points=2)
@@ -252,28 +355,51 @@ def bucketed_all_reduce_overlaps_backward(g):
         steps = run["steps"]
         stale = _not_reset(steps, phase="backward")
         if stale is not None:
-            raise CheckFailed(_("from the {nth} step on, no all-reduce was launched during backward (the first "
-                                "step launched them from the gradient hooks): {reset}",
-                                nth=_nth(stale), reset=_(RESET)))
+            raise CheckFailed(
+                _(
+                    "from the {nth} step on, no all-reduce was launched during backward (the first "
+                    "step launched them from the gradient hooks): {reset}",
+                    nth=_nth(stale),
+                    reset=_(RESET),
+                )
+            )
         for step, record in enumerate(steps):
             calls = [c for c in record["calls"] if c[1] == "all_reduce"]
             if not calls:
                 raise CheckFailed(_("{nth} step: no all-reduce was made: all-reduce each bucket", nth=_nth(step)))
             if any(async_op is False for _, _, _, async_op in calls):
-                raise CheckFailed(_("{nth} step: dist.all_reduce was called without async_op=True: backward "
-                                    "then waits for each bucket; keep the work handle and wait() in "
-                                    "finish_gradient_synchronization",
-                                    nth=_nth(step)))
+                raise CheckFailed(
+                    _(
+                        "{nth} step: dist.all_reduce was called without async_op=True: backward "
+                        "then waits for each bucket; keep the work handle and wait() in "
+                        "finish_gradient_synchronization",
+                        nth=_nth(step),
+                    )
+                )
             late = [phase for phase, _, _, _ in calls if phase != "backward"]
             if late:
-                when = (_("in forward") if "forward" in late
-                        else _("after backward returned (in finish_gradient_synchronization)"))
-                raise CheckFailed(_("{nth} step: {count} of {total} all-reduces started {when}: launch a "
-                                    "bucket's all-reduce from the gradient hook of its last parameter, during "
-                                    "backward",
-                                    nth=_nth(step), count=len(late), total=len(calls), when=when))
+                when = (
+                    _("in forward")
+                    if "forward" in late
+                    else _("after backward returned (in finish_gradient_synchronization)")
+                )
+                raise CheckFailed(
+                    _(
+                        "{nth} step: {count} of {total} all-reduces started {when}: launch a "
+                        "bucket's all-reduce from the gradient hook of its last parameter, during "
+                        "backward",
+                        nth=_nth(step),
+                        count=len(late),
+                        total=len(calls),
+                        when=when,
+                    )
+                )
             if not record["before_first"]:
-                raise CheckFailed(_("{nth} step: no bucket's all-reduce started before the first layer's "
-                                    "gradient was ready: launch each bucket as soon as its own gradients are "
-                                    "all ready, not all together at the end of backward",
-                                    nth=_nth(step)))
+                raise CheckFailed(
+                    _(
+                        "{nth} step: no bucket's all-reduce started before the first layer's "
+                        "gradient was ready: launch each bucket as soon as its own gradients are "
+                        "all ready, not all together at the end of backward",
+                        nth=_nth(step),
+                    )
+                )

@@ -5,6 +5,7 @@ plan). The decision itself is also exercised in the rank under a simulated GPU
 machine and a simulated CPU machine (simulated.py), so an answer that ignores
 torch.cuda.is_available() fails on any hardware.
 """
+
 from __future__ import annotations
 
 import torch
@@ -31,6 +32,7 @@ def _attempt(fn, *args):
 
 # --- pick_backend ---------------------------------------------------------------------
 
+
 def _in_rank_backend(ctx, student):
     pick = student.task("pick_backend")
     simulated = {}
@@ -48,24 +50,45 @@ BACKEND_PARTS = one_launch.declare("pick_backend", ((_in_rank_backend, ()),))
 def backend_matches_hardware(g):
     for rank, (backend, simulated, expected) in enumerate(one_launch.run(g, BACKEND_PARTS, _in_rank_backend)):
         if backend != expected:
-            raise CheckFailed(_("rank {rank}: pick_backend() returned {backend!r} on this machine ({plan}), "
-                                "expected {expected!r}: nccl when torch.cuda.is_available(), gloo on CPU",
-                                rank=rank, backend=backend, plan=g.plan().describe(), expected=expected))
+            raise CheckFailed(
+                _(
+                    "rank {rank}: pick_backend() returned {backend!r} on this machine ({plan}), "
+                    "expected {expected!r}: nccl when torch.cuda.is_available(), gloo on CPU",
+                    rank=rank,
+                    backend=backend,
+                    plan=g.plan().describe(),
+                    expected=expected,
+                )
+            )
         for available, want in ((True, "nccl"), (False, "gloo")):
             status, got = simulated[available]
             machine = _("a GPU machine") if available else _("a CPU-only machine")
             if status == "error":
-                raise CheckFailed(_("on {machine} (torch.cuda.is_available() made to return {available}), "
-                                    "pick_backend() raised {got}",
-                                    machine=machine, available=available, got=got))
+                raise CheckFailed(
+                    _(
+                        "on {machine} (torch.cuda.is_available() made to return {available}), "
+                        "pick_backend() raised {got}",
+                        machine=machine,
+                        available=available,
+                        got=got,
+                    )
+                )
             if got != want:
-                raise CheckFailed(_("on {machine} (torch.cuda.is_available() made to return {available}), "
-                                    "pick_backend() returned {got!r}, expected {want!r}: decide with "
-                                    "torch.cuda.is_available(), not a fixed answer",
-                                    machine=machine, available=available, got=got, want=want))
+                raise CheckFailed(
+                    _(
+                        "on {machine} (torch.cuda.is_available() made to return {available}), "
+                        "pick_backend() returned {got!r}, expected {want!r}: decide with "
+                        "torch.cuda.is_available(), not a fixed answer",
+                        machine=machine,
+                        available=available,
+                        got=got,
+                        want=want,
+                    )
+                )
 
 
 # --- pick_device ----------------------------------------------------------------------
+
 
 def _in_rank_device(ctx, student):
     pick = student.task("pick_device")
@@ -85,32 +108,64 @@ DEVICE_PARTS = one_launch.declare("pick_device", ((_in_rank_device, ()),))
 def device_is_this_ranks(g):
     for rank, (device, simulated, expected, local_rank) in enumerate(one_launch.run(g, DEVICE_PARTS, _in_rank_device)):
         if device != expected:
-            raise CheckFailed(_("rank {rank}: pick_device({local_rank}) returned {device} on this machine "
-                                "({plan}), expected {expected}",
-                                rank=rank, local_rank=local_rank, device=device, plan=g.plan().describe(),
-                                expected=expected))
+            raise CheckFailed(
+                _(
+                    "rank {rank}: pick_device({local_rank}) returned {device} on this machine "
+                    "({plan}), expected {expected}",
+                    rank=rank,
+                    local_rank=local_rank,
+                    device=device,
+                    plan=g.plan().describe(),
+                    expected=expected,
+                )
+            )
         status, got, set_device = simulated[True]
-        gpu = _("on a GPU machine (torch.cuda.is_available() made to return True), pick_device({local_rank})",
-                local_rank=local_rank)
+        gpu = _(
+            "on a GPU machine (torch.cuda.is_available() made to return True), pick_device({local_rank})",
+            local_rank=local_rank,
+        )
         if status == "error":
             raise CheckFailed(_("{gpu} raised {got}", gpu=gpu, got=got))
         if got != f"cuda:{local_rank}":
-            raise CheckFailed(_("{gpu} returned {got}, expected cuda:{local_rank}: use the local rank as the "
-                                "GPU index when torch.cuda.is_available()",
-                                gpu=gpu, got=got, local_rank=local_rank))
+            raise CheckFailed(
+                _(
+                    "{gpu} returned {got}, expected cuda:{local_rank}: use the local rank as the "
+                    "GPU index when torch.cuda.is_available()",
+                    gpu=gpu,
+                    got=got,
+                    local_rank=local_rank,
+                )
+            )
         if local_rank not in set_device:
-            raise CheckFailed(_("{gpu} did not call torch.cuda.set_device({local_rank}): without it every "
-                                "rank's default CUDA device is GPU 0, and they pile onto it",
-                                gpu=gpu, local_rank=local_rank))
+            raise CheckFailed(
+                _(
+                    "{gpu} did not call torch.cuda.set_device({local_rank}): without it every "
+                    "rank's default CUDA device is GPU 0, and they pile onto it",
+                    gpu=gpu,
+                    local_rank=local_rank,
+                )
+            )
         status, got, _unused = simulated[False]
         if (status, got) != ("ok", "cpu"):
-            raise CheckFailed(_("on a CPU-only machine pick_device({local_rank}) raised {got}: without CUDA every "
-                                "rank runs on the CPU", local_rank=local_rank, got=got) if status == "error" else
-                              _("on a CPU-only machine pick_device({local_rank}) returned {got}: without CUDA every "
-                                "rank runs on the CPU", local_rank=local_rank, got=got))
+            raise CheckFailed(
+                _(
+                    "on a CPU-only machine pick_device({local_rank}) raised {got}: without CUDA every "
+                    "rank runs on the CPU",
+                    local_rank=local_rank,
+                    got=got,
+                )
+                if status == "error"
+                else _(
+                    "on a CPU-only machine pick_device({local_rank}) returned {got}: without CUDA every "
+                    "rank runs on the CPU",
+                    local_rank=local_rank,
+                    got=got,
+                )
+            )
 
 
 # --- setup ------------------------------------------------------------------------------
+
 
 def _in_rank_setup(ctx, student):
     student.task("setup")(ctx.rank, ctx.world_size, ctx.master_addr, ctx.master_port)
@@ -147,32 +202,60 @@ def _in_rank_setup_on_simulated_gpus(ctx, student):
 def process_group_has_right_rank_and_size(g):
     result = g.run_raw(_in_rank_setup, init_group=False)
     if not result.ok and "EADDRINUSE" in result.failure():
-        raise CheckFailed(_("two processes both tried to host the rendezvous on the master port, as only rank "
-                            "0 does: did every process join as rank 0? pass rank=rank to init_process_group "
-                            "(the port was free: the grader retried with fresh ports)"))
+        raise CheckFailed(
+            _(
+                "two processes both tried to host the rendezvous on the master port, as only rank "
+                "0 does: did every process join as rank 0? pass rank=rank to init_process_group "
+                "(the port was free: the grader retried with fresh ports)"
+            )
+        )
     if not result.ok:
         raise CheckFailed(describe_failure(result))
     for rank, (got_rank, size, backend, total, expected_backend) in enumerate(r.value for r in result.ranks):
         if (got_rank, size) != (rank, g.world_size):
-            raise CheckFailed(_("process {rank} joined as rank {got_rank} of {size}, expected rank {rank} of "
-                                "{world_size}: pass rank= and world_size= to init_process_group",
-                                rank=rank, got_rank=got_rank, size=size, world_size=g.world_size))
+            raise CheckFailed(
+                _(
+                    "process {rank} joined as rank {got_rank} of {size}, expected rank {rank} of "
+                    "{world_size}: pass rank= and world_size= to init_process_group",
+                    rank=rank,
+                    got_rank=got_rank,
+                    size=size,
+                    world_size=g.world_size,
+                )
+            )
         if backend != expected_backend:
-            raise CheckFailed(_("the group uses {backend}, expected {expected_backend} on this machine "
-                                "({plan}): use pick_backend()",
-                                backend=backend, expected_backend=expected_backend, plan=g.plan().describe()))
+            raise CheckFailed(
+                _(
+                    "the group uses {backend}, expected {expected_backend} on this machine "
+                    "({plan}): use pick_backend()",
+                    backend=backend,
+                    expected_backend=expected_backend,
+                    plan=g.plan().describe(),
+                )
+            )
         if total != g.world_size:
-            raise CheckFailed(_("an all_reduce over the group summed {total:g} ones, expected {world_size}",
-                                total=total, world_size=g.world_size))
+            raise CheckFailed(
+                _(
+                    "an all_reduce over the group summed {total:g} ones, expected {world_size}",
+                    total=total,
+                    world_size=g.world_size,
+                )
+            )
     for rank, requested in enumerate(g.run(_in_rank_setup_on_simulated_gpus, init_group=False)):
         if requested != ["nccl"]:
-            raise CheckFailed(_("on a GPU machine (torch.cuda.is_available() made to return True), rank "
-                                "{rank}'s setup() asked init_process_group for {requested}, expected ['nccl']: "
-                                "pass pick_backend() as the backend, not a fixed name",
-                                rank=rank, requested=requested or _("nothing")))
+            raise CheckFailed(
+                _(
+                    "on a GPU machine (torch.cuda.is_available() made to return True), rank "
+                    "{rank}'s setup() asked init_process_group for {requested}, expected ['nccl']: "
+                    "pass pick_backend() as the backend, not a fixed name",
+                    rank=rank,
+                    requested=requested or _("nothing"),
+                )
+            )
 
 
 # --- cleanup ----------------------------------------------------------------------------
+
 
 def _in_rank_cleanup(ctx, student):
     """Happens-before evidence, no timing: the last rank enters cleanup only once rank 0 is
@@ -203,16 +286,25 @@ def cleanup_waits_then_destroys(g):
     results = g.run(_in_rank_cleanup)
     for rank, (_unused, still_initialized, _unused) in enumerate(results):
         if still_initialized:
-            raise CheckFailed(_("rank {rank} still has a process group after cleanup(): call "
-                                "dist.destroy_process_group()",
-                                rank=rank))
+            raise CheckFailed(
+                _("rank {rank} still has a process group after cleanup(): call dist.destroy_process_group()", rank=rank)
+            )
     waited_in = fences.unfenced(results[0][2], 0)
     if waited_in:
-        raise CheckFailed(_("rank 0 waited for the other ranks only in {collectives} before "
-                            "destroy_process_group(): {rule}. Call dist.barrier() before destroy_process_group()",
-                            collectives=fences.named(waited_in), rule=fences.rule(waited_in)))
+        raise CheckFailed(
+            _(
+                "rank 0 waited for the other ranks only in {collectives} before "
+                "destroy_process_group(): {rule}. Call dist.barrier() before destroy_process_group()",
+                collectives=fences.named(waited_in),
+                rule=fences.rule(waited_in),
+            )
+        )
     if not results[0][0]:
-        raise CheckFailed(_("rank 0 left cleanup() before rank {last} had even entered it: call "
-                            "dist.barrier() before destroy_process_group(), so no rank tears down while others "
-                            "still communicate",
-                            last=g.world_size - 1))
+        raise CheckFailed(
+            _(
+                "rank 0 left cleanup() before rank {last} had even entered it: call "
+                "dist.barrier() before destroy_process_group(), so no rank tears down while others "
+                "still communicate",
+                last=g.world_size - 1,
+            )
+        )

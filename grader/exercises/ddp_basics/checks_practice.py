@@ -22,6 +22,7 @@ train_uneven (rank 0 has 5 batches, rank 1 has 3; hidden: none)
 DDP's all-reduces are counted by a DDP communication hook (it sees DDP's own buckets, whatever the student
 writes); the optimizer's steps by a step pre-hook. The loaders hold tensors on the rank's device already.
 """
+
 from __future__ import annotations
 
 import torch
@@ -81,30 +82,60 @@ def accumulation_matches_big_batch_step(g):
     for rank, (params, events, _unused) in enumerate(one_launch.run(g, ACCUMULATE_PARTS, _in_rank_accumulate)):
         steps = events.count("step")
         if steps == MICRO:
-            raise CheckFailed(_("optimizer.step() ran {steps} times for {micro} micro-batches: the step is "
-                                "taken every micro-batch; step (then zero_grad) once every "
-                                "accumulation_steps={k} micro-batches",
-                                steps=steps, micro=MICRO, k=K))
+            raise CheckFailed(
+                _(
+                    "optimizer.step() ran {steps} times for {micro} micro-batches: the step is "
+                    "taken every micro-batch; step (then zero_grad) once every "
+                    "accumulation_steps={k} micro-batches",
+                    steps=steps,
+                    micro=MICRO,
+                    k=K,
+                )
+            )
         if steps != MICRO // K:
-            raise CheckFailed(_("optimizer.step() ran {steps} times, expected {expected} ({micro} micro-batches, "
-                                "accumulation_steps={k}): one step per accumulation_steps micro-batches",
-                                steps=steps, expected=MICRO // K, micro=MICRO, k=K))
+            raise CheckFailed(
+                _(
+                    "optimizer.step() ran {steps} times, expected {expected} ({micro} micro-batches, "
+                    "accumulation_steps={k}): one step per accumulation_steps micro-batches",
+                    steps=steps,
+                    expected=MICRO // K,
+                    micro=MICRO,
+                    k=K,
+                )
+            )
         if g.close(params, undivided) and not g.close(params, expected):
-            raise CheckFailed(_("the parameters moved as if the gradient were {k} times too large: the loss is "
-                                "not divided by the number of micro-batches; backward (loss / "
-                                "accumulation_steps)",
-                                k=K))
+            raise CheckFailed(
+                _(
+                    "the parameters moved as if the gradient were {k} times too large: the loss is "
+                    "not divided by the number of micro-batches; backward (loss / "
+                    "accumulation_steps)",
+                    k=K,
+                )
+            )
         if g.close(params, cleared_every) and not g.close(params, expected):
-            raise CheckFailed(_("each step used only the last micro-batch's gradient: zero_grad() ran before "
-                                "every micro-batch and cleared the gradients accumulated so far; call "
-                                "optimizer.zero_grad() once per optimizer step, after optimizer.step()"))
+            raise CheckFailed(
+                _(
+                    "each step used only the last micro-batch's gradient: zero_grad() ran before "
+                    "every micro-batch and cleared the gradients accumulated so far; call "
+                    "optimizer.zero_grad() once per optimizer step, after optimizer.step()"
+                )
+            )
         if g.close(params, never_cleared) and not g.close(params, expected):
-            raise CheckFailed(_("the second step also used the first step's gradients: zero_grad() was never "
-                                "called; call optimizer.zero_grad() after each optimizer.step()"))
-        g.assert_close(params, expected, _("rank {rank}'s parameters after {steps} accumulated steps",
-                                           rank=rank, steps=MICRO // K),
-                       _("each step must equal one step on the global batch (every rank's accumulation_steps "
-                         "micro-batches): accumulate loss / accumulation_steps, all-reduce once, then step"))
+            raise CheckFailed(
+                _(
+                    "the second step also used the first step's gradients: zero_grad() was never "
+                    "called; call optimizer.zero_grad() after each optimizer.step()"
+                )
+            )
+        g.assert_close(
+            params,
+            expected,
+            _("rank {rank}'s parameters after {steps} accumulated steps", rank=rank, steps=MICRO // K),
+            _(
+                "each step must equal one step on the global batch (every rank's accumulation_steps "
+                "micro-batches): accumulate loss / accumulation_steps, all-reduce once, then step"
+            ),
+        )
 
 
 def _all_reduces_per_step(events: list) -> list[list[int]]:
@@ -123,22 +154,39 @@ def accumulation_one_all_reduce_per_bucket_per_step(g):
     for rank, (_unused, events, _unused) in enumerate(one_launch.run(g, ACCUMULATE_PARTS, _in_rank_accumulate)):
         groups = _all_reduces_per_step(events)
         if not any(groups):
-            raise CheckFailed(_("rank {rank}: DDP all-reduced no gradient at all: the last micro-batch of each "
-                                "step must run forward and backward outside model.no_sync()",
-                                rank=rank))
+            raise CheckFailed(
+                _(
+                    "rank {rank}: DDP all-reduced no gradient at all: the last micro-batch of each "
+                    "step must run forward and backward outside model.no_sync()",
+                    rank=rank,
+                )
+            )
         if len(groups) != MICRO // K or not all(groups):
-            raise CheckFailed(_("rank {rank}: gradient all-reduces per optimizer step: {counts}, expected "
-                                "{steps} steps each with one all-reduce per bucket",
-                                rank=rank, counts=[len(x) for x in groups], steps=MICRO // K))
+            raise CheckFailed(
+                _(
+                    "rank {rank}: gradient all-reduces per optimizer step: {counts}, expected "
+                    "{steps} steps each with one all-reduce per bucket",
+                    rank=rank,
+                    counts=[len(x) for x in groups],
+                    steps=MICRO // K,
+                )
+            )
         for step, buckets in enumerate(groups):
             worst = max(buckets.count(b) for b in buckets)
             if worst > 1:
-                raise CheckFailed(_("rank {rank}, optimizer step {step}: a bucket was all-reduced {worst} "
-                                    "times, once per micro-batch: no_sync is missing, so accumulation costs "
-                                    "{k} times the traffic (or only backward is inside it: DDP decides at "
-                                    "forward whether backward all-reduces); run forward and backward of the "
-                                    "first accumulation_steps - 1 micro-batches inside `with model.no_sync():`",
-                                    rank=rank, step=step + 1, worst=worst, k=K))
+                raise CheckFailed(
+                    _(
+                        "rank {rank}, optimizer step {step}: a bucket was all-reduced {worst} "
+                        "times, once per micro-batch: no_sync is missing, so accumulation costs "
+                        "{k} times the traffic (or only backward is inside it: DDP decides at "
+                        "forward whether backward all-reduces); run forward and backward of the "
+                        "first accumulation_steps - 1 micro-batches inside `with model.no_sync():`",
+                        rank=rank,
+                        step=step + 1,
+                        worst=worst,
+                        k=K,
+                    )
+                )
 
 
 @EXERCISE.check("train_with_accumulation", points=1)
@@ -148,15 +196,29 @@ def accumulation_returns_global_mean_loss(g):
     if any(loss is None for loss in losses):
         raise CheckFailed(_("train_with_accumulation must return the mean loss as a number (a float)"))
     if len(set(losses)) > 1:
-        raise CheckFailed(_("the ranks returned different losses {losses}: each returned its own mean; "
-                            "all_reduce the loss sum and the sample count, then divide",
-                            losses=losses))
+        raise CheckFailed(
+            _(
+                "the ranks returned different losses {losses}: each returned its own mean; "
+                "all_reduce the loss sum and the sample count, then divide",
+                losses=losses,
+            )
+        )
     if abs(losses[0] * K - expected) <= 1e-4 * abs(expected) + 1e-6:
-        raise CheckFailed(_("returned {loss:.5f}, {k} times less than the mean loss {expected:.5f}: return "
-                            "the mean of the micro-batch losses, not of loss / accumulation_steps",
-                            loss=losses[0], k=K, expected=expected))
-    g.assert_close(torch.tensor(losses[0]), torch.tensor(expected), _("the returned loss"),
-                   _("return the mean loss over every micro-batch of every rank"))
+        raise CheckFailed(
+            _(
+                "returned {loss:.5f}, {k} times less than the mean loss {expected:.5f}: return "
+                "the mean of the micro-batch losses, not of loss / accumulation_steps",
+                loss=losses[0],
+                k=K,
+                expected=expected,
+            )
+        )
+    g.assert_close(
+        torch.tensor(losses[0]),
+        torch.tensor(expected),
+        _("the returned loss"),
+        _("return the mean loss over every micro-batch of every rank"),
+    )
 
 
 # --- train_uneven -----------------------------------------------------------------------------
@@ -182,30 +244,56 @@ def _waited_for_a_finished_rank(result) -> bool:
     """A hang, or gloo's own timeout (or a lost peer) ending the wait before the check's bound does: either
     way a rank waited in a collective the others never joined, not an error in the student's own code."""
     errors = [r.error for r in result.ranks if r.status == "error" and r.error]
-    return result.hung or bool(errors) and all(
-        e.get("type") in ("DistBackendError", "DistError", "RuntimeError")
-        and any(word in e.get("message", "") for word in _COMMUNICATION_ERRORS) for e in errors)
+    return (
+        result.hung
+        or bool(errors)
+        and all(
+            e.get("type") in ("DistBackendError", "DistError", "RuntimeError")
+            and any(word in e.get("message", "") for word in _COMMUNICATION_ERRORS)
+            for e in errors
+        )
+    )
 
 
 def _uneven_run(g) -> list:
     lengths = LENGTHS + [4] * (g.world_size - len(LENGTHS))
     result = g.run_raw(_in_rank_uneven, lengths, timeout=min(g.timeout, UNEVEN_TIMEOUT_S))
     if _waited_for_a_finished_rank(result):
-        raise CheckFailed(_("the ranks hung: rank 0 has {batches0} batches and rank 1 has {batches1}; once rank 1 "
-                            "has run out, rank 0's backward waits in an all-reduce that rank 1 never joins. Use "
-                            "Join: wrap the loop in `with Join([model]):` (torch.distributed.algorithms.join)",
-                            batches0=lengths[0], batches1=lengths[1]) + "\n" + result.failure())
+        raise CheckFailed(
+            _(
+                "the ranks hung: rank 0 has {batches0} batches and rank 1 has {batches1}; once rank 1 "
+                "has run out, rank 0's backward waits in an all-reduce that rank 1 never joins. Use "
+                "Join: wrap the loop in `with Join([model]):` (torch.distributed.algorithms.join)",
+                batches0=lengths[0],
+                batches1=lengths[1],
+            )
+            + "\n"
+            + result.failure()
+        )
     if not result.ok:
         raise CheckFailed(describe_failure(result))
     values = [r.value for r in result.ranks]
     for rank, (_unused, steps) in enumerate(values):
         if steps != lengths[rank]:
-            shortest = " " + _("(it stopped at the shortest loader: with Join the ranks with more data train on all "
-                               "of it, while the finished ranks shadow their all-reduces)") \
-                if steps == min(lengths) else ""
-            raise CheckFailed(_("rank {rank} took {steps} optimizer steps for its {batches} batches{shortest}: "
-                                "one step per batch of its own loader, all of them",
-                                rank=rank, steps=steps, batches=lengths[rank], shortest=shortest))
+            shortest = (
+                " "
+                + _(
+                    "(it stopped at the shortest loader: with Join the ranks with more data train on all "
+                    "of it, while the finished ranks shadow their all-reduces)"
+                )
+                if steps == min(lengths)
+                else ""
+            )
+            raise CheckFailed(
+                _(
+                    "rank {rank} took {steps} optimizer steps for its {batches} batches{shortest}: "
+                    "one step per batch of its own loader, all of them",
+                    rank=rank,
+                    steps=steps,
+                    batches=lengths[rank],
+                    shortest=shortest,
+                )
+            )
     return [params for params, _ in values]
 
 
@@ -219,15 +307,28 @@ def uneven_matches_join_semantics(g):
     expected = rp.join_reference(LENGTHS)
     for rank, params in enumerate(_uneven_run(g)):
         if g.close(params, rp.join_reference(LENGTHS, zero_grad=False)):
-            raise CheckFailed(_("rank {rank}: each step also applied the earlier steps' gradients: zero_grad() "
-                                "was not called; call optimizer.zero_grad() before every batch's backward",
-                                rank=rank))
+            raise CheckFailed(
+                _(
+                    "rank {rank}: each step also applied the earlier steps' gradients: zero_grad() "
+                    "was not called; call optimizer.zero_grad() before every batch's backward",
+                    rank=rank,
+                )
+            )
         if g.close(params, rp.join_reference(LENGTHS, divide_by_world_size=False)):
-            raise CheckFailed(_("rank {rank}: the last steps averaged over the ranks still training only; DDP "
-                                "with Join (its default divide_by_initial_world_size=True) divides by the "
-                                "whole world size",
-                                rank=rank))
-        g.assert_close(params, expected, _("rank {rank}'s parameters after training with {lengths} batches",
-                                           rank=rank, lengths=LENGTHS),
-                       _("train every batch of the loader, one step per batch, inside `with Join([model]):`; "
-                         "every rank then ends with the longest-training rank's parameters"))
+            raise CheckFailed(
+                _(
+                    "rank {rank}: the last steps averaged over the ranks still training only; DDP "
+                    "with Join (its default divide_by_initial_world_size=True) divides by the "
+                    "whole world size",
+                    rank=rank,
+                )
+            )
+        g.assert_close(
+            params,
+            expected,
+            _("rank {rank}'s parameters after training with {lengths} batches", rank=rank, lengths=LENGTHS),
+            _(
+                "train every batch of the loader, one step per batch, inside `with Join([model]):`; "
+                "every rank then ends with the longest-training rank's parameters"
+            ),
+        )

@@ -1,4 +1,5 @@
 """02_ddp_basics: save_checkpoint, load_checkpoint, MiniDDP."""
+
 from __future__ import annotations
 
 import os
@@ -64,21 +65,34 @@ def _in_rank_save(ctx, student):
     state = _read_state(path)
     keys = None if state is None else list(state)
     expected = {k: v.detach().cpu() for k, v in model.module.state_dict().items()}
-    holds_model = state is not None and len(state) == len(expected) and all(
-        torch.is_tensor(v) and torch.equal(v, expected.get(k.removeprefix("module."), torch.empty(0)))
-        for k, v in state.items())
+    holds_model = (
+        state is not None
+        and len(state) == len(expected)
+        and all(
+            torch.is_tensor(v) and torch.equal(v, expected.get(k.removeprefix("module."), torch.empty(0)))
+            for k, v in state.items()
+        )
+    )
     return len(writes), complete_at_return, keys, holds_model, written_after[:1], watch.entries
 
 
 def _require_model_state(results) -> None:
     keys, holds_model = results[0][2:4]
     if keys is None:
-        raise CheckFailed(_("no readable checkpoint was written at the given path: torch.save the model's "
-                            "state_dict to `path` on rank 0"))
+        raise CheckFailed(
+            _(
+                "no readable checkpoint was written at the given path: torch.save the model's "
+                "state_dict to `path` on rank 0"
+            )
+        )
     if not holds_model:
-        raise CheckFailed(_("the checkpoint (keys {keys}) is not the model's state_dict: save "
-                            "model.module.state_dict(), the parameters and buffers of the wrapped model",
-                            keys=keys[:4]))
+        raise CheckFailed(
+            _(
+                "the checkpoint (keys {keys}) is not the model's state_dict: save "
+                "model.module.state_dict(), the parameters and buffers of the wrapped model",
+                keys=keys[:4],
+            )
+        )
 
 
 # Its run may share a launch with other tasks' runs (grader/exercises/one_launch.py: it changes no verdict).
@@ -91,9 +105,14 @@ def checkpoint_written_by_rank0_only(g):
     writes = [r[0] for r in results]
     if sum(writes) != 1 or writes[0] != 1:
         writers = [r for r, w in enumerate(writes) if w]
-        raise CheckFailed(_("torch.save was called by rank(s) {writers}, {calls} time(s) in all: every rank "
-                            "holds the same model, so only rank 0 (dist.get_rank() == 0) should write",
-                            writers=writers, calls=sum(writes)))
+        raise CheckFailed(
+            _(
+                "torch.save was called by rank(s) {writers}, {calls} time(s) in all: every rank "
+                "holds the same model, so only rank 0 (dist.get_rank() == 0) should write",
+                writers=writers,
+                calls=sum(writes),
+            )
+        )
     _require_model_state(results)
 
 
@@ -104,10 +123,19 @@ def checkpoint_has_unwrapped_keys(g):
     keys = results[0][2]
     expected = list(ref.tiny_net(seed=0).state_dict().keys())
     if keys != expected:
-        hint = (_("the keys start with 'module.': save model.module.state_dict(), the unwrapped model's")
-                if keys and all(k.startswith("module.") for k in keys) else _("save model.module.state_dict()"))
-        raise CheckFailed(_("the checkpoint's keys are {keys}..., expected {expected}...: {hint}",
-                            keys=keys[:4], expected=expected[:4], hint=hint))
+        hint = (
+            _("the keys start with 'module.': save model.module.state_dict(), the unwrapped model's")
+            if keys and all(k.startswith("module.") for k in keys)
+            else _("save model.module.state_dict()")
+        )
+        raise CheckFailed(
+            _(
+                "the checkpoint's keys are {keys}..., expected {expected}...: {hint}",
+                keys=keys[:4],
+                expected=expected[:4],
+                hint=hint,
+            )
+        )
 
 
 @EXERCISE.check("save_checkpoint", points=1)
@@ -118,14 +146,24 @@ def checkpoint_complete_before_return(g):
     for rank, result in enumerate(results[1:] if written_after else [], start=1):
         waited_in = fences.unfenced(result[5], written_after[0])
         if waited_in:
-            raise CheckFailed(_("rank {rank} waited for rank 0's write only in {collectives}: {rule}. Call "
-                                "dist.barrier() after the save, on every rank",
-                                rank=rank, collectives=fences.named(waited_in), rule=fences.rule(waited_in)))
+            raise CheckFailed(
+                _(
+                    "rank {rank} waited for rank 0's write only in {collectives}: {rule}. Call "
+                    "dist.barrier() after the save, on every rank",
+                    rank=rank,
+                    collectives=fences.named(waited_in),
+                    rule=fences.rule(waited_in),
+                )
+            )
     for rank, result in enumerate(results):
         if not result[1]:
-            raise CheckFailed(_("rank {rank} returned from save_checkpoint before rank 0 had finished writing: "
-                                "call dist.barrier() after the save, on every rank",
-                                rank=rank))
+            raise CheckFailed(
+                _(
+                    "rank {rank} returned from save_checkpoint before rank 0 had finished writing: "
+                    "call dist.barrier() after the save, on every rank",
+                    rank=rank,
+                )
+            )
 
 
 def _in_rank_load(ctx, student):
@@ -159,13 +197,22 @@ def checkpoint_loads_onto_device(g):
         if not calls:
             raise CheckFailed(_("load_checkpoint did not call torch.load"))
         if calls[0] is None:
-            raise CheckFailed(_("torch.load was called without map_location: a checkpoint saved from cuda:0 "
-                                "would load onto GPU 0 on every rank; pass map_location=device"))
-        g.assert_close(params, expected, _("rank {rank}'s parameters after load_checkpoint", rank=rank),
-                       _("load the file's state_dict into the model with model.load_state_dict"))
+            raise CheckFailed(
+                _(
+                    "torch.load was called without map_location: a checkpoint saved from cuda:0 "
+                    "would load onto GPU 0 on every rank; pass map_location=device"
+                )
+            )
+        g.assert_close(
+            params,
+            expected,
+            _("rank {rank}'s parameters after load_checkpoint", rank=rank),
+            _("load the file's state_dict into the model with model.load_state_dict"),
+        )
 
 
 # --- MiniDDP --------------------------------------------------------------------------------
+
 
 class BufferNet(nn.Module):
     def __init__(self):
@@ -180,8 +227,12 @@ class BufferNet(nn.Module):
 
 def _require_by_hand(mini) -> None:
     if isinstance(mini, DDP) or any(isinstance(m, DDP) for m in getattr(mini, "modules", lambda: [])()):
-        raise CheckFailed(_("MiniDDP is (or wraps) torch's DistributedDataParallel: the task is to build it by "
-                            "hand, with dist.broadcast in __init__ and gradient hooks that all-reduce"))
+        raise CheckFailed(
+            _(
+                "MiniDDP is (or wraps) torch's DistributedDataParallel: the task is to build it by "
+                "hand, with dist.broadcast in __init__ and gradient hooks that all-reduce"
+            )
+        )
 
 
 def _in_rank_mini_broadcast(ctx, student):
@@ -196,9 +247,12 @@ def mini_ddp_broadcasts_rank0_state(g):
     expected = ref.seeded(BufferNet, seed=1).state_dict()
     for rank, state in enumerate(one_launch.run(g, MINI_PARTS, _in_rank_mini_broadcast)):
         for name, value in expected.items():
-            g.assert_close(state[name], value, _("rank {rank}'s {name} right after MiniDDP(module)",
-                                                 rank=rank, name=name),
-                           _("broadcast rank 0's parameters and buffers (dist.broadcast(t, src=0)) in __init__"))
+            g.assert_close(
+                state[name],
+                value,
+                _("rank {rank}'s {name} right after MiniDDP(module)", rank=rank, name=name),
+                _("broadcast rank 0's parameters and buffers (dist.broadcast(t, src=0)) in __init__"),
+            )
 
 
 def _in_rank_mini_vs_ddp(ctx, student, factory_name, steps=5):
@@ -225,8 +279,15 @@ def _in_rank_mini_vs_ddp(ctx, student, factory_name, steps=5):
 
 
 # The public checks' four runs, in one launch (grader/exercises/one_launch.py: it changes no verdict).
-MINI_PARTS = one_launch.declare("MiniDDP", ((_in_rank_mini_broadcast, ()), (_in_rank_mini_vs_ddp, ("tiny",)),
-                                           (_in_rank_mini_vs_ddp, ("frozen",)), (_in_rank_mini_vs_ddp, ("tied",))))
+MINI_PARTS = one_launch.declare(
+    "MiniDDP",
+    (
+        (_in_rank_mini_broadcast, ()),
+        (_in_rank_mini_vs_ddp, ("tiny",)),
+        (_in_rank_mini_vs_ddp, ("frozen",)),
+        (_in_rank_mini_vs_ddp, ("tied",)),
+    ),
+)
 
 
 def _compare_mini_to_ddp(g, factory_name):
@@ -234,18 +295,30 @@ def _compare_mini_to_ddp(g, factory_name):
     for rank, (history, ddp_params, mini_params) in enumerate(runs):
         for step, (ddp_grad, mini_grad) in enumerate(history):
             ws = g.world_size
-            likely = _("average the gradients: all_reduce them as backward produces them, then divide by the "
-                       "world size")
+            likely = _(
+                "average the gradients: all_reduce them as backward produces them, then divide by the world size"
+            )
             if g.close(mini_grad, ddp_grad * ws) and ddp_grad.abs().sum() > 0:
-                likely = _("MiniDDP's gradients are world_size times DDP's: divide the all-reduced sum by the "
-                           "world size")
-            g.assert_close(mini_grad, ddp_grad, _("{factory_name} model, rank {rank}, step {step}: MiniDDP's "
-                                                  "gradient",
-                                                  factory_name=factory_name, rank=rank, step=step),
-                           likely)
-        g.assert_close(mini_params, ddp_params, _("{factory_name} model, rank {rank}: parameters after 5 steps",
-                                                  factory_name=factory_name, rank=rank),
-                       _("MiniDDP must match DDP step for step"))
+                likely = _(
+                    "MiniDDP's gradients are world_size times DDP's: divide the all-reduced sum by the world size"
+                )
+            g.assert_close(
+                mini_grad,
+                ddp_grad,
+                _(
+                    "{factory_name} model, rank {rank}, step {step}: MiniDDP's gradient",
+                    factory_name=factory_name,
+                    rank=rank,
+                    step=step,
+                ),
+                likely,
+            )
+        g.assert_close(
+            mini_params,
+            ddp_params,
+            _("{factory_name} model, rank {rank}: parameters after 5 steps", factory_name=factory_name, rank=rank),
+            _("MiniDDP must match DDP step for step"),
+        )
 
 
 @EXERCISE.check("MiniDDP", points=4)
@@ -259,7 +332,8 @@ def mini_ddp_frozen_and_tied_parameters(g):
         _compare_mini_to_ddp(g, "frozen")
     except CheckFailed as exc:
         if "doesn't require gradient" in str(exc):
-            raise CheckFailed(_("MiniDDP registered a gradient hook on a frozen parameter: skip parameters "
-                                "with requires_grad=False")) from None
+            raise CheckFailed(
+                _("MiniDDP registered a gradient hook on a frozen parameter: skip parameters with requires_grad=False")
+            ) from None
         raise
     _compare_mini_to_ddp(g, "tied")

@@ -1,4 +1,5 @@
 """02_ddp_basics: wrap_model, make_dataloader, train_one_epoch."""
+
 from __future__ import annotations
 
 import torch
@@ -16,17 +17,22 @@ from grader.exercises.ddp_basics import EXERCISE
 
 # --- wrap_model ---------------------------------------------------------------------
 
+
 def _in_rank_wrap(ctx, student):
     model = ref.tiny_net(seed=ctx.rank + 1)  # every rank starts different on purpose
     wrapped = student.task("wrap_model")(model, ctx.device)
     if not isinstance(wrapped, DDP):
-        raise CheckFailed(_("wrap_model returned a {type}, not a DistributedDataParallel",
-                            type=type(wrapped).__name__))
+        raise CheckFailed(_("wrap_model returned a {type}, not a DistributedDataParallel", type=type(wrapped).__name__))
     device = next(wrapped.parameters()).device
     if device != ctx.device:
-        raise CheckFailed(_("the wrapped model is on {device}, this rank's device is {rank_device}: call "
-                            "model.to(device) before wrapping",
-                            device=device, rank_device=ctx.device))
+        raise CheckFailed(
+            _(
+                "the wrapped model is on {device}, this rank's device is {rank_device}: call "
+                "model.to(device) before wrapping",
+                device=device,
+                rank_device=ctx.device,
+            )
+        )
     data = ref.RegressionDataset(n=8 * ctx.world_size)
     shard = slice(ctx.rank * 8, (ctx.rank + 1) * 8)  # equal shards: mean of means = full-batch mean
     loss = nn.MSELoss()(wrapped(data.x[shard].to(ctx.device)), data.y[shard].to(ctx.device))
@@ -42,9 +48,15 @@ WRAP_PARTS = one_launch.declare("wrap_model", ((_in_rank_wrap, ()),))
 def wrap_model_broadcasts_rank0_parameters(g):
     expected = ref.flat_params(ref.tiny_net(seed=1))
     for rank, (params, _unused) in enumerate(one_launch.run(g, WRAP_PARTS, _in_rank_wrap)):
-        g.assert_close(params, expected, _("rank {rank}'s parameters after wrap_model", rank=rank),
-                       _("DDP copies rank 0's parameters to every rank when it is constructed; wrap the model "
-                         "itself in DistributedDataParallel"))
+        g.assert_close(
+            params,
+            expected,
+            _("rank {rank}'s parameters after wrap_model", rank=rank),
+            _(
+                "DDP copies rank 0's parameters to every rank when it is constructed; wrap the model "
+                "itself in DistributedDataParallel"
+            ),
+        )
 
 
 @EXERCISE.check("wrap_model", points=1)
@@ -54,12 +66,19 @@ def wrap_model_gradients_match_full_batch(g):
     nn.MSELoss()(model(data.x), data.y).backward()
     expected = ref.flat_grads(model)
     for rank, (_unused, grads) in enumerate(one_launch.run(g, WRAP_PARTS, _in_rank_wrap)):
-        g.assert_close(grads, expected, _("rank {rank}'s gradient after backward()", rank=rank),
-                       _("after backward every rank must hold the average of all ranks' gradients, which "
-                         "equals the full-batch gradient"))
+        g.assert_close(
+            grads,
+            expected,
+            _("rank {rank}'s gradient after backward()", rank=rank),
+            _(
+                "after backward every rank must hold the average of all ranks' gradients, which "
+                "equals the full-batch gradient"
+            ),
+        )
 
 
 # --- make_dataloader -------------------------------------------------------------------
+
 
 def _in_rank_loader(ctx, student, n, batch_size, seed):
     from torch.utils.data.distributed import DistributedSampler
@@ -81,8 +100,12 @@ LOADER_PARTS = one_launch.declare("make_dataloader", ((_in_rank_loader, (24, 3, 
 def _loader_runs(g, n, batch_size=3, seed=0):
     results = one_launch.run(g, LOADER_PARTS, _in_rank_loader, n, batch_size, seed)
     if not all(has_sampler for has_sampler, _ in results):
-        raise CheckFailed(_("the DataLoader has no DistributedSampler: every rank iterates over the whole "
-                            "dataset, so the ranks train on the same samples"))
+        raise CheckFailed(
+            _(
+                "the DataLoader has no DistributedSampler: every rank iterates over the whole "
+                "dataset, so the ranks train on the same samples"
+            )
+        )
     return [epochs for _, epochs in results]
 
 
@@ -93,20 +116,35 @@ def _shards_disjoint_and_covering(g, n):
     for rank, epochs in enumerate(per_rank):
         batches = epochs[0]
         if any(len(b) != 3 for b in batches[:-1]):
-            raise CheckFailed(_("rank {rank}'s batches have sizes {sizes}, expected 3 per rank: batch_size is "
-                                "per rank (do not divide it by the world size)",
-                                rank=rank, sizes=[len(b) for b in batches]))
+            raise CheckFailed(
+                _(
+                    "rank {rank}'s batches have sizes {sizes}, expected 3 per rank: batch_size is "
+                    "per rank (do not divide it by the world size)",
+                    rank=rank,
+                    sizes=[len(b) for b in batches],
+                )
+            )
         for i in (i for b in batches for i in b):
             if i in owner and owner[i] != rank and n % world_size == 0:
-                raise CheckFailed(_("ranks {other} and {rank} both got sample {sample}: give the DistributedSampler "
-                                    "num_replicas=world_size and rank=rank",
-                                    other=owner[i], rank=rank, sample=i))
+                raise CheckFailed(
+                    _(
+                        "ranks {other} and {rank} both got sample {sample}: give the DistributedSampler "
+                        "num_replicas=world_size and rank=rank",
+                        other=owner[i],
+                        rank=rank,
+                        sample=i,
+                    )
+                )
             owner.setdefault(i, rank)
     missing = sorted(set(range(n)) - set(owner))
     if missing:
-        raise CheckFailed(_("no rank got samples {missing}: the shards must cover the dataset "
-                            "(drop_last=False, the sampler pads instead)",
-                            missing=missing[:10]))
+        raise CheckFailed(
+            _(
+                "no rank got samples {missing}: the shards must cover the dataset "
+                "(drop_last=False, the sampler pads instead)",
+                missing=missing[:10],
+            )
+        )
 
 
 @EXERCISE.check("make_dataloader", points=1)
@@ -121,15 +159,22 @@ def dataloader_shuffles_with_seed(g):
         for rank, epochs in enumerate(per_rank):
             orders = [[i for b in batches for i in b] for batches in epochs]
             if orders[0] == sorted(orders[0]):
-                raise CheckFailed(_("the samples come in dataset order: the DistributedSampler must shuffle "
-                                    "(shuffle=True)"))
+                raise CheckFailed(
+                    _("the samples come in dataset order: the DistributedSampler must shuffle (shuffle=True)")
+                )
             for epoch, order in enumerate(orders):
                 if order != ref.rank_order(24, rank, g.world_size, epoch, seed):
-                    raise CheckFailed(_("with seed={seed}, rank {rank}'s order in epoch {epoch} is not the one "
-                                        "a DistributedSampler(dataset, num_replicas, rank, shuffle=True, "
-                                        "seed=seed) gives: pass the seed to the sampler, and batch_size to the "
-                                        "DataLoader",
-                                        seed=seed, rank=rank, epoch=epoch))
+                    raise CheckFailed(
+                        _(
+                            "with seed={seed}, rank {rank}'s order in epoch {epoch} is not the one "
+                            "a DistributedSampler(dataset, num_replicas, rank, shuffle=True, "
+                            "seed=seed) gives: pass the seed to the sampler, and batch_size to the "
+                            "DataLoader",
+                            seed=seed,
+                            rank=rank,
+                            epoch=epoch,
+                        )
+                    )
 
 
 # --- train_one_epoch --------------------------------------------------------------------
@@ -166,31 +211,47 @@ TRAIN_PARTS = one_launch.declare("train_one_epoch", ((_in_rank_train, ()),))
 
 def _train(g):
     results = one_launch.run(g, TRAIN_PARTS, _in_rank_train)
-    expected_params, expected_losses = ref.single_process_training(ref.RegressionDataset(n=48), g.world_size,
-                                                                   BATCH, EPOCHS, LR)
+    expected_params, expected_losses = ref.single_process_training(
+        ref.RegressionDataset(n=48), g.world_size, BATCH, EPOCHS, LR
+    )
     return results, expected_params, expected_losses
 
 
 def _require_set_epoch(rank: int, iterated_at: list[int]) -> None:
     if not iterated_at:
-        raise CheckFailed(_("rank {rank}: train_one_epoch never iterated over the loader: one optimizer step "
-                            "per batch of `loader`",
-                            rank=rank))
+        raise CheckFailed(
+            _(
+                "rank {rank}: train_one_epoch never iterated over the loader: one optimizer step per batch of `loader`",
+                rank=rank,
+            )
+        )
     if iterated_at != list(range(EPOCHS)):
-        raise CheckFailed(_("rank {rank}: over {calls} calls (epochs {epochs}) the loader was iterated with the "
-                            "sampler at epochs {iterated_at}: call loader.sampler.set_epoch(epoch) once per "
-                            "call, before iterating, or every epoch repeats the same order",
-                            rank=rank, calls=EPOCHS, epochs=list(range(EPOCHS)), iterated_at=iterated_at))
+        raise CheckFailed(
+            _(
+                "rank {rank}: over {calls} calls (epochs {epochs}) the loader was iterated with the "
+                "sampler at epochs {iterated_at}: call loader.sampler.set_epoch(epoch) once per "
+                "call, before iterating, or every epoch repeats the same order",
+                rank=rank,
+                calls=EPOCHS,
+                epochs=list(range(EPOCHS)),
+                iterated_at=iterated_at,
+            )
+        )
 
 
 def _check_training(g):
     results, expected_params, _unused = _train(g)
     for rank, (params, _unused, iterated_at) in enumerate(results):
         _require_set_epoch(rank, iterated_at)
-        g.assert_close(params, expected_params, _("rank {rank}'s parameters after {epochs} epochs",
-                                                  rank=rank, epochs=EPOCHS),
-                       _("one optimizer step per batch: zero_grad, forward, loss, backward, step, with the "
-                         "batches moved to the device"))
+        g.assert_close(
+            params,
+            expected_params,
+            _("rank {rank}'s parameters after {epochs} epochs", rank=rank, epochs=EPOCHS),
+            _(
+                "one optimizer step per batch: zero_grad, forward, loss, backward, step, with the "
+                "batches moved to the device"
+            ),
+        )
 
 
 @EXERCISE.check("train_one_epoch", points=1)
@@ -210,9 +271,19 @@ def loss_is_global_mean(g):
     results, _unused, expected_losses = _train(g)
     losses = [r[1] for r in results]
     if any(other != losses[0] for other in losses[1:]):
-        raise CheckFailed(_("the ranks returned different losses {losses} in epoch 0: each returned its own mean; "
-                            "all_reduce the loss sum and the sample count, then divide",
-                            losses=", ".join(f"rank {r}: {l[0]:.4f}" for r, l in enumerate(losses))))
-    g.assert_close(torch.tensor(losses[0]), torch.tensor(expected_losses), _("the returned mean loss per epoch"),
-                   _("weight each batch's loss by its number of samples, sum over batches and ranks, and "
-                     "divide by the total number of samples"))
+        raise CheckFailed(
+            _(
+                "the ranks returned different losses {losses} in epoch 0: each returned its own mean; "
+                "all_reduce the loss sum and the sample count, then divide",
+                losses=", ".join(f"rank {r}: {l[0]:.4f}" for r, l in enumerate(losses)),
+            )
+        )
+    g.assert_close(
+        torch.tensor(losses[0]),
+        torch.tensor(expected_losses),
+        _("the returned mean loss per epoch"),
+        _(
+            "weight each batch's loss by its number of samples, sum over batches and ranks, and "
+            "divide by the total number of samples"
+        ),
+    )

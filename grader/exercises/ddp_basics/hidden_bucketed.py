@@ -1,4 +1,5 @@
 """Hidden checks of checks_bucketed.py (instructor only: a student build leaves this module out)."""
+
 from __future__ import annotations
 
 from grader.exercises import one_launch

@@ -1,10 +1,15 @@
 """Hidden checks of checks_training.py (instructor only: a student build leaves this module out)."""
+
 from __future__ import annotations
 
 from grader.exercises import one_launch
 from grader.exercises.ddp_basics import EXERCISE
-from grader.exercises.ddp_basics.checks_training import (_check_training, _in_rank_loader, _in_rank_train,
-                                                         _shards_disjoint_and_covering)
+from grader.exercises.ddp_basics.checks_training import (
+    _check_training,
+    _in_rank_loader,
+    _in_rank_train,
+    _shards_disjoint_and_covering,
+)
 
 # The hidden checks' runs of one submission share a launch (grader/exercises/one_launch.py: no verdict changes).
 one_launch.declare("make_dataloader", ((_in_rank_loader, (20, 3, 0)),), hidden=True, world_size=3)

@@ -3,6 +3,7 @@
 The reference implementations stand in for the tasks a check does not test,
 so a missing or broken task fails only its own checks.
 """
+
 from __future__ import annotations
 
 import torch
@@ -78,8 +79,9 @@ def flat_params(model: nn.Module) -> torch.Tensor:
 
 
 def flat_grads(model: nn.Module) -> torch.Tensor:
-    return torch.cat([(p.grad if p.grad is not None else torch.zeros_like(p)).detach().reshape(-1).cpu()
-                      for p in model.parameters()])
+    return torch.cat(
+        [(p.grad if p.grad is not None else torch.zeros_like(p)).detach().reshape(-1).cpu() for p in model.parameters()]
+    )
 
 
 def ddp_fixture(model: nn.Module, device: torch.device) -> DDP:
@@ -96,8 +98,9 @@ def rank_order(n: int, rank: int, world_size: int, epoch: int, seed: int = 0) ->
     return list(sampler)
 
 
-def single_process_training(dataset: RegressionDataset, world_size: int, batch_size: int, epochs: int,
-                            lr: float, seed: int = 0):
+def single_process_training(
+    dataset: RegressionDataset, world_size: int, batch_size: int, epochs: int, lr: float, seed: int = 0
+):
     """Train one model on the same global batches DDP sees: at step s the
     global batch is every rank's s-th local batch; DDP averages the ranks'
     mean-loss gradients, which for equal local batches is the mean over the
@@ -110,7 +113,7 @@ def single_process_training(dataset: RegressionDataset, world_size: int, batch_s
         orders = [rank_order(len(dataset), r, world_size, epoch, seed) for r in range(world_size)]
         total, count = 0.0, 0
         for start in range(0, len(orders[0]), batch_size):
-            idx = [i for order in orders for i in order[start:start + batch_size]]
+            idx = [i for order in orders for i in order[start : start + batch_size]]
             x, y = dataset.x[idx], dataset.y[idx]
             opt.zero_grad()
             loss = loss_fn(model(x), y)

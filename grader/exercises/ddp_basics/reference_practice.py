@@ -1,5 +1,6 @@
 """Single-process references and models for the "DDP in practice" checks of 02_ddp_basics
 (train_with_accumulation, train_uneven, BucketedDDP)."""
+
 from __future__ import annotations
 
 import torch
@@ -101,8 +102,13 @@ def wide_net() -> nn.Module:
     return nn.Sequential(*[m for _ in range(4) for m in (nn.Linear(16, 16), nn.Tanh())], nn.Linear(16, 1))
 
 
-MODELS = {"wide": wide_net, "frozen": ref.FrozenNet, "tied": ref.TiedNet, "unused": UnusedNet,
-          "shared": SharedWeightNet}
+MODELS = {
+    "wide": wide_net,
+    "frozen": ref.FrozenNet,
+    "tied": ref.TiedNet,
+    "unused": UnusedNet,
+    "shared": SharedWeightNet,
+}
 IN_FEATURES = {"wide": 16, "frozen": 4, "tied": 4, "unused": 4, "shared": 4}
 
 

@@ -5,6 +5,7 @@ decide from torch.cuda.is_available(): a function that always answers "gloo"
 would pass on every CPU machine. Only the student's decision runs under the
 simulation (no tensor ever goes to a simulated GPU); everything is restored after.
 """
+
 from __future__ import annotations
 
 import contextlib

@@ -11,11 +11,19 @@ single-process reference (reference.py).
 This file declares the exercise; its checks_*.py and hidden_*.py modules are found by
 grader.exercises.discover() (the contract is in grader/exercises/__init__.py).
 """
+
 from grader.checks import Exercise
 
 EXERCISE = Exercise(
     "01_parallelism",
-    tasks=["shard_indices", "average_gradients", "ring_all_reduce", "ColumnParallelLinear", "parallelize_mlp",
-           "pipeline_step", "pipeline_schedule"],
+    tasks=[
+        "shard_indices",
+        "average_gradients",
+        "ring_all_reduce",
+        "ColumnParallelLinear",
+        "parallelize_mlp",
+        "pipeline_step",
+        "pipeline_schedule",
+    ],
 )
 check = EXERCISE.check

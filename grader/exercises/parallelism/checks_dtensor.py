@@ -12,6 +12,7 @@ collectives the forward and the backward made (seen at the dispatcher). The pare
 process and with what column-then-row communicates: one all-reduce in the forward (down's partial sums)
 and one in the backward (the input's gradient), nothing else.
 """
+
 from __future__ import annotations
 
 import torch
@@ -27,11 +28,15 @@ from grader.exercises.parallelism.host import host as _host
 LAYOUT = {
     "gate.weight": ("Shard(dim=0)", "gate column-parallel: each rank holds some of its output features (rows)"),
     "gate.bias": ("Shard(dim=0)", "gate's bias follows its output rows"),
-    "up.weight": ("Shard(dim=0)", "up column-parallel, split like gate: a rank multiplies its own gate and up "
-                  "features elementwise"),
+    "up.weight": (
+        "Shard(dim=0)",
+        "up column-parallel, split like gate: a rank multiplies its own gate and up features elementwise",
+    ),
     "up.bias": ("Shard(dim=0)", "up's bias follows its output rows"),
-    "down.weight": ("Shard(dim=1)", "down row-parallel: each rank holds the input features its gate and up shards "
-                    "produced"),
+    "down.weight": (
+        "Shard(dim=1)",
+        "down row-parallel: each rank holds the input features its gate and up shards produced",
+    ),
     "down.bias": ("Replicate()", "down's bias is added once, after the partial sums are reduced"),
 }
 
@@ -47,7 +52,11 @@ class SwiGLU(nn.Module):
 
     def __init__(self, d: int, h: int, bias: bool):
         super().__init__()
-        self.gate, self.up, self.down = nn.Linear(d, h, bias=bias), nn.Linear(d, h, bias=bias), nn.Linear(h, d, bias=bias)
+        self.gate, self.up, self.down = (
+            nn.Linear(d, h, bias=bias),
+            nn.Linear(d, h, bias=bias),
+            nn.Linear(h, d, bias=bias),
+        )
 
     def forward(self, x):
         return self.down(F.silu(self.gate(x)) * self.up(x))
@@ -70,12 +79,12 @@ def one_process(seed, d, h, bias, shape) -> dict:
     x.requires_grad_(True)
     y = block(x)
     (y * probe).sum().backward()
-    return {"y": y.detach(), "x_grad": x.grad,
-            "grads": {name: p.grad for name, p in block.named_parameters()}}
+    return {"y": y.detach(), "x_grad": x.grad, "grads": {name: p.grad for name, p in block.named_parameters()}}
 
 
 def _layout(p) -> tuple[str, tuple]:
     from torch.distributed.tensor import DTensor
+
     if isinstance(p, DTensor):
         return ", ".join(repr(pl) for pl in p.placements), tuple(p.to_local().shape)
     return "", tuple(p.shape)  # a plain tensor: every rank holds all of it
@@ -83,6 +92,7 @@ def _layout(p) -> tuple[str, tuple]:
 
 def _full(t):
     from torch.distributed.tensor import DTensor
+
     if t is None:
         return None
     return _host(t.full_tensor() if isinstance(t, DTensor) else t)
@@ -91,6 +101,7 @@ def _full(t):
 def _block_in_rank(ctx, student, seed, d, h, bias, shape):
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.tensor import DTensor
+
     mesh = init_device_mesh(ctx.device.type, (ctx.world_size,))
     block = mlp_block(seed, d, h, bias).to(ctx.device)
     x, probe = (t.to(ctx.device) for t in block_inputs(seed, shape))
@@ -99,29 +110,40 @@ def _block_in_rank(ctx, student, seed, d, h, bias, shape):
     if not isinstance(model, nn.Module):
         raise CheckFailed(f"parallelize_mlp returned {type(model).__name__}, not the nn.Module it parallelized")
     if model is not block:
-        raise CheckFailed(f"parallelize_mlp returned a new {type(model).__name__}, not the mlp it was given: the "
-                          "contract is to parallelize mlp in place (parallelize_module changes the module you pass "
-                          "and returns it) and return that same module, so that code holding mlp (its optimizer, "
-                          "its owner) uses the parallel block")
+        raise CheckFailed(
+            f"parallelize_mlp returned a new {type(model).__name__}, not the mlp it was given: the "
+            "contract is to parallelize mlp in place (parallelize_module changes the module you pass "
+            "and returns it) and return that same module, so that code holding mlp (its optimizer, "
+            "its owner) uses the parallel block"
+        )
     params = dict(model.named_parameters())
     layout = {name: _layout(p) for name, p in params.items()}
     with record_collectives() as forward:
         y = model(x)
     if isinstance(y, DTensor):
-        raise CheckFailed(f"the block's forward returned a DTensor ({y.placements}); the contract asks for a plain "
-                          "tensor: RowwiseParallel's default output (use_local_output=True) is one")
+        raise CheckFailed(
+            f"the block's forward returned a DTensor ({y.placements}); the contract asks for a plain "
+            "tensor: RowwiseParallel's default output (use_local_output=True) is one"
+        )
     if not isinstance(y, torch.Tensor) or tuple(y.shape) != tuple(shape):
-        raise CheckFailed(f"the block's forward of an input of shape {tuple(shape)} returned "
-                          f"{tuple(y.shape) if isinstance(y, torch.Tensor) else type(y).__name__}; expected the "
-                          f"full output {tuple(shape)} on every rank")
+        raise CheckFailed(
+            f"the block's forward of an input of shape {tuple(shape)} returned "
+            f"{tuple(y.shape) if isinstance(y, torch.Tensor) else type(y).__name__}; expected the "
+            f"full output {tuple(shape)} on every rank"
+        )
     y_sent = _host(y)
     backward = []
     if y.requires_grad:
         with record_collectives() as backward:
             (y * probe).sum().backward()
-    return {"y": y_sent, "x_grad": None if x.grad is None else _host(x.grad), "layout": layout,
-            "grads": {name: _full(p.grad) for name, p in params.items()},
-            "forward": [(c.kind, c.nbytes) for c in forward], "backward": [(c.kind, c.nbytes) for c in backward]}
+    return {
+        "y": y_sent,
+        "x_grad": None if x.grad is None else _host(x.grad),
+        "layout": layout,
+        "grads": {name: _full(p.grad) for name, p in params.items()},
+        "forward": [(c.kind, c.nbytes) for c in forward],
+        "backward": [(c.kind, c.nbytes) for c in backward],
+    }
 
 
 def run_block(g, world_size, d, h, bias, shape, seed=31):
@@ -129,41 +151,58 @@ def run_block(g, world_size, d, h, bias, shape, seed=31):
     return per_rank, one_process(seed, d, h, bias, shape)
 
 
-NOT_PARALLEL = ("no parameter of the returned module is a sharded DTensor: the block is not parallelized (every rank "
-                "holds and computes all of it). Split it with parallelize_module and a plan for gate, up and down")
+NOT_PARALLEL = (
+    "no parameter of the returned module is a sharded DTensor: the block is not parallelized (every rank "
+    "holds and computes all of it). Split it with parallelize_module and a plan for gate, up and down"
+)
 
 
 def check_values(g, per_rank, expected):
     for rank, got in enumerate(per_rank):
         if not any("Shard" in placement for placement, _ in got["layout"].values()):
             raise CheckFailed(f"rank {rank}: {NOT_PARALLEL}")  # right numbers from an unsplit block earn nothing
-        g.assert_close(got["y"], expected["y"], f"rank {rank}: the block's output",
-                       "every rank must end with down(silu(gate(x)) * up(x)) of the unsplit block: gate and up "
-                       "split alike by output features, down by input features, and down's partial outputs summed "
-                       "over ranks")
+        g.assert_close(
+            got["y"],
+            expected["y"],
+            f"rank {rank}: the block's output",
+            "every rank must end with down(silu(gate(x)) * up(x)) of the unsplit block: gate and up "
+            "split alike by output features, down by input features, and down's partial outputs summed "
+            "over ranks",
+        )
         if got["x_grad"] is None:
             raise CheckFailed(f"the input got no gradient on rank {rank}: the output must keep its autograd graph")
-        g.assert_close(got["x_grad"], expected["x_grad"], f"rank {rank}: the input's gradient",
-                       "each rank's gate and up shards cover only its hidden features: the input gradients they "
-                       "give are partial, summed over ranks in backward")
+        g.assert_close(
+            got["x_grad"],
+            expected["x_grad"],
+            f"rank {rank}: the input's gradient",
+            "each rank's gate and up shards cover only its hidden features: the input gradients they "
+            "give are partial, summed over ranks in backward",
+        )
         for name, want in expected["grads"].items():
             have = got["grads"].get(name)
             if have is None:
-                raise CheckFailed(f"rank {rank}: {name} has no gradient (or no parameter of that name): keep "
-                                  "the block's gate, up and down and parallelize them in place")
-            g.assert_close(have, want, f"rank {rank}: {name}.grad (gathered over ranks)",
-                           "every parameter's gradient, put together from its shards, must equal the unsplit "
-                           "block's")
+                raise CheckFailed(
+                    f"rank {rank}: {name} has no gradient (or no parameter of that name): keep "
+                    "the block's gate, up and down and parallelize them in place"
+                )
+            g.assert_close(
+                have,
+                want,
+                f"rank {rank}: {name}.grad (gathered over ranks)",
+                "every parameter's gradient, put together from its shards, must equal the unsplit block's",
+            )
 
 
 def _named(calls) -> str:
     return ", ".join(f"{kind} ({nbytes} B)" for kind, nbytes in calls) or "no collective"
 
 
-TWO_INPUT_REDUCES = ("gate and up each sum their own partial input gradient over ranks, one all_reduce each. Both "
-                     "read the same x: make x a replicated DTensor once, for the whole block, before gate and up "
-                     "see it; autograd then adds their two partial gradients on each rank and one all_reduce "
-                     "sums the result")
+TWO_INPUT_REDUCES = (
+    "gate and up each sum their own partial input gradient over ranks, one all_reduce each. Both "
+    "read the same x: make x a replicated DTensor once, for the whole block, before gate and up "
+    "see it; autograd then adds their two partial gradients on each rank and one all_reduce "
+    "sums the result"
+)
 
 
 def _collective_mistake(phase: str, calls) -> str | None:
@@ -171,14 +210,18 @@ def _collective_mistake(phase: str, calls) -> str | None:
     if found == ["all_reduce"]:
         return None
     if not found:
-        return (f"the {phase} made no collective: the block is not tensor-parallel (every rank computes all of "
-                "it); column-then-row makes one all_reduce in the forward (down's partial outputs) and one in "
-                "the backward (the input's gradient)")
+        return (
+            f"the {phase} made no collective: the block is not tensor-parallel (every rank computes all of "
+            "it); column-then-row makes one all_reduce in the forward (down's partial outputs) and one in "
+            "the backward (the input's gradient)"
+        )
     extra = [k for k in found if k != "all_reduce"]
     if extra:
-        why = (f"the extra {', '.join(sorted(set(extra)))} gathers an activation or its gradient that "
-               "column-then-row never needs: with gate and up column-parallel and down row-parallel, each rank "
-               "feeds its own hidden features straight into its down shard")
+        why = (
+            f"the extra {', '.join(sorted(set(extra)))} gathers an activation or its gradient that "
+            "column-then-row never needs: with gate and up column-parallel and down row-parallel, each rank "
+            "feeds its own hidden features straight into its down shard"
+        )
     elif phase == "backward" and len(found) == 2:
         why = TWO_INPUT_REDUCES
     else:
@@ -197,12 +240,15 @@ def check_communication(g, per_rank, world_size):
             if have == "missing":
                 if name.endswith(".bias"):
                     continue  # the block of this check has no biases
-                raise CheckFailed(f"the returned module has no parameter {name}: parallelize the block's gate, up "
-                                  "and down in place and return it")
+                raise CheckFailed(
+                    f"the returned module has no parameter {name}: parallelize the block's gate, up "
+                    "and down in place and return it"
+                )
             if have != placement and world_size > 1:
                 held = f"placements ({have})" if have else "a plain tensor (every rank holds all of it)"
-                raise CheckFailed(f"rank {rank}: {name} is {held}, shape {local} on this rank; expected {placement}: "
-                                  f"{meaning}")
+                raise CheckFailed(
+                    f"rank {rank}: {name} is {held}, shape {local} on this rank; expected {placement}: {meaning}"
+                )
 
 
 @EXERCISE.check("parallelize_mlp", points=3)

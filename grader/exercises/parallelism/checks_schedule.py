@@ -16,6 +16,7 @@ GPipe runs every forward, then every backward: F^m B^m. 1F1B (torch's Schedule1F
 forwards on rank r of p, then alternates one backward and one forward, then drains the last w backwards, so at
 most w microbatches' activations are alive on a rank at once.
 """
+
 from __future__ import annotations
 
 import torch
@@ -81,11 +82,16 @@ def _schedule_in_rank(ctx, student, seed, widths, n, m, schedule):
     with record_collectives() as calls:
         losses = student.task("pipeline_schedule")(model, x, y, nn.MSELoss(), m, schedule)
     if not isinstance(losses, (list, tuple)):
-        raise CheckFailed(f"pipeline_schedule returned {type(losses).__name__} on rank {ctx.rank}; the contract asks "
-                          "for a list: the microbatches' losses on the last rank, [] on the others")
-    return {"losses": [_number(v) for v in losses], "loss_types": [type(v).__name__ for v in losses],
-            "grads": {name: None if p.grad is None else _host(p.grad) for name, p in model.named_parameters()},
-            "messages": [(c.kind, c.peer, c.dtype) for c in calls]}
+        raise CheckFailed(
+            f"pipeline_schedule returned {type(losses).__name__} on rank {ctx.rank}; the contract asks "
+            "for a list: the microbatches' losses on the last rank, [] on the others"
+        )
+    return {
+        "losses": [_number(v) for v in losses],
+        "loss_types": [type(v).__name__ for v in losses],
+        "grads": {name: None if p.grad is None else _host(p.grad) for name, p in model.named_parameters()},
+        "messages": [(c.kind, c.peer, c.dtype) for c in calls],
+    }
 
 
 def events(messages, rank: int, world_size: int) -> tuple[str, list[str]]:
@@ -126,27 +132,43 @@ def check_values(g, per_rank, expected, widths, m):
             have = got["grads"][name]
             if name.split(".")[0] not in mine:
                 if have is not None:
-                    raise CheckFailed(f"rank {rank} has a gradient for {name}, a layer of another stage: each rank "
-                                      "keeps only its own layers (the stage's) and runs only them")
+                    raise CheckFailed(
+                        f"rank {rank} has a gradient for {name}, a layer of another stage: each rank "
+                        "keeps only its own layers (the stage's) and runs only them"
+                    )
                 continue
             if have is None:
-                raise CheckFailed(f"rank {rank}: {name}, a layer of its stage, got no gradient: the schedule's step "
-                                  "must run the backward of every microbatch (with the target and the loss on the "
-                                  "last stage)")
-            g.assert_close(have, want, f"rank {rank}: {name}.grad",
-                           "after one step the stage's gradients must equal one process's gradient of the mean "
-                           "loss over the whole batch (the schedule averages the microbatches' gradients)")
+                raise CheckFailed(
+                    f"rank {rank}: {name}, a layer of its stage, got no gradient: the schedule's step "
+                    "must run the backward of every microbatch (with the target and the loss on the "
+                    "last stage)"
+                )
+            g.assert_close(
+                have,
+                want,
+                f"rank {rank}: {name}.grad",
+                "after one step the stage's gradients must equal one process's gradient of the mean "
+                "loss over the whole batch (the schedule averages the microbatches' gradients)",
+            )
         losses, last = got["losses"], rank == world_size - 1
         if not last and losses:
-            raise CheckFailed(f"rank {rank} returned {len(losses)} losses; only the last stage computes the loss: "
-                              "return [] on the other ranks")
+            raise CheckFailed(
+                f"rank {rank} returned {len(losses)} losses; only the last stage computes the loss: "
+                "return [] on the other ranks"
+            )
         if last:
             if len(losses) != m or None in losses:
-                raise CheckFailed(f"the last rank returned {len(losses)} values ({', '.join(got['loss_types'][:3])}"
-                                  f"); expected the {m} microbatches' losses, one number each: pass a list as the "
-                                  "step's losses= and return it")
-            g.assert_close(torch.tensor(losses), torch.tensor(expected["losses"]), "the microbatches' losses",
-                           "microbatch i is rows i of x.tensor_split(n_microbatches), in order")
+                raise CheckFailed(
+                    f"the last rank returned {len(losses)} values ({', '.join(got['loss_types'][:3])}"
+                    f"); expected the {m} microbatches' losses, one number each: pass a list as the "
+                    "step's losses= and return it"
+                )
+            g.assert_close(
+                torch.tensor(losses),
+                torch.tensor(expected["losses"]),
+                "the microbatches' losses",
+                "microbatch i is rows i of x.tensor_split(n_microbatches), in order",
+            )
 
 
 def check_order(per_rank, schedule, m):
@@ -154,19 +176,26 @@ def check_order(per_rank, schedule, m):
     for rank, got in enumerate(per_rank):
         order, other = events(got["messages"], rank, world_size)
         if other:
-            raise CheckFailed(f"rank {rank} made {', '.join(sorted(set(other)))}: a pipeline only sends activations "
-                              "to the next stage and gradients to the previous one")
+            raise CheckFailed(
+                f"rank {rank} made {', '.join(sorted(set(other)))}: a pipeline only sends activations "
+                "to the next stage and gradients to the previous one"
+            )
         want = expected_order(schedule, rank, world_size, m)
         if order == want:
             continue
-        why = (f"that is {'GPipe' if schedule == '1F1B' else '1F1B'}'s order: run the schedule the task names"
-               if order == expected_order("1F1B" if schedule == "GPipe" else "GPipe", rank, world_size, m)
-               else f"{order.count('F')} forwards and {order.count('B')} backwards: the step must run each of the "
-               f"{m} microbatches (n_microbatches) once forward and once backward" if len(order) != 2 * m
-               else "")
-        raise CheckFailed(f"rank {rank} of {world_size}: its messages show the order {order or 'nothing'} (F: a "
-                          f"microbatch's forward, B: its backward); {schedule} with {m} microbatches runs {want} "
-                          f"there" + (f"; {why}" if why else ""))
+        why = (
+            f"that is {'GPipe' if schedule == '1F1B' else '1F1B'}'s order: run the schedule the task names"
+            if order == expected_order("1F1B" if schedule == "GPipe" else "GPipe", rank, world_size, m)
+            else f"{order.count('F')} forwards and {order.count('B')} backwards: the step must run each of the "
+            f"{m} microbatches (n_microbatches) once forward and once backward"
+            if len(order) != 2 * m
+            else ""
+        )
+        raise CheckFailed(
+            f"rank {rank} of {world_size}: its messages show the order {order or 'nothing'} (F: a "
+            f"microbatch's forward, B: its backward); {schedule} with {m} microbatches runs {want} "
+            f"there" + (f"; {why}" if why else "")
+        )
 
 
 @EXERCISE.check("pipeline_schedule", points=3)

@@ -1,4 +1,5 @@
 """01_parallelism: ColumnParallelLinear, a tensor-parallel layer built by hand."""
+
 from __future__ import annotations
 
 import torch
@@ -17,18 +18,23 @@ def _column_in_rank(ctx, student, seed, in_features, out_features, shape):
     rows = stop - start
     weight, bias = getattr(layer, "weight", None), getattr(layer, "bias", None)
     if not isinstance(weight, torch.nn.Parameter) or not isinstance(bias, torch.nn.Parameter):
-        raise CheckFailed("ColumnParallelLinear must have nn.Parameter attributes `weight` and `bias` "
-                          "(this rank's shard of the full layer's weight and bias)")
+        raise CheckFailed(
+            "ColumnParallelLinear must have nn.Parameter attributes `weight` and `bias` "
+            "(this rank's shard of the full layer's weight and bias)"
+        )
     if tuple(weight.shape) != (rows, in_features) or tuple(bias.shape) != (rows,):
         raise CheckFailed(
             f"ColumnParallelLinear({in_features}, {out_features}) on rank {ctx.rank} of {ctx.world_size} has "
             f"weight {tuple(weight.shape)} and bias {tuple(bias.shape)}; expected ({rows}, {in_features}) and "
             f"({rows},): rank r holds the output rows torch.tensor_split(torch.arange(out_features), "
-            f"world_size)[r] (here {start}..{stop - 1})")
+            f"world_size)[r] (here {start}..{stop - 1})"
+        )
     held = sum(p.numel() for p in layer.parameters())
     if held != rows * (in_features + 1):
-        raise CheckFailed(f"the layer holds {held} parameter elements on rank {ctx.rank}, but its shard is "
-                          f"{rows * (in_features + 1)}: keep only this rank's rows, not the full weight")
+        raise CheckFailed(
+            f"the layer holds {held} parameter elements on rank {ctx.rank}, but its shard is "
+            f"{rows * (in_features + 1)}: keep only this rank's rows, not the full weight"
+        )
     full_w, full_b = ref.linear_weights(seed, in_features, out_features)
     with torch.no_grad():
         weight.copy_(full_w[start:stop])
@@ -39,16 +45,31 @@ def _column_in_rank(ctx, student, seed, in_features, out_features, shape):
     if not isinstance(y, torch.Tensor):
         raise CheckFailed(f"forward returned {type(y).__name__}, not a tensor")
     if tuple(y.shape) != tuple(probe.shape):
-        raise CheckFailed(f"forward of an input of shape {tuple(shape)} returned shape {tuple(y.shape)} on rank "
-                          f"{ctx.rank}; expected the full output {tuple(probe.shape)}: gather every rank's "
-                          "output columns and concatenate them along the last dimension, in rank order")
+        raise CheckFailed(
+            f"forward of an input of shape {tuple(shape)} returned shape {tuple(y.shape)} on rank "
+            f"{ctx.rank}; expected the full output {tuple(probe.shape)}: gather every rank's "
+            "output columns and concatenate them along the last dimension, in rank order"
+        )
     if not y.requires_grad:
-        return {"y": _host(y), "weight_grad": None, "bias_grad": None, "x_grad": None, "no_graph": True,
-                "backend": ctx.backend}
+        return {
+            "y": _host(y),
+            "weight_grad": None,
+            "bias_grad": None,
+            "x_grad": None,
+            "no_graph": True,
+            "backend": ctx.backend,
+        }
     (y * probe).sum().backward()
     grad = lambda t: None if t.grad is None else _host(t.grad)  # noqa: E731
-    return {"y": _host(y), "weight_grad": grad(weight), "bias_grad": grad(bias), "x_grad": grad(x),
-            "no_graph": False, "rows": (start, stop), "backend": ctx.backend}
+    return {
+        "y": _host(y),
+        "weight_grad": grad(weight),
+        "bias_grad": grad(bias),
+        "x_grad": grad(x),
+        "no_graph": False,
+        "rows": (start, stop),
+        "backend": ctx.backend,
+    }
 
 
 def _run_column(g, world_size, in_features, out_features, shape, seed=21):
@@ -58,17 +79,23 @@ def _run_column(g, world_size, in_features, out_features, shape, seed=21):
 
 def _check_column_forward(g, per_rank, expected):
     for rank, got in enumerate(per_rank):
-        g.assert_close(got["y"], expected["y"], f"rank {rank}: ColumnParallelLinear output",
-                       "each rank computes x @ weight_shard.T + bias_shard, and the full output is the shards' "
-                       "outputs concatenated along the last dimension in rank order")
+        g.assert_close(
+            got["y"],
+            expected["y"],
+            f"rank {rank}: ColumnParallelLinear output",
+            "each rank computes x @ weight_shard.T + bias_shard, and the full output is the shards' "
+            "outputs concatenated along the last dimension in rank order",
+        )
 
 
 def _check_column_shard_grads(g, per_rank, expected, world_size):
     for rank, got in enumerate(per_rank):
         if got["no_graph"] or got["weight_grad"] is None:
-            raise CheckFailed(f"no gradient reached the weight shard on rank {rank}: the gather in forward must "
-                              "be autograd-aware (dist.all_gather is not: wrap it in a torch.autograd.Function "
-                              "whose backward returns this rank's slice of the output gradient)")
+            raise CheckFailed(
+                f"no gradient reached the weight shard on rank {rank}: the gather in forward must "
+                "be autograd-aware (dist.all_gather is not: wrap it in a torch.autograd.Function "
+                "whose backward returns this rank's slice of the output gradient)"
+            )
         start, stop = got["rows"]
         for name in ("weight_grad", "bias_grad"):
             want = expected[name][start:stop]
@@ -77,18 +104,27 @@ def _check_column_shard_grads(g, per_rank, expected, world_size):
                     f"on rank {rank} the {name.split('_')[0]} shard's gradient is {world_size} times too large: "
                     "the backward of torch.distributed.nn.functional.all_gather sums the output gradient over "
                     "ranks, which multiplies it by world_size when every rank computes the same loss. Write your "
-                    "own autograd.Function whose backward keeps only this rank's slice of the gradient")
-            g.assert_close(got[name], want, f"rank {rank}: {name.replace('_grad', '')}.grad of the shard",
-                           "each shard's gradient must be the matching rows of the full layer's gradient")
+                    "own autograd.Function whose backward keeps only this rank's slice of the gradient"
+                )
+            g.assert_close(
+                got[name],
+                want,
+                f"rank {rank}: {name.replace('_grad', '')}.grad of the shard",
+                "each shard's gradient must be the matching rows of the full layer's gradient",
+            )
 
 
 def _check_column_input_grad(g, per_rank, expected):
     for rank, got in enumerate(per_rank):
         if got["x_grad"] is None:
             raise CheckFailed(f"the input got no gradient on rank {rank}")
-        g.assert_close(got["x_grad"], expected["x_grad"], f"rank {rank}: the input's gradient",
-                       "each rank's input gradient covers only its own output columns; sum it over ranks in "
-                       "backward (an identity autograd.Function on the input whose backward all-reduces)")
+        g.assert_close(
+            got["x_grad"],
+            expected["x_grad"],
+            f"rank {rank}: the input's gradient",
+            "each rank's input gradient covers only its own output columns; sum it over ranks in "
+            "backward (an identity autograd.Function on the input whose backward all-reduces)",
+        )
 
 
 @EXERCISE.check("ColumnParallelLinear", points=2)

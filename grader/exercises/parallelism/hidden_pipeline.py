@@ -1,4 +1,5 @@
 """Hidden checks of checks_pipeline.py (instructor only: a student build leaves this module out)."""
+
 from __future__ import annotations
 
 from grader.exercises.parallelism import EXERCISE

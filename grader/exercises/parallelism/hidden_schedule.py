@@ -1,4 +1,5 @@
 """Hidden checks of checks_schedule.py (instructor only: a student build leaves this module out)."""
+
 from __future__ import annotations
 
 from grader.exercises.parallelism.checks_schedule import check_order, check_values, run_schedule

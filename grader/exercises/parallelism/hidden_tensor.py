@@ -1,8 +1,14 @@
 """Hidden checks of checks_tensor.py (instructor only: a student build leaves this module out)."""
+
 from __future__ import annotations
 
 from grader.exercises.parallelism import EXERCISE
-from grader.exercises.parallelism.checks_tensor import _run_column, _check_column_forward, _check_column_shard_grads, _check_column_input_grad  # noqa: F401
+from grader.exercises.parallelism.checks_tensor import (
+    _run_column,
+    _check_column_forward,
+    _check_column_shard_grads,
+    _check_column_input_grad,
+)  # noqa: F401
 
 
 @EXERCISE.check("ColumnParallelLinear", points=1, hidden=True, world_size=3)

@@ -1,4 +1,5 @@
 """Tensors a rank sends back to the grader."""
+
 from __future__ import annotations
 
 import torch

@@ -7,6 +7,7 @@ imitating, so nothing is ever computed on the student's behalf, and a refusal th
 catches still fails the check), and each send/recv is recorded with its peer and size.
 A barrier moves no data, so it is allowed.
 """
+
 from __future__ import annotations
 
 import contextlib

@@ -1,4 +1,5 @@
 """01_parallelism: the likely mistake behind a failed or hung pipeline_step run."""
+
 from __future__ import annotations
 
 from grader.grading import describe_failure
@@ -9,19 +10,23 @@ SHAPE_MISMATCH = (
     "activation's shape in advance: rank 0 must first send it (its number of dimensions, then its sizes, as "
     "int64 tensors) and rank 1 allocate the activation buffer from that header, as float32; rank 0 receives the "
     "gradient into a buffer of the activation's shape. Both ranks must send and receive the same messages in the "
-    "same order (ndim, shape, activation; then the gradient), with the same dtypes")
+    "same order (ndim, shape, activation; then the gradient), with the same dtypes"
+)
 CONTIGUOUS = (
     "dist.send and dist.recv need contiguous tensors, and an activation need not be (this one comes out of a "
     "transpose): send activation.detach().contiguous(), and receive into torch.empty(shape, ...) (torch."
-    "empty_like of a non-contiguous tensor is not contiguous either)")
+    "empty_like of a non-contiguous tensor is not contiguous either)"
+)
 NO_ACTIVATION_GRAD = (
     "the received activation has no .grad after the backward on rank 1: call activation.requires_grad_() after "
-    "dist.recv and before running the stage, so that backward computes the gradient rank 0 needs")
+    "dist.recv and before running the stage, so that backward computes the gradient rank 0 needs"
+)
 ORDER = (
     "A blocking dist.send returns only once the peer has received the message, and dist.recv only once the peer "
     "has sent it, so the calls must pair up in the same order on both ranks: rank 0 sends ndim, shape and "
     "activation, then receives the gradient; rank 1 receives ndim, shape and activation, runs its stage, the loss "
-    "and backward, then sends the gradient")
+    "and backward, then sends the gradient"
+)
 
 
 def crash_hint(rank: int, exc: BaseException, stage_ran: bool, loss_calls: int) -> str | None:
@@ -32,19 +37,25 @@ def crash_hint(rank: int, exc: BaseException, stage_ran: bool, loss_calls: int) 
     if rank == 1 and "NoneType" in text:
         return NO_ACTIVATION_GRAD
     if rank == 1 and "floating point dtype can require gradients" in text:
-        return ("rank 1's activation buffer is not a float tensor: allocate it as float32, the activation's dtype "
-                "(not targets.dtype, an integer type with a classification loss)")
+        return (
+            "rank 1's activation buffer is not a float tensor: allocate it as float32, the activation's dtype "
+            "(not targets.dtype, an integer type with a classification loss)"
+        )
     if rank == 1 and stage_ran and not loss_calls:
-        return ("rank 1 ran its stage but never called loss_fn: compute the loss with the function passed in, "
-                "loss_fn(output, targets), not with a loss of your own")
+        return (
+            "rank 1 ran its stage but never called loss_fn: compute the loss with the function passed in, "
+            "loss_fn(output, targets), not with a loss of your own"
+        )
     if rank == 0 and "does not require grad" in text:
-        return ("rank 0 must call backward on the activation its stage returned (the one with a graph; send a "
-                "detached copy, but keep the original), with the gradient received from rank 1")
+        return (
+            "rank 0 must call backward on the activation its stage returned (the one with a graph; send a "
+            "detached copy, but keep the original), with the gradient received from rank 1"
+        )
     return None
 
 
 def _waiting_in(report) -> str | None:
-    """"send" or "recv" for a rank stuck there (hung, or stopped by gloo's own
+    """ "send" or "recv" for a rank stuck there (hung, or stopped by gloo's own
     timeout, which is the run's), "" for one stuck elsewhere, None if not stuck."""
     if report.status == "hung":
         text = report.describe()
@@ -69,18 +80,26 @@ def failure_text(result, kind: str, n: int) -> str:
     if "Received data size doesn't match" in output or "preamble.length" in output:
         hint = SHAPE_MISMATCH
     elif stuck[0] is not None and done[1]:
-        hint = ("rank 1 returned while rank 0 still waits: rank 0 waits for a message rank 1 never sends (rank 1 must "
-                "send the activation's gradient back after its backward), or sends one rank 1 never receives")
+        hint = (
+            "rank 1 returned while rank 0 still waits: rank 0 waits for a message rank 1 never sends (rank 1 must "
+            "send the activation's gradient back after its backward), or sends one rank 1 never receives"
+        )
     elif stuck[1] is not None and done[0]:
-        hint = ("rank 0 returned while rank 1 still waits: rank 1 waits for a message rank 0 never sends (rank 0 must "
-                "send the header, ndim then shape, and then the activation), or sends one rank 0 never receives")
+        hint = (
+            "rank 0 returned while rank 1 still waits: rank 1 waits for a message rank 0 never sends (rank 0 must "
+            "send the header, ndim then shape, and then the activation), or sends one rank 0 never receives"
+        )
     elif stuck == ["send", "send"]:
-        hint = ("a deadlock: both ranks are sending, neither is receiving, so a rank sends before its peer receives: "
-                "the messages do not pair up (does rank 1 receive every message rank 0 sends, the header "
-                "included, before it sends the gradient?). " + ORDER)
+        hint = (
+            "a deadlock: both ranks are sending, neither is receiving, so a rank sends before its peer receives: "
+            "the messages do not pair up (does rank 1 receive every message rank 0 sends, the header "
+            "included, before it sends the gradient?). " + ORDER
+        )
     elif stuck == ["recv", "recv"]:
-        hint = ("a deadlock: both ranks are receiving, each waiting for a message the other sends only later "
-                "(does rank 0 wait for the gradient before it has sent its activation?). " + ORDER)
+        hint = (
+            "a deadlock: both ranks are receiving, each waiting for a message the other sends only later "
+            "(does rank 0 wait for the gradient before it has sent its activation?). " + ORDER
+        )
     elif stuck[0] is not None and stuck[1] is not None:
         hint = "a deadlock: both ranks wait for each other. " + ORDER
     else:

@@ -4,6 +4,7 @@ Everything here is deterministic from a seed, so the parent (which computes
 the expected values) and every rank (which runs the student's code) build
 the very same tensors without sending them around.
 """
+
 from __future__ import annotations
 
 import torch
@@ -146,5 +147,4 @@ def pipeline_reference(kind: str, n: int) -> dict:
     first, second, inputs, targets, loss_fn = pipeline_case(kind, n)
     loss = loss_fn(second(first(inputs)), targets)
     loss.backward()
-    return {"loss": loss.item(),
-            "grads": [[p.grad.clone() for p in stage.parameters()] for stage in (first, second)]}
+    return {"loss": loss.item(), "grads": [[p.grad.clone() for p in stage.parameters()] for stage in (first, second)]}

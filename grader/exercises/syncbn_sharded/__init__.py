@@ -14,13 +14,25 @@
 This file declares the exercise; its checks_*.py and hidden_*.py modules are found by
 grader.exercises.discover() (the contract is in grader/exercises/__init__.py).
 """
+
 from grader.checks import Exercise
 
 EXERCISE = Exercise(
     "03_syncbn_sharded",
-    tasks=["convert_to_sync_bn", "global_batch_stats", "DistributedBatchNorm", "partition_parameters",
-           "ShardedOptimizer", "MiniFSDP", "save_sharded_checkpoint", "save_and_reshard", "load_resharded",
-           "build_fsdp2_model", "train_step_fsdp2", "export_full_state",
-           "checkpoint_activations"],
+    tasks=[
+        "convert_to_sync_bn",
+        "global_batch_stats",
+        "DistributedBatchNorm",
+        "partition_parameters",
+        "ShardedOptimizer",
+        "MiniFSDP",
+        "save_sharded_checkpoint",
+        "save_and_reshard",
+        "load_resharded",
+        "build_fsdp2_model",
+        "train_step_fsdp2",
+        "export_full_state",
+        "checkpoint_activations",
+    ],
 )
 check = EXERCISE.check

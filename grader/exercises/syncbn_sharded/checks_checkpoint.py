@@ -6,6 +6,7 @@ computed together with one process working on the whole batch (reference.py).
 Functions prefixed `_in_rank_` run inside every rank and return plain CPU
 tensors; the verdicts are reached in the parent.
 """
+
 from __future__ import annotations
 
 import os
@@ -85,8 +86,15 @@ def _in_rank_checkpoint(ctx, student, resume: bool, held_write: bool):
         nn.functional.mse_loss(fresh(x), y).backward()
         fresh_opt.step()
         params = [cpu(p) for p in fresh.parameters()]
-    return {"writes": writes, "complete_at_return": complete_at_return, "problems": problems,
-            "params": params, "backend": ctx.backend, "written_after": written_after[:1], "entries": watch.entries}
+    return {
+        "writes": writes,
+        "complete_at_return": complete_at_return,
+        "problems": problems,
+        "params": params,
+        "backend": ctx.backend,
+        "written_after": written_after[:1],
+        "entries": watch.entries,
+    }
 
 
 def _checkpoint_problems(path: str, model: nn.Module) -> list[str]:
@@ -107,39 +115,49 @@ def _checkpoint_problems(path: str, model: nn.Module) -> list[str]:
     if not isinstance(optim, dict) or "state" not in optim or "param_groups" not in optim:
         problems.append("checkpoint['optimizer'] is not an optimizer state_dict() (keys 'state', 'param_groups')")
     elif len(optim["state"]) != n_params:
-        problems.append(f"checkpoint['optimizer'] holds state for {len(optim['state'])} of {n_params} parameters: "
-                        "it is one rank's shard; save the state consolidated from every rank")
+        problems.append(
+            f"checkpoint['optimizer'] holds state for {len(optim['state'])} of {n_params} parameters: "
+            "it is one rank's shard; save the state consolidated from every rank"
+        )
     return problems
 
 
 def _run_checkpoint(g, resume: bool, world_size: int | None = None, held_write: bool = False) -> list:
-    result = g.run_raw(_in_rank_checkpoint, resume, held_write, world_size=world_size,
-                       timeout=min(g.timeout, CHECKPOINT_TIMEOUT_S))
+    result = g.run_raw(
+        _in_rank_checkpoint, resume, held_write, world_size=world_size, timeout=min(g.timeout, CHECKPOINT_TIMEOUT_S)
+    )
     if result.ok:
         return [r.value for r in result.ranks]
     stacks = " ".join(r.stack for r in result.ranks if r.status == "hung")
     if "consolidate_state_dict" in stacks:
-        raise CheckFailed("the save deadlocked inside consolidate_state_dict: it is a collective, so every rank "
-                          "must call it (consolidation on one rank only waits forever for the others' shards). "
-                          "Call optimizer.consolidate_state_dict(to=0) on every rank, then torch.save on rank 0 "
-                          "only, then dist.barrier() on every rank.\n" + result.failure())
+        raise CheckFailed(
+            "the save deadlocked inside consolidate_state_dict: it is a collective, so every rank "
+            "must call it (consolidation on one rank only waits forever for the others' shards). "
+            "Call optimizer.consolidate_state_dict(to=0) on every rank, then torch.save on rank 0 "
+            "only, then dist.barrier() on every rank.\n" + result.failure()
+        )
     errors = " ".join(str(r.error) for r in result.ranks if r.error)
     hint = ""
     if "has not been consolidated" in errors:
-        hint = ("optimizer.state_dict() of a ZeroRedundancyOptimizer needs the consolidated state: call "
-                "optimizer.consolidate_state_dict(to=0) on every rank first, then state_dict() and torch.save "
-                "on rank 0 only")
+        hint = (
+            "optimizer.state_dict() of a ZeroRedundancyOptimizer needs the consolidated state: call "
+            "optimizer.consolidate_state_dict(to=0) on every rank first, then state_dict() and torch.save "
+            "on rank 0 only"
+        )
     raise CheckFailed(describe_failure(result, hint))
 
 
 def _verify_checkpoint_written(results) -> None:
     for rank, got in enumerate(results):
         if rank > 0 and got["writes"]:
-            raise CheckFailed(f"rank {rank} also called torch.save: only rank 0 writes the checkpoint (ranks "
-                              "writing the same file at once can leave it corrupt)")
+            raise CheckFailed(
+                f"rank {rank} also called torch.save: only rank 0 writes the checkpoint (ranks "
+                "writing the same file at once can leave it corrupt)"
+            )
     if not results[0]["writes"]:
-        raise CheckFailed("rank 0 did not call torch.save: write {'model': ..., 'optimizer': ...} with torch.save "
-                          "on rank 0")
+        raise CheckFailed(
+            "rank 0 did not call torch.save: write {'model': ..., 'optimizer': ...} with torch.save on rank 0"
+        )
     for rank, got in enumerate(results):
         if got["problems"]:
             raise CheckFailed("the checkpoint is incomplete: " + "; ".join(got["problems"]))
@@ -147,14 +165,22 @@ def _verify_checkpoint_written(results) -> None:
     for rank, got in enumerate(results[1:], start=1):
         waited_in = fences.unfenced(got["entries"], written_after[0])
         if waited_in:
-            raise CheckFailed(_("rank {rank} waited for rank 0's checkpoint only in {collectives}: {rule}. End "
-                                "with dist.barrier() on every rank, after the save",
-                                rank=rank, collectives=fences.named(waited_in), rule=fences.rule(waited_in)))
+            raise CheckFailed(
+                _(
+                    "rank {rank} waited for rank 0's checkpoint only in {collectives}: {rule}. End "
+                    "with dist.barrier() on every rank, after the save",
+                    rank=rank,
+                    collectives=fences.named(waited_in),
+                    rule=fences.rule(waited_in),
+                )
+            )
     for rank, got in enumerate(results):
         if not got["complete_at_return"]:
-            raise CheckFailed(f"rank {rank} returned before the checkpoint file was complete (rank 0 was still "
-                              "writing it): end with dist.barrier() on every rank, so that no rank goes on to "
-                              "read, resume or exit before the file exists")
+            raise CheckFailed(
+                f"rank {rank} returned before the checkpoint file was complete (rank 0 was still "
+                "writing it): end with dist.barrier() on every rank, so that no rank goes on to "
+                "read, resume or exit before the file exists"
+            )
 
 
 def _verify_resume(g, results) -> None:
@@ -163,9 +189,14 @@ def _verify_resume(g, results) -> None:
         if got["params"] is None:
             raise CheckFailed("the checkpoint could not be resumed: " + "; ".join(got["problems"]))
         for i, (p, exp) in enumerate(zip(got["params"], expected)):
-            assert_close_scaled(g, p, exp, f"rank {rank}: parameter {i} after resuming and taking one more step",
-                         "the checkpoint must hold the model and the whole optimizer state (Adam's moments and "
-                         "step counts) as they were when saved")
+            assert_close_scaled(
+                g,
+                p,
+                exp,
+                f"rank {rank}: parameter {i} after resuming and taking one more step",
+                "the checkpoint must hold the model and the whole optimizer state (Adam's moments and "
+                "step counts) as they were when saved",
+            )
 
 
 @EXERCISE.check("save_sharded_checkpoint", points=1.5)

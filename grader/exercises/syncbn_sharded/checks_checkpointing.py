@@ -26,6 +26,7 @@ switch the dispatch mode off (dispatch_mode.py), so each block also asks, at eve
 modes still see operators, and keeps weak references to its hidden activations: after forward, those still alive
 (what autograd saved) count as a second measurement.
 """
+
 from __future__ import annotations
 
 from functools import lru_cache
@@ -140,11 +141,17 @@ def _in_rank_checkpointing(ctx, student, seed: int):
     with tracker:
         loss.backward()
     again = [b.runs[f:] for b, f in zip(blocks, forwards)]
-    return {"returned": "module", "peak": dict(tracker.peak), "kept": max(after_forward, held), "forwards": forwards,
-            "recomputes": [sum(grad for grad, _ in runs) for runs in again],
-            "no_grad_reruns": sum(not grad for runs in again for grad, _ in runs),
-            "off": sum(not on for b in blocks for _, on in b.runs), "copied": copied,
-            "grads": [None if p.grad is None else p.grad.detach().cpu().clone() for p in params]}
+    return {
+        "returned": "module",
+        "peak": dict(tracker.peak),
+        "kept": max(after_forward, held),
+        "forwards": forwards,
+        "recomputes": [sum(grad for grad, _ in runs) for runs in again],
+        "no_grad_reruns": sum(not grad for runs in again for grad, _ in runs),
+        "off": sum(not on for b in blocks for _, on in b.runs),
+        "copied": copied,
+        "grads": [None if p.grad is None else p.grad.detach().cpu().clone() for p in params],
+    }
 
 
 def run_checkpointing(g, seed: int) -> list:
@@ -156,10 +163,12 @@ def run_checkpointing(g, seed: int) -> list:
         if got.get("off"):
             raise CheckFailed(f"rank {rank}: {got['off']} block forward(s) ran while " + SWITCHED_OFF)
         if got.get("copied"):
-            raise CheckFailed(f"rank {rank}: the returned model does not hold the blocks it was given (blocks "
-                              f"{got['copied']} are missing): they were copied. Wrap each block (Checkpointed(block) "
-                              "keeps the block itself), don't copy it: a copy trains other parameters than the "
-                              "model's")
+            raise CheckFailed(
+                f"rank {rank}: the returned model does not hold the blocks it was given (blocks "
+                f"{got['copied']} are missing): they were copied. Wrap each block (Checkpointed(block) "
+                "keeps the block itself), don't copy it: a copy trains other parameters than the "
+                "model's"
+            )
     return results
 
 
@@ -167,22 +176,30 @@ def verify_recomputes(results) -> None:
     for rank, got in enumerate(results):
         once = [i for i, n in enumerate(got["forwards"]) if n != 1]
         if once:
-            raise CheckFailed(f"rank {rank}: in forward the blocks ran {got['forwards']} times: each block's forward "
-                              "must run once (call the block, or checkpoint(block, x, ...), once per block)")
+            raise CheckFailed(
+                f"rank {rank}: in forward the blocks ran {got['forwards']} times: each block's forward "
+                "must run once (call the block, or checkpoint(block, x, ...), once per block)"
+            )
         recomputes = got["recomputes"]
         if got["no_grad_reruns"] and any(n != 1 for n in recomputes):
-            raise CheckFailed(f"rank {rank}: in backward the blocks ran again {got['no_grad_reruns']} time(s) under "
-                              "no_grad: a result computed without autograd gives no gradient and is thrown away, so "
-                              "the activations had to be saved anyway. Checkpointing recomputes each block with "
-                              "autograd on: torch.utils.checkpoint.checkpoint(block, x, use_reentrant=False)")
+            raise CheckFailed(
+                f"rank {rank}: in backward the blocks ran again {got['no_grad_reruns']} time(s) under "
+                "no_grad: a result computed without autograd gives no gradient and is thrown away, so "
+                "the activations had to be saved anyway. Checkpointing recomputes each block with "
+                "autograd on: torch.utils.checkpoint.checkpoint(block, x, use_reentrant=False)"
+            )
         if not any(recomputes):
-            raise CheckFailed(f"rank {rank}: no block ran again in backward: no block is checkpointed (a block's "
-                              "forward run inside torch.utils.checkpoint.checkpoint(block, x, use_reentrant=False) "
-                              "is recomputed in backward)")
+            raise CheckFailed(
+                f"rank {rank}: no block ran again in backward: no block is checkpointed (a block's "
+                "forward run inside torch.utils.checkpoint.checkpoint(block, x, use_reentrant=False) "
+                "is recomputed in backward)"
+            )
         if any(n > 1 for n in recomputes):
-            raise CheckFailed(f"rank {rank}: in backward the blocks ran again {recomputes} times: checkpointing "
-                              "recomputes a block once (one extra forward); checkpoint each chosen block, once, "
-                              "and nothing nested")
+            raise CheckFailed(
+                f"rank {rank}: in backward the blocks ran again {recomputes} times: checkpointing "
+                "recomputes a block once (one extra forward); checkpoint each chosen block, once, "
+                "and nothing nested"
+            )
 
 
 def verify_gradients(g, results, seed: int) -> None:
@@ -193,25 +210,35 @@ def verify_gradients(g, results, seed: int) -> None:
     for rank, got in enumerate(results):
         missing = sorted({i // per_block for i, grad in enumerate(got["grads"]) if grad is None and i < blocks * 4})
         if missing == list(range(blocks)):
-            raise CheckFailed(f"rank {rank}: no block's parameters got a gradient: the blocks' outputs do not require "
-                              "grad. With use_reentrant=True, checkpoint passes gradients only through inputs that "
-                              "require grad, and the first block's input (the data) does not; use "
-                              "checkpoint(block, x, use_reentrant=False), and do not run the blocks under no_grad")
+            raise CheckFailed(
+                f"rank {rank}: no block's parameters got a gradient: the blocks' outputs do not require "
+                "grad. With use_reentrant=True, checkpoint passes gradients only through inputs that "
+                "require grad, and the first block's input (the data) does not; use "
+                "checkpoint(block, x, use_reentrant=False), and do not run the blocks under no_grad"
+            )
         if missing == [0]:
-            raise CheckFailed(f"rank {rank}: the first block's parameters got no gradient, the others did. With "
-                              "use_reentrant=True, checkpoint passes gradients only through inputs that require "
-                              "grad, and the first block's input (the data) does not: use checkpoint(block, x, "
-                              "use_reentrant=False)")
+            raise CheckFailed(
+                f"rank {rank}: the first block's parameters got no gradient, the others did. With "
+                "use_reentrant=True, checkpoint passes gradients only through inputs that require "
+                "grad, and the first block's input (the data) does not: use checkpoint(block, x, "
+                "use_reentrant=False)"
+            )
         if missing:
-            raise CheckFailed(f"rank {rank}: the parameters of blocks {missing} got no gradient: the gradient must "
-                              "flow through each block's input (do not detach it)")
+            raise CheckFailed(
+                f"rank {rank}: the parameters of blocks {missing} got no gradient: the gradient must "
+                "flow through each block's input (do not detach it)"
+            )
         if any(grad is None for grad in got["grads"]):
             raise CheckFailed(f"rank {rank}: the head's parameters got no gradient: keep model.head as it is")
         for i, (actual, exp) in enumerate(zip(got["grads"], expected)):
             where = f"block {i // per_block}" if i < blocks * per_block else "the head"
-            g.assert_close(actual, exp, f"rank {rank}: the gradient of parameter {i} ({where})",
-                           "checkpointing must not change the gradients: recompute the same forward (the block "
-                           "itself, its input not detached), and leave the model's parameters in place")
+            g.assert_close(
+                actual,
+                exp,
+                f"rank {rank}: the gradient of parameter {i} ({where})",
+                "checkpointing must not change the gradients: recompute the same forward (the block "
+                "itself, its input not detached), and leave the model's parameters in place",
+            )
 
 
 def verify_budget(results) -> None:
@@ -223,20 +250,26 @@ def verify_budget(results) -> None:
             raise CheckFailed(
                 f"rank {rank}: after forward, autograd kept {got['kept']} bytes of hidden-sized activations for "
                 f"backward, over the budget of {budget}: checkpoint more blocks (you checkpointed {len(chosen)}). "
-                f"Each block that is not checkpointed keeps fc1's and GELU's outputs, 2 x rows x hidden x 4 bytes")
+                f"Each block that is not checkpointed keeps fc1's and GELU's outputs, 2 x rows x hidden x 4 bytes"
+            )
         if got["peak"]["backward"] >= sum(sizes):
             raise CheckFailed(
                 f"rank {rank}: {got['peak']['backward']} bytes of hidden-sized activations were alive at once in "
                 f"backward, all {len(sizes)} blocks' worth ({sum(sizes)}): checkpoint blocks on their own. "
                 "Checkpointing the whole model as one unit saves nothing at the peak: backward recomputes every "
-                "block's activations at once")
+                "block's activations at once"
+            )
         if len(chosen) > fewest:
-            what = ("every block: the budget needs only " if len(chosen) == len(sizes) else
-                    f"blocks {chosen}, {len(chosen)} of them: ")
+            what = (
+                "every block: the budget needs only "
+                if len(chosen) == len(sizes)
+                else f"blocks {chosen}, {len(chosen)} of them: "
+            )
             raise CheckFailed(
                 f"rank {rank}: you checkpointed {what}{fewest} to fit {budget} bytes, and each checkpointed block "
                 "costs one more forward in backward. Choose the blocks whose activations are the largest first, "
-                "and stop as soon as the rest fit")
+                "and stop as soon as the rest fit"
+            )
 
 
 @EXERCISE.check(TASK, points=2)

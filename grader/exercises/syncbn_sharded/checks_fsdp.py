@@ -42,6 +42,7 @@ verify_equal_shards first, so correct numbers from unsharded training earn nothi
 |                                                                         | verify_memory                        |
 | 2 ranks and 3 (hidden), sizes no world size divides                     | every check (odd=True), hidden_fsdp  |
 """
+
 from __future__ import annotations
 
 from functools import lru_cache
@@ -115,8 +116,10 @@ def _fsdp_scenario(ctx, student, seed: int, odd: bool, dtype_name: str | None, o
     with record_collectives():  # construction may communicate; only its unseen collectives matter here
         fsdp = cls(module, compute_dtype) if compute_dtype else cls(module)
     if isinstance(fsdp, nn.parallel.DistributedDataParallel):
-        raise CheckFailed("MiniFSDP returned torch's DistributedDataParallel: nothing is sharded; keep 1/N of "
-                          "each parameter per rank and all-gather the full ones around each layer's forward")
+        raise CheckFailed(
+            "MiniFSDP returned torch's DistributedDataParallel: nothing is sharded; keep 1/N of "
+            "each parameter per rank and all-gather the full ones around each layer's forward"
+        )
     shards = list(fsdp.parameters())
     sizes = [p.numel() for p in shards]
     every = [None] * ctx.world_size
@@ -137,15 +140,25 @@ def _fsdp_scenario(ctx, student, seed: int, odd: bool, dtype_name: str | None, o
             fsdp.finish_gradient_synchronization()
             opt.step()
             per_step.append([(c.kind, c.dtype, c.numel) for c in calls[start:]])
-        leftover = sum(t.numel() for m in module.modules() for t in
-                       list(m._parameters.values()) + [getattr(m, n, None) for n in ("weight", "bias")]
-                       if isinstance(t, torch.Tensor))
+        leftover = sum(
+            t.numel()
+            for m in module.modules()
+            for t in list(m._parameters.values()) + [getattr(m, n, None) for n in ("weight", "bias")]
+            if isinstance(t, torch.Tensor)
+        )
         full = fsdp.gather_full_params()
-    return {"shards": [(str(p.dtype).replace("torch.", ""), p.numel()) for p in shards], "state": ref.state_elements(opt),
-            "leftover": leftover, "seen": seen, "calls": per_step, "backward_gathers": backward_gathers,
-            "backend": ctx.backend, "shard_sizes": every,
-            "full": {str(k): v.detach().float().cpu().clone() for k, v in dict(full).items()},
-            "full_dtypes": {str(k): str(v.dtype) for k, v in dict(full).items()}}
+    return {
+        "shards": [(str(p.dtype).replace("torch.", ""), p.numel()) for p in shards],
+        "state": ref.state_elements(opt),
+        "leftover": leftover,
+        "seen": seen,
+        "calls": per_step,
+        "backward_gathers": backward_gathers,
+        "backend": ctx.backend,
+        "shard_sizes": every,
+        "full": {str(k): v.detach().float().cpu().clone() for k, v in dict(full).items()},
+        "full_dtypes": {str(k): str(v.dtype) for k, v in dict(full).items()},
+    }
 
 
 def numels(seed: int, odd: bool) -> list[int]:
@@ -162,15 +175,21 @@ def run_fsdp(g, seed: int, odd: bool, dtype_name: str | None = None, opt_name: s
 # When that launch fails (a crash, a hang, tampering, a result of the wrong shape), every check makes its own
 # runs as before: a mistake in one run fails only its own check, with its own message, and the failed launch
 # counts for nothing (but tampering). Its timeout is short: a correct launch takes about a second.
-PUBLIC_SCENARIOS = ((1, False, None, "sgd"), (1, True, None, "sgd"), (2, True, "bfloat16", "sgd"),
-                    (1, True, None, "adamw"))
+PUBLIC_SCENARIOS = (
+    (1, False, None, "sgd"),
+    (1, True, None, "sgd"),
+    (2, True, "bfloat16", "sgd"),
+    (1, True, None, "adamw"),
+)
 PUBLIC_MEMORY_SEED = 4
 ONE_LAUNCH_TIMEOUT_S = 15.0
 
 
 def _in_rank_public(ctx, student):
-    return {"memory": _in_rank_memory(ctx, student, PUBLIC_MEMORY_SEED),
-            "scenarios": _in_rank_fsdp(ctx, student, list(PUBLIC_SCENARIOS))}
+    return {
+        "memory": _in_rank_memory(ctx, student, PUBLIC_MEMORY_SEED),
+        "scenarios": _in_rank_fsdp(ctx, student, list(PUBLIC_SCENARIOS)),
+    }
 
 
 def _public_launch(g) -> list | None:
@@ -180,12 +199,16 @@ def _public_launch(g) -> list | None:
     before = (g.hung, len(g.outputs), len(g.notes))
     result = g.run_raw(_in_rank_public, timeout=min(g.timeout, ONE_LAUNCH_TIMEOUT_S), share_failure=True)
     values = [r.value for r in result.ranks] if result.ok else []
-    if result.ok and all(isinstance(v, dict) and set(v) == {"memory", "scenarios"}
-                         and isinstance(v["scenarios"], list) and len(v["scenarios"]) == len(PUBLIC_SCENARIOS)
-                         for v in values):
+    if result.ok and all(
+        isinstance(v, dict)
+        and set(v) == {"memory", "scenarios"}
+        and isinstance(v["scenarios"], list)
+        and len(v["scenarios"]) == len(PUBLIC_SCENARIOS)
+        for v in values
+    ):
         return values
     g.hung = before[0]  # the check's own runs decide (tampering, already recorded, still counts)
-    del g.outputs[before[1]:], g.notes[before[2]:]
+    del g.outputs[before[1] :], g.notes[before[2] :]
     return None
 
 
@@ -197,8 +220,10 @@ def run_fsdp_scenarios(g, scenarios: list) -> list:
     else:
         per_rank = g.run(_in_rank_fsdp, scenarios)
     if any(not isinstance(got, list) or len(got) != len(scenarios) for got in per_rank):
-        raise CheckFailed("the ranks did not send back one result per training run: the grader's code in the ranks "
-                          "was changed or cut short")
+        raise CheckFailed(
+            "the ranks did not send back one result per training run: the grader's code in the ranks "
+            "was changed or cut short"
+        )
     out = []
     for i, (seed, odd, _, _) in enumerate(scenarios):
         results = [got[i] for got in per_rank]
@@ -212,24 +237,36 @@ def verify_training(g, results, seed: int, odd: bool, bf16: bool = False) -> Non
     for rank, got in enumerate(results):
         missing = set(expected) - set(got["full"])
         if missing:
-            raise CheckFailed(f"rank {rank}: gather_full_params() lacks {sorted(missing)}; key it like "
-                              "module.named_parameters()")
+            raise CheckFailed(
+                f"rank {rank}: gather_full_params() lacks {sorted(missing)}; key it like module.named_parameters()"
+            )
         for name, exp in expected.items():
             actual = got["full"][name]
             if actual.shape != exp.shape:
-                raise CheckFailed(f"rank {rank}: gather_full_params()[{name!r}] has shape {tuple(actual.shape)}, "
-                                  f"expected {tuple(exp.shape)}: drop the padding and view the flat data as the "
-                                  "parameter's shape")
-            likely = ("the result must equal one process training on the whole batch: reduce-scatter the gradients "
-                      "and divide by the world size (the average), once, in finish_gradient_synchronization "
-                      "or in backward; the optimizer steps the fp32 shards")
+                raise CheckFailed(
+                    f"rank {rank}: gather_full_params()[{name!r}] has shape {tuple(actual.shape)}, "
+                    f"expected {tuple(exp.shape)}: drop the padding and view the flat data as the "
+                    "parameter's shape"
+                )
+            likely = (
+                "the result must equal one process training on the whole batch: reduce-scatter the gradients "
+                "and divide by the world size (the average), once, in finish_gradient_synchronization "
+                "or in backward; the optimizer steps the fp32 shards"
+            )
             if not all(got.get("backward_gathers", [1])):  # correct numbers need no gather only when kept whole
-                likely = ("backward all-gathered nothing, so the gradients were computed with something other than "
-                          "the full parameters (the local shard?): in backward, all-gather each layer's full "
-                          "parameters again before its gradients are computed (unpack must return the gathered "
-                          "full parameter, shaped as it was saved)")
-            g.assert_close(actual, exp, f"rank {rank}: {name} after {FSDP_STEPS}{' bf16' if bf16 else ''} steps",
-                           likely, tol=BF16_TOL if bf16 else None)
+                likely = (
+                    "backward all-gathered nothing, so the gradients were computed with something other than "
+                    "the full parameters (the local shard?): in backward, all-gather each layer's full "
+                    "parameters again before its gradients are computed (unpack must return the gathered "
+                    "full parameter, shaped as it was saved)"
+                )
+            g.assert_close(
+                actual,
+                exp,
+                f"rank {rank}: {name} after {FSDP_STEPS}{' bf16' if bf16 else ''} steps",
+                likely,
+                tol=BF16_TOL if bf16 else None,
+            )
 
 
 def verify_memory(results, seed: int, odd: bool) -> None:
@@ -239,19 +276,27 @@ def verify_memory(results, seed: int, odd: bool) -> None:
     for rank, got in enumerate(results):
         held = sum(numel for _, numel in got["shards"])
         if any(dtype != "float32" for dtype, _ in got["shards"]):
-            raise CheckFailed(f"rank {rank}: the wrapper's parameters are {sorted({d for d, _ in got['shards']})}: "
-                              "the master shards must stay float32 (cast only the gathered copies to compute_dtype)")
+            raise CheckFailed(
+                f"rank {rank}: the wrapper's parameters are {sorted({d for d, _ in got['shards']})}: "
+                "the master shards must stay float32 (cast only the gathered copies to compute_dtype)"
+            )
         if held > bound:
-            raise CheckFailed(f"rank {rank}: MiniFSDP.parameters() hold {held} elements of a {total}-element model; "
-                              f"about 1/{n} (at most {bound:.0f}) is expected: keep only this rank's chunk of each "
-                              "parameter, or the optimizer is built on full parameters")
+            raise CheckFailed(
+                f"rank {rank}: MiniFSDP.parameters() hold {held} elements of a {total}-element model; "
+                f"about 1/{n} (at most {bound:.0f}) is expected: keep only this rank's chunk of each "
+                "parameter, or the optimizer is built on full parameters"
+            )
         if got["state"] > 2 * bound:
-            raise CheckFailed(f"rank {rank}: AdamW holds {got['state']} state elements; 2 x {bound:.0f} at most "
-                              "expected: the optimizer must be built on the shards only")
+            raise CheckFailed(
+                f"rank {rank}: AdamW holds {got['state']} state elements; 2 x {bound:.0f} at most "
+                "expected: the optimizer must be built on the shards only"
+            )
         if got["leftover"]:
-            raise CheckFailed(f"rank {rank}: after a step the wrapped module still references {got['leftover']} "
-                              "parameter elements: free the full parameters after each forward (e.g. an empty "
-                              "tensor in their place); only the shards persist")
+            raise CheckFailed(
+                f"rank {rank}: after a step the wrapped module still references {got['leftover']} "
+                "parameter elements: free the full parameters after each forward (e.g. an empty "
+                "tensor in their place); only the shards persist"
+            )
 
 
 @EXERCISE.check("MiniFSDP", points=3)
@@ -271,14 +316,20 @@ def fsdp_bf16_compute_fp32_masters(g):
     results = run_fsdp(g, 2, True, "bfloat16")
     for rank, got in enumerate(results):
         if not got["seen"]:
-            raise CheckFailed(f"rank {rank}: the inner Linear layers never ran: fsdp(x) must run the module's layers "
-                              "(the grader's hooks on them count)")
+            raise CheckFailed(
+                f"rank {rank}: the inner Linear layers never ran: fsdp(x) must run the module's layers "
+                "(the grader's hooks on them count)"
+            )
         if any(w != "torch.bfloat16" for w, _ in got["seen"]):
-            raise CheckFailed(f"rank {rank}: the inner Linear layers computed in {sorted({w for w, _ in got['seen']})}"
-                              ": compute_dtype is ignored; all-gather the parameters cast to compute_dtype")
+            raise CheckFailed(
+                f"rank {rank}: the inner Linear layers computed in {sorted({w for w, _ in got['seen']})}"
+                ": compute_dtype is ignored; all-gather the parameters cast to compute_dtype"
+            )
         if any(d != "float32" for d, _ in got["shards"]):
-            raise CheckFailed(f"rank {rank}: the master shards are {sorted({d for d, _ in got['shards']})}: keep them "
-                              "float32 (the optimizer updates fp32 masters), cast only the gathered copies")
+            raise CheckFailed(
+                f"rank {rank}: the master shards are {sorted({d for d, _ in got['shards']})}: keep them "
+                "float32 (the optimizer updates fp32 masters), cast only the gathered copies"
+            )
     verify_gathers_in(results, "bfloat16")
     verify_training(g, results, 2, True, bf16=True)
 
@@ -306,8 +357,10 @@ def fsdp_gather_full_params_keys_and_shapes(g):
     for rank, got in enumerate(results):
         shapes = {k: tuple(v.shape) for k, v in got["full"].items()}
         if shapes != expected:
-            raise CheckFailed(f"rank {rank}: gather_full_params() returned {shapes}; expected {expected}, "
-                              "keyed like module.named_parameters(), padding dropped")
+            raise CheckFailed(
+                f"rank {rank}: gather_full_params() returned {shapes}; expected {expected}, "
+                "keyed like module.named_parameters(), padding dropped"
+            )
         if any(d != "torch.float32" for d in got["full_dtypes"].values()):
             raise CheckFailed(f"rank {rank}: gather_full_params() returned {got['full_dtypes']}: return fp32")
 
@@ -327,8 +380,9 @@ def run_memory(g, seed: int) -> list:
     results = [got["memory"] for got in shared] if shared is not None else g.run(_in_rank_memory, seed)
     keys = {"peak", "forwards", "off", "forward_calls", "backward_calls"}
     if any(not isinstance(got, dict) or set(got) != keys for got in results):
-        raise CheckFailed("the ranks did not send back their measurements: the grader's code in the ranks was "
-                          "changed or cut short")
+        raise CheckFailed(
+            "the ranks did not send back their measurements: the grader's code in the ranks was changed or cut short"
+        )
     return results
 
 

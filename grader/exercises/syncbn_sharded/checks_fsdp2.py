@@ -16,6 +16,7 @@ rule of the task text and its check:
 | (the global norm before clipping) as a float                   | one process; a local norm named)            |
 | optimizer.step(), optimizer.zero_grad()                        | both (two steps in a row)                   |
 """
+
 from __future__ import annotations
 
 from functools import lru_cache
@@ -38,6 +39,7 @@ MAX_NORM = 0.05  # below every step's gradient norm here (reference_training ass
 
 
 # --- inputs and single-process references (parent and ranks) --------------------------------------------------
+
 
 def batch(step: int, rank: int, micro: int) -> tuple[torch.Tensor, torch.Tensor]:
     g = torch.Generator().manual_seed(1000 * step + 10 * rank + micro)
@@ -67,6 +69,7 @@ def reference_training(depth: int, seed: int, world: int) -> tuple[list, dict]:
 
 
 # --- rank side -----------------------------------------------------------------------------------------------
+
 
 def full(t) -> torch.Tensor:
     """A parameter or gradient as one plain CPU tensor (a collective for DTensors: every rank calls it)."""
@@ -112,16 +115,24 @@ def _in_rank_train(ctx, student, depth: int, seed: int):
                 f"rank {ctx.rank}, step {step + 1}: no gradient was reduce-scattered in this step, so gradient sync "
                 "stayed off: the gradients are this rank's unsynchronized local tensors (not DTensor shards), and "
                 "what comes after fails on them. Call model.set_requires_gradient_sync(True) before the last "
-                f"micro-batch. Your code then raised {type(error).__name__}: {error}") from error
+                f"micro-batch. Your code then raised {type(error).__name__}: {error}"
+            ) from error
         unseen = (issued() - before - len(calls)) if before is not None else 0
         norm = norm.full_tensor() if hasattr(norm, "full_tensor") else norm  # a DTensor norm: a collective
-        steps.append({"norm": float(norm) if isinstance(norm, (int, float, torch.Tensor)) else repr(type(norm)),
-                      "calls": calls, "forwards": forwards[0], "unseen": unseen,
-                      "grads_left": sum(p.grad is not None for p in model.parameters())})
+        steps.append(
+            {
+                "norm": float(norm) if isinstance(norm, (int, float, torch.Tensor)) else repr(type(norm)),
+                "calls": calls,
+                "forwards": forwards[0],
+                "unseen": unseen,
+                "grads_left": sum(p.grad is not None for p in model.parameters()),
+            }
+        )
     return {"steps": steps, "params": {k: full(p) for k, p in model.named_parameters()}}
 
 
 # --- parent side ---------------------------------------------------------------------------------------------
+
 
 def units(depth: int) -> int:
     return depth + 1  # each block, and the root's own parameters (the head)
@@ -132,29 +143,43 @@ def verify_accumulation(results, depth: int) -> None:
         for step, info in enumerate(got["steps"]):
             where = f"rank {rank}, step {step + 1}"
             if info["forwards"] != MICRO:
-                raise CheckFailed(f"{where}: the model ran {info['forwards']} forward(s) for {MICRO} micro-batches: "
-                                  "run each micro-batch once")
+                raise CheckFailed(
+                    f"{where}: the model ran {info['forwards']} forward(s) for {MICRO} micro-batches: "
+                    "run each micro-batch once"
+                )
             if info["unseen"] > UNSEEN_PER_STEP:
-                raise CheckFailed(f"{where}: {info['unseen']} collectives moved data where the grader could not see "
-                                  f"them (at most {UNSEEN_PER_STEP}: clip_grad_norm_'s reduction of the norm): call "
-                                  "collectives through torch.distributed, from the thread that runs your code")
+                raise CheckFailed(
+                    f"{where}: {info['unseen']} collectives moved data where the grader could not see "
+                    f"them (at most {UNSEEN_PER_STEP}: clip_grad_norm_'s reduction of the norm): call "
+                    "collectives through torch.distributed, from the thread that runs your code"
+                )
             synced = sorted({f for kind, _, f in info["calls"] if kind == "reduce_scatter"})
             if synced and synced[0] < MICRO:
                 every = synced == list(range(1, MICRO + 1))
-                raise CheckFailed(f"{where}: gradients were reduce-scattered in the backward of micro-batch(es) "
-                                  f"{', '.join(map(str, synced))} of {MICRO}: " + (
-                                      "accumulation syncs every micro-batch" if every else
-                                      "sync is on for the wrong micro-batches, and the last one must sync") + ". Call "
-                                  "model.set_requires_gradient_sync(False) before the micro-batches that are not "
-                                  "the last, and (True) before the last")
+                raise CheckFailed(
+                    f"{where}: gradients were reduce-scattered in the backward of micro-batch(es) "
+                    f"{', '.join(map(str, synced))} of {MICRO}: "
+                    + (
+                        "accumulation syncs every micro-batch"
+                        if every
+                        else "sync is on for the wrong micro-batches, and the last one must sync"
+                    )
+                    + ". Call "
+                    "model.set_requires_gradient_sync(False) before the micro-batches that are not "
+                    "the last, and (True) before the last"
+                )
             scatters = sum(kind == "reduce_scatter" for kind, _, _ in info["calls"])
             if scatters != units(depth):
-                raise CheckFailed(f"{where}: {scatters} reduce-scatter(s) in the step, {units(depth)} expected (one "
-                                  "per FSDP unit, during the last micro-batch's backward): turn gradient sync back "
-                                  "on (set_requires_gradient_sync(True)) before the last micro-batch")
+                raise CheckFailed(
+                    f"{where}: {scatters} reduce-scatter(s) in the step, {units(depth)} expected (one "
+                    "per FSDP unit, during the last micro-batch's backward): turn gradient sync back "
+                    "on (set_requires_gradient_sync(True)) before the last micro-batch"
+                )
             if info["grads_left"]:
-                raise CheckFailed(f"{where}: {info['grads_left']} gradients were left after the step: call "
-                                  "optimizer.zero_grad() after optimizer.step()")
+                raise CheckFailed(
+                    f"{where}: {info['grads_left']} gradients were left after the step: call "
+                    "optimizer.zero_grad() after optimizer.step()"
+                )
 
 
 def verify_clipped_training(g, results, depth: int, seed: int) -> None:
@@ -163,30 +188,45 @@ def verify_clipped_training(g, results, depth: int, seed: int) -> None:
         for step, (info, exp) in enumerate(zip(got["steps"], norms)):
             norm = info["norm"]
             if not isinstance(norm, float):
-                raise CheckFailed(f"rank {rank}, step {step + 1}: train_step_fsdp2 returned {norm}; return the "
-                                  "gradient norm clip_grad_norm_ returns, as a float")
+                raise CheckFailed(
+                    f"rank {rank}, step {step + 1}: train_step_fsdp2 returned {norm}; return the "
+                    "gradient norm clip_grad_norm_ returns, as a float"
+                )
             if abs(norm - exp) > 1e-4 * exp and abs(norm - MAX_NORM) <= 1e-4 * MAX_NORM:
-                raise CheckFailed(f"rank {rank}, step {step + 1}: the returned norm is {norm:.6g}, max_norm itself: "
-                                  "that is the norm after clipping. Return what clip_grad_norm_ returns: the global "
-                                  f"norm before clipping ({exp:.6g} here)")
+                raise CheckFailed(
+                    f"rank {rank}, step {step + 1}: the returned norm is {norm:.6g}, max_norm itself: "
+                    "that is the norm after clipping. Return what clip_grad_norm_ returns: the global "
+                    f"norm before clipping ({exp:.6g} here)"
+                )
             if abs(norm - exp) > 1e-4 * exp and step > 0 and abs(got["steps"][0]["norm"] - norms[0]) <= 1e-4 * norms[0]:
-                raise CheckFailed(f"rank {rank}, step {step + 1}: the returned norm is {norm:.6g}, the global gradient "
-                                  f"norm is {exp:.6g}, while step 1's norm was right: step 1 updated the parameters "
-                                  "with other gradients than clipped ones. Call clip_grad_norm_ before "
-                                  "optimizer.step() (it scales the gradients the step then uses)")
+                raise CheckFailed(
+                    f"rank {rank}, step {step + 1}: the returned norm is {norm:.6g}, the global gradient "
+                    f"norm is {exp:.6g}, while step 1's norm was right: step 1 updated the parameters "
+                    "with other gradients than clipped ones. Call clip_grad_norm_ before "
+                    "optimizer.step() (it scales the gradients the step then uses)"
+                )
             if abs(norm - exp) > 1e-4 * exp:
                 local = norm < exp * 0.999
-                raise CheckFailed(f"rank {rank}, step {step + 1}: the returned norm is {norm:.6g}, the global "
-                                  f"gradient norm is {exp:.6g}" + (
-                                      ": that is a local norm (this rank's shards only). Call "
-                                      "torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm) on the DTensor "
-                                      "gradients: it reduces the norm over every shard" if local else
-                                      ": scale each micro-batch's loss by 1/len(micro_batches), and return the norm "
-                                      "before clipping"))
+                raise CheckFailed(
+                    f"rank {rank}, step {step + 1}: the returned norm is {norm:.6g}, the global "
+                    f"gradient norm is {exp:.6g}"
+                    + (
+                        ": that is a local norm (this rank's shards only). Call "
+                        "torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm) on the DTensor "
+                        "gradients: it reduces the norm over every shard"
+                        if local
+                        else ": scale each micro-batch's loss by 1/len(micro_batches), and return the norm "
+                        "before clipping"
+                    )
+                )
         for name, exp in params.items():
-            g.assert_close(got["params"][name], exp, f"rank {rank}: {name} after {STEPS} steps",
-                           "each step must equal one clipped SGD step on the whole batch: loss / len(micro_batches),"
-                           " one gradient sync, clip_grad_norm_(model.parameters(), max_norm), optimizer.step()")
+            g.assert_close(
+                got["params"][name],
+                exp,
+                f"rank {rank}: {name} after {STEPS} steps",
+                "each step must equal one clipped SGD step on the whole batch: loss / len(micro_batches),"
+                " one gradient sync, clip_grad_norm_(model.parameters(), max_norm), optimizer.step()",
+            )
 
 
 def run_train(g, depth: int = DEPTH, seed: int = SEED):

@@ -19,6 +19,7 @@ our own (fsdp2_probe.py). Each rule of the task text and its check:
 |                                                                | bf16, reduce-scatters in fp32, gradients    |
 |                                                                | within bf16 tolerance of fp32)              |
 """
+
 from __future__ import annotations
 
 from functools import lru_cache
@@ -107,12 +108,19 @@ def _in_rank_build(ctx, student, model_spec: dict):
     if not isinstance(model, nn.Module):
         return {"not_module": type(model).__name__}
     params = dict(model.named_parameters())
-    head, embed = getattr(getattr(model, "head", None), "weight", None), getattr(getattr(model, "embed", None), "weight", None)
-    out = {"allocated": list(allocated), "sharded": {k: isinstance(p, DTensor) for k, p in params.items()},
-           "devices": sorted({p.device.type for p in params.values()}), "made": made,
-           "tied": head is not None and head is embed,
-           "own_units": [n for n in ("embed", "head") if isinstance(getattr(model, n, None), FSDPModule)],
-           "init_calls": getattr(model, "init_weights_calls", 0)}
+    head, embed = (
+        getattr(getattr(model, "head", None), "weight", None),
+        getattr(getattr(model, "embed", None), "weight", None),
+    )
+    out = {
+        "allocated": list(allocated),
+        "sharded": {k: isinstance(p, DTensor) for k, p in params.items()},
+        "devices": sorted({p.device.type for p in params.values()}),
+        "made": made,
+        "tied": head is not None and head is embed,
+        "own_units": [n for n in ("embed", "head") if isinstance(getattr(model, n, None), FSDPModule)],
+        "init_calls": getattr(model, "init_weights_calls", 0),
+    }
     if out["devices"] != [ctx.device.type] or not all(out["sharded"].values()) or not out["tied"]:
         return out  # meta or elsewhere, not sharded, or untied: the parent names it; a step would only crash
     out["values"] = {k: full(p) for k, p in params.items()}  # our gathers, after the student's code returned
@@ -121,8 +129,11 @@ def _in_rank_build(ctx, student, model_spec: dict):
         logits = model(x)
         forward = [(c.kind, c.dtype, c.nbytes) for c in calls]
         nn.functional.cross_entropy(logits.float(), y).backward()
-    out |= {"forward_calls": forward, "calls": [(c.kind, c.dtype, c.nbytes) for c in calls],
-            "grads": {k: None if p.grad is None else full(p.grad) for k, p in params.items()}}
+    out |= {
+        "forward_calls": forward,
+        "calls": [(c.kind, c.dtype, c.nbytes) for c in calls],
+        "grads": {k: None if p.grad is None else full(p.grad) for k, p in params.items()},
+    }
     return out
 
 
@@ -130,47 +141,72 @@ def verify_build(g, results, model_spec: dict) -> None:
     expected = dict(plain(model_spec).named_parameters())
     for rank, got in enumerate(results):
         if got.get("tied_split"):
-            raise CheckFailed(f"rank {rank}: fully_shard refused the model: {TIED}, and your units put it in two "
-                              "(the embedding's and the head's). One unit must own a tied weight: leave the "
-                              "embedding and the head out of the block units, so the root's call takes them both")
+            raise CheckFailed(
+                f"rank {rank}: fully_shard refused the model: {TIED}, and your units put it in two "
+                "(the embedding's and the head's). One unit must own a tied weight: leave the "
+                "embedding and the head out of the block units, so the root's call takes them both"
+            )
         if "not_module" in got:
             raise CheckFailed(f"rank {rank}: build_fsdp2_model returned a {got['not_module']}, not the model")
         plain_ones = [k for k, sharded in got["sharded"].items() if not sharded]
         if plain_ones and not any(k.startswith("blocks.") for k in plain_ones):
-            raise CheckFailed(f"rank {rank}: {', '.join(plain_ones)} are plain tensors: the root is not wrapped. Call "
-                              "fully_shard(model, mesh=mesh, ...) after the blocks: it shards the parameters outside "
-                              "them (the tied embedding, the final norm) and runs the whole step")
+            raise CheckFailed(
+                f"rank {rank}: {', '.join(plain_ones)} are plain tensors: the root is not wrapped. Call "
+                "fully_shard(model, mesh=mesh, ...) after the blocks: it shards the parameters outside "
+                "them (the tied embedding, the final norm) and runs the whole step"
+            )
         if plain_ones:
-            raise CheckFailed(f"rank {rank}: {len(plain_ones)} parameters (e.g. {plain_ones[0]}) are plain tensors, "
-                              "not DTensors: fully_shard the block units, then the root (it takes the rest)")
+            raise CheckFailed(
+                f"rank {rank}: {len(plain_ones)} parameters (e.g. {plain_ones[0]}) are plain tensors, "
+                "not DTensors: fully_shard the block units, then the root (it takes the rest)"
+            )
         if not got["made"]:
-            raise CheckFailed(f"rank {rank}: make_model() was never called: build the model with make_model(), "
-                              "under `with torch.device('meta'):`")
+            raise CheckFailed(
+                f"rank {rank}: make_model() was never called: build the model with make_model(), "
+                "under `with torch.device('meta'):`"
+            )
         if not all(on for _, on in got["made"]):
             raise CheckFailed(f"rank {rank}: make_model() ran while " + SWITCHED_OFF)
         real = sorted({d for devices, _ in got["made"] for d in devices if d != "meta"})
         if real or got["allocated"]:
-            where = f"built the parameters on {', '.join(real)}" if real else (
-                f"allocated {len(got['allocated'])} tensor(s) of a full weight's shape (e.g. "
-                f"{tuple(got['allocated'][0])})")
-            raise CheckFailed(f"rank {rank}: make_model() {where}: the full model was materialized before "
-                              "sharding. Call make_model() under `with torch.device('meta'):`, shard, then to_empty")
+            where = (
+                f"built the parameters on {', '.join(real)}"
+                if real
+                else (
+                    f"allocated {len(got['allocated'])} tensor(s) of a full weight's shape (e.g. "
+                    f"{tuple(got['allocated'][0])})"
+                )
+            )
+            raise CheckFailed(
+                f"rank {rank}: make_model() {where}: the full model was materialized before "
+                "sharding. Call make_model() under `with torch.device('meta'):`, shard, then to_empty"
+            )
         if not got["tied"]:
             units = " and ".join(f"model.{n}" for n in got["own_units"])
-            raise CheckFailed(f"rank {rank}: model.head.weight is no longer model.embed.weight: {TIED} (one "
-                              "Parameter, whose gradient sums both uses), and two trains two weights. " + (
-                                  f"{units} became a unit of its own. One unit must own a tied weight: leave the "
-                                  "embedding and the head to the root's call" if units else
-                                  "Keep the tie: shard the model as it is, with one unit owning the shared weight"))
+            raise CheckFailed(
+                f"rank {rank}: model.head.weight is no longer model.embed.weight: {TIED} (one "
+                "Parameter, whose gradient sums both uses), and two trains two weights. "
+                + (
+                    f"{units} became a unit of its own. One unit must own a tied weight: leave the "
+                    "embedding and the head to the root's call"
+                    if units
+                    else "Keep the tie: shard the model as it is, with one unit owning the shared weight"
+                )
+            )
         if "values" not in got:
-            raise CheckFailed(f"rank {rank}: the parameters are on {got['devices']}: move the sharded model to "
-                              "real memory with model.to_empty(device=mesh.device_type), then init_weights()")
-        likely = ("model.init_weights() ran, but not last: call it once the model is sharded and on its device "
-                  "(after to_empty), and change nothing after it" if got["init_calls"] else
-                  "model.init_weights() was never called: after to_empty the memory holds whatever was there, and a "
-                  "seeded nn.init on the shards would not give one process's numbers (on the CPU every rank's "
-                  "generator starts its shard with the same first numbers). Once the model is sharded and on its "
-                  "device, call model.init_weights(): each element is a formula of its position")
+            raise CheckFailed(
+                f"rank {rank}: the parameters are on {got['devices']}: move the sharded model to "
+                "real memory with model.to_empty(device=mesh.device_type), then init_weights()"
+            )
+        likely = (
+            "model.init_weights() ran, but not last: call it once the model is sharded and on its device "
+            "(after to_empty), and change nothing after it"
+            if got["init_calls"]
+            else "model.init_weights() was never called: after to_empty the memory holds whatever was there, and a "
+            "seeded nn.init on the shards would not give one process's numbers (on the CPU every rank's "
+            "generator starts its shard with the same first numbers). Once the model is sharded and on its "
+            "device, call model.init_weights(): each element is a formula of its position"
+        )
         for name, exp in expected.items():
             g.assert_close(got["values"][name], exp.detach(), f"rank {rank}: {name} after the build", likely)
 
@@ -181,41 +217,60 @@ def verify_units_and_precision(g, results, model_spec: dict) -> None:
     one_per_block = len(model_spec["widths"]) + 1
     expected = _reference_gradients(tuple(sorted(model_spec.items())), len(results))
     for rank, got in enumerate(results):
-        gathers = [(dtype, nbytes * len(results)) for kind, dtype, nbytes in got["forward_calls"] if kind == "all_gather"]
+        gathers = [
+            (dtype, nbytes * len(results)) for kind, dtype, nbytes in got["forward_calls"] if kind == "all_gather"
+        ]
         if any(dtype != "bfloat16" for dtype, _ in gathers):
-            raise CheckFailed(f"rank {rank}: the parameters were all-gathered in {sorted({d for d, _ in gathers})}: "
-                              "pass mp_policy=MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype="
-                              "torch.float32) to every fully_shard call")
+            raise CheckFailed(
+                f"rank {rank}: the parameters were all-gathered in {sorted({d for d, _ in gathers})}: "
+                "pass mp_policy=MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype="
+                "torch.float32) to every fully_shard call"
+            )
         over = [size for _, size in gathers if size > budget]
         if over:
-            raise CheckFailed(f"rank {rank}: forward all-gathered a unit of {max(over)} bytes, over the budget of "
-                              f"{budget}: a unit's parameters are whole at once, so each unit's bf16 bytes (2 per "
-                              "element) must fit. Split it into runs of consecutive blocks that fit")
+            raise CheckFailed(
+                f"rank {rank}: forward all-gathered a unit of {max(over)} bytes, over the budget of "
+                f"{budget}: a unit's parameters are whole at once, so each unit's bf16 bytes (2 per "
+                "element) must fit. Split it into runs of consecutive blocks that fit"
+            )
         if len(gathers) > want:
-            why = (" (one per block, and the root): blocks whose bytes fit the budget together can share a unit, "
-                   "fully_shard([block_a, block_b, ...]), and every unit fewer is one collective fewer"
-                   if len(gathers) == one_per_block else
-                   ": you seem to count 4 bytes per element; the units are gathered in bf16 (2 bytes)"
-                   if len(gathers) == fp32_count else
-                   ": fill each unit with consecutive blocks until the next would not fit, then start the next unit")
-            raise CheckFailed(f"rank {rank}: forward all-gathered {len(gathers)} units; {want} fit the budget of "
-                              f"{budget} bytes ({len(runs)} runs of blocks, and the root){why}")
+            why = (
+                " (one per block, and the root): blocks whose bytes fit the budget together can share a unit, "
+                "fully_shard([block_a, block_b, ...]), and every unit fewer is one collective fewer"
+                if len(gathers) == one_per_block
+                else ": you seem to count 4 bytes per element; the units are gathered in bf16 (2 bytes)"
+                if len(gathers) == fp32_count
+                else ": fill each unit with consecutive blocks until the next would not fit, then start the next unit"
+            )
+            raise CheckFailed(
+                f"rank {rank}: forward all-gathered {len(gathers)} units; {want} fit the budget of "
+                f"{budget} bytes ({len(runs)} runs of blocks, and the root){why}"
+            )
         if len(gathers) < want:
-            raise CheckFailed(f"rank {rank}: forward all-gathered {len(gathers)} time(s), {want} expected: "
-                              "fully_shard the runs of blocks, then the root")
+            raise CheckFailed(
+                f"rank {rank}: forward all-gathered {len(gathers)} time(s), {want} expected: "
+                "fully_shard the runs of blocks, then the root"
+            )
         scatters = [dtype for kind, dtype, _ in got["calls"] if kind == "reduce_scatter"]
         if not scatters:
             raise CheckFailed(f"rank {rank}: backward reduce-scattered no gradient: gradient sync is off")
         if any(dtype != "float32" for dtype in scatters):
-            raise CheckFailed(f"rank {rank}: the gradients were reduce-scattered in {sorted(set(scatters))}: "
-                              "they are reduced in bf16 and lose precision in the sum; set reduce_dtype="
-                              "torch.float32 in the MixedPrecisionPolicy")
+            raise CheckFailed(
+                f"rank {rank}: the gradients were reduce-scattered in {sorted(set(scatters))}: "
+                "they are reduced in bf16 and lose precision in the sum; set reduce_dtype="
+                "torch.float32 in the MixedPrecisionPolicy"
+            )
         for name, exp in expected.items():
             grad = got["grads"].get(name)
             if grad is None:
                 raise CheckFailed(f"rank {rank}: {name} got no gradient")
-            g.assert_close(grad, exp, f"rank {rank}: {name}'s gradient (bf16 compute)",
-                           "the gradients must match fp32 training within bf16 tolerance", tol=BF16_TOL)
+            g.assert_close(
+                grad,
+                exp,
+                f"rank {rank}: {name}'s gradient (bf16 compute)",
+                "the gradients must match fp32 training within bf16 tolerance",
+                tol=BF16_TOL,
+            )
 
 
 def run_build(g, model_spec: dict = MODEL):

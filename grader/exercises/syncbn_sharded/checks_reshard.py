@@ -41,6 +41,7 @@ H: the hidden your_save_by_* and reference_save_by_* crossings; L: saved_by_two_
 | nothing                                                                   | state was not restored")           |
 | 2 more steps equal an uninterrupted run, within 1e-6                      | verify_continuation (EXACT)        |
 """
+
 from __future__ import annotations
 
 import re
@@ -72,6 +73,7 @@ LOADED_BOUND_S = 2 * RESHARD_TIMEOUT_S  # past the run's own timeout: a rank stu
 
 
 # --- rank side --------------------------------------------------------------------------------------
+
 
 def fsdp_mlp(ctx, seed: int) -> nn.Module:
     """ref.mlp sharded with FSDP2: each Linear, then the root, over a 1-D mesh of every rank."""
@@ -130,6 +132,7 @@ def _in_rank_load_and_continue(ctx, student, folder: str, load=None):
 
 # --- parent side ------------------------------------------------------------------------------------
 
+
 def run_phase(g, fn, folder: str, world_size: int, what: str, *args) -> list:
     """One run (a save or a load) with a short timeout; a failure names the likely mistake."""
     result = g.run_raw(fn, folder, *args, world_size=world_size, timeout=min(g.timeout, RESHARD_TIMEOUT_S))
@@ -138,28 +141,36 @@ def run_phase(g, fn, folder: str, world_size: int, what: str, *args) -> list:
     where = f"{what} with {world_size} rank(s): "
     stacks = " ".join(r.stack or "" for r in result.ranks if r.status == "hung")
     if "state_dict_saver" in stacks or "state_dict_loader" in stacks:
-        raise CheckFailed(where + "deadlocked inside dcp.save/dcp.load: they are collectives, so every rank must "
-                          "call them (saving or loading on rank 0 only leaves it waiting for the others' plans). "
-                          "Call get_state_dict and dcp.save (or dcp.load) on every rank: each writes (or reads) "
-                          "its own shard.\n"
-                          + result.failure())
+        raise CheckFailed(
+            where + "deadlocked inside dcp.save/dcp.load: they are collectives, so every rank must "
+            "call them (saving or loading on rank 0 only leaves it waiting for the others' plans). "
+            "Call get_state_dict and dcp.save (or dcp.load) on every rank: each writes (or reads) "
+            "its own shard.\n" + result.failure()
+        )
     errors = " ".join(str(r.error) for r in result.ranks if r.error)
     hint = ""
     if ".metadata" in errors and "No such file" in errors:
-        hint = ("there is no DCP checkpoint at `path` (no .metadata): the save must be dcp.save(state, "
-                "checkpoint_id=path) on every rank; a torch.save of the full state writes one file that "
-                "another number of ranks cannot reshard")
+        hint = (
+            "there is no DCP checkpoint at `path` (no .metadata): the save must be dcp.save(state, "
+            "checkpoint_id=path) on every rank; a torch.save of the full state writes one file that "
+            "another number of ranks cannot reshard"
+        )
     elif re.search(r"Missing key in checkpoint state_dict: optim\.state\.\d+\.(exp_avg|exp_avg_sq|step)\.", errors):
         # by number: "optim.state.0.exp_avg"; by name (this model's are "0.weight"): "optim.state.0.weight.exp_avg"
-        hint = ("the optimizer state was not restored: the state you load into is keyed by parameter number "
-                "(optimizer.state_dict()), the checkpoint's by parameter names. Load into the state of "
-                "get_state_dict(model, optimizer) and put it back with set_state_dict(...)")
+        hint = (
+            "the optimizer state was not restored: the state you load into is keyed by parameter number "
+            "(optimizer.state_dict()), the checkpoint's by parameter names. Load into the state of "
+            "get_state_dict(model, optimizer) and put it back with set_state_dict(...)"
+        )
     elif "Missing key in checkpoint state_dict: optim" in errors:
-        hint = ("the checkpoint holds no optimizer state under the names get_state_dict gives (the save must "
-                "write {'model': model_state, 'optim': optim_state} from get_state_dict(model, optimizer))")
+        hint = (
+            "the checkpoint holds no optimizer state under the names get_state_dict gives (the save must "
+            "write {'model': model_state, 'optim': optim_state} from get_state_dict(model, optimizer))"
+        )
     elif "Missing key in checkpoint state_dict" in errors:
-        hint = ("the checkpoint's keys are not those of {'model': ..., 'optim': ...} from get_state_dict(model, "
-                "optimizer)")
+        hint = (
+            "the checkpoint's keys are not those of {'model': ..., 'optim': ...} from get_state_dict(model, optimizer)"
+        )
     raise CheckFailed(where + describe_failure(result, hint))
 
 
@@ -192,31 +203,50 @@ def verify_continuation(g, results: list, saved_by: int) -> None:
     for rank, got in enumerate(results):
         loaded, who = got["loaded"], f"rank {rank} of {len(results)}"
         if all(torch.equal(p, f) for p, f in zip(loaded["params"], fresh)):
-            raise CheckFailed(f"{who}: after loading, the weights are still the fresh model's (built with another "
-                              "seed): the checkpoint never reached the model. dcp.load fills the state dict you pass "
-                              "in place; then set_state_dict(model, optimizer, ...) puts it into the model (a plain "
-                              "model.load_state_dict of something else than what dcp.load filled changes nothing)")
+            raise CheckFailed(
+                f"{who}: after loading, the weights are still the fresh model's (built with another "
+                "seed): the checkpoint never reached the model. dcp.load fills the state dict you pass "
+                "in place; then set_state_dict(model, optimizer, ...) puts it into the model (a plain "
+                "model.load_state_dict of something else than what dcp.load filled changes nothing)"
+            )
         for i, name in enumerate(names):
-            _expect(g, loaded["params"][i], saved["params"][i], f"{who}: parameter {name} right after loading",
-                    f"the weights saved by {saved_by} rank(s) must come back exactly")
+            _expect(
+                g,
+                loaded["params"][i],
+                saved["params"][i],
+                f"{who}: parameter {name} right after loading",
+                f"the weights saved by {saved_by} rank(s) must come back exactly",
+            )
         missing = [names[i] for i, m in enumerate(loaded["exp_avg"]) if m is None]
         if missing:
-            raise CheckFailed(f"{who}: the optimizer state was not restored: after loading, Adam holds no state "
-                              f"(exp_avg, exp_avg_sq, step) for {', '.join(missing)}. Load the optimizer state "
-                              "too: get_state_dict(model, optimizer), dcp.load, then set_state_dict(...). A fresh "
-                              "optimizer.state_dict() has no state for dcp.load to fill, and a load that restores "
-                              "only the model restarts Adam from zero")
+            raise CheckFailed(
+                f"{who}: the optimizer state was not restored: after loading, Adam holds no state "
+                f"(exp_avg, exp_avg_sq, step) for {', '.join(missing)}. Load the optimizer state "
+                "too: get_state_dict(model, optimizer), dcp.load, then set_state_dict(...). A fresh "
+                "optimizer.state_dict() has no state for dcp.load to fill, and a load that restores "
+                "only the model restarts Adam from zero"
+            )
         for key in ("exp_avg", "exp_avg_sq", "step"):
             for i, name in enumerate(names):
-                _expect(g, loaded[key][i], saved[key][i], f"{who}: Adam's {key} of {name} right after loading",
-                        "the optimizer state was not restored as it was saved")
+                _expect(
+                    g,
+                    loaded[key][i],
+                    saved[key][i],
+                    f"{who}: Adam's {key} of {name} right after loading",
+                    "the optimizer state was not restored as it was saved",
+                )
         for i, name in enumerate(names):
-            _expect(g, got["params"][i], final["params"][i],
-                    f"{who}: parameter {name} after {STEPS_AFTER} more steps",
-                    "training must continue exactly as if the job had not stopped")
+            _expect(
+                g,
+                got["params"][i],
+                final["params"][i],
+                f"{who}: parameter {name} after {STEPS_AFTER} more steps",
+                "training must continue exactly as if the job had not stopped",
+            )
 
 
 # --- save_and_reshard -------------------------------------------------------------------------------
+
 
 @EXERCISE.check("save_and_reshard", points=2)
 def checkpoint_has_every_shard_and_adam_state(g):
@@ -231,11 +261,14 @@ def checkpoint_has_every_shard_and_adam_state(g):
 
 # --- load_resharded: the student's own round trip ---------------------------------------------------
 
+
 def _refuse_incomplete(folder: str, save_ranks: int) -> None:
     problems = checkpoint_problems(folder, save_ranks)
     if problems:  # the student's save is at fault: say so, rather than what a load then trips on
-        raise CheckFailed(f"the checkpoint your save_and_reshard wrote on {save_ranks} ranks does not hold what the "
-                          "task asks: " + "; ".join(problems))
+        raise CheckFailed(
+            f"the checkpoint your save_and_reshard wrote on {save_ranks} ranks does not hold what the "
+            "task asks: " + "; ".join(problems)
+        )
 
 
 def round_trip(g, save_ranks: int, load_ranks: int, save=None, load=None) -> None:
@@ -250,8 +283,9 @@ def round_trip(g, save_ranks: int, load_ranks: int, save=None, load=None) -> Non
         if save is None and load is not None:  # the check judges the student's save: what it wrote comes first
             _refuse_incomplete(folder, save_ranks)
         try:
-            verify_continuation(g, run_phase(g, _in_rank_load_and_continue, folder, load_ranks, "loading", load),
-                                save_ranks)
+            verify_continuation(
+                g, run_phase(g, _in_rank_load_and_continue, folder, load_ranks, "loading", load), save_ranks
+            )
         except CheckFailed:
             if save is None:  # the student's own round trip: a save that lost something explains the failure
                 _refuse_incomplete(folder, save_ranks)

@@ -1,4 +1,5 @@
 """Comparisons shared by the 03_syncbn_sharded checks, under the backend of the check's runs (g.backend)."""
+
 from __future__ import annotations
 
 import torch

@@ -11,6 +11,7 @@ formula of its position in the full parameter, not a draw from a random generato
 would give each shard the first numbers of the stream, so a seeded `nn.init` on shards differs from the same
 seeded `nn.init` in one process: measured on torch 2.13 CPU.)
 """
+
 from __future__ import annotations
 
 import math

@@ -8,6 +8,7 @@ nothing, so the integrity guard stays quiet; it judges shapes, never a duration.
 mode off (dispatch_mode.py): checks_fsdp2.py also has the grader's `make_model` say where the parameters it
 built lie and whether the grader's modes were on while it ran.
 """
+
 from __future__ import annotations
 
 import contextlib

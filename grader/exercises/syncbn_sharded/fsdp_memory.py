@@ -14,6 +14,7 @@ weak reference to the full weight and bias the layer ran with, and after forward
 count too. The same hook, and a hook on each layer's output gradient in backward, ask whether the grader's
 modes still see operators (`modes_on`): a layer run with them off fails the check.
 """
+
 from __future__ import annotations
 
 import torch
@@ -105,9 +106,13 @@ def measure_step(ctx, fsdp, watch: LayerWatch) -> dict:
     tracker.phase = "backward"
     with record_collectives() as backward_calls, tracker:
         loss.backward()
-    return {"peak": dict(tracker.peak) | {"held": held}, "forwards": forwards, "off": watch.off,
-            "forward_calls": [(c.kind, c.dtype, c.numel) for c in forward_calls],
-            "backward_calls": [(c.kind, c.dtype, c.numel) for c in backward_calls]}
+    return {
+        "peak": dict(tracker.peak) | {"held": held},
+        "forwards": forwards,
+        "off": watch.off,
+        "forward_calls": [(c.kind, c.dtype, c.numel) for c in forward_calls],
+        "backward_calls": [(c.kind, c.dtype, c.numel) for c in backward_calls],
+    }
 
 
 def backward_layers() -> int:
@@ -124,9 +129,11 @@ def verify_freed(results, world: int) -> None:
         if got["off"]:
             raise CheckFailed(f"rank {rank}: {got['off']} layer forward(s) or backward(s) ran while " + SWITCHED_OFF)
         if got["forwards"] != LAYERS:
-            raise CheckFailed(f"rank {rank}: the model's {LAYERS} Linear layers ran {got['forwards']} forward(s) "
-                              "(the grader's hooks on them count): fsdp(x) must run the module, each layer once, "
-                              "and leave the module's hooks in place")
+            raise CheckFailed(
+                f"rank {rank}: the model's {LAYERS} Linear layers ran {got['forwards']} forward(s) "
+                "(the grader's hooks on them count): fsdp(x) must run the module, each layer once, "
+                "and leave the module's hooks in place"
+            )
         peak = got["peak"]
         peak["forward"] = max(peak["forward"], peak["held"])  # the two measurements: the larger one counts
         if peak["forward"] > 2 * one:
@@ -137,14 +144,16 @@ def verify_freed(results, world: int) -> None:
                 "tensor in their place is not enough: the layer's operation (F.linear) saved the gathered weight for "
                 "backward, so autograd keeps it alive. Save only the shard (an autograd Function, or "
                 "torch.autograd.graph.saved_tensors_hooks that pack a gathered parameter as a token) and all-gather "
-                "it again in backward")
+                "it again in backward"
+            )
         if peak["backward"] > backward_layers() * one:
             raise CheckFailed(
                 f"rank {rank}: during backward {peak['backward']} bytes of full parameters and gradients were alive "
                 f"at once, {peak['backward'] / one:.1f} layers' worth (at most {backward_layers()}; one layer's full "
                 f"parameters are {one} bytes): "
                 "gather each layer's full parameters just before its backward, reduce-scatter its full gradient, "
-                "and drop both before the next layer")
+                "and drop both before the next layer"
+            )
     verify_regathered(results)
 
 
@@ -156,10 +165,14 @@ def verify_regathered(results) -> None:
         forward = sum(n for kind, _, n in got["forward_calls"] if kind == "all_gather") * world
         backward = sum(n for kind, _, n in got["backward_calls"] if kind == "all_gather") * world
         if forward < weights:
-            raise CheckFailed(f"rank {rank}: forward all-gathered {forward} elements, the layers' weights have "
-                              f"{weights}: all-gather each layer's full parameters before its forward")
+            raise CheckFailed(
+                f"rank {rank}: forward all-gathered {forward} elements, the layers' weights have "
+                f"{weights}: all-gather each layer's full parameters before its forward"
+            )
         if backward < weights:
-            raise CheckFailed(f"rank {rank}: backward all-gathered {backward} elements, the layers' weights have "
-                              f"{weights}: after forward freed them, each layer's full parameters must be "
-                              "all-gathered again before its gradients are computed (two all-gathers per layer and "
-                              "step: forward and backward)")
+            raise CheckFailed(
+                f"rank {rank}: backward all-gathered {backward} elements, the layers' weights have "
+                f"{weights}: after forward freed them, each layer's full parameters must be "
+                "all-gathered again before its gradients are computed (two all-gathers per layer and "
+                "step: forward and backward)"
+            )

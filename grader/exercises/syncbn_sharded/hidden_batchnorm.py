@@ -1,4 +1,5 @@
 """Hidden checks of checks_batchnorm.py (instructor only: a student build leaves this module out)."""
+
 from __future__ import annotations
 
 from grader.exercises.syncbn_sharded import EXERCISE

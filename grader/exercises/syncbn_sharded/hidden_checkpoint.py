@@ -1,8 +1,13 @@
 """Hidden checks of checks_checkpoint.py (instructor only: a student build leaves this module out)."""
+
 from __future__ import annotations
 
 from grader.exercises.syncbn_sharded import EXERCISE
-from grader.exercises.syncbn_sharded.checks_checkpoint import _run_checkpoint, _verify_checkpoint_written, _verify_resume  # noqa: F401
+from grader.exercises.syncbn_sharded.checks_checkpoint import (
+    _run_checkpoint,
+    _verify_checkpoint_written,
+    _verify_resume,
+)  # noqa: F401
 
 
 @EXERCISE.check("save_sharded_checkpoint", points=1, hidden=True, world_size=3)

@@ -1,4 +1,5 @@
 """Hidden checks of checks_fsdp.py (instructor only: a student build leaves this module out)."""
+
 from __future__ import annotations
 
 from grader.exercises.syncbn_sharded.checks_fsdp import numels, run_fsdp, run_memory, verify_memory, verify_training

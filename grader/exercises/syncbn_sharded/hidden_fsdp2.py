@@ -1,6 +1,7 @@
 """Hidden checks of checks_fsdp2.py and checks_fsdp2_state.py (instructor only): three ranks, another depth and
 seed, so shards are uneven in other places (a 3-row head over 3 ranks, 16 rows as 6, 6, 4); for build_fsdp2_model,
 another tied model and budget."""
+
 from __future__ import annotations
 
 from grader.exercises.syncbn_sharded.checks_fsdp2 import run_train, verify_accumulation, verify_clipped_training

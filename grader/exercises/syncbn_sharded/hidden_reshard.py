@@ -1,6 +1,7 @@
 """Hidden checks of checks_reshard.py, and the grader's own DCP save and load (instructor only: the reference
 is the answer, so a student build leaves this module out). Each student function is crossed with the
 reference counterpart, between world sizes 2 and 3."""
+
 from __future__ import annotations
 
 from grader.exercises.syncbn_sharded.checks_reshard import round_trip

@@ -1,14 +1,22 @@
 """Hidden checks of checks_sharding.py (instructor only: a student build leaves this module out)."""
+
 from __future__ import annotations
 
 from grader.exercises.syncbn_sharded import EXERCISE
-from grader.exercises.syncbn_sharded.checks_sharding import _partition_cases, _verify_covering, _verify_balance, SHARDED_STEPS, _in_rank_sharded, _verify_sharded_params, _verify_sharded_state  # noqa: F401
+from grader.exercises.syncbn_sharded.checks_sharding import (
+    _partition_cases,
+    _verify_covering,
+    _verify_balance,
+    SHARDED_STEPS,
+    _in_rank_sharded,
+    _verify_sharded_params,
+    _verify_sharded_state,
+)  # noqa: F401
 
 HIDDEN_PARTITION_CASES = [
     ([(5,), (7,), (3,)], [1, 4, 5]),  # more ranks than parameters: some ranks own nothing
     ([(10,)] * 9, [3]),  # equal sizes: every rank gets three
 ]
-
 
 
 @EXERCISE.check("partition_parameters", points=1, hidden=True)

@@ -1,8 +1,15 @@
 """Hidden checks of checks_syncbn.py (instructor only: a student build leaves this module out)."""
+
 from __future__ import annotations
 
 from grader.exercises.syncbn_sharded import EXERCISE
-from grader.exercises.syncbn_sharded.checks_syncbn import _in_rank_convert, _verify_structure, _verify_state_kept, _in_rank_stats, _verify_stats  # noqa: F401
+from grader.exercises.syncbn_sharded.checks_syncbn import (
+    _in_rank_convert,
+    _verify_structure,
+    _verify_state_kept,
+    _in_rank_stats,
+    _verify_stats,
+)  # noqa: F401
 
 
 @EXERCISE.check("convert_to_sync_bn", points=0.5, hidden=True)

@@ -79,7 +79,7 @@ HINTS = {
         "shards, and the metadata lets a job with another world size find its pieces. Every rank calls the save.",
         "`get_state_dict` (in `torch.distributed.checkpoint.state_dict`) takes the model and the optimizer and "
         "returns both state dicts (shards, optimizer keyed by names); `dcp.save` takes one dictionary holding both "
-        "under the keys \"model\" and \"optim\", and the folder as `checkpoint_id`.",
+        'under the keys "model" and "optim", and the folder as `checkpoint_id`.',
     ],
     "load_resharded": [
         "DCP loads in place: it needs state dicts of the right layout for this job's shards to fill. Where do you "

@@ -20,6 +20,7 @@ forward, and a second measurement outside the mode (weak references taken by the
         loss.backward()
     tracker.peak                 # {"forward": bytes, "backward": bytes}
 """
+
 from __future__ import annotations
 
 import torch

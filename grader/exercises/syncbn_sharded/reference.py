@@ -3,6 +3,7 @@
 Everything here runs in one process: the checks compare what the ranks
 computed together with what one process computes over the whole batch.
 """
+
 from __future__ import annotations
 
 import torch
@@ -25,7 +26,7 @@ def shard_sizes(world_size: int) -> list[int]:
 
 def shard(full: torch.Tensor, sizes: list[int], rank: int) -> torch.Tensor:
     start = sum(sizes[:rank])
-    return full[start:start + sizes[rank]]
+    return full[start : start + sizes[rank]]
 
 
 def channel_batch(n: int, tail: tuple, seed: int) -> torch.Tensor:
@@ -59,19 +60,26 @@ def wrong_stats(full: torch.Tensor, sizes: list[int], rank: int) -> dict:
     avg_mean = torch.stack([m for m, _ in per_rank]).mean(0)
     avg_var = torch.stack([v for _, v in per_rank]).mean(0)
     return {
-        "local": ((local_mean, local_var),
-                  "these are this rank's own statistics: all-reduce the per-channel sums (and the counts) "
-                  "over the ranks before dividing"),
-        "averaged": ((avg_mean, avg_var),
-                     "the ranks' statistics were averaged; with uneven batch sizes each rank must weigh by "
-                     "its number of samples: all-reduce sums, sums of squares and counts, then divide"),
-        "unbiased": ((mean, var * n / (n - 1)),
-                     "the variance is the unbiased one (divided by N-1); return the biased variance "
-                     "(divided by N), the one BatchNorm normalizes with"),
+        "local": (
+            (local_mean, local_var),
+            "these are this rank's own statistics: all-reduce the per-channel sums (and the counts) "
+            "over the ranks before dividing",
+        ),
+        "averaged": (
+            (avg_mean, avg_var),
+            "the ranks' statistics were averaged; with uneven batch sizes each rank must weigh by "
+            "its number of samples: all-reduce sums, sums of squares and counts, then divide",
+        ),
+        "unbiased": (
+            (mean, var * n / (n - 1)),
+            "the variance is the unbiased one (divided by N-1); return the biased variance "
+            "(divided by N), the one BatchNorm normalizes with",
+        ),
     }
 
 
 # --- BatchNorm ----------------------------------------------------------------
+
 
 def bn_problem(world_size: int, tail: tuple, steps: int, seed: int = 0) -> dict:
     """Inputs of a BatchNorm run: `steps` training batches, the upstream
@@ -104,8 +112,14 @@ def reference_bn_run(problem: dict, tail: tuple) -> dict:
     """One nn.BatchNorm over the whole batch: what the ranks must compute together.
     The loss is sum(output * upstream), i.e. the sum of every rank's local loss."""
     bn = batchnorm_for(tail, problem).double()  # float64: the reference's own rounding stays out of the way
-    out = {"outputs": [], "input_grads": [], "weight_grads": [], "bias_grads": [],
-           "running_mean": [], "running_var": []}
+    out = {
+        "outputs": [],
+        "input_grads": [],
+        "weight_grads": [],
+        "bias_grads": [],
+        "running_mean": [],
+        "running_var": [],
+    }
     for x, up in zip(problem["batches"], problem["upstream"]):
         x = x.double().requires_grad_(True)
         bn.zero_grad()
@@ -125,8 +139,9 @@ def reference_bn_run(problem: dict, tail: tuple) -> dict:
 
 def normalize(x, mean, var, weight, bias, eps):
     shape = [1, -1] + [1] * (x.dim() - 2)
-    return (x - mean.reshape(shape)) / torch.sqrt(var.reshape(shape) + eps) * weight.reshape(shape) \
-        + bias.reshape(shape)
+    return (x - mean.reshape(shape)) / torch.sqrt(var.reshape(shape) + eps) * weight.reshape(shape) + bias.reshape(
+        shape
+    )
 
 
 def local_stats_outputs(problem: dict, rank: int, step: int) -> torch.Tensor:
@@ -160,19 +175,25 @@ def running_var_after_first_step(problem: dict, rank: int) -> dict:
     local = shard(full, problem["sizes"], rank)
     n_local = local.numel() // local.shape[1]
     candidates = {
-        "biased": ((1 - m) + m * var,
-                   "running_var was updated with the biased variance; nn.BatchNorm stores the unbiased one: "
-                   "var * N / (N - 1), with N the number of values per channel over all ranks"),
-        "swapped": (m + (1 - m) * var * n / (n - 1),
-                    "momentum is applied the wrong way round: running = (1 - momentum) * running + "
-                    "momentum * batch_value"),
-        "untouched": (torch.ones_like(var),
-                      "running_var never changed: update running_mean and running_var in every training forward"),
+        "biased": (
+            (1 - m) + m * var,
+            "running_var was updated with the biased variance; nn.BatchNorm stores the unbiased one: "
+            "var * N / (N - 1), with N the number of values per channel over all ranks",
+        ),
+        "swapped": (
+            m + (1 - m) * var * n / (n - 1),
+            "momentum is applied the wrong way round: running = (1 - momentum) * running + momentum * batch_value",
+        ),
+        "untouched": (
+            torch.ones_like(var),
+            "running_var never changed: update running_mean and running_var in every training forward",
+        ),
     }
     if n_local > 1:
-        candidates["local_count"] = ((1 - m) + m * var * n_local / (n_local - 1),
-                                     "the unbiased correction used this rank's count; use N over all ranks "
-                                     "(all-reduce the count)")
+        candidates["local_count"] = (
+            (1 - m) + m * var * n_local / (n_local - 1),
+            "the unbiased correction used this rank's count; use N over all ranks (all-reduce the count)",
+        )
     return candidates
 
 
@@ -186,6 +207,7 @@ PARTITION_CASES = [
 
 
 # --- sharded optimizer --------------------------------------------------------
+
 
 def seed_cpu(seed: int) -> None:
     """torch.manual_seed for the CPU generator only, where the models are built: the same weights, without
@@ -229,11 +251,13 @@ def train_steps(model: nn.Module, opt: torch.optim.Optimizer, x: torch.Tensor, y
 
 def state_elements(optimizer: torch.optim.Optimizer) -> int:
     """Elements of per-parameter state (moments, momentum buffers); scalar step counters are not counted."""
-    return sum(v.numel() for state in optimizer.state.values() for v in state.values()
-               if torch.is_tensor(v) and v.dim() > 0)
+    return sum(
+        v.numel() for state in optimizer.state.values() for v in state.values() if torch.is_tensor(v) and v.dim() > 0
+    )
 
 
 # --- BatchNorm conversion -----------------------------------------------------
+
 
 class _Block(nn.Module):
     def __init__(self):
@@ -293,5 +317,11 @@ def describe_modules(model: nn.Module) -> dict[str, tuple]:
 
 
 def is_plain_batchnorm(class_name: str) -> bool:
-    return class_name in ("BatchNorm1d", "BatchNorm2d", "BatchNorm3d", "LazyBatchNorm1d",
-                          "LazyBatchNorm2d", "LazyBatchNorm3d")
+    return class_name in (
+        "BatchNorm1d",
+        "BatchNorm2d",
+        "BatchNorm3d",
+        "LazyBatchNorm1d",
+        "LazyBatchNorm2d",
+        "LazyBatchNorm3d",
+    )

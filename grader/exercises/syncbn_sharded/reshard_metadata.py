@@ -3,6 +3,7 @@
 Parent side, no rank code: the folder is read with FileSystemReader, so the verdict rests on what was
 written, not on anything a rank reports.
 """
+
 from __future__ import annotations
 
 import os
@@ -21,55 +22,77 @@ def checkpoint_problems(folder: str, world_size: int) -> list[str]:
     from torch.distributed.checkpoint import FileSystemReader
 
     if os.path.isfile(folder):
-        return [("`path` is one file, not a DCP checkpoint folder: torch.save of the full state cannot be resharded "
-                 "(no metadata, one rank writing everything); use dcp.save(state, checkpoint_id=path) on every rank")]
+        return [
+            (
+                "`path` is one file, not a DCP checkpoint folder: torch.save of the full state cannot be resharded "
+                "(no metadata, one rank writing everything); use dcp.save(state, checkpoint_id=path) on every rank"
+            )
+        ]
     if not os.path.isfile(os.path.join(folder, ".metadata")):
-        return [("no DCP checkpoint at `path` (no .metadata file): use dcp.save(state, checkpoint_id=path) on every "
-                 "rank, not torch.save")]
+        return [
+            (
+                "no DCP checkpoint at `path` (no .metadata file): use dcp.save(state, checkpoint_id=path) on every "
+                "rank, not torch.save"
+            )
+        ]
     md = FileSystemReader(folder).read_metadata()
     entries = md.state_dict_metadata
     problems = []
     expected = {name: p.shape for name, p in ref.mlp().named_parameters()}
     if not any(key.startswith("model.") for key in entries):
-        problems.append(f"no 'model' entry (found {sorted({k.split('.')[0] for k in entries})}): save "
-                        "{'model': model_state, 'optim': optim_state} from get_state_dict(model, optimizer)")
+        problems.append(
+            f"no 'model' entry (found {sorted({k.split('.')[0] for k in entries})}): save "
+            "{'model': model_state, 'optim': optim_state} from get_state_dict(model, optimizer)"
+        )
     # optimizer.state_dict() gives "optim.state.<number>.exp_avg"; get_state_dict "optim.state.<name>.exp_avg"
-    by_number = [k for k in entries if k.startswith("optim.state.") and k.count(".") == 3
-                 and k.split(".")[2].isdigit()]
+    by_number = [k for k in entries if k.startswith("optim.state.") and k.count(".") == 3 and k.split(".")[2].isdigit()]
     if by_number:
-        problems.append("the optimizer state is keyed by parameter number (optimizer.state_dict()): save the "
-                        "state of get_state_dict(model, optimizer), keyed by parameter names, which another "
-                        "number of ranks can load")
+        problems.append(
+            "the optimizer state is keyed by parameter number (optimizer.state_dict()): save the "
+            "state of get_state_dict(model, optimizer), keyed by parameter names, which another "
+            "number of ranks can load"
+        )
     elif not any(key.startswith("optim.state.") for key in entries):
-        problems.append("the optimizer state is missing: save get_state_dict's optimizer state under 'optim' too "
-                        "(Adam's exp_avg, exp_avg_sq and step), or training cannot resume where it stopped")
+        problems.append(
+            "the optimizer state is missing: save get_state_dict's optimizer state under 'optim' too "
+            "(Adam's exp_avg, exp_avg_sq and step), or training cannot resume where it stopped"
+        )
     optim_named = not by_number and any(key.startswith("optim.state.") for key in entries)
-    gathered = [name for name, shape in expected.items() if world_size > 1 and shape[0] >= world_size
-                and len(getattr(entries.get(f"model.{name}"), "chunks", ())) == 1]
+    gathered = [
+        name
+        for name, shape in expected.items()
+        if world_size > 1 and shape[0] >= world_size and len(getattr(entries.get(f"model.{name}"), "chunks", ())) == 1
+    ]
     if gathered and len(gathered) == len(expected):
-        problems.append(f"every parameter was saved as one full tensor ({', '.join(gathered)}), not as {world_size} "
-                        "shards: save get_state_dict's default state, this rank's shards with nothing gathered (a "
-                        "full state dict costs every rank the whole model's memory, and dcp.save then writes "
-                        "copies, not shards)")
+        problems.append(
+            f"every parameter was saved as one full tensor ({', '.join(gathered)}), not as {world_size} "
+            "shards: save get_state_dict's default state, this rank's shards with nothing gathered (a "
+            "full state dict costs every rank the whole model's memory, and dcp.save then writes "
+            "copies, not shards)"
+        )
     for name, shape in expected.items():
-        keys = [f"model.{name}"] + ([f"optim.state.{name}.exp_avg", f"optim.state.{name}.exp_avg_sq"]
-                                    if optim_named else [])
+        keys = [f"model.{name}"] + (
+            [f"optim.state.{name}.exp_avg", f"optim.state.{name}.exp_avg_sq"] if optim_named else []
+        )
         for key in keys:
             meta = entries.get(key)
             if meta is None:
                 problems.append(f"{key} is missing")
             elif tuple(getattr(meta, "size", ())) != tuple(shape):
-                problems.append(f"{key} has shape {tuple(getattr(meta, 'size', ()))}, expected the full "
-                                f"{tuple(shape)} (DCP records each tensor's global shape)")
+                problems.append(
+                    f"{key} has shape {tuple(getattr(meta, 'size', ()))}, expected the full "
+                    f"{tuple(shape)} (DCP records each tensor's global shape)"
+                )
             elif _covered(meta) < shape.numel():
-                problems.append(f"only {_covered(meta)} of the {shape.numel()} elements of {key} were saved: "
-                                "some ranks' shards are missing (every rank must call dcp.save, without no_dist)")
+                problems.append(
+                    f"only {_covered(meta)} of the {shape.numel()} elements of {key} were saved: "
+                    "some ranks' shards are missing (every rank must call dcp.save, without no_dist)"
+                )
         if optim_named and f"optim.state.{name}.step" not in entries:
             problems.append(f"optim.state.{name}.step is missing: Adam's step counts belong to its state")
     files = {info.relative_path for info in md.storage_data.values()}
     if not problems and len(files) < world_size:
-        problems.append(f"{len(files)} data file(s) for {world_size} ranks: every rank writes its own shard "
-                        "with dcp.save")
+        problems.append(
+            f"{len(files)} data file(s) for {world_size} ranks: every rank writes its own shard with dcp.save"
+        )
     return problems
-
-

@@ -14,10 +14,15 @@ parent side, each in a fresh directory, every wait bounded.
 This file declares the exercise; its checks_*.py and hidden_*.py modules are found by
 grader.exercises.discover() (the contract is in grader/exercises/__init__.py).
 """
+
 from grader.checks import Exercise
 
 # Its checks start real torchrun agents (seconds of CPU each): one at a time, and not held
 # to the notebook benchmark's one-second target.
-EXERCISE = Exercise("04_torchrun", tasks=["read_dist_env", "torchrun_command", "train_script", "diagnose_hang"],
-                    side_by_side=False, judged_by_bench=False)
+EXERCISE = Exercise(
+    "04_torchrun",
+    tasks=["read_dist_env", "torchrun_command", "train_script", "diagnose_hang"],
+    side_by_side=False,
+    judged_by_bench=False,
+)
 check = EXERCISE.check

@@ -1,6 +1,7 @@
 """Checks of 04_torchrun, diagnose_hang: read the staged dumps of a hung job, name the rank behind and the
 collective it never called. Pure Python in one rank: the dumps are staged by grader.exercises.torchrun.hangs, the
 answers follow from how each hang was built, and one run answers every staged hang of a check."""
+
 from __future__ import annotations
 
 import copy
@@ -11,19 +12,24 @@ from grader.checks import CheckFailed
 from grader.exercises.torchrun import EXERCISE
 from grader.exercises.torchrun.hangs import EXAMPLES, Hang, disguised, stage
 
-CONTRACT = ("return a tuple (rank, collective_seq_id, profiling_name): the rank that is behind, and the sequence "
-            "number and name of the collective it never called, as the other ranks recorded it")
-AHEAD = ("with NCCL a rank's CPU only enqueues work for its GPU, so the ranks that are waiting may have enqueued "
-         "several collectives past the one that hangs: a high sequence number marks a rank that waits, not the "
-         "one that is behind. The rank behind is the one whose newest entry has the lowest collective_seq_id")
+CONTRACT = (
+    "return a tuple (rank, collective_seq_id, profiling_name): the rank that is behind, and the sequence "
+    "number and name of the collective it never called, as the other ranks recorded it"
+)
+AHEAD = (
+    "with NCCL a rank's CPU only enqueues work for its GPU, so the ranks that are waiting may have enqueued "
+    "several collectives past the one that hangs: a high sequence number marks a rank that waits, not the "
+    "one that is behind. The rank behind is the one whose newest entry has the lowest collective_seq_id"
+)
 
 
 def _plain(value) -> dict:
     """In a rank: the student's answer as plain Python values, or what it was instead."""
     if isinstance(value, (tuple, list)) and len(value) == 3:
         rank, seq, name = value
-        if all(isinstance(x, numbers.Integral) and not isinstance(x, bool) for x in (rank, seq)) \
-                and isinstance(name, str):
+        if all(isinstance(x, numbers.Integral) and not isinstance(x, bool) for x in (rank, seq)) and isinstance(
+            name, str
+        ):
             return {"answer": [int(rank), int(seq), str(name)[:200]]}
     return {"returned": f"{type(value).__name__} {str(value)[:120]}"}
 
@@ -52,8 +58,13 @@ def verdict(hang: Hang, result, where: str) -> str | None:
         note = " (a rank that never called a collective has an empty `entries` list)" if hang.missing_seq == 1 else ""
         return f"diagnose_hang raised {result['error']} {where}{note}"
     answer = result.get("answer")  # checked again here: a rank's value is the student's to forge
-    if not (type(answer) is list and len(answer) == 3 and type(answer[0]) is int and type(answer[1]) is int
-            and type(answer[2]) is str):
+    if not (
+        type(answer) is list
+        and len(answer) == 3
+        and type(answer[0]) is int
+        and type(answer[1]) is int
+        and type(answer[2]) is str
+    ):
         return f"diagnose_hang returned {str(result.get('returned', 'something else'))[:150]} {where}; {CONTRACT}"
     rank, seq, name = answer
     behind, missing, missing_name = hang.answer()
@@ -65,17 +76,25 @@ def verdict(hang: Hang, result, where: str) -> str | None:
     if (seq, name) == (missing, missing_name):
         return None
     if seq == missing - 1 and hang.last_completed() is not None:
-        return (f"the right rank {where}, but seq {seq} is the last collective every rank completed; the hang is in "
-                f"the next one, seq {missing}, which rank {behind} never called: it is in the other ranks' entries "
-                "only (state \"started\")")
+        return (
+            f"the right rank {where}, but seq {seq} is the last collective every rank completed; the hang is in "
+            f"the next one, seq {missing}, which rank {behind} never called: it is in the other ranks' entries "
+            'only (state "started")'
+        )
     if seq == missing:
         previous = hang.last_completed()
-        note = " (it is the name of the last collective every rank completed)" if previous and name == previous[1] else ""
-        return (f"the right rank and seq {where}, but the name {name!r} is not what the other ranks recorded for "
-                f"seq {missing}{note}: return that entry's profiling_name as it is")
+        note = (
+            " (it is the name of the last collective every rank completed)" if previous and name == previous[1] else ""
+        )
+        return (
+            f"the right rank and seq {where}, but the name {name!r} is not what the other ranks recorded for "
+            f"seq {missing}{note}: return that entry's profiling_name as it is"
+        )
     if seq > missing:
-        return (f"the right rank {where}, but seq {seq} is not the collective it missed: it missed the first one it "
-                "never called (its newest seq + 1), not one the other ranks enqueued later")
+        return (
+            f"the right rank {where}, but seq {seq} is not the collective it missed: it missed the first one it "
+            "never called (its newest seq + 1), not one the other ranks enqueued later"
+        )
     return f"the right rank {where}, but seq {seq} is not the collective it never called"
 
 
@@ -86,20 +105,29 @@ def _wrong_rank(hang: Hang, rank: int, newest: dict[int, int], where: str) -> st
     if rank == 0:
         readings.append("you assumed rank 0 (any rank can be behind: read the dumps)")
     if newest[rank] == max(newest.values()):
-        readings.append("you took the rank that enqueued the most collectives (with NCCL a rank's CPU only "
-                        "enqueues work for its GPU, so a rank that waits may have enqueued several collectives "
-                        "past the one that hangs)")
+        readings.append(
+            "you took the rank that enqueued the most collectives (with NCCL a rank's CPU only "
+            "enqueues work for its GPU, so a rank that waits may have enqueued several collectives "
+            "past the one that hangs)"
+        )
     fewest, tie = min(kept.values()), len(set(kept.values())) == 1
     if kept[rank] == fewest and (not tie or rank == min(kept, key=kept.get)):
-        readings.append("you counted entries (" + (f"every rank holds {fewest} here" if tie else
-                        f"rank {rank} holds the fewest, {fewest}") + ": the ring buffer keeps only the newest "
-                        "entries, so their number does not tell who is behind)")
-    head = (f"you named rank {rank} {where}, which is not behind: its newest collective is seq {newest[rank]}, "
-            "and another rank's is lower")
+        readings.append(
+            "you counted entries ("
+            + (f"every rank holds {fewest} here" if tie else f"rank {rank} holds the fewest, {fewest}")
+            + ": the ring buffer keeps only the newest "
+            "entries, so their number does not tell who is behind)"
+        )
+    head = (
+        f"you named rank {rank} {where}, which is not behind: its newest collective is seq {newest[rank]}, "
+        "and another rank's is lower"
+    )
     if not readings:
         return f"{head}. {AHEAD}"
-    return f"{head}. Likely cause: {'; or '.join(readings)}. The rank behind is the one whose newest entry has the " \
-           "lowest collective_seq_id"
+    return (
+        f"{head}. Likely cause: {'; or '.join(readings)}. The rank behind is the one whose newest entry has the "
+        "lowest collective_seq_id"
+    )
 
 
 def check_hangs(g, hangs: list[Hang], what: str) -> None:
@@ -122,5 +150,8 @@ def public_hangs(rng: random.Random) -> list[Hang]:
 def diagnose_hang_names_the_rank_behind(g):
     """The three hung jobs of the notebook (4, 2 and 8 ranks), with their ranks relabeled and their sequence
     numbers shifted at each grading: the rank behind, the seq and name of the collective it never called."""
-    check_hangs(g, public_hangs(random.Random(random.SystemRandom().randrange(2**63))),
-                "the notebook's example (ranks relabeled, sequence numbers shifted)")
+    check_hangs(
+        g,
+        public_hangs(random.Random(random.SystemRandom().randrange(2**63))),
+        "the notebook's example (ranks relabeled, sequence numbers shifted)",
+    )

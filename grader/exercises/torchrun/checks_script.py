@@ -7,6 +7,7 @@ here in the parent, are reached only by training. The checks about how the scrip
 writer, atomic replace) first verify that training: a script that writes well what it never
 trained earns nothing.
 """
+
 from __future__ import annotations
 
 import torch
@@ -34,8 +35,9 @@ def _get_script(ctx, student):
 def _script(g) -> str:
     source = g.run(_get_script, world_size=1, init_group=False)[0]
     if not isinstance(source, str):
-        raise CheckFailed(f"train_script is a {type(source).__name__}; it must be the source text of the "
-                          "script (a str)")
+        raise CheckFailed(
+            f"train_script is a {type(source).__name__}; it must be the source text of the script (a str)"
+        )
     try:
         compile(source, "train.py", "exec")  # compiling runs nothing
     except SyntaxError as exc:
@@ -52,16 +54,20 @@ def _scenario(g, scenario, *args) -> runs.ScriptRun:
     if key not in cache:
         cache[key] = runs.with_retry(scenario, source, *args)
         if cache[key].retried:
-            g.notes.append("a worker aborted at teardown before the outputs were complete; the run was "
-                           "repeated (noise of torch on CPU, not counted)")
+            g.notes.append(
+                "a worker aborted at teardown before the outputs were complete; the run was "
+                "repeated (noise of torch on CPU, not counted)"
+            )
     return cache[key]
 
 
 def _check_final(g, run: runs.ScriptRun, epochs: int, what: str, likely: str) -> None:
     final = run.final
     if final is None:
-        raise CheckFailed(f"{what}: no final model at --out final.pt (rank 0 writes model.state_dict() there "
-                          "after the last epoch)\n" + evidence(run.output, run.timed_out))
+        raise CheckFailed(
+            f"{what}: no final model at --out final.pt (rank 0 writes model.state_dict() there "
+            "after the last epoch)\n" + evidence(run.output, run.timed_out)
+        )
     if isinstance(final, str):
         raise CheckFailed(f"{what}: final.pt {final}; save the unwrapped model's state_dict with torch.save")
     _check_state(g, final, epochs, run.seed, f"{what}: the final model", likely)
@@ -87,15 +93,21 @@ def _same(g, state: dict, expected: dict) -> bool:
 def _diagnosis(g, state: dict, epochs: int, seed: int) -> str:
     """The likely mistake when `state` is not the run's reference: never trained, a fixed seed."""
     if _same(g, state, reference.initial_state(seed)):
-        return ("it is the untrained model: the script saved the model without training it (each epoch: "
-                "zero_grad, loss_fn(ddp_model(x), y), backward, step per batch)")
+        return (
+            "it is the untrained model: the script saved the model without training it (each epoch: "
+            "zero_grad, loss_fn(ddp_model(x), y), backward, step per batch)"
+        )
     if _same(g, state, reference.reference_state(epochs, seed, sampler_seed=0)):
-        return ("the batches were shuffled with seed 0, not problem.SEED: the grader draws problem.SEED for each "
-                "run, so pass DistributedSampler(dataset, shuffle=True, seed=problem.SEED), never a number")
+        return (
+            "the batches were shuffled with seed 0, not problem.SEED: the grader draws problem.SEED for each "
+            "run, so pass DistributedSampler(dataset, shuffle=True, seed=problem.SEED), never a number"
+        )
     if seed != 0 and _same(g, state, reference.reference_state(epochs, 0)):
-        return (f"it is the model of a run with seed 0, not of this run (problem.SEED={seed}, drawn by the grader "
-                "for each run): train problem.make_model() on problem.make_dataset() in the workers; a result "
-                "computed or stored in advance cannot match")
+        return (
+            f"it is the model of a run with seed 0, not of this run (problem.SEED={seed}, drawn by the grader "
+            "for each run): train problem.make_model() on problem.make_dataset() in the workers; a result "
+            "computed or stored in advance cannot match"
+        )
     return ""
 
 
@@ -105,9 +117,15 @@ def _check_state(g, state, epochs: int, seed: int, what: str, likely: str) -> No
         raise CheckFailed(f"{what} is a {type(state).__name__}, not a state_dict")
     if set(state) != set(expected):
         wrapped = all(k.startswith("module.") for k in state)
-        raise CheckFailed(f"{what} has the keys {sorted(state)[:4]}, expected {sorted(expected)}"
-                          + ("; it is the DDP wrapper's state_dict: save ddp_model.module.state_dict() (or the "
-                             "model before wrapping)" if wrapped else ""))
+        raise CheckFailed(
+            f"{what} has the keys {sorted(state)[:4]}, expected {sorted(expected)}"
+            + (
+                "; it is the DDP wrapper's state_dict: save ddp_model.module.state_dict() (or the "
+                "model before wrapping)"
+                if wrapped
+                else ""
+            )
+        )
     if _same(g, state, expected):
         return
     diagnosis = _diagnosis(g, state, epochs, seed)
@@ -126,14 +144,18 @@ def _check_shards(run: runs.ScriptRun, epochs: int, what: str) -> None:
         return
     counts = ", ".join(f"rank {rank}: {n}" for rank, n in seen.items())
     if 0 in seen.values():
-        raise CheckFailed(f"{what}: the workers' training forwards took {counts} samples, yet the final model is "
-                          "right: every worker must train on its own shard of each epoch (DistributedSampler) and "
-                          "DDP average the gradients; one rank training alone on whole global batches is not "
-                          "distributed training")
-    raise CheckFailed(f"{what}: the workers' training forwards took {counts} samples in {epochs} epochs, expected "
-                      f"{expected} each ({problem.SAMPLES} samples split over {runs.WORKERS} workers): each worker "
-                      "takes only its shard (DistributedSampler) in batches of GLOBAL_BATCH // world_size, through "
-                      "ddp_model(x) (problem.make_model()'s forward)")
+        raise CheckFailed(
+            f"{what}: the workers' training forwards took {counts} samples, yet the final model is "
+            "right: every worker must train on its own shard of each epoch (DistributedSampler) and "
+            "DDP average the gradients; one rank training alone on whole global batches is not "
+            "distributed training"
+        )
+    raise CheckFailed(
+        f"{what}: the workers' training forwards took {counts} samples in {epochs} epochs, expected "
+        f"{expected} each ({problem.SAMPLES} samples split over {runs.WORKERS} workers): each worker "
+        "takes only its shard (DistributedSampler) in batches of GLOBAL_BATCH // world_size, through "
+        "ddp_model(x) (problem.make_model()'s forward)"
+    )
 
 
 def require_training(g, run: runs.ScriptRun, epochs: int, what: str) -> None:
@@ -157,22 +179,29 @@ def _logged_mid_epoch(run: runs.ScriptRun) -> bool:
 def _check_log(run: runs.ScriptRun, expected: list[int], what: str) -> None:
     log = run.log
     if log is None:
-        raise CheckFailed(f"{what}: no epoch log at --epoch-log epochs.log (rank 0 appends the epoch number "
-                          "after each end-of-epoch snapshot)\n" + evidence(run.output, run.timed_out))
+        raise CheckFailed(
+            f"{what}: no epoch log at --epoch-log epochs.log (rank 0 appends the epoch number "
+            "after each end-of-epoch snapshot)\n" + evidence(run.output, run.timed_out)
+        )
     if log == expected:
         return
     if sorted(set(log)) == expected and len(log) == 2 * len(expected):
         if _logged_mid_epoch(run):
             then = run.snapshot_as_acted
-            raise CheckFailed(f"{what}: the epoch log lists every epoch twice ({log}), and its first line came with "
-                              f"a mid-epoch snapshot (epochs_run={then.get('epochs_run')!r}, batches_run="
-                              f"{then.get('batches_run')!r}): append the epoch's line only after the snapshot at the "
-                              "end of the epoch, none for the mid-epoch snapshots")
-        raise CheckFailed(f"{what}: the epoch log lists every epoch twice ({log}): only rank 0 may write the "
-                          "log (and the snapshot)")
-    raise CheckFailed(f"{what}: the epoch log lists {log}, expected {expected} (one line per epoch, the epoch "
-                      "number, written by rank 0 after the snapshot at the end of that epoch; none for mid-epoch "
-                      "snapshots)\n" + evidence(run.output, run.timed_out))
+            raise CheckFailed(
+                f"{what}: the epoch log lists every epoch twice ({log}), and its first line came with "
+                f"a mid-epoch snapshot (epochs_run={then.get('epochs_run')!r}, batches_run="
+                f"{then.get('batches_run')!r}): append the epoch's line only after the snapshot at the "
+                "end of the epoch, none for the mid-epoch snapshots"
+            )
+        raise CheckFailed(
+            f"{what}: the epoch log lists every epoch twice ({log}): only rank 0 may write the log (and the snapshot)"
+        )
+    raise CheckFailed(
+        f"{what}: the epoch log lists {log}, expected {expected} (one line per epoch, the epoch "
+        "number, written by rank 0 after the snapshot at the end of that epoch; none for mid-epoch "
+        "snapshots)\n" + evidence(run.output, run.timed_out)
+    )
 
 
 def _check_snapshot(snapshot, epochs: int, what: str) -> None:
@@ -182,11 +211,15 @@ def _check_snapshot(snapshot, epochs: int, what: str) -> None:
         raise CheckFailed(f"{what}: the snapshot {snapshot}")
     if not isinstance(snapshot, dict) or not {"model", "optimizer", "epochs_run"} <= set(snapshot):
         keys = sorted(snapshot) if isinstance(snapshot, dict) else type(snapshot).__name__
-        raise CheckFailed(f"{what}: the snapshot holds {keys}; it must be a dict with 'model' (the model's "
-                          "state_dict), 'optimizer' (the optimizer's state_dict) and 'epochs_run'")
+        raise CheckFailed(
+            f"{what}: the snapshot holds {keys}; it must be a dict with 'model' (the model's "
+            "state_dict), 'optimizer' (the optimizer's state_dict) and 'epochs_run'"
+        )
     if snapshot["epochs_run"] != epochs:
-        raise CheckFailed(f"{what}: the last snapshot says epochs_run={snapshot['epochs_run']!r} after "
-                          f"{epochs} epochs; store the number of epochs completed (epoch + 1)")
+        raise CheckFailed(
+            f"{what}: the last snapshot says epochs_run={snapshot['epochs_run']!r} after "
+            f"{epochs} epochs; store the number of epochs completed (epoch + 1)"
+        )
 
 
 @EXERCISE.check("train_script", points=2)
@@ -196,14 +229,26 @@ def train_script_matches_single_process(g):
     model, optimizer and epochs_run 3."""
     run = _scenario(g, runs.linked, EPOCHS, 1)
     what = "2 workers, 3 epochs"
-    _check_final(g, run, EPOCHS, what, "each rank takes batches of GLOBAL_BATCH // world_size from a "
-                 "DistributedSampler(dataset, shuffle=True, seed=problem.SEED) with set_epoch(epoch) each epoch, "
-                 "and the model is wrapped in DDP")
+    _check_final(
+        g,
+        run,
+        EPOCHS,
+        what,
+        "each rank takes batches of GLOBAL_BATCH // world_size from a "
+        "DistributedSampler(dataset, shuffle=True, seed=problem.SEED) with set_epoch(epoch) each epoch, "
+        "and the model is wrapped in DDP",
+    )
     _check_shards(run, EPOCHS, what)
     _check_log(run, list(range(EPOCHS)), what)
     _check_snapshot(run.snapshot, EPOCHS, what)
-    _check_state(g, run.snapshot["model"], EPOCHS, run.seed, f"{what}: the snapshot's model",
-                 "the snapshot should hold the model as trained so far")
+    _check_state(
+        g,
+        run.snapshot["model"],
+        EPOCHS,
+        run.seed,
+        f"{what}: the snapshot's model",
+        "the snapshot should hold the model as trained so far",
+    )
 
 
 def resumed_run(g) -> runs.ScriptRun:
@@ -214,31 +259,48 @@ def resumed_run(g) -> runs.ScriptRun:
     if not run.acted:
         if run.log_when_acted is None:
             if run.final is not None:  # the run ended without reaching that step: a training mistake shows first
-                _check_final(g, run, KILL_EPOCHS, f"a run that never reached step {kill}", "see "
-                             "train_script_matches_single_process")
-            raise CheckFailed(f"the grader waits for the workers to reach step {kill} ({where(kill)}) to kill one; "
-                              f"they did not ({_log_state(run.log)})\n" + evidence(run.output, run.timed_out))
+                _check_final(
+                    g,
+                    run,
+                    KILL_EPOCHS,
+                    f"a run that never reached step {kill}",
+                    "see train_script_matches_single_process",
+                )
+            raise CheckFailed(
+                f"the grader waits for the workers to reach step {kill} ({where(kill)}) to kill one; "
+                f"they did not ({_log_state(run.log)})\n" + evidence(run.output, run.timed_out)
+            )
         raise CheckFailed("the grader found no worker with LOCAL_RANK 1 to kill (please tell the instructor)")
     if run.log_when_acted != list(range(epoch)):
         _check_log(run, list(range(KILL_EPOCHS)), f"before the kill at step {kill} ({where(kill)})")
     if not run.snapshot_when_acted:
-        raise CheckFailed(f"the workers reached step {kill} ({where(kill)}) with no snapshot at --snapshot "
-                          "snapshot.pt: rank 0 saves one after every epoch, before it appends to the log")
+        raise CheckFailed(
+            f"the workers reached step {kill} ({where(kill)}) with no snapshot at --snapshot "
+            "snapshot.pt: rank 0 saves one after every epoch, before it appends to the log"
+        )
     if run.final is None or isinstance(run.final, str) or run.log is None:
         if read_half_written(run.output):
-            raise CheckFailed(f"{what}, the restarted workers could not read the snapshot (read half-written?): "
-                              "write it to a temporary file, then os.replace() it over the snapshot, so that a "
-                              "crash never leaves a partial file\n" + evidence(run.output, run.timed_out))
-        raise CheckFailed(f"{what}, torchrun restarted the workers but the run did not finish (final model: "
-                          f"{'missing' if run.final is None else run.final})\n" + evidence(run.output, run.timed_out))
-    after = run.log[len(run.log_when_acted):]
+            raise CheckFailed(
+                f"{what}, the restarted workers could not read the snapshot (read half-written?): "
+                "write it to a temporary file, then os.replace() it over the snapshot, so that a "
+                "crash never leaves a partial file\n" + evidence(run.output, run.timed_out)
+            )
+        raise CheckFailed(
+            f"{what}, torchrun restarted the workers but the run did not finish (final model: "
+            f"{'missing' if run.final is None else run.final})\n" + evidence(run.output, run.timed_out)
+        )
+    after = run.log[len(run.log_when_acted) :]
     resumed = list(range(epoch, KILL_EPOCHS))
     if after[:1] == [0] and epoch > 0:
-        raise CheckFailed(f"{what} in epoch {epoch}, the restarted run trained epochs {after}: it started again "
-                          f"from epoch 0. Load the snapshot when it exists and continue from its epochs_run")
+        raise CheckFailed(
+            f"{what} in epoch {epoch}, the restarted run trained epochs {after}: it started again "
+            f"from epoch 0. Load the snapshot when it exists and continue from its epochs_run"
+        )
     if after != resumed:
-        raise CheckFailed(f"{what} in epoch {epoch}, the restarted run trained epochs {after}, expected {resumed}: "
-                          "it should continue from the snapshot's epochs_run up to --epochs")
+        raise CheckFailed(
+            f"{what} in epoch {epoch}, the restarted run trained epochs {after}, expected {resumed}: "
+            "it should continue from the snapshot's epochs_run up to --epochs"
+        )
     return run
 
 
@@ -251,8 +313,15 @@ def train_script_resumes_after_a_killed_worker(g):
     run = resumed_run(g)
     accepted = [None, *resumes.faulty(KILL_EPOCHS, run.kill_step).values()]  # None: the uninterrupted run
     if isinstance(run.final, dict) and any(
-            _same(g, run.final, reference.reference_state(KILL_EPOCHS, run.seed, schedule=s)) for s in accepted):
+        _same(g, run.final, reference.reference_state(KILL_EPOCHS, run.seed, schedule=s)) for s in accepted
+    ):
         return  # the right epoch, model and optimizer; the batch is judged by train_script_resumes_mid_epoch
-    _check_state(g, run.final, KILL_EPOCHS, run.seed, "after a worker was killed: the final model",
-                 "the resumed run must continue exactly where the snapshot left off: restore the optimizer "
-                 "state (momentum) as well as the model, and call sampler.set_epoch(epoch) with the true epoch")
+    _check_state(
+        g,
+        run.final,
+        KILL_EPOCHS,
+        run.seed,
+        "after a worker was killed: the final model",
+        "the resumed run must continue exactly where the snapshot left off: restore the optimizer "
+        "state (momentum) as well as the model, and call sampler.set_epoch(epoch) with the true epoch",
+    )

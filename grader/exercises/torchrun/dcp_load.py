@@ -8,6 +8,7 @@ weights_only), or the error that stopped it.
 
     torchrun --nproc-per-node=3 ... dcp_load.py OUT CHECKPOINT [CHECKPOINT ...]
 """
+
 import os
 import sys
 
@@ -35,8 +36,10 @@ def load_one(path: str) -> dict:
     app = state["app"]
     set_state_dict(model, optimizer, model_state_dict=app["model"], optim_state_dict=app["optimizer"])
     epochs_run = app["epochs_run"]
-    return {"model": {k: v.detach().clone() for k, v in model.state_dict().items()},
-            "epochs_run": epochs_run if type(epochs_run) is int else -2}
+    return {
+        "model": {k: v.detach().clone() for k, v in model.state_dict().items()},
+        "epochs_run": epochs_run if type(epochs_run) is int else -2,
+    }
 
 
 def main() -> None:

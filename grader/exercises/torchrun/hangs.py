@@ -13,6 +13,7 @@ not completed, and waits in it. The states are those of a dump taken with TORCH_
 started collective stays "scheduled"). Every rank keeps only its newest `buffer` entries (TORCH_FR_BUFFER_SIZE). The
 answer follows from the construction.
 """
+
 from __future__ import annotations
 
 import random
@@ -27,10 +28,17 @@ CALL_SITES = {  # where a training script calls each collective (the entry's "fr
     "nccl:_reduce_scatter_base": ("train.py", 64, "shard_gradients"),
     "nccl:all_reduce_barrier": ("train.py", 90, "save_snapshot"),
 }
-WAITING_STACK = ["train.py:102 in main", "train.py:80 in train_epoch", "train.py:74 in log_loss",
-                 "torch/_tensor.py:1046 in item"]  # a rank ahead: blocked when it reads a value from its GPU
-BARRIER_STACK = ["train.py:102 in main", "train.py:90 in save_snapshot",
-                 "torch/distributed/distributed_c10d.py:5356 in barrier"]  # blocked in an NCCL barrier it enqueued
+WAITING_STACK = [
+    "train.py:102 in main",
+    "train.py:80 in train_epoch",
+    "train.py:74 in log_loss",
+    "torch/_tensor.py:1046 in item",
+]  # a rank ahead: blocked when it reads a value from its GPU
+BARRIER_STACK = [
+    "train.py:102 in main",
+    "train.py:90 in save_snapshot",
+    "torch/distributed/distributed_c10d.py:5356 in barrier",
+]  # blocked in an NCCL barrier it enqueued
 BARRIER = "nccl:all_reduce_barrier"
 BEHIND_STACKS = (  # where a rank behind can be stuck
     ["train.py:102 in main", "train.py:78 in train_epoch", "data.py:41 in next_batch", "data.py:19 in read_shard"],
@@ -64,12 +72,28 @@ class Hang:
 def _entry(seq: int, op: str, state: str, t0: int) -> dict:
     filename, line, function = CALL_SITES[op]
     size = [[1 << 20]] if op != "nccl:all_reduce_barrier" else [[1]]
-    return {"record_id": seq - 1, "pg_id": 0, "process_group": ["0", "default_pg"], "collective_seq_id": seq,
-            "p2p_seq_id": 0, "op_id": seq, "profiling_name": op, "time_created_ns": t0 + seq * 1_000_000,
-            "input_sizes": size, "input_dtypes": ["Float"], "output_sizes": size, "output_dtypes": ["Float"],
-            "state": state, "is_p2p": False, "retired": state == "completed", "timeout_ms": TIMEOUT_MS,
-            "frames": [{"name": function, "filename": filename, "line": line},
-                       {"name": "train_epoch", "filename": "train.py", "line": 80}]}
+    return {
+        "record_id": seq - 1,
+        "pg_id": 0,
+        "process_group": ["0", "default_pg"],
+        "collective_seq_id": seq,
+        "p2p_seq_id": 0,
+        "op_id": seq,
+        "profiling_name": op,
+        "time_created_ns": t0 + seq * 1_000_000,
+        "input_sizes": size,
+        "input_dtypes": ["Float"],
+        "output_sizes": size,
+        "output_dtypes": ["Float"],
+        "state": state,
+        "is_p2p": False,
+        "retired": state == "completed",
+        "timeout_ms": TIMEOUT_MS,
+        "frames": [
+            {"name": function, "filename": filename, "line": line},
+            {"name": "train_epoch", "filename": "train.py", "line": 80},
+        ],
+    }
 
 
 def stage(hang: Hang) -> dict[int, dict]:
@@ -86,11 +110,21 @@ def stage(hang: Hang) -> dict[int, dict]:
         dumps[rank] = {
             "version": VERSION,
             "pg_config": {"0": {"name": "0", "desc": "default_pg", "ranks": str(list(range(hang.world_size)))}},
-            "pg_status": {"0": {"last_enqueued_collective": newest, "last_started_collective": started,
-                                "last_completed_collective": hang.missing_seq - 1}},
+            "pg_status": {
+                "0": {
+                    "last_enqueued_collective": newest,
+                    "last_started_collective": started,
+                    "last_completed_collective": hang.missing_seq - 1,
+                }
+            },
             "entries": entries,
-            "stack": list(BEHIND_STACKS[hang.stack] if rank == hang.behind
-                          else BARRIER_STACK if hang.ops[newest - 1] == BARRIER else WAITING_STACK),
+            "stack": list(
+                BEHIND_STACKS[hang.stack]
+                if rank == hang.behind
+                else BARRIER_STACK
+                if hang.ops[newest - 1] == BARRIER
+                else WAITING_STACK
+            ),
         }
     return dumps
 
@@ -155,15 +189,37 @@ def disguised(hang: Hang, rng: random.Random) -> Hang:
         ahead[label] = hang.ahead[rank]
     shift = rng.randint(1, 40) if hang.missing_seq > 2 else 0  # the collectives just before the hang stay as built
     earlier = tuple(rng.choice(["nccl:all_reduce", "nccl:_allgather_base"]) for _ in range(shift))
-    return Hang(n, labels[behind], hang.missing_seq + shift, hang.ops[:1] + earlier + hang.ops[1:], tuple(ahead),
-                hang.buffer, hang.stack)
+    return Hang(
+        n,
+        labels[behind],
+        hang.missing_seq + shift,
+        hang.ops[:1] + earlier + hang.ops[1:],
+        tuple(ahead),
+        hang.buffer,
+        hang.stack,
+    )
 
 
 # The examples the exercise notebook shows and the public check grades (the hidden check draws others).
 EXAMPLES = (
-    Hang(4, 2, 7, ("nccl:broadcast", "nccl:all_reduce", "nccl:all_reduce", "nccl:all_reduce", "nccl:all_reduce",
-                   "nccl:_allgather_base", "nccl:all_reduce", "nccl:all_reduce", "nccl:all_reduce"), (2, 1, 0, 1),
-         stack=1),
+    Hang(
+        4,
+        2,
+        7,
+        (
+            "nccl:broadcast",
+            "nccl:all_reduce",
+            "nccl:all_reduce",
+            "nccl:all_reduce",
+            "nccl:all_reduce",
+            "nccl:_allgather_base",
+            "nccl:all_reduce",
+            "nccl:all_reduce",
+            "nccl:all_reduce",
+        ),
+        (2, 1, 0, 1),
+        stack=1,
+    ),
     random_hang(11, 2, behind=1, buffer=8),
     random_hang(12, 8, behind=5, buffer=20),
 )

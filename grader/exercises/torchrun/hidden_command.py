@@ -1,4 +1,5 @@
 """Hidden checks of checks_command.py (instructor only: a student build leaves this module out)."""
+
 from __future__ import annotations
 
 from grader.engine import free_port
@@ -28,9 +29,11 @@ def torchrun_command_restarts(g):
     """torchrun_command(script, 2, max_restarts=1): when a worker fails once, torchrun starts
     the group again (TORCHELASTIC_RESTART_COUNT 1)."""
     with probes.ProbeDir() as probe:
-        (shown, cmd), = built_commands(g.run(_call_torchrun_command, [((probe.script, 2), {"max_restarts": 1})],
-                                             world_size=1, init_group=False)[0])
+        ((shown, cmd),) = built_commands(
+            g.run(_call_torchrun_command, [((probe.script, 2), {"max_restarts": 1})], world_size=1, init_group=False)[0]
+        )
         command.check_static(shown, cmd, probe.script, 2, 1, 0, None, 1)
         output, timed_out = probes.run_probe([cmd], probe, {"PROBE_FAIL_ONCE_RANK": "1"})
-        _check_ranks(probe.records(), 2, output, timed_out, f"torchrun_command({shown}) with a worker failing once",
-                     attempts=2)
+        _check_ranks(
+            probe.records(), 2, output, timed_out, f"torchrun_command({shown}) with a worker failing once", attempts=2
+        )

@@ -1,6 +1,7 @@
 """Hidden checks of checks_diagnosis.py (instructor only: a student build leaves this module out): hung jobs drawn
 afresh at every grading, so that no list of answers exists anywhere; each answer follows from how its hang was
 built (hangs.py), and every draw holds the traps the typical mistakes fall into."""
+
 from __future__ import annotations
 
 import random
@@ -24,9 +25,13 @@ def unseen_hangs(rng: random.Random) -> list[Hang]:
     ]
 
 
-@EXERCISE.check("diagnose_hang", points=1, hidden=True,
-                feedback="Hidden hung jobs: 2 to 16 ranks, any rank behind (rank 0 included), buffers that keep "
-                         "only the newest entries, and a rank that never called a collective (empty entries).")
+@EXERCISE.check(
+    "diagnose_hang",
+    points=1,
+    hidden=True,
+    feedback="Hidden hung jobs: 2 to 16 ranks, any rank behind (rank 0 included), buffers that keep "
+    "only the newest entries, and a rank that never called a collective (empty entries).",
+)
 def diagnose_hang_on_unseen_hangs(g):
     """Six hung jobs drawn at this grading: 2 to 16 ranks, full ring buffers, rank 0 behind once, and a rank
     stuck before its first collective."""

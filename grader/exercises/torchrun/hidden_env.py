@@ -1,4 +1,5 @@
 """Hidden checks of checks_env.py (instructor only: a student build leaves this module out)."""
+
 from __future__ import annotations
 
 from grader.checks import CheckFailed
@@ -7,7 +8,13 @@ from grader.exercises.torchrun import probes
 from grader.exercises.torchrun.hidden_reference import node_command
 from grader.exercises.torchrun.probe import FIELDS
 from grader.exercises.torchrun import EXERCISE
-from grader.exercises.torchrun.checks_env import _expected_from, _compare, _check_probe_records, SAMPLE_ENV, _read_env_cases  # noqa: F401
+from grader.exercises.torchrun.checks_env import (
+    _expected_from,
+    _compare,
+    _check_probe_records,
+    SAMPLE_ENV,
+    _read_env_cases,
+)  # noqa: F401
 
 
 @EXERCISE.check("read_dist_env", points=0.5, hidden=True)
@@ -16,8 +23,7 @@ def read_dist_env_on_two_nodes(g):
     has RANK 1 but LOCAL_RANK 0, WORLD_SIZE 2 but LOCAL_WORLD_SIZE 1."""
     with probes.ProbeDir(g.submission) as probe:
         endpoint = f"127.0.0.1:{free_port()}"
-        cmds = [node_command(probe.script, i, endpoint)
-                for i in range(2)]
+        cmds = [node_command(probe.script, i, endpoint) for i in range(2)]
         output, timed_out = probes.run_probe(cmds, probe)
         _check_probe_records(probe.records(), [(0, 0), (1, 0)], output, timed_out, "a 2-node run")
 
@@ -29,14 +35,21 @@ def read_dist_env_reads_its_argument(g):
     without_restarts = {k: v for k, v in SAMPLE_ENV.items() if k != "TORCHELASTIC_RESTART_COUNT"}
     results = g.run(_read_env_cases, [SAMPLE_ENV, without_restarts], world_size=1, init_group=False)[0]
     full, plain_launcher = results
-    _compare(full, _expected_from(SAMPLE_ENV), SAMPLE_ENV, "for a mapping with RANK=5, WORLD_SIZE=8 (is "
-             "os.environ read instead of the `environ` argument?)")
+    _compare(
+        full,
+        _expected_from(SAMPLE_ENV),
+        SAMPLE_ENV,
+        "for a mapping with RANK=5, WORLD_SIZE=8 (is os.environ read instead of the `environ` argument?)",
+    )
     if not full.get("dataclass"):
-        raise CheckFailed(f"read_dist_env returned a {full['returned']}; return a DistEnv dataclass "
-                          "(@dataclass with the fields " + ", ".join(FIELDS) + ")")
+        raise CheckFailed(
+            f"read_dist_env returned a {full['returned']}; return a DistEnv dataclass "
+            "(@dataclass with the fields " + ", ".join(FIELDS) + ")"
+        )
     if "error" in plain_launcher:
-        raise CheckFailed("read_dist_env raised without TORCHELASTIC_RESTART_COUNT "
-                          f"({plain_launcher['error']}); a launcher other than torchrun does not set it: "
-                          "restart_count is then 0")
-    _compare(plain_launcher, _expected_from(without_restarts), without_restarts,
-             "without TORCHELASTIC_RESTART_COUNT")
+        raise CheckFailed(
+            "read_dist_env raised without TORCHELASTIC_RESTART_COUNT "
+            f"({plain_launcher['error']}); a launcher other than torchrun does not set it: "
+            "restart_count is then 0"
+        )
+    _compare(plain_launcher, _expected_from(without_restarts), without_restarts, "without TORCHELASTIC_RESTART_COUNT")

@@ -10,7 +10,7 @@ HINTS = {
         "one small helper that reads a required variable, so the error message is written once.",
         "The helper checks `name in environ` and raises `RuntimeError` with a message naming the variable and "
         "saying to launch with torchrun; otherwise it returns `environ[name]`. Wrap the integer fields in `int()`.",
-        "`TORCHELASTIC_RESTART_COUNT` is optional: `environ.get(name, \"0\")` gives a default for it only. Do not "
+        '`TORCHELASTIC_RESTART_COUNT` is optional: `environ.get(name, "0")` gives a default for it only. Do not '
         "mix up `RANK` (the whole job) and `LOCAL_RANK` (this node).",
     ],
     "torchrun_command": [
@@ -26,7 +26,7 @@ HINTS = {
         "Write and run the script outside the notebook first (the optional cell in the task shows how); add the "
         "snapshot only once plain training works. Parse the five options with `argparse` "
         "(`--epoch-log` becomes `args.epoch_log`).",
-        "Resume before wrapping: load the snapshot (`torch.load(..., map_location=\"cpu\")`) into the plain model and "
+        'Resume before wrapping: load the snapshot (`torch.load(..., map_location="cpu")`) into the plain model and '
         "the optimizer on every rank when the file exists, take `epochs_run` and `batches_run` from it, then wrap "
         "in DDP. Loop over the epochs from `epochs_run` up to `args.epochs`, give the sampler the true epoch number "
         "first, and in the resumed epoch skip its first `batches_run` batches (`itertools.islice(loader, "
@@ -40,7 +40,7 @@ HINTS = {
         "would its background collectives share with DDP's, and how do you avoid that?",
     ],
     "diagnose_hang": [
-        "\"Behind\" is measured in collectives, not in entries or states: every rank numbers the collectives it "
+        '"Behind" is measured in collectives, not in entries or states: every rank numbers the collectives it '
         "calls 1, 2, 3, ... in call order, so one number is the same call on every rank. How far did each rank "
         "get, in those numbers? Print it for the notebook's example first.",
         "Compare the ranks by their newest entries (a list is oldest first, and the ring buffer drops old entries, "

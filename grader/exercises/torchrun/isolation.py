@@ -16,6 +16,7 @@ answer), so its torchrun job runs:
 out of reach of `import`; it does not sandbox the file system (a script that goes looking for
 the grader's files by path is the README's "not defended in-process" case).
 """
+
 from __future__ import annotations
 
 import os
@@ -35,8 +36,12 @@ _GRADER_DISTS = ("ddp_course_grader",)  # the instructor's and the student build
 
 
 def _leaks_grader(name: str) -> bool:
-    return (name == "grader" or name.endswith(".pth") or name.startswith("__editable__")
-            or name.lower().replace("-", "_").startswith(_GRADER_DISTS))
+    return (
+        name == "grader"
+        or name.endswith(".pth")
+        or name.startswith("__editable__")
+        or name.lower().replace("-", "_").startswith(_GRADER_DISTS)
+    )
 
 
 def _site_dirs() -> list[str]:
@@ -51,8 +56,11 @@ def _site_dirs() -> list[str]:
         real = os.path.realpath(entry or os.getcwd())
         if not os.path.isdir(real) or real in found or real == os.path.realpath(os.getcwd()):
             continue
-        if real not in sites and (real == stdlib or real.startswith(stdlib + os.sep)  # lib-dynload
-                                  or os.path.isdir(os.path.join(real, "grader"))):
+        if real not in sites and (
+            real == stdlib
+            or real.startswith(stdlib + os.sep)  # lib-dynload
+            or os.path.isdir(os.path.join(real, "grader"))
+        ):
             continue
         found.append(real)
     return found
@@ -77,20 +85,28 @@ def node_gpus(node: int, nodes: int, per_node: int) -> dict[str, str]:
     plan = current_plan(nodes * per_node)
     if not plan.uses_gpus:
         return {"CUDA_VISIBLE_DEVICES": ""}
-    names = plan.visible.split(",") if plan.visible else \
-        [d.strip() for d in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if d.strip()]
+    names = (
+        plan.visible.split(",")
+        if plan.visible
+        else [d.strip() for d in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if d.strip()]
+    )
     names = names if len(names) >= plan.gpus else [str(i) for i in range(plan.gpus)]
-    return {"CUDA_VISIBLE_DEVICES": ",".join(names[node * per_node:(node + 1) * per_node])}
+    return {"CUDA_VISIBLE_DEVICES": ",".join(names[node * per_node : (node + 1) * per_node])}
 
 
 def isolated_env(site_dir: str, extra: dict[str, str] | None = None) -> dict[str, str]:
     """The torchrun job's whole environment: allow-listed variables, the links folder, our settings."""
     env = {k: v for k, v in os.environ.items() if k in ENV_KEEP or k.startswith(ENV_KEEP_PREFIXES)}
-    env.update(PYTHONPATH=site_dir, PYTHONNOUSERSITE="1", PYTHONUNBUFFERED="1", PYTHONDONTWRITEBYTECODE="1",
-               OMP_NUM_THREADS="1",
-               PYTHONFAULTHANDLER="1",  # a worker gloo aborts, or one killed hung, prints its stack (messages.py)
-               # each restarted attempt gets a fresh rendezvous store (launch.worker_env says why)
-               TORCH_DISABLE_SHARE_RDZV_TCP_STORE="1")
+    env.update(
+        PYTHONPATH=site_dir,
+        PYTHONNOUSERSITE="1",
+        PYTHONUNBUFFERED="1",
+        PYTHONDONTWRITEBYTECODE="1",
+        OMP_NUM_THREADS="1",
+        PYTHONFAULTHANDLER="1",  # a worker gloo aborts, or one killed hung, prints its stack (messages.py)
+        # each restarted attempt gets a fresh rendezvous store (launch.worker_env says why)
+        TORCH_DISABLE_SHARE_RDZV_TCP_STORE="1",
+    )
     env.update(extra or {})
     return env
 
@@ -99,11 +115,21 @@ def isolated_command(cmd: list[str]) -> list[str]:
     """A grader-built torchrun command (RUN_MODULE + options + worker_command(script)) with
     `python -S` for the agent and for its workers."""
     script = cmd[-1]
-    if cmd[:len(RUN_MODULE)] != RUN_MODULE or cmd[-len(worker_command(script)):] != worker_command(script):
+    if cmd[: len(RUN_MODULE)] != RUN_MODULE or cmd[-len(worker_command(script)) :] != worker_command(script):
         raise ValueError(f"not a grader-built torchrun command: {cmd!r}")
-    options = cmd[len(RUN_MODULE):-len(worker_command(script))]
-    return [sys.executable, "-S", "-m", "torch.distributed.run", *options, "--no-python",
-            sys.executable, "-S", "-u", script]
+    options = cmd[len(RUN_MODULE) : -len(worker_command(script))]
+    return [
+        sys.executable,
+        "-S",
+        "-m",
+        "torch.distributed.run",
+        *options,
+        "--no-python",
+        sys.executable,
+        "-S",
+        "-u",
+        script,
+    ]
 
 
 def write_job(directory: str, source: str) -> None:
@@ -117,8 +143,17 @@ def write_job(directory: str, source: str) -> None:
 def verify(directory: str, env: dict[str, str]) -> None:
     """Raise RuntimeError unless `import grader` fails in this job's Python (a grader set-up bug)."""
     probe = "import importlib.util, sys; sys.exit(0 if importlib.util.find_spec('grader') is None else 3)"
-    done = subprocess.run([sys.executable, "-S", "-c", probe], cwd=directory, env=env, timeout=60,
-                          stdin=subprocess.DEVNULL, capture_output=True, text=True)
+    done = subprocess.run(
+        [sys.executable, "-S", "-c", probe],
+        cwd=directory,
+        env=env,
+        timeout=60,
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+    )
     if done.returncode != 0:
-        raise RuntimeError("the training script's Python can import the grader (isolation broken, exit "
-                           f"{done.returncode}: {done.stderr.strip()[-300:]})")
+        raise RuntimeError(
+            "the training script's Python can import the grader (isolation broken, exit "
+            f"{done.returncode}: {done.stderr.strip()[-300:]})"
+        )

@@ -11,6 +11,7 @@ its workers, which torchrun starts in sessions of their own) can be killed;
 every wait is bounded. Exit codes are reported, never trusted for a verdict:
 a worker that used DDP on CPU can abort at teardown after its work is done.
 """
+
 from __future__ import annotations
 
 import os
@@ -53,8 +54,16 @@ def worker_env(extra: dict[str, str] | None = None) -> dict[str, str]:
     # hosts a fresh store (pytorch/pytorch#135712).
     env["TORCH_DISABLE_SHARE_RDZV_TCP_STORE"] = "1"
     env.pop("GRADER_WORKER", None)
-    for key in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
-                "GROUP_RANK", "TORCHELASTIC_RESTART_COUNT"):
+    for key in (
+        "RANK",
+        "LOCAL_RANK",
+        "WORLD_SIZE",
+        "LOCAL_WORLD_SIZE",
+        "MASTER_ADDR",
+        "MASTER_PORT",
+        "GROUP_RANK",
+        "TORCHELASTIC_RESTART_COUNT",
+    ):
         env.pop(key, None)  # the grader may itself run inside a rank: do not leak its identity
     env.update(extra or {})
     return env
@@ -82,9 +91,15 @@ class Torchrun:
     def start(self) -> None:
         self.deadline = time.monotonic() + self.timeout
         with open(self.output_path, "wb") as out:
-            self.proc = subprocess.Popen(self.args, cwd=self.cwd, env=self.env, stdout=out,
-                                         stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                         start_new_session=True)
+            self.proc = subprocess.Popen(
+                self.args,
+                cwd=self.cwd,
+                env=self.env,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+            )
 
     def wait_until(self, condition: Callable[[], bool], poll: float = 0.02) -> bool:
         """Poll `condition` until it holds (True), the run ends or the deadline passes (False)."""
@@ -152,7 +167,7 @@ class Torchrun:
         except OSError:
             return ""
         if len(data) > OUTPUT_LIMIT:
-            data = data[:OUTPUT_LIMIT // 4] + "\n...\n" + data[-3 * OUTPUT_LIMIT // 4:]
+            data = data[: OUTPUT_LIMIT // 4] + "\n...\n" + data[-3 * OUTPUT_LIMIT // 4 :]
         return data
 
     def died_at_teardown(self) -> bool:

@@ -1,11 +1,18 @@
 """Turning torchrun's output into short, student-facing evidence (04_torchrun)."""
+
 from __future__ import annotations
 
 import re
 
 _TRACEBACK = re.compile(r"^Traceback \(most recent call last\):\n(?:.*\n)*?\S.*$", re.MULTILINE)
-HALF_WRITTEN_SIGNS = ("PytorchStreamReader", "failed finding central directory", "EOFError",
-                      "UnpicklingError", "Ran out of input", "file not found: archive")
+HALF_WRITTEN_SIGNS = (
+    "PytorchStreamReader",
+    "failed finding central directory",
+    "EOFError",
+    "UnpicklingError",
+    "Ran out of input",
+    "file not found: archive",
+)
 
 
 def worker_traceback(output: str, max_lines: int = 18) -> str:
@@ -16,7 +23,7 @@ def worker_traceback(output: str, max_lines: int = 18) -> str:
             continue
         lines = block.splitlines()
         if len(lines) > max_lines:
-            lines = lines[:2] + ["    ..."] + lines[-(max_lines - 3):]
+            lines = lines[:2] + ["    ..."] + lines[-(max_lines - 3) :]
         return "\n".join(lines)
     return ""
 
@@ -42,14 +49,18 @@ def evidence(output: str, timed_out: bool = False) -> str:
     stood = script_lines(output)
     text = worker_traceback(output)
     if stood and not text:  # gloo's abort text, if any: faulthandler's stacks follow it
-        text = "\n".join(line for line in output.strip().splitlines()
-                         if "terminate called" in line or "what():" in line)[:600]
+        text = "\n".join(
+            line for line in output.strip().splitlines() if "terminate called" in line or "what():" in line
+        )[:600]
     if not text:
         lines = [line for line in output.strip().splitlines() if line.strip()]
         text = "\n".join(lines[-12:])
-    prefix = ("the run did not finish within its time limit and was killed, so this check pays nothing (a hang? "
-              "workers waiting in different collectives? On a very busy machine, run the check again)\n"
-              if timed_out else "")
+    prefix = (
+        "the run did not finish within its time limit and was killed, so this check pays nothing (a hang? "
+        "workers waiting in different collectives? On a very busy machine, run the check again)\n"
+        if timed_out
+        else ""
+    )
     if stood:
         counts = {where: stood.count(where) for where in stood}
         said = "; ".join(f"{n} worker{'s' if n > 1 else ''} at {where}" for where, n in counts.items())

@@ -11,14 +11,23 @@ With PROBE_FAIL_ONCE_RANK=R in the environment, rank R exits with code 3 on
 the first attempt, after every worker of that attempt has written its file,
 so that torchrun restarts the group (--max-restarts).
 """
+
 import json
 import os
 import sys
 import time
 import traceback
 
-VARS = ["RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "GROUP_RANK",
-        "TORCHELASTIC_RESTART_COUNT"]
+VARS = [
+    "RANK",
+    "LOCAL_RANK",
+    "WORLD_SIZE",
+    "LOCAL_WORLD_SIZE",
+    "MASTER_ADDR",
+    "MASTER_PORT",
+    "GROUP_RANK",
+    "TORCHELASTIC_RESTART_COUNT",
+]
 FIELDS = ["rank", "local_rank", "world_size", "local_world_size", "master_addr", "master_port", "restart_count"]
 MISSING = "<missing>"
 
@@ -37,8 +46,10 @@ def student_answer(submission_path):
     namespace, report = submission.load()
     fn = getattr(namespace, "read_dist_env", None)
     if fn is None:
-        return {"error": "read_dist_env is not defined in your answers"
-                         + ("; " + "; ".join(report.problems) if report.problems else "")}
+        return {
+            "error": "read_dist_env is not defined in your answers"
+            + ("; " + "; ".join(report.problems) if report.problems else "")
+        }
     try:
         result = fn(os.environ)
     except BaseException as exc:  # the student's error, reported, not fatal to the probe
@@ -48,8 +59,10 @@ def student_answer(submission_path):
 
 def describe_result(result):
     """The DistEnv fields of `result`, JSON-ready (also used by the checks' own calls)."""
-    fields = {f: _describe(getattr(result, f)) if hasattr(result, f) else {"value": MISSING, "type": "missing"}
-              for f in FIELDS}
+    fields = {
+        f: _describe(getattr(result, f)) if hasattr(result, f) else {"value": MISSING, "type": "missing"}
+        for f in FIELDS
+    }
     return {"fields": fields, "returned": type(result).__name__}
 
 

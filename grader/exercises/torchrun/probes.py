@@ -7,6 +7,7 @@
 The probe (probe.py) imports no torch, so a probe run costs only torchrun's own
 start-up: a few seconds.
 """
+
 from __future__ import annotations
 
 import json
@@ -20,6 +21,7 @@ from grader.exercises.torchrun.launch import Torchrun, worker_env
 
 PROBE_SOURCE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "probe.py")
 PROBE_TIMEOUT_S = 45.0
+
 
 class ProbeDir:
     """A fresh directory holding the grader's probe script, its output folder and,
@@ -49,7 +51,7 @@ class ProbeDir:
         found = {}
         for name in os.listdir(self.out):
             if name.endswith(".json"):
-                rank, attempt = name[len("rank"):-len(".json")].split("-attempt")
+                rank, attempt = name[len("rank") : -len(".json")].split("-attempt")
                 with open(os.path.join(self.out, name)) as f:
                     found[(int(rank), int(attempt))] = json.load(f)
         return found

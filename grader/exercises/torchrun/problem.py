@@ -36,6 +36,7 @@ variable in its own runs (without them, forward does nothing extra):
   script where rank 0 trains on every global batch alone, without DDP, reaches
   the same weights but is not distributed training.
 """
+
 from __future__ import annotations
 
 import collections

@@ -4,6 +4,7 @@ The checks of one task use these for the other tasks, so a missing or broken
 `torchrun_command` fails only its own checks: the training script is always
 launched with `standalone_command` (two nodes: hidden_reference.node_command).
 """
+
 from __future__ import annotations
 
 import os
@@ -29,12 +30,16 @@ TEXT_FIELDS = {"master_addr"}
 
 def standalone_command(script: str, nproc_per_node: int, max_restarts: int = 0) -> list[str]:
     """The one-node torchrun command the grader launches a student's script with."""
-    return RUN_MODULE + [f"--nproc-per-node={nproc_per_node}", "--nnodes=1", f"--max-restarts={max_restarts}",
-                         "--standalone"] + worker_command(script)
+    return (
+        RUN_MODULE
+        + [f"--nproc-per-node={nproc_per_node}", "--nnodes=1", f"--max-restarts={max_restarts}", "--standalone"]
+        + worker_command(script)
+    )
 
 
-def reference_training(epochs: int, seed: int, sampler_seed: int | None = None,
-                       schedule: tuple[tuple[int, int], ...] | None = None) -> dict[str, torch.Tensor]:
+def reference_training(
+    epochs: int, seed: int, sampler_seed: int | None = None, schedule: tuple[tuple[int, int], ...] | None = None
+) -> dict[str, torch.Tensor]:
     """The final model of the training script, trained in one process, for the run's `seed`
     (problem.SEED in the workers); `sampler_seed` replaces it in the sampler only (a diagnosis).
     `schedule` lists the (epoch, batch) steps to take in order, batches repeated or left out as a
@@ -48,8 +53,9 @@ def reference_training(epochs: int, seed: int, sampler_seed: int | None = None,
     model = problem.make_model(seed)
     optimizer = problem.make_optimizer(model)
     dataset = problem.make_dataset(seed)
-    sampler = DistributedSampler(dataset, num_replicas=1, rank=0, shuffle=True,
-                                 seed=seed if sampler_seed is None else sampler_seed)
+    sampler = DistributedSampler(
+        dataset, num_replicas=1, rank=0, shuffle=True, seed=seed if sampler_seed is None else sampler_seed
+    )
     loader = DataLoader(dataset, batch_size=problem.GLOBAL_BATCH, sampler=sampler)
     batches: dict[int, list] = {}
     for epoch, batch in uninterrupted(epochs) if schedule is None else schedule:
@@ -76,8 +82,9 @@ def initial_state(seed: int) -> dict[str, torch.Tensor]:
 _cache: dict[tuple, dict[str, torch.Tensor]] = {}
 
 
-def reference_state(epochs: int, seed: int, sampler_seed: int | None = None,
-                    schedule: tuple[tuple[int, int], ...] | None = None) -> dict[str, torch.Tensor]:
+def reference_state(
+    epochs: int, seed: int, sampler_seed: int | None = None, schedule: tuple[tuple[int, int], ...] | None = None
+) -> dict[str, torch.Tensor]:
     key = (epochs, seed, sampler_seed, schedule)
     if key not in _cache:
         if len(_cache) > 64:  # a new seed per run: keep a long-lived grading worker small

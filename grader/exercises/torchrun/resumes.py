@@ -6,6 +6,7 @@ A snapshot says how far training got with "epochs_run" (epochs completed) and "b
 The schedules below are what a restart from a snapshot at progress p trains, right and wrong;
 the checks compare the final model with the reference trained on each (reference.py).
 """
+
 from __future__ import annotations
 
 from grader.exercises.torchrun import problem
@@ -33,7 +34,7 @@ def resumed_at(epochs: int, p: int, batch: int) -> tuple:
     """Resumed from a snapshot at progress p, but at `batch` of its epoch (0: the epoch's start, trained
     twice up to p; p's own batch: right; one more: a batch skipped)."""
     full = uninterrupted(epochs)
-    return full[:p] + full[p // STEPS * STEPS + batch:]
+    return full[:p] + full[p // STEPS * STEPS + batch :]
 
 
 def from_epoch_start(epochs: int, p: int) -> tuple:
@@ -45,15 +46,16 @@ def offset_forgotten(epochs: int, p: int) -> tuple:
     """Resumed with the right number of steps left in the epoch, taken from the start of its order."""
     full = uninterrupted(epochs)
     epoch, batch = divmod(p, STEPS)
-    return full[:p] + tuple((epoch, j) for j in range(STEPS - batch)) + full[(epoch + 1) * STEPS:]
+    return full[:p] + tuple((epoch, j) for j in range(STEPS - batch)) + full[(epoch + 1) * STEPS :]
 
 
 def skipped_in_later_epochs(epochs: int, p: int) -> tuple:
     """Resumed at the right batch, but every later epoch skips its first batches_run batches too."""
     full = uninterrupted(epochs)
     epoch, batch = divmod(p, STEPS)
-    return full[:(epoch + 1) * STEPS] + tuple(
-        step for later in range(epoch + 1, epochs) for step in full[later * STEPS + batch:(later + 1) * STEPS])
+    return full[: (epoch + 1) * STEPS] + tuple(
+        step for later in range(epoch + 1, epochs) for step in full[later * STEPS + batch : (later + 1) * STEPS]
+    )
 
 
 def faulty(epochs: int, kill_step: int) -> dict[str, tuple]:

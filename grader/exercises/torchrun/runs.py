@@ -10,6 +10,7 @@ exit code (a DDP worker can abort at teardown on CPU).
     python train.py --epochs E --snapshot-every N --snapshot snapshot.pt --out final.pt --epoch-log epochs.log \
         --checkpoints checkpoints
 """
+
 from __future__ import annotations
 
 import os
@@ -39,8 +40,20 @@ SNAPSHOT_EVERY = 2  # --snapshot-every of every run: a snapshot at least every 2
 
 
 def script_args(epochs: int) -> list[str]:
-    return ["--epochs", str(epochs), "--snapshot-every", str(SNAPSHOT_EVERY), "--snapshot", SNAPSHOT, "--out", FINAL,
-            "--epoch-log", LOG, "--checkpoints", CHECKPOINTS]
+    return [
+        "--epochs",
+        str(epochs),
+        "--snapshot-every",
+        str(SNAPSHOT_EVERY),
+        "--snapshot",
+        SNAPSHOT,
+        "--out",
+        FINAL,
+        "--epoch-log",
+        LOG,
+        "--checkpoints",
+        CHECKPOINTS,
+    ]
 
 
 def checkpoint(epoch: int) -> str:
@@ -57,11 +70,13 @@ class Job:
     seed: int  # problem.SEED in the workers; drawn per run, so no script can know it in advance
 
     def env(self, extra: dict[str, str] | None = None) -> dict[str, str]:
-        return isolation.isolated_env(self.site, {problem.SEED_ENV: str(self.seed),
-                                                  **isolation.node_gpus(0, 1, WORKERS), **(extra or {})})
+        return isolation.isolated_env(
+            self.site, {problem.SEED_ENV: str(self.seed), **isolation.node_gpus(0, 1, WORKERS), **(extra or {})}
+        )
 
-    def torchrun(self, cmd: list[str], cwd: str, timeout: float, extra: dict[str, str] | None,
-                 args: list[str]) -> Torchrun:
+    def torchrun(
+        self, cmd: list[str], cwd: str, timeout: float, extra: dict[str, str] | None, args: list[str]
+    ) -> Torchrun:
         """The grader's torchrun command `cmd` (ending with the script), isolated, then the script's `args`."""
         return Torchrun(isolation.isolated_command(cmd) + args, cwd, timeout, self.env(extra))
 
@@ -151,7 +166,7 @@ def read_gate(folder: str) -> dict[str, list[str]]:
         path = os.path.join(folder, name)
         if name.endswith(".gate") and stat.S_ISREG(os.lstat(path).st_mode):
             with open(path) as f:
-                events[name[len("rank"):-len(".gate")]] = f.read(1 << 16).split("\n")[:20]
+                events[name[len("rank") : -len(".gate")]] = f.read(1 << 16).split("\n")[:20]
     return events
 
 
@@ -159,8 +174,13 @@ def load_checkpoints(job: Job, run: ScriptRun, epochs: list[int]) -> None:
     """Launch the grader's loader (dcp_load.py) at LOAD_WORKERS ranks on the checkpoints of `epochs`."""
     directory = job.directory
     shutil.copyfile(os.path.join(os.path.dirname(problem.__file__), LOADER), os.path.join(directory, LOADER))
-    with job.torchrun(standalone_command(LOADER, LOAD_WORKERS), directory, RUN_TIMEOUT_S, None,
-                      [LOADED] + [checkpoint(e) for e in epochs]) as proc:
+    with job.torchrun(
+        standalone_command(LOADER, LOAD_WORKERS),
+        directory,
+        RUN_TIMEOUT_S,
+        None,
+        [LOADED] + [checkpoint(e) for e in epochs],
+    ) as proc:
         proc.wait()
         run.output += "--- loading the checkpoints ---\n" + proc.output
     run.loaded = load(os.path.join(directory, LOADED))
@@ -173,7 +193,7 @@ def read_seen(folder: str) -> dict[str, int]:
         path = os.path.join(folder, name)
         if name.endswith(".seen") and stat.S_ISREG(os.lstat(path).st_mode):  # never a link or a FIFO
             with open(path) as f:
-                seen[name[len("rank"):-len(".seen")]] = sum(int(n) for n in f.read(1 << 20).split() if n.isdigit())
+                seen[name[len("rank") : -len(".seen")]] = sum(int(n) for n in f.read(1 << 20).split() if n.isdigit())
     return seen
 
 
@@ -242,9 +262,13 @@ def linked(source: str, job: Job, epochs: int, link_after: int) -> ScriptRun:
     gate = os.path.join(os.path.dirname(directory), "gate")
     os.mkdir(seen)
     os.mkdir(gate)
-    with job.torchrun(standalone_command("train.py", WORKERS), directory, RUN_TIMEOUT_S,
-                      {problem.PAUSE_ENV: f"{log}:{link_after}:{go}", problem.SEEN_ENV: seen,
-                       problem.GATE_ENV: gate}, script_args(epochs)) as proc:
+    with job.torchrun(
+        standalone_command("train.py", WORKERS),
+        directory,
+        RUN_TIMEOUT_S,
+        {problem.PAUSE_ENV: f"{log}:{link_after}:{go}", problem.SEEN_ENV: seen, problem.GATE_ENV: gate},
+        script_args(epochs),
+    ) as proc:
         if proc.wait_until(lambda: _logged(log) >= link_after):
             run.log_when_acted = read_log(log)
             snapshot = os.path.join(directory, SNAPSHOT)
@@ -276,9 +300,16 @@ def two_nodes(source: str, job: Job, epochs: int, node_command) -> ScriptRun:
     run = ScriptRun(epochs, job.seed)
     with reserved_port() as port:  # released after the run: other runs may use it again
         endpoint = f"127.0.0.1:{port}"
-        procs = [job.torchrun(node_command("train.py", i, endpoint), node, RUN_TIMEOUT_S,
-                              isolation.node_gpus(i, 2, 1), script_args(epochs))
-                 for i, node in enumerate(nodes)]
+        procs = [
+            job.torchrun(
+                node_command("train.py", i, endpoint),
+                node,
+                RUN_TIMEOUT_S,
+                isolation.node_gpus(i, 2, 1),
+                script_args(epochs),
+            )
+            for i, node in enumerate(nodes)
+        ]
         try:
             for proc in procs:
                 proc.start()
