@@ -64,3 +64,15 @@ def test_the_comparison_can_fail(tmp_path):
     )
     assert changed.read_bytes() != before
     assert dumps(notebook) == changed.read_text(encoding="utf-8")
+
+
+@pytest.mark.parametrize("path", LESSONS, ids=lambda p: os.path.relpath(p, ROOT))
+def test_the_kernel_is_named_as_the_installed_one(path):
+    """JupyterLab rewrites a notebook's kernelspec to the running kernel's on open: a lesson naming it otherwise
+    ("Python 3" for ipykernel's "Python 3 (ipykernel)") is modified as soon as a student opens it."""
+    from jupyter_client.kernelspec import KernelSpecManager
+
+    with open(path, encoding="utf-8") as f:
+        named = json.load(f)["metadata"]["kernelspec"]
+    installed = KernelSpecManager().get_kernel_spec(named["name"])
+    assert named["display_name"] == installed.display_name, (named, installed.display_name)

@@ -4,7 +4,10 @@ def _attack():
     # there (an /etc/ld.so.preload) would run in every later classmate's processes.
     import os
     planted = []
+    own = {"/tmp", os.environ.get("HOME"), "/dev/shm"}  # the job's own: the venv's parent is /tmp in a clone there
     for folder in ("/", "/etc", "/dev", "/run", os.path.dirname(os.path.dirname("$grader")), "/home"):
+        if folder in own or folder.startswith("/tmp/"):  # under the job's own /tmp: nobody else's
+            continue
         try:
             with open(os.path.join(folder, "planted-by-$me"), "w") as f:
                 f.write("left for the next job")

@@ -48,7 +48,8 @@ def main() -> None:
     loaded = {path: load_one(path) for path in paths}
     if dist.get_rank() == 0:
         torch.save({"world_size": dist.get_world_size(), "loaded": loaded}, out)
-    dist.barrier()
+    dist.barrier()  # rank 0's file is written before any rank leaves
+    del loaded
     dist.destroy_process_group()
 
 

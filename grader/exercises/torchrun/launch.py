@@ -124,12 +124,12 @@ class Torchrun:
     def abort_workers(self, wait_s: float = 3.0) -> None:
         """SIGABRT the hung workers, so that each prints where it waits (PYTHONFAULTHANDLER), within wait_s."""
         workers = self.workers()
-        for proc in workers:
+        for proc in workers:  # one at a time: two stacks written at once into one pipe interleave, unreadable
             try:
                 proc.send_signal(signal.SIGABRT)
             except psutil.Error:
-                pass
-        psutil.wait_procs(workers, timeout=wait_s)
+                continue
+            psutil.wait_procs([proc], timeout=wait_s / max(1, len(workers)))
 
     def stop(self) -> None:
         if self.proc is None:
