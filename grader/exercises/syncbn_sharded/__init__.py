@@ -10,6 +10,7 @@
     checks_fsdp2.py       train_step_fsdp2
     checks_fsdp2_state.py export_full_state (FSDP2's full state on rank 0)
     checks_checkpointing.py checkpoint_activations (selective activation checkpointing, from a budget)
+    checks_memory_plan.py plan_memory (per-rank bytes of DDP, ZeRO-1, FSDP2; which strategy fits a budget)
 
 This file declares the exercise; its checks_*.py and hidden_*.py modules are found by
 grader.exercises.discover() (the contract is in grader/exercises/__init__.py).
@@ -33,6 +34,7 @@ EXERCISE = Exercise(
         "train_step_fsdp2",
         "export_full_state",
         "checkpoint_activations",
+        "plan_memory",
     ],
 )
 check = EXERCISE.check

@@ -127,4 +127,13 @@ HINTS = {
         "To checkpoint block `i`, assign a wrapper into `model.blocks[i]` that keeps the original block as an "
         "attribute and calls `torch.utils.checkpoint.checkpoint` on it with `use_reentrant=False`.",
     ],
+    "plan_memory": [
+        "Write the three strategies as columns and parameters, gradients, Adam's state and activations as rows: "
+        "which of the four does each strategy keep whole on every rank, and which does it split over the ranks?",
+        "Everything here is fp32: a parameter takes 4 bytes, its gradient 4 more, Adam's two moments 8. Count "
+        "bytes from the parameters' shapes (`numel()` times `element_size()`), which a meta model has. The "
+        "activations belong to this rank's batch: no strategy splits them.",
+        "DDP splits nothing; ZeRO-1 splits only the optimizer state; FSDP2 splits all three. Then try the "
+        "strategies in the order they communicate, least first, and keep the first that fits the budget.",
+    ],
 }

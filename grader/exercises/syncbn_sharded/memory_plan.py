@@ -1,0 +1,127 @@
+"""plan_memory's measurement: the bytes a rank really holds under DDP, ZeRO-1 and FSDP2, and what they should be.
+
+In the ranks (the grader's code, never the student's): the same model is built, wrapped and trained for one Adam step
+three times, each inside a probe of live storages (live_bytes.py) entered before the model exists. Once the step is
+done and its outputs dropped, what is still alive is the state the strategy keeps: parameters, gradients, Adam's two
+moments (and its step counters), DDP's gradient buckets. DTensors are opened to their local shards: a wrapper's own
+"storage" is only metadata of the full size. The activations are measured alone: what one forward of this rank's
+batch leaves alive for backward (the batch itself, made before, not counted).
+
+Measured here (torch 2.13 CPU, gloo, 2 and 3 ranks, Ψ parameters, fp32, Adam): DDP with gradient_as_bucket_view=True
+16Ψ (the gradients are views of the buckets); with the default False 20Ψ (buckets beside the gradients); ZeRO-1
+(ZeroRedundancyOptimizer over that DDP) 8Ψ + 8Ψ/N; FSDP2 16Ψ/N; each plus 4 bytes per Adam step counter. The runs
+use gradient_as_bucket_view=True, and the task text says so.
+
+In the parent: the same numbers from the formulas (`expected_state`), so that a measurement the answers disturbed (a
+patched optimizer, a wrapper changed at import) is told apart from a wrong estimate.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from grader.exercises.syncbn_sharded.fsdp2_probe import _plain
+from grader.exercises.syncbn_sharded.live_bytes import LiveBytes, StorageWeakRef
+
+STRATEGIES = ("ddp", "zero1", "fsdp2")  # cheapest in communication first
+NAMES = {"ddp": "DDP", "zero1": "ZeRO-1", "fsdp2": "FSDP2"}
+FP32 = 4
+
+
+def planning_net(spec: dict) -> nn.Module:
+    """`layers` blocks of Linear(width, width) and Tanh. Equal layers: ZeRO-1's whole-parameter split and FSDP2's
+    row split are then exact for the world sizes drawn (width and layers divisible by them)."""
+    layers = []
+    for _ in range(spec["layers"]):
+        layers += [nn.Linear(spec["width"], spec["width"]), nn.Tanh()]
+    return nn.Sequential(*layers)
+
+
+def parameter_count(spec: dict) -> int:
+    return spec["layers"] * (spec["width"] * spec["width"] + spec["width"])
+
+
+def expected_state(spec: dict, world: int) -> dict[str, int]:
+    """Per-rank bytes of parameters, gradients and Adam state after a step, Adam's step counters included."""
+    psi, tensors = parameter_count(spec), 2 * spec["layers"]
+    return {
+        "ddp": 16 * psi + FP32 * tensors,
+        "zero1": 8 * psi + 8 * psi // world + FP32 * tensors // world,
+        "fsdp2": 16 * psi // world + FP32 * tensors,
+    }
+
+
+def expected_activations(spec: dict) -> int:
+    """Each Tanh keeps its output for backward; each Linear keeps its input (the previous Tanh's output)."""
+    return spec["layers"] * spec["rows"] * spec["width"] * FP32
+
+
+def batch(spec: dict, rank: int, device) -> torch.Tensor:
+    g = torch.Generator().manual_seed(spec["seed"] + rank)
+    return torch.randn(spec["rows"], spec["width"], generator=g).to(device)
+
+
+class StateBytes(LiveBytes):
+    """LiveBytes that opens DTensors to their local tensors, and counts storages of every size."""
+
+    def __init__(self, persistent=lambda: ()):
+        super().__init__(above=0, persistent=persistent)
+
+    def dispatch(self, func, types, args, kwargs):
+        out = func(*args, **kwargs)
+        for t in _plain(out):
+            if not t.is_sparse:
+                weak = StorageWeakRef(t.untyped_storage())
+                known = self.refs.get(weak.cdata)
+                if known is None or known.expired():
+                    self.refs[weak.cdata] = weak
+        return out
+
+
+def _wrapped(kind: str, model: nn.Module, ctx):
+    from torch.distributed.optim import ZeroRedundancyOptimizer
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    if kind == "fsdp2":
+        from torch.distributed.device_mesh import init_device_mesh
+        from torch.distributed.fsdp import fully_shard
+
+        mesh = init_device_mesh(ctx.device.type, (ctx.world_size,))
+        for layer in model:
+            if isinstance(layer, nn.Linear):
+                fully_shard(layer, mesh=mesh)
+        fully_shard(model, mesh=mesh)
+        return model, torch.optim.Adam(model.parameters())
+    ids = [ctx.device.index] if ctx.device.type == "cuda" else None
+    model = DDP(model, device_ids=ids, gradient_as_bucket_view=True)
+    if kind == "zero1":
+        return model, ZeroRedundancyOptimizer(model.parameters(), torch.optim.Adam)
+    return model, torch.optim.Adam(model.parameters())
+
+
+def measure_state(ctx, spec: dict, kind: str) -> int:
+    """The bytes still alive after one Adam step under `kind`, of everything made since the model was built."""
+    x = batch(spec, ctx.rank, ctx.device)
+    probe = StateBytes()
+    with probe:
+        torch.manual_seed(spec["seed"])
+        model, optimizer = _wrapped(kind, planning_net(spec).to(ctx.device), ctx)
+        model(x).pow(2).mean().backward()
+        optimizer.step()
+    live = probe.live()
+    del model, optimizer
+    return live
+
+
+def measure_activations(ctx, spec: dict) -> int:
+    """What one forward of this rank's batch leaves alive for backward (the parameters, made before, not counted)."""
+    torch.manual_seed(spec["seed"])
+    model = planning_net(spec).to(ctx.device)
+    x = batch(spec, ctx.rank, ctx.device)
+    probe = StateBytes(persistent=lambda: list(model.parameters()))  # the weights' views that forward makes
+    with probe:
+        out = model(x)
+    live = probe.live()
+    del out
+    return live
