@@ -108,41 +108,74 @@ def _mistakes(kind: str, psi: int, world: int, act: int, state: int) -> list[tup
     """(what a typical mistake estimates, what to say) for one strategy."""
     full, shard = 4 * psi, 4 * psi / world
     out = [
-        (state, "the activations are left out: add activation_bytes (they are per rank and sharded by none of the "
-         "three strategies)"),
-        (state + act / world, "the activations are divided by the world size: each rank keeps those of its own "
-         "batch, whatever the strategy"),
+        (
+            state,
+            "the activations are left out: add activation_bytes (they are per rank and sharded by none of the "
+            "three strategies)",
+        ),
+        (
+            state + act / world,
+            "the activations are divided by the world size: each rank keeps those of its own "
+            "batch, whatever the strategy",
+        ),
         ((state + act) / 4, "you seem to count elements, not bytes: an fp32 value takes 4 bytes"),
-        (state / 4 + act, "you seem to count the parameters, gradients and Adam's moments as elements: an fp32 "
-         "value takes 4 bytes"),
+        (
+            state / 4 + act,
+            "you seem to count the parameters, gradients and Adam's moments as elements: an fp32 value takes 4 bytes",
+        ),
     ]
     if kind == "ddp":
         out += [
-            (3 * full + act, "16 bytes per parameter under DDP, you count 12: the gradients (4 bytes per "
-             "parameter, on every rank) are the usual part to forget"),
-            (2 * full + act, "Adam keeps two fp32 moments per parameter (8 bytes), beside the parameter and its "
-             "gradient"),
+            (
+                3 * full + act,
+                "16 bytes per parameter under DDP, you count 12: the gradients (4 bytes per "
+                "parameter, on every rank) are the usual part to forget",
+            ),
+            (
+                2 * full + act,
+                "Adam keeps two fp32 moments per parameter (8 bytes), beside the parameter and its gradient",
+            ),
         ]
     elif kind == "zero1":
         out += [
-            (full + 2 * shard + act, "ZeRO-1 without the gradients: every rank still holds a full gradient (4 "
-             "bytes per parameter), as under DDP"),
-            (shard + full + 2 * shard + act, "ZeRO-1 shards only the optimizer state: every rank keeps all the "
-             "parameters (and gradients) as under DDP; only Adam's moments are split, 8Ψ/N"),
-            (4 * shard + act, "ZeRO-1 shards only the optimizer state: every rank keeps all the parameters (and "
-             "gradients) as under DDP; what you estimated is FSDP2's"),
-            (full + shard + 2 * shard + act, "ZeRO-1 leaves the gradients whole (sharding them is ZeRO-2): only "
-             "Adam's moments are split over the ranks"),
-            (4 * full + act, "ZeRO-1's optimizer state is not divided by the world size: each rank keeps Adam's "
-             "moments of 1/N of the parameters"),
+            (
+                full + 2 * shard + act,
+                "ZeRO-1 without the gradients: every rank still holds a full gradient (4 "
+                "bytes per parameter), as under DDP",
+            ),
+            (
+                shard + full + 2 * shard + act,
+                "ZeRO-1 shards only the optimizer state: every rank keeps all the "
+                "parameters (and gradients) as under DDP; only Adam's moments are split, 8Ψ/N",
+            ),
+            (
+                4 * shard + act,
+                "ZeRO-1 shards only the optimizer state: every rank keeps all the parameters (and "
+                "gradients) as under DDP; what you estimated is FSDP2's",
+            ),
+            (
+                full + shard + 2 * shard + act,
+                "ZeRO-1 leaves the gradients whole (sharding them is ZeRO-2): only "
+                "Adam's moments are split over the ranks",
+            ),
+            (
+                4 * full + act,
+                "ZeRO-1's optimizer state is not divided by the world size: each rank keeps Adam's "
+                "moments of 1/N of the parameters",
+            ),
         ]
     else:
         out += [
-            (4 * full + act, "FSDP2's estimate is not divided by the world size: each rank keeps 1/N of the "
-             "parameters, of the gradients and of Adam's moments"),
+            (
+                4 * full + act,
+                "FSDP2's estimate is not divided by the world size: each rank keeps 1/N of the "
+                "parameters, of the gradients and of Adam's moments",
+            ),
             (3 * shard + act, "FSDP2 without the gradients: each rank keeps its shard of the gradients too"),
-            (full + 3 * shard + act, "FSDP2 shards the parameters too: between steps each rank keeps only its "
-             "1/N of them"),
+            (
+                full + 3 * shard + act,
+                "FSDP2 shards the parameters too: between steps each rank keeps only its 1/N of them",
+            ),
         ]
     return out
 
@@ -198,7 +231,7 @@ def verify_choices(results: list, spec: dict) -> None:
             if choice not in STRATEGIES and choice is not None:
                 why = f"'choice' is {choice}: return 'ddp', 'zero1', 'fsdp2' or None"
             elif want is None:
-                why = f"nothing fits (each needs more): return None, and say the model needs more ranks or memory"
+                why = "nothing fits: return None (the job needs more ranks, or less memory per rank)"
             elif choice is None:
                 why = f"{NAMES[want]} fits: None is for a budget nothing fits"
             elif measured[choice] > budget:
