@@ -143,20 +143,16 @@ def _mistakes(kind: str, psi: int, world: int, act: int, state: int) -> list[tup
                 "ZeRO-1 without the gradients: every rank still holds a full gradient (4 "
                 "bytes per parameter), as under DDP",
             ),
-            (
+            (  # parameters or gradients sharded: the same number
                 shard + full + 2 * shard + act,
-                "ZeRO-1 shards only the optimizer state: every rank keeps all the "
-                "parameters (and gradients) as under DDP; only Adam's moments are split, 8Ψ/N",
+                "ZeRO-1 shards only the optimizer state: every rank keeps all the parameters and all the "
+                "gradients, as under DDP (sharding the gradients too is ZeRO-2); only Adam's moments are split, "
+                "8Ψ/N",
             ),
             (
                 4 * shard + act,
                 "ZeRO-1 shards only the optimizer state: every rank keeps all the parameters (and "
                 "gradients) as under DDP; what you estimated is FSDP2's",
-            ),
-            (
-                full + shard + 2 * shard + act,
-                "ZeRO-1 leaves the gradients whole (sharding them is ZeRO-2): only "
-                "Adam's moments are split over the ranks",
             ),
             (
                 4 * full + act,
@@ -181,10 +177,13 @@ def _mistakes(kind: str, psi: int, world: int, act: int, state: int) -> list[tup
 
 
 def _likely(kind: str, estimate: float, psi: int, world: int, act: int, state: int) -> str:
-    for wrong, message in _mistakes(kind, psi, world, act, state):
-        if abs(estimate - wrong) <= ESTIMATE_RTOL * max(wrong, 1):
-            return message
-    return ""
+    """The message of the typical mistake nearest to the estimate, if one is within the tolerance."""
+    near = [
+        (abs(estimate - wrong) / max(wrong, 1), message)
+        for wrong, message in _mistakes(kind, psi, world, act, state)
+        if abs(estimate - wrong) <= ESTIMATE_RTOL * max(wrong, 1)
+    ]
+    return min(near)[1] if near else ""
 
 
 def verify_estimates(results: list, spec: dict) -> None:
@@ -193,7 +192,7 @@ def verify_estimates(results: list, spec: dict) -> None:
         answer = got["answers"][0]
         if "type" in answer:
             raise CheckFailed(
-                f"rank {rank}: plan_memory returned a {answer['type']}, not a dict with the keys "
+                f"rank {rank}: plan_memory returned a value of type {answer['type']}, not a dict with the keys "
                 "'ddp', 'zero1', 'fsdp2' and 'choice'"
             )
         for kind in STRATEGIES:
@@ -224,7 +223,7 @@ def verify_choices(results: list, spec: dict) -> None:
         need = ", ".join(f"{NAMES[k]} {measured[k]}" for k in STRATEGIES)
         for budget, answer in zip(budget_list, got["answers"]):
             if "type" in answer:
-                raise CheckFailed(f"rank {rank}: plan_memory returned a {answer['type']}, not a dict")
+                raise CheckFailed(f"rank {rank}: plan_memory returned a value of type {answer['type']}, not a dict")
             want, choice = expected_choice(measured, budget), answer["choice"]
             if choice == want:
                 continue

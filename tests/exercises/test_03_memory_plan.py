@@ -1,0 +1,163 @@
+"""03_syncbn_sharded, plan_memory: the solution gets full marks (2 ranks and the hidden 3) from one launch per
+variant; the untouched release and the laziest answers earn nothing; each typical mistake fails its check with a
+message that names it; answers that change what the grader measures earn nothing."""
+
+import os
+
+import pytest
+
+from grader.exercises import get_exercise
+from grader.exercises.syncbn_sharded.checks_memory_plan import SPEC, budgets, totals
+from grader.exercises.syncbn_sharded.memory_plan import expected_state, parameter_count
+from grader.runner import run_checks
+from grader.submission import read_notebook
+from tests.helpers import (
+    ROOT,
+    assert_lazy_answer_earns_nothing,
+    failed,
+    grade_source,
+    graded_counting_launches,
+    mutate,
+    solution_source,
+)
+
+EXERCISE, TASK = "03_syncbn_sharded", "plan_memory"
+CHECKS = ["memory_estimates_match_measured", "memory_choice_fits_budget"]
+ESTIMATES, CHOICE = CHECKS
+PARAMS = "    params = sum(p.numel() * p.element_size() for p in model.parameters())  # fp32: 4 bytes each\n"
+GRADS = "    grads, adam = params, 2 * params  # a gradient like each parameter; two moments\n"
+DDP = '        "ddp": params + grads + adam + activation_bytes,\n'
+ZERO1 = '        "zero1": params + grads + adam // world_size + activation_bytes,\n'
+FSDP2 = '        "fsdp2": (params + grads + adam) // world_size + activation_bytes,\n'
+PICK = '    return {**estimates, "choice": fits[0] if fits else None}\n'
+
+
+def test_formulas_match_the_measured_ratios():
+    # DDP 16Ψ, ZeRO-1 8Ψ + 8Ψ/N, FSDP2 16Ψ/N (and Adam's 4-byte step counters): the budgets lie between them
+    psi, state = parameter_count(SPEC), expected_state(SPEC, 2)
+    assert state["ddp"] // psi == 16 and state["zero1"] // psi == 12 and state["fsdp2"] // psi == 8
+    t = totals(SPEC, 2)
+    low, all_fit, none_fit, mid = budgets(SPEC, 2)
+    assert t["fsdp2"] <= low < t["zero1"] and t["ddp"] <= all_fit and none_fit < t["fsdp2"]
+    assert t["zero1"] <= mid < t["ddp"]
+
+
+@pytest.mark.timeout(240)
+@pytest.mark.parametrize("hidden", [False, True], ids=["public", "hidden_3_ranks"])
+def test_solution_full_marks_from_one_launch(hidden):
+    report, launched = graded_counting_launches(EXERCISE, solution_source(EXERCISE), TASK, hidden)
+    assert report.checks and all(c.passed for c in report.checks), "\n".join(report.lines())
+    assert report.score == report.max_score
+    assert launched == ["_in_rank_plan"], launched  # both public checks judge the same launch
+
+
+@pytest.mark.timeout(240)
+def test_untouched_release_earns_nothing():
+    notebook = os.path.join(ROOT, "exercises", EXERCISE, f"{EXERCISE}.ipynb")
+    report = run_checks(get_exercise(EXERCISE), read_notebook(notebook), task=TASK, timeout=60)
+    assert report.checks and report.score == 0, "\n".join(report.lines())
+
+
+# (replacements in the solution, the check that must fail, a phrase of its message)
+MUTANTS = {
+    "forgot_gradients": ({GRADS: "    grads, adam = 0, 2 * params\n"}, ESTIMATES, "usual part to forget"),
+    "zero1_shards_parameters": (
+        {ZERO1: '        "zero1": params // world_size + grads + adam // world_size + activation_bytes,\n'},
+        ESTIMATES,
+        "ZeRO-1 shards only the optimizer state",
+    ),
+    "zero1_as_fsdp2": (
+        {ZERO1: '        "zero1": (params + grads + adam) // world_size + activation_bytes,\n'},
+        ESTIMATES,
+        "what you estimated is FSDP2's",
+    ),
+    "fsdp2_not_divided": (
+        {FSDP2: '        "fsdp2": params + grads + adam + activation_bytes,\n'},
+        ESTIMATES,
+        "FSDP2's estimate is not divided by the world size",
+    ),
+    "no_activations": (
+        {
+            DDP: '        "ddp": params + grads + adam,\n',
+            ZERO1: '        "zero1": params + grads + adam // world_size,\n',
+            FSDP2: '        "fsdp2": (params + grads + adam) // world_size,\n',
+        },
+        ESTIMATES,
+        "the activations are left out",
+    ),
+    "elements_not_bytes": (
+        {PARAMS: "    params = sum(p.numel() for p in model.parameters())\n"},
+        ESTIMATES,
+        "an fp32 value takes 4 bytes",
+    ),
+    "always_most_sharded": ({PICK: '    return {**estimates, "choice": "fsdp2"}\n'}, CHOICE, "communicates less"),
+    "last_that_fits": (
+        {PICK: '    return {**estimates, "choice": fits[-1] if fits else None}\n'},
+        CHOICE,
+        "the most sharded strategy is not always the best",
+    ),
+    "never_none": ({PICK: '    return {**estimates, "choice": fits[0] if fits else "fsdp2"}\n'}, CHOICE, "return None"),
+}
+
+
+def _source(changes: dict) -> str:
+    source = solution_source(EXERCISE)
+    for old, new in changes.items():
+        source = mutate(source, old, new)
+    return source
+
+
+@pytest.fixture(scope="module")
+def graded():
+    """Each mutant graded once on the public checks."""
+    return {
+        name: grade_source(EXERCISE, _source(changes), task=TASK, timeout=60, checks=CHECKS)
+        for name, (changes, _, _) in MUTANTS.items()
+    }
+
+
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize("name", list(MUTANTS))
+def test_typical_mistake_fails_its_check(graded, name):
+    _, check, phrase = MUTANTS[name]
+    messages = failed(graded[name])
+    assert check in messages, "\n".join(graded[name].lines())
+    assert phrase in messages[check], messages[check]
+
+
+def test_estimates_right_choice_wrong_keeps_the_estimate_points(graded):
+    assert set(failed(graded["always_most_sharded"])) == {CHOICE}
+
+
+CONSTANTS = """
+def plan_memory(model, world_size, activation_bytes, budget_bytes):
+    return {"ddp": 10**6, "zero1": 10**6, "fsdp2": 10**6, "choice": "ddp"}
+"""
+
+# Patched at import: Adam keeps no state, so the run measures less than any strategy holds.
+PATCHED_ADAM = """
+import torch
+
+torch.optim.Adam.step = lambda self, closure=None: None
+
+
+def plan_memory(model, world_size, activation_bytes, budget_bytes):
+    return {"ddp": 0, "zero1": 0, "fsdp2": 0, "choice": None}
+"""
+
+
+@pytest.mark.timeout(240)
+@pytest.mark.parametrize(
+    "code, phrase",
+    [
+        (
+            "def plan_memory(model, world_size, activation_bytes, budget_bytes):\n    return 0",
+            "returned a value of type int",
+        ),
+        (CONSTANTS, "you estimated 1000000 bytes"),
+        (PATCHED_ADAM, "changed how torch keeps memory"),
+    ],
+    ids=["zero", "constants", "patched_adam"],
+)
+def test_laziest_answers_earn_nothing(code, phrase):
+    assert_lazy_answer_earns_nothing(EXERCISE, TASK, code, phrase)
