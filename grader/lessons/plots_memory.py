@@ -1,4 +1,4 @@
-"""Figures of lesson 3's memory sections (lessons/03_syncbn_and_sharded_state.ipynb, §6b)."""
+"""Figures of lesson 3's memory sections (lessons/03_syncbn_and_sharded_state.ipynb, §6b, §6d)."""
 
 from __future__ import annotations
 
@@ -62,5 +62,37 @@ def fsdp_timeline(events: list[tuple[str, int]], layer_bytes: list[int] | None =
     ax.set_ylabel("bytes")
     ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     ax.set_title("FSDP: gather a layer, compute, free it; in backward, gather again and reduce-scatter")
+    plt.tight_layout()
+    plt.show()
+
+
+def strategy_fit(measured: dict, predicted: dict, activations: int, budgets: dict, unit: str = "MiB"):
+    """Per-rank bytes of each strategy, measured, as stacked bars (state, activations), the formula as a dot, and
+    budgets as dashed lines labelled with the strategy each one picks.
+
+    Lesson 3, §6d "Which strategy fits": measured and predicted are {strategy: state bytes}, in the order the
+    strategies communicate (least first); budgets is {label: bytes}.
+    """
+    scale = 2**20
+    names = list(measured)
+    state = [measured[n] / scale for n in names]
+    _, ax = plt.subplots(figsize=(8, 3.2))
+    ax.bar(names, state, color="tab:blue", label="parameters + gradients + Adam (measured)")
+    ax.bar(names, [activations / scale] * len(names), bottom=state, color="tab:orange", label="activations (measured)")
+    ax.scatter(
+        names,
+        [(predicted[n] + activations) / scale for n in names],
+        color="black",
+        zorder=3,
+        label="formula + activations",
+    )
+    for (label, budget), color in zip(budgets.items(), ("tab:green", "tab:red", "tab:purple")):
+        ax.axhline(budget / scale, color=color, linestyle="--", linewidth=1)
+        ax.text(len(names) - 0.45, budget / scale, label, color=color, va="bottom", fontsize=9)
+    ax.set_ylabel(f"bytes per rank ({unit})")
+    ax.set_xlim(-0.6, len(names) + 0.9)
+    ax.set_ylim(0, max((measured[n] + activations) / scale for n in names) * 1.45)
+    ax.legend(fontsize=8, loc="upper left", ncol=3)
+    ax.set_title("what each rank holds after one Adam step, and the budgets", fontsize=10)
     plt.tight_layout()
     plt.show()

@@ -259,6 +259,14 @@ QUIZZES: dict[str, dict[str, Question]] = {
                 "time: about one block at the peak, 8 extra forwards (§6b)."
             ),
         ),
+        "q11": Q(
+            "161c8c11035f",
+            "4fb3a13e1769bb69",
+            N_(
+                "DDP needs 64 + 20 = 84 GB, over 80; ZeRO-1 needs 32 + 4 + 20 = 56 GB and communicates less than "
+                "FSDP2 (8 + 20 GB): the first that fits in the order DDP, ZeRO-1, FSDP2 (§6d)."
+            ),
+        ),
     },
     "04_torchrun": {
         "q1": Q(
