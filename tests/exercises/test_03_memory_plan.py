@@ -145,6 +145,19 @@ def plan_memory(model, world_size, activation_bytes, budget_bytes):
     return {"ddp": 0, "zero1": 0, "fsdp2": 0, "choice": None}
 """
 
+# A choice that claims to equal every strategy: only a plain str is taken as a strategy's name.
+ANYTHING = """
+class Anything(str):
+    def __eq__(self, other):
+        return True
+
+    __hash__ = str.__hash__
+
+
+def plan_memory(model, world_size, activation_bytes, budget_bytes):
+    return {"ddp": 0, "zero1": 0, "fsdp2": 0, "choice": Anything("ddp")}
+"""
+
 
 @pytest.mark.timeout(240)
 @pytest.mark.parametrize(
@@ -156,8 +169,9 @@ def plan_memory(model, world_size, activation_bytes, budget_bytes):
         ),
         (CONSTANTS, "you estimated 1000000 bytes"),
         (PATCHED_ADAM, "changed how torch keeps memory"),
+        (ANYTHING, "'choice' is a value of type Anything"),
     ],
-    ids=["zero", "constants", "patched_adam"],
+    ids=["zero", "constants", "patched_adam", "equal_to_anything"],
 )
 def test_laziest_answers_earn_nothing(code, phrase):
     assert_lazy_answer_earns_nothing(EXERCISE, TASK, code, phrase)

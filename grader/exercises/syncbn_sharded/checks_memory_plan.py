@@ -62,7 +62,10 @@ def _answer(value) -> dict:
         v = value.get(key)
         out[key] = float(v) if isinstance(v, numbers.Real) and not isinstance(v, bool) else type(v).__name__
     choice = value.get("choice")
-    out["choice"] = choice if choice is None or choice in STRATEGIES else repr(choice)[:40]
+    if type(choice) is str:  # a plain str: a subclass could compare equal to anything
+        out["choice"] = choice if choice in STRATEGIES else repr(choice)[:40]
+    else:
+        out["choice"] = None if choice is None else f"a value of type {type(choice).__name__}"
     return out
 
 
