@@ -90,6 +90,11 @@ MUTANTS = {
         ESTIMATES,
         "an fp32 value takes 4 bytes",
     ),
+    "default_buckets_counted": (
+        {GRADS: "    grads, adam = 2 * params, 2 * params  # the gradients and DDP's buckets beside them\n"},
+        ESTIMATES,
+        "gradient_as_bucket_view=True",
+    ),
     "always_most_sharded": ({PICK: '    return {**estimates, "choice": "fsdp2"}\n'}, CHOICE, "communicates less"),
     "last_that_fits": (
         {PICK: '    return {**estimates, "choice": fits[-1] if fits else None}\n'},

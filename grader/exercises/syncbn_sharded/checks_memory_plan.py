@@ -127,6 +127,14 @@ def _mistakes(kind: str, psi: int, world: int, act: int, state: int) -> list[tup
             "you seem to count the parameters, gradients and Adam's moments as elements: an fp32 value takes 4 bytes",
         ),
     ]
+    if kind in ("ddp", "zero1"):
+        out.append(
+            (
+                state + full + act,
+                "you count DDP's buckets beside the gradients: the runs use gradient_as_bucket_view=True, so the "
+                "gradients are views into the buckets (4 bytes per parameter, not 8)",
+            )
+        )
     if kind == "ddp":
         out += [
             (
