@@ -91,6 +91,9 @@ def run_plan(g, spec: dict = SPEC) -> list:
         ok = isinstance(got, dict) and isinstance(got.get("measured"), dict) and isinstance(got.get("answers"), list)
         ok = ok and all(isinstance(got["measured"].get(k), int) for k in STRATEGIES)
         ok = ok and isinstance(got.get("activations"), int) and len(got["answers"]) == len(budgets(spec, world))
+        ok = ok and all(
+            isinstance(a, dict) and (set(a) == {"type"} or set(a) == {*STRATEGIES, "choice"}) for a in got["answers"]
+        )
         if not ok:
             raise CheckFailed(
                 f"rank {rank} did not send back the grader's measurement: the grader's code in the ranks was changed"
