@@ -60,7 +60,7 @@ class LiveBytes(WatchedMode):
         self.peak = {"forward": 0, "backward": 0}
 
     def dispatch(self, func, types, args, kwargs):
-        if func.namespace == "c10d" and KINDS.get(func._schema.name.split("::", 1)[1]) not in (None, *POINT_TO_POINT):
+        if func.namespace == "c10d" and KINDS.get(func.name().split("::", 1)[1]) not in (None, *POINT_TO_POINT):
             out = on_copies(func, args, kwargs)
         else:
             out = func(*args, **kwargs)
