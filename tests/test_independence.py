@@ -23,9 +23,7 @@ TRIVIAL_BELOW = 16  # characters: a normalized line shorter than this says nothi
 SOLUTION_BLOCK = re.compile(r"### BEGIN SOLUTION\n(.*?)### END SOLUTION", re.S)
 # Answers that still copy a lesson, owned by the exercise's maintainers; strict: a fix turns the entry into a
 # failure until it is removed here.
-KNOWN_COPIES = {
-    "04_torchrun/train_script",  # lesson 4's resumable loop (cell a5c11995)
-}
+KNOWN_COPIES: set[str] = set()
 
 
 def meaningful_lines(code: str) -> list[str]:

@@ -1,6 +1,7 @@
-"""03_syncbn_sharded, MiniFSDP: the six public checks are judged from one launch (every warm task under
-1 s), and that launch changes no verdict: when it fails, each check makes its own runs, so a crash in one training
-run costs only the check that needs that run, with that run's own message. Real ranks; launches are counted."""
+"""03_syncbn_sharded, MiniFSDP: the six public checks are judged from one launch (every warm task under 1 s;
+build_fsdp2_model's two checks share one run too), and that launch changes no verdict: when it fails, each check
+makes its own runs, so a crash in one training run costs only the check that needs that run, with that run's own
+message. Real ranks; launches are counted."""
 
 import pytest
 
@@ -48,3 +49,11 @@ def test_crash_in_one_run_fails_only_its_check_with_its_message(bf16_crash):
     assert launched.count("_in_rank_public") == 1, launched
     assert launched.count("_in_rank_fsdp") == 5 and launched.count("_in_rank_memory") == 1, launched
     assert not any(c.hung for c in report.checks)
+
+
+@pytest.mark.timeout(240)
+def test_build_fsdp2_model_public_checks_pass_from_one_launch():
+    """build_fsdp2_model's two public checks judge one build-and-step run (its warm check under 1 s)."""
+    report, launched = graded_counting_launches(EXERCISE, solution_source(EXERCISE), "build_fsdp2_model", hidden=False)
+    assert len(report.checks) == 2 and all(c.passed for c in report.checks), "\n".join(report.lines())
+    assert launched == ["_in_rank_build"], launched

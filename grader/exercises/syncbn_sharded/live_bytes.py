@@ -9,6 +9,12 @@ however viewed: `shard.detach()` shares its storage) never count: what is measur
 or saves, not what a rank keeps anyway. Outer saved_tensors_hooks would not do: activation checkpointing and a
 hand-built FSDP install their own, and only the innermost hooks see what autograd saves.
 
+A collective's tensors would outlive the program's last reference by a moment: gloo's worker thread keeps the
+finished Work (which holds them) until it loops again, so under load a freed layer's gathered weight could still
+count at the next operator. The mode therefore runs each collective on copies of its tensors, waits for it, and
+copies the results back: the backend only ever holds the grader's copies, which are not measured, and what counts
+is what the program holds, the same on every run.
+
 Student code can switch the mode off (dispatch_mode.py): the grader's models then ask `modes_on()` at each
 forward, and a second measurement outside the mode (weak references taken by the models) must agree.
 
@@ -26,7 +32,10 @@ from __future__ import annotations
 import torch
 from torch.multiprocessing.reductions import StorageWeakRef
 
+from grader.exercises.collectives import KINDS
 from grader.exercises.dispatch_mode import WatchedMode, tensors_in
+
+POINT_TO_POINT = {"send", "recv"}  # waiting for these inside the mode could deadlock a pair of ranks
 
 
 def storage_key(t: torch.Tensor) -> int:
@@ -51,7 +60,10 @@ class LiveBytes(WatchedMode):
         self.peak = {"forward": 0, "backward": 0}
 
     def dispatch(self, func, types, args, kwargs):
-        out = func(*args, **kwargs)
+        if func.namespace == "c10d" and KINDS.get(func.name().split("::", 1)[1]) not in (None, *POINT_TO_POINT):
+            out = on_copies(func, args, kwargs)
+        else:
+            out = func(*args, **kwargs)
         for t in tensors_in(out):
             if t.device.type != "meta" and not t.is_sparse:
                 weak = StorageWeakRef(t.untyped_storage())
@@ -75,3 +87,32 @@ class LiveBytes(WatchedMode):
 
     def sample(self) -> None:
         self.peak[self.phase] = max(self.peak[self.phase], self.live())
+
+
+def on_copies(func, args, kwargs):
+    """Run a c10d collective on copies of its tensors, wait for it, copy the results into the program's tensors,
+    and answer what the operator answers with the program's tensors in place of the copies."""
+    originals = tensors_in((list(args), kwargs))
+    if any(t.is_sparse or t.device.type == "meta" for t in originals):  # no storage to count, nothing to copy
+        return func(*args, **kwargs)
+    copies = {id(t): t.clone() for t in originals}
+
+    def swap(value, table):
+        if isinstance(value, torch.Tensor):
+            return table.get(id(value), value)
+        if isinstance(value, (list, tuple)):
+            return type(value)(swap(v, table) for v in value)
+        if isinstance(value, dict):
+            return {k: swap(v, table) for k, v in value.items()}
+        return value
+
+    out = func(*swap(args, copies), **swap(kwargs, copies))
+    for value in out if isinstance(out, (list, tuple)) else (out,):
+        if hasattr(value, "wait") and not isinstance(value, torch.Tensor):
+            value.wait()
+    back = {}
+    for t in originals:
+        if not torch.equal(copies[id(t)], t):
+            t.copy_(copies[id(t)])
+        back[id(copies[id(t)])] = t
+    return swap(out, back)
