@@ -46,6 +46,7 @@ FAST_FILES = {
     "test_smoke.py",
     "test_gradebook_metadata_check.py",
     "test_independence.py",
+    "test_short_functions.py",
 }
 
 
