@@ -47,6 +47,7 @@ FAST_FILES = {
     "test_gradebook_metadata_check.py",
     "test_independence.py",
     "test_short_functions.py",
+    "test_background.py",
 }
 
 
