@@ -2,8 +2,7 @@
 leaves them, `python -m grader grade` run over it, and what hostile students place in their answers (an attack
 from tests/hostile/ run by pick_device, a forged full-marks result).
 
-Shared by the tests that grade whole classes (test_hostile_class, test_result_channel, test_job_limits,
-test_gradebook_forgery, test_sandbox, test_gpu_gate, and the gradebook tests through test_instructor_workflow).
+Shared by the tests that grade whole classes (the gradebook, sandbox, nursery, hostile-class and limits tests).
 """
 
 from __future__ import annotations
