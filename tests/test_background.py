@@ -5,6 +5,7 @@ import os
 import sys
 import time
 
+import psutil
 from grader.engine import kill_tree
 from grader.engine.background import children, poll_until, start_in_session
 from grader.exercises.torchrun.launch import Torchrun
@@ -50,6 +51,8 @@ def test_both_launchers_use_it(tmp_path, monkeypatch):
     assert code == 0 and "--nproc" in output, output[-2000:]  # torchrun itself ran and exited
     assert launch.wait_for(lambda: True, 0.1) and not launch.wait_for(lambda: False, 0.1)
     with Torchrun([sys.executable, "-c", PARENT_OF_TWO], cwd=str(tmp_path), timeout=60) as run:
-        assert run.wait_until(lambda: len(run.workers()) == 2)
+        assert run.wait_until(lambda: len(run.workers()) == 2 and "started" in run.output)
         assert os.getsid(run.proc.pid) == run.proc.pid
-    assert run.proc.poll() is not None and "started" in run.output
+        workers = run.workers()
+    assert run.proc.poll() is not None  # stopped on leaving, its workers with it
+    assert not psutil.wait_procs(workers, timeout=10)[1]
