@@ -56,17 +56,17 @@ def run_checks(
     """Run the selected checks (one task, several `tasks`, or all); on_result sees each final
     result, in the checks' order. hung_in: task -> a check of it that already hung elsewhere (an
     earlier phase); credit=False leaves skipped checks uncredited, for credit_skipped() after merging."""
-    if tasks is not None:
-        checks = [c for t in tasks for c in exercise.checks_for(t, hidden)]
-    else:
-        checks = exercise.checks_for(task, hidden)
+    checks = (
+        [c for t in tasks for c in exercise.checks_for(t, hidden)]
+        if tasks is not None
+        else exercise.checks_for(task, hidden)
+    )
     load_report, load_failure, load_tampered, load_texts = _definitions(submission, world_size, timeout)
     parallel = max(1, min(len(checks), side_by_side if exercise.side_by_side else 1))
     lock = threading.Lock() if parallel > 1 else None
     hung_in = dict(hung_in or {})  # task -> the check whose run hung
     runs = SharedRuns()  # checks asking for the same run share one launch (shared_runs.py)
     hangs: dict[str, tuple[str, str]] = {}  # check -> (details of a run that hung or aborted, the message without)
-    stacks_shown: dict[tuple[str, str], str] = {}  # (task, stacks) -> the check that shows them
 
     run_tasks = tuple(dict.fromkeys(c.task for c in checks))
 
@@ -90,8 +90,19 @@ def run_checks(
             hangs[check.name] = grading.hang
         return result
 
+    try:
+        results = _in_order(checks, one, parallel, credit, hangs, on_result)
+    finally:
+        runs.close()
+    return Report(exercise.id, results)
+
+
+def _in_order(checks: list[Check], one, parallel: int, credit: bool, hangs: dict, on_result) -> list[CheckResult]:
+    """one(check) for every check, up to `parallel` at once; each result is final (and given to on_result) in the
+    checks' order, a skipped one once its task's others are known."""
     pending = [None] * len(checks)
     results: list[CheckResult] = []
+    stacks_shown: dict[tuple[str, str], str] = {}  # (task, stacks) -> the check that shows them
     pool = ThreadPoolExecutor(parallel, thread_name_prefix="grader-check")
     try:
         futures = [pool.submit(one, check) for check in checks] if parallel > 1 else None
@@ -105,8 +116,7 @@ def run_checks(
     finally:
         # Interrupted (a kernel's stop button): return now; runs already started end within their timeout.
         pool.shutdown(wait=False, cancel_futures=True)
-        runs.close()
-    return Report(exercise.id, results)
+    return results
 
 
 def _show_stacks_once(result: CheckResult, hang: tuple[str, str] | None, shown: dict) -> None:
@@ -188,63 +198,13 @@ def _credit_skipped(result: CheckResult, others: list[CheckResult]) -> None:
 
 def _run_one(check: Check, grading: Grading, hung_in: str | None = None) -> CheckResult:
     start = time.monotonic()
-    message, passed, skipped, kind = "", False, False, "wrong"
     grading.hidden = check.hidden
-    if grading.load_failure:
-        message, kind = grading.load_failure, "load_failed"
-    elif check.task not in grading.load_report.defined:
-        message, kind = _("`{task}` is not defined in your answers", task=check.task), "not_defined"
-        if grading.load_report.problems:
-            message += _("; while loading them: {problems}", problems="; ".join(grading.load_report.problems))
-    elif hung_in:
-        message, kind = (
-            _(
-                "not run: `{task}` already hung in {check} (above, with the stack); "
-                "fix that hang first, these checks would wait the same way",
-                task=check.task,
-                check=hung_in,
-            ),
-            "not_run",
-        )
+    not_run = _not_runnable(check, grading, hung_in)
+    if not_run is not None:
+        (message, kind), passed, skipped = not_run, False, False
     else:
-        grading.world_size = check.world_size or grading.world_size
-        try:
-            check.fn(grading)
-            passed = True
-        except MachineFailed:
-            pass  # said below, whatever the check did with it
-        except RunCheckFailed as exc:
-            message, kind = str(exc), exc.kind
-            if exc.hang:
-                grading.hang = exc.hang[0], feedback_filter.public_message(exc.hang[1])
-        except CheckFailed as exc:
-            message = str(exc)
-        except CheckSkipped as exc:
-            message, skipped, kind = str(exc), True, "skipped"
-        except Exception as exc:  # a bug in a check must not pass or crash the batch
-            message, kind = (
-                _(
-                    "the check itself failed ({error}); please tell the instructor",
-                    error=type(exc).__name__ + ": " + str(exc),
-                ),
-                "check_bug",
-            )
-    if message and check.hidden:
-        message = feedback_filter.hidden_message(message, kind, check.task, check.feedback, grading.rank_texts)
-    elif message:
-        message = feedback_filter.public_message(message)
-    said = message.startswith(
-        ("your code changed the grader", _("your code changed the grader or torch in a hidden test, so it scores 0"))
-    )
-    if grading.tampered and not said:
-        message = _("your code changed the grader or torch while this check ran, so it scores 0") + (
-            f"\n{message}" if message and not check.hidden else ""
-        )
-    if grading.machine_failure and not grading.tampered:
-        message = _(
-            "could not run on this machine: {why}\n(nothing is paid for it; the submission is listed for regrading)",
-            why=grading.machine_failure,
-        )
+        message, passed, skipped, kind = _call(check, grading)
+    message = _shown_message(check, grading, message, kind)
     passed = passed and not grading.tampered and not grading.machine_failure
     outputs = [] if check.hidden else [[feedback_filter.public_output(o) for o in run] for run in grading.outputs]
     return CheckResult(
@@ -264,3 +224,76 @@ def _run_one(check: Check, grading: Grading, hung_in: str | None = None) -> Chec
         outputs=outputs,
         unrunnable=bool(grading.machine_failure),
     )
+
+
+def _not_runnable(check: Check, grading: Grading, hung_in: str | None) -> tuple[str, str] | None:
+    """(message, kind) when the check cannot run: the answers did not load, its task is not defined in them, or
+    the task already hung elsewhere; None when it can."""
+    if grading.load_failure:
+        return grading.load_failure, "load_failed"
+    if check.task not in grading.load_report.defined:
+        message = _("`{task}` is not defined in your answers", task=check.task)
+        if grading.load_report.problems:
+            message += _("; while loading them: {problems}", problems="; ".join(grading.load_report.problems))
+        return message, "not_defined"
+    if hung_in:
+        return (
+            _(
+                "not run: `{task}` already hung in {check} (above, with the stack); "
+                "fix that hang first, these checks would wait the same way",
+                task=check.task,
+                check=hung_in,
+            ),
+            "not_run",
+        )
+    return None
+
+
+def _call(check: Check, grading: Grading) -> tuple[str, bool, bool, str]:
+    """Run the check itself: (message, passed, skipped, kind of failure)."""
+    message, passed, skipped, kind = "", False, False, "wrong"
+    grading.world_size = check.world_size or grading.world_size
+    try:
+        check.fn(grading)
+        passed = True
+    except MachineFailed:
+        pass  # said below, whatever the check did with it
+    except RunCheckFailed as exc:
+        message, kind = str(exc), exc.kind
+        if exc.hang:
+            grading.hang = exc.hang[0], feedback_filter.public_message(exc.hang[1])
+    except CheckFailed as exc:
+        message = str(exc)
+    except CheckSkipped as exc:
+        message, skipped, kind = str(exc), True, "skipped"
+    except Exception as exc:  # a bug in a check must not pass or crash the batch
+        message, kind = (
+            _(
+                "the check itself failed ({error}); please tell the instructor",
+                error=type(exc).__name__ + ": " + str(exc),
+            ),
+            "check_bug",
+        )
+    return message, passed, skipped, kind
+
+
+def _shown_message(check: Check, grading: Grading, message: str, kind: str) -> str:
+    """The message the student sees: filtered (a hidden check's from the parent only), and replaced when the
+    submission changed the grader or the machine failed the run."""
+    if message and check.hidden:
+        message = feedback_filter.hidden_message(message, kind, check.task, check.feedback, grading.rank_texts)
+    elif message:
+        message = feedback_filter.public_message(message)
+    said = message.startswith(
+        ("your code changed the grader", _("your code changed the grader or torch in a hidden test, so it scores 0"))
+    )
+    if grading.tampered and not said:
+        message = _("your code changed the grader or torch while this check ran, so it scores 0") + (
+            f"\n{message}" if message and not check.hidden else ""
+        )
+    if grading.machine_failure and not grading.tampered:
+        message = _(
+            "could not run on this machine: {why}\n(nothing is paid for it; the submission is listed for regrading)",
+            why=grading.machine_failure,
+        )
+    return message

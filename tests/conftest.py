@@ -11,8 +11,9 @@ Without `-n` only the order changes.
 
 Two tiers: every test is marked `fast` or `slow` here, by file. `make test-fast` runs the fast tier (`-m fast`): the
 structural tests of every layer (imports, public APIs, the guard list, cells, hints, tolerances, the hardware plan,
-the docs) and one real 2-rank grading of a task per exercise plus the CLI (tests/test_smoke.py). Everything else, the
-exercises' whole suites, daemons, browsers, class grading, installs and the lessons, is `slow`; `make test` runs both.
+the docs, function length) and one real 2-rank grading of a task per exercise plus the CLI (tests/test_smoke.py).
+Everything else, the exercises' whole suites, daemons, browsers, class grading, installs and the lessons, is `slow`;
+`make test` runs both.
 """
 
 import os
@@ -46,6 +47,8 @@ FAST_FILES = {
     "test_smoke.py",
     "test_gradebook_metadata_check.py",
     "test_independence.py",
+    "test_short_functions.py",
+    "test_background.py",
 }
 
 

@@ -105,6 +105,28 @@ def failed(report: Report) -> dict[str, str]:
     return {c.name: c.message for c in report.checks if not c.passed}
 
 
+def graded_answers(
+    exercise_id: str, task: str, answers: dict[str, str | None], checks_of=lambda name: None
+) -> dict[str, tuple[Report, dict[str, str]]]:
+    """Each answer to `task` (name -> its code, None for the solution's) graded in the solution, on `task`'s
+    checks (or checks_of(name), when not None): name -> (report, failed(report))."""
+    solution = solution_source(exercise_id)
+    out = {}
+    for name, code in answers.items():
+        source = solution if code is None else replace_definition(solution, task, code)
+        report = grade_source(exercise_id, source, task=task, checks=checks_of(name))
+        out[name] = (report, failed(report))
+    return out
+
+
+def failure_of(exercise_id: str, source: str, task: str, check: str, timeout: float = 5.0) -> str:
+    """The message of `check` (one of `task`'s), graded alone on `source`, which must fail it."""
+    report = grade_source(exercise_id, source, task=task, timeout=timeout, checks=[check])
+    bad = failed(report)
+    assert check in bad, "\n".join(report.lines())
+    return bad[check]
+
+
 def assert_lazy_answer_earns_nothing(exercise_id: str, task: str, code: str, phrase: str) -> None:
     """The solution with `task` replaced by the lazy `code` earns no point on that task, and a
     failed check's message contains `phrase` (it names the mistake)."""

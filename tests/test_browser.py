@@ -23,6 +23,7 @@ Japanese lesson opened, saved and closed with `git status` clean.
 
 from __future__ import annotations
 
+import contextlib
 import glob
 import json
 import os
@@ -204,6 +205,30 @@ def _write_answer(page, cell, new_source: str) -> None:
     page.keyboard.insert_text(new_source)  # as if pasted: no auto-indent, no auto-closed brackets
 
 
+def _answer(page, defines: str, code: str) -> None:
+    """Write `code` into the answer cell holding `defines` (its def line), and run it."""
+    answer = _code_cell(page, defines)
+    _write_answer(page, answer, code)
+    _run(page, answer)
+
+
+def _check(page, task: str):
+    """Run the check cell of `task`: (the cell, its output area)."""
+    check = _code_cell(page, f'check("{task}")')
+    _run(page, check)
+    return check, check.locator(".jp-OutputArea")
+
+
+@contextlib.contextmanager
+def _screenshot_on_failure(page, name: str):
+    """What the page showed when a step failed, kept with the test's artifacts."""
+    try:
+        yield
+    except Exception:
+        _shot(page, name)
+        raise
+
+
 def _source_of(path: str, grade_id: str) -> str:
     with open(path) as f:
         cells = json.load(f)["cells"]
@@ -218,7 +243,7 @@ def test_a_student_fetches_checks_and_submits_in_jupyterlab(lab, course, browser
     released = os.path.join(ROOT, "exercises", EXERCISE, f"{EXERCISE}.ipynb")
     pick_backend = _source_of(released, "pick_backend_answer").replace(STUB, CORRECT_PICK_BACKEND)
     make_dataloader = _source_of(released, "make_dataloader_answer").replace(STUB, NO_SAMPLER)
-    try:
+    with _screenshot_on_failure(page, "failure"):
         # JupyterLab with nbgrader's menu; the Assignments tab lists the released exercise: fetch it
         page.goto(f"{lab['url']}/lab?token={lab['token']}")
         page.locator("#jp-main-dock-panel").wait_for()
@@ -244,12 +269,8 @@ def test_a_student_fetches_checks_and_submits_in_jupyterlab(lab, course, browser
 
         # the setup cell, a correct answer and its check: ✓
         _run(page, _code_cell(page, f'check = checker("{EXERCISE}")'))
-        answer = _code_cell(page, "def pick_backend() -> str:")
-        _write_answer(page, answer, pick_backend)
-        _run(page, answer)
-        check = _code_cell(page, 'check("pick_backend")')
-        _run(page, check)
-        out = check.locator(".jp-OutputArea")
+        _answer(page, "def pick_backend() -> str:", pick_backend)
+        check, out = _check(page, "pick_backend")
         expect(out).to_contain_text("pick_backend: 1 of 1 check pass", timeout=FIRST_CHECK_S * 1000)
         points = next(c.points for c in get_exercise("02_ddp_basics").checks if c.name == "backend_matches_hardware")
         expect(out).to_contain_text(f"✓ pick_backend: backend_matches_hardware ({points:g}/{points:g})")
@@ -259,12 +280,8 @@ def test_a_student_fetches_checks_and_submits_in_jupyterlab(lab, course, browser
         _shot(page, "03-check-pass")
 
         # the typical mistake and its check: ✗ with the targeted message, then the AssertionError
-        answer = _code_cell(page, "def make_dataloader(")
-        _write_answer(page, answer, make_dataloader)
-        _run(page, answer)
-        check = _code_cell(page, 'check("make_dataloader")')
-        _run(page, check)
-        out = check.locator(".jp-OutputArea")
+        _answer(page, "def make_dataloader(", make_dataloader)
+        check, out = _check(page, "make_dataloader")
         expect(out).to_contain_text("AssertionError: make_dataloader", timeout=120_000)
         text = out.inner_text()
         shards = next(
@@ -294,9 +311,6 @@ def test_a_student_fetches_checks_and_submits_in_jupyterlab(lab, course, browser
         fetched.get_by_role("button", name="Submit").click()
         page.locator("#submitted_assignments_list .list_item", has_text=EXERCISE).first.wait_for()
         _shot(page, "05-submitted")
-    except Exception:
-        _shot(page, "failure")
-        raise
 
     inbound = glob.glob(os.path.join(course["exchange"], COURSE_ID, "inbound", f"*+{EXERCISE}+*", f"{EXERCISE}.ipynb"))
     assert len(inbound) == 1, f"no submission in the exchange's inbound folder: {inbound}"
@@ -314,14 +328,11 @@ def test_a_spanish_student_sees_the_check_in_spanish(lab, course, browser_page):
     n = len(get_exercise(EXERCISE).checks_for("make_dataloader", hidden=False))
     released = os.path.join(ROOT, "exercises", EXERCISE, f"{EXERCISE}.ipynb")
     make_dataloader = _source_of(released, "make_dataloader_answer").replace(STUB, NO_SAMPLER)
-    try:
+    with _screenshot_on_failure(page, "failure-es"):
         page.locator(".lm-TabBar-tab", has_text=f"{EXERCISE}.ipynb").click()
-        answer = _code_cell(page, "def make_dataloader(")  # check cells are locked: the answer cell sets it
-        _write_answer(page, answer, 'import os\nos.environ["COURSE_LANG"] = "es"\n' + make_dataloader)
-        _run(page, answer)
-        check = _code_cell(page, 'check("make_dataloader")')
-        _run(page, check)
-        out = check.locator(".jp-OutputArea")  # the English output of the test above is replaced: wait for it
+        spanish = 'import os\nos.environ["COURSE_LANG"] = "es"\n'  # check cells are locked: the answer cell sets it
+        _answer(page, "def make_dataloader(", spanish + make_dataloader)
+        check, out = _check(page, "make_dataloader")  # the English output of the test above is replaced: wait for it
         expect(out).to_contain_text(re.compile("AssertionError: make_dataloader: (falló|fallaron)"), timeout=120_000)
         text = out.inner_text()
         assert "el DataLoader no tiene DistributedSampler" in text, text  # exercise 2's mistake, in Spanish
@@ -334,9 +345,6 @@ def test_a_spanish_student_sees_the_check_in_spanish(lab, course, browser_page):
         assert "the DataLoader has no DistributedSampler" not in text
         check.scroll_into_view_if_needed()
         _shot(page, "06-check-fail-es")
-    except Exception:
-        _shot(page, "failure-es")
-        raise
 
 
 HANG_ANSWER = """import os
@@ -360,15 +368,11 @@ def test_a_hang_is_answered_once_in_the_students_own_line(lab, course, browser_p
     page = browser_page
     n = len(get_exercise(EXERCISE).checks_for("save_checkpoint", hidden=False))
     barrier_line = next(i for i, line in enumerate(HANG_ANSWER.splitlines(), 1) if "only rank 0 waits" in line)
-    try:
+    with _screenshot_on_failure(page, "failure-hang"):
         page.locator(".lm-TabBar-tab", has_text=f"{EXERCISE}.ipynb").click()
-        answer = _code_cell(page, "def save_checkpoint(")
-        _write_answer(page, answer, HANG_ANSWER)
-        _run(page, answer)
-        check = _code_cell(page, 'check("save_checkpoint")')
+        _answer(page, "def save_checkpoint(", HANG_ANSWER)
         started = time.monotonic()
-        _run(page, check)
-        out = check.locator(".jp-OutputArea")
+        check, out = _check(page, "save_checkpoint")
         expect(out).to_contain_text("AssertionError: save_checkpoint", timeout=300_000)  # a bound, not a verdict
         seconds = time.monotonic() - started  # reported, never asserted: make bench measures it (35 s target)
         with open(os.path.join(ARTIFACTS, "hang-answer-seconds.txt"), "w") as f:
@@ -387,9 +391,6 @@ def test_a_hang_is_answered_once_in_the_students_own_line(lab, course, browser_p
         expect(out.locator(".grader-fail")).to_have_count(n)
         check.scroll_into_view_if_needed()
         _shot(page, "07-hang-answered-once")
-    except Exception:
-        _shot(page, "failure-hang")
-        raise
 
 
 ABORT_ANSWER = """import torch
@@ -409,14 +410,10 @@ def test_a_gloo_abort_names_the_students_line_and_prints_gloos_text_once(lab, co
 
     page = browser_page
     line = next(i for i, text in enumerate(ABORT_ANSWER.splitlines(), 1) if "sizes differ" in text)
-    try:
+    with _screenshot_on_failure(page, "failure-abort"):
         page.locator(".lm-TabBar-tab", has_text=f"{EXERCISE}.ipynb").click()
-        answer = _code_cell(page, "def wrap_model(")
-        _write_answer(page, answer, ABORT_ANSWER)
-        _run(page, answer)
-        check = _code_cell(page, 'check("wrap_model")')
-        _run(page, check)
-        out = check.locator(".jp-OutputArea")
+        _answer(page, "def wrap_model(", ABORT_ANSWER)
+        check, out = _check(page, "wrap_model")
         expect(out).to_contain_text("AssertionError: wrap_model", timeout=180_000)
         text = out.inner_text()
         assert re.search(rf"\(your wrap_model, cell In\[\d+\], line {line}\)", text), text
@@ -426,9 +423,6 @@ def test_a_gloo_abort_names_the_students_line_and_prints_gloos_text_once(lab, co
         assert "site-packages" not in text and str(course["root"]) not in text
         check.scroll_into_view_if_needed()
         _shot(page, "08-abort-once")
-    except Exception:
-        _shot(page, "failure-abort")
-        raise
 
 
 def test_validate_shows_it_is_working_and_says_which_tasks_fail_and_why(lab, course, browser_page):
@@ -438,7 +432,7 @@ def test_validate_shows_it_is_working_and_says_which_tasks_fail_and_why(lab, cou
     from playwright.sync_api import expect
 
     page = browser_page
-    try:
+    with _screenshot_on_failure(page, "failure-validate"):
         page.locator(".lm-TabBar-tab", has_text=f"{EXERCISE}.ipynb").click()
         toolbar = page.locator(".jp-NotebookPanel-toolbar")
         toolbar.get_by_text("Validate", exact=True).click()
@@ -455,9 +449,6 @@ def test_validate_shows_it_is_working_and_says_which_tasks_fail_and_why(lab, cou
             assert f"{task}:" in text and reason in text, (task, text)
         assert "shown above" not in text, text  # an "above" names a check listed above in the same results
         dialog.get_by_role("button", name="Ok").click()
-    except Exception:
-        _shot(page, "failure-validate")
-        raise
 
 
 def _current(page):
@@ -491,7 +482,7 @@ def test_a_quick_check_answers_from_a_cold_kernel_and_lessons_stay_clean_in_git(
     from playwright.sync_api import expect
 
     page = browser_page
-    try:
+    with _screenshot_on_failure(page, "failure-lessons"):
         _open(page, lab, f"lessons/{LESSON}")
         expect(page.locator("#jp-main-statusbar")).to_contain_text("Idle", timeout=120_000)
         answers = _code_cell(page, 'answers = {"q1": ""')
@@ -531,6 +522,3 @@ def test_a_quick_check_answers_from_a_cold_kernel_and_lessons_stay_clean_in_git(
             ["git", "diff", "--", "lessons/ja"], cwd=course["root"], capture_output=True, text=True, timeout=60
         ).stdout
         assert changed == "", changed + diff[:3000]
-    except Exception:
-        _shot(page, "failure-lessons")
-        raise

@@ -99,7 +99,7 @@ def test_the_feedback_html_holds_no_hidden_source(tmp_path):
     from grader.gradebook.batch import grade_assignment
     from grader.gradebook.inject import write_results
     from samples.make_samples import solution_answers
-    from tests.test_instructor_workflow import A, notebook_with, place
+    from tests.graded_class import A, notebook_with, place
 
     course = roundtrip.make_course(str(tmp_path / "course"), [A])
     roundtrip.release(course, A)

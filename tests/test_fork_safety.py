@@ -14,7 +14,7 @@ import pytest
 from grader.code_digest import grader_digest
 from grader.isolation.gpu_gate import PROBE_ARGV, probe_where_graded
 from tests.helpers import ROOT, needs_bwrap
-from tests.test_instructor_workflow import A
+from tests.graded_class import A
 
 KERNEL = """
 import json

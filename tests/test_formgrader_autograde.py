@@ -29,7 +29,7 @@ from grader.gradebook.refuse_autograde import ALLOW, REFUSAL
 from samples.make_samples import solution_answers
 from tests.helpers import ROOT
 from tests.servers import stop_tree, wait_until_up
-from tests.test_instructor_workflow import A, notebook_with, place
+from tests.graded_class import A, notebook_with, place
 
 pytestmark = pytest.mark.timeout(900)
 HUB_CONFIG = os.path.join(ROOT, "deploy", "hub", "instructor")

@@ -13,8 +13,8 @@ from grader.isolation import gpu_gate
 from grader.isolation import sandbox as sandboxes
 from grader.isolation.gpu_gate import GpuUnusable, check_gpus, probe_where_graded
 from samples.make_samples import solution_answers
-from tests.helpers import ROOT, needs_bwrap
-from tests.test_instructor_workflow import A, notebook_with, place
+from tests.helpers import needs_bwrap
+from tests.graded_class import A, notebook_with, place, run_grade
 
 LIB = os.path.join(sys.prefix, "lib")  # a folder LD_LIBRARY_PATH may name, as a driver's would be
 
@@ -71,29 +71,7 @@ def test_gpus_the_sandbox_cannot_see_stop_grading(monkeypatch):
 
 
 def _grade(root: str, *extra: str) -> subprocess.CompletedProcess:
-    env = dict(os.environ, GRADER_FAKE_GPUS="2")
-    return subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "grader",
-            "grade",
-            A,
-            "--root",
-            root,
-            "--jobs",
-            "1",
-            "--quiet",
-            "--timeout",
-            "20",
-            *extra,
-        ],
-        capture_output=True,
-        text=True,
-        timeout=1100,
-        env=env,
-        cwd=ROOT,
-    )
+    return run_grade(root, *extra, jobs=1, env=dict(os.environ, GRADER_FAKE_GPUS="2"))
 
 
 @needs_bwrap

@@ -16,12 +16,12 @@ from nbgrader.api import Gradebook
 
 from grader.code_digest import grader_digest
 from grader.exercises import get_exercise
-from grader.gradebook import roundtrip
 from grader.gradebook.batch import grade_assignment
 from grader.gradebook.inject import gradebook_marks, gradebook_scores, write_results
 from grader.gradebook.report import write_report
 from samples.make_samples import solution_answers
-from tests.test_instructor_workflow import A, TIMEOUT, notebook_with, place
+from tests.graded_class import A, full_marks_checks, generated_course, notebook_with, place
+from tests.test_instructor_workflow import TIMEOUT
 
 FORGE = """
 import hashlib as _hashlib, json as _json, os as _os
@@ -56,9 +56,7 @@ def run(course):
 
 @pytest.fixture(scope="module")
 def course(tmp_path_factory):
-    course = roundtrip.make_course(str(tmp_path_factory.mktemp("forgery")), [A])
-    roundtrip.nbgrader(["generate_assignment", A, "--force"], course.root, course.root)
-    return course
+    return generated_course(str(tmp_path_factory.mktemp("forgery")))
 
 
 @pytest.fixture(scope="module")
@@ -75,21 +73,7 @@ def graded(course):
     ben_before = gradebook_scores(course, A)["ben"]
 
     exercise = get_exercise(A)
-    full = json.dumps(
-        [
-            {
-                "name": c.name,
-                "task": c.task,
-                "passed": True,
-                "points": c.points,
-                "max_points": c.points,
-                "message": "",
-                "hidden": c.hidden,
-                "notes": [],
-            }
-            for c in exercise.checks
-        ]
-    )
+    full = json.dumps(full_marks_checks(A))
     forge = FORGE.format(root=course.root, a=A, digest=grader_digest(A), max_score=exercise.max_score, checks=full)
     place(course, "mallet", notebook_with(dict(wrong, pick_backend_answer=good["pick_backend_answer"] + forge)))
     # alice (graded before mallet) wraps dist.all_reduce inside the ranks: the grader notices it changed

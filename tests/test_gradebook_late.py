@@ -18,7 +18,7 @@ from grader.gradebook import roundtrip
 from grader.gradebook.inject import gradebook_marks
 from grader.gradebook.refuse_autograde import ALLOW  # our own samples: nbgrader's autograde may run them
 from samples.make_samples import solution_answers
-from tests.test_instructor_workflow import A, notebook_with, place
+from tests.graded_class import A, notebook_with, place
 
 SUBMARKS = '''
 from nbgrader.plugins import BasePlugin

@@ -20,7 +20,8 @@ from grader.gradebook import roundtrip
 from grader.gradebook.batch import grade_assignment, in_notebook_results
 from samples.make_samples import solution_answers
 from tests.helpers import ROOT
-from tests.test_instructor_workflow import A, TIMEOUT, notebook_with, place
+from tests.graded_class import A, notebook_with, place
+from tests.test_instructor_workflow import TIMEOUT
 
 FAKE_PASS = """
 import grader.notebook_display as _view

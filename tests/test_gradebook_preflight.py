@@ -13,7 +13,7 @@ import pytest
 
 from grader.gradebook import roundtrip
 from samples.make_samples import solution_answers
-from tests.test_instructor_workflow import A, notebook_with, place
+from tests.graded_class import A, notebook_with, place
 
 
 def grade(root: str) -> subprocess.CompletedProcess:

@@ -29,7 +29,6 @@ import hashlib
 import json
 import os
 import socket
-import string
 import subprocess
 import sys
 import threading
@@ -41,16 +40,22 @@ from nbgrader.api import Gradebook
 
 from grader.gradebook.results import unseal
 
-from grader.code_digest import grader_digest
 from grader.exercises import get_exercise
-from grader.gradebook import roundtrip
 from samples.make_samples import solution_answers
 from tests import accounts
 from tests.helpers import ROOT, needs_bwrap
 from tests.servers import kill_all
-from tests.test_instructor_workflow import A, notebook_with, place
+from tests.graded_class import (
+    A,
+    HOSTILE,
+    forged_result,
+    generated_course,
+    grade_args,
+    notebook_with,
+    pick_device_attack,
+    place,
+)
 
-HOSTILE = os.path.join(ROOT, "tests", "hostile")
 GRADER = os.path.join(ROOT, "grader")
 EXTRA_ARGS = os.environ.get("HOSTILE_CLASS_GRADE_ARGS", "").split()
 HONEST = ["ada", "bo"]
@@ -128,23 +133,11 @@ class Listener:
         self.sock.close()
 
 
-def _pick_device(name: str, values: dict) -> str:
-    path = os.path.join(HOSTILE, f"{name}.py")
-    with open(path if os.path.exists(path) else os.path.join(HOSTILE, "limits", f"{name}.py")) as f:
-        attack = string.Template(f.read()).substitute(values, me=name)
-    return (
-        f"{attack}\n\ndef pick_device(local_rank: int) -> torch.device:\n"
-        f"    try:\n        _outcome = 'GOT: ' + repr(_attack())[:1500]\n"
-        f"    except BaseException as _exc:\n        _outcome = f'refused: {{type(_exc).__name__}}: {{_exc}}'\n"
-        f"    raise RuntimeError(f'ATTACK {name}: {{_outcome}}')\n"
-    )
-
-
 def _answers(name: str, values: dict) -> dict:
     good = solution_answers()
     answers = {
         "pick_backend_answer": good["pick_backend_answer"],
-        "pick_device_answer": _pick_device(name, values),
+        "pick_device_answer": pick_device_attack(name, values),
         "make_dataloader_answer": good["make_dataloader_answer"],
     }
     if name == "raise_hidden":  # in the hidden phase too: a hidden check calls make_dataloader with 3 ranks
@@ -156,37 +149,6 @@ def _answers(name: str, values: dict) -> dict:
             1,
         )
     return answers
-
-
-def _forged(student: str) -> str:
-    """A full-marks result for `student`, with the grader's digest and a made-up seal; the attack puts its
-    submission's sha256 in place of SHA."""
-    checks = [
-        {
-            "name": c.name,
-            "task": c.task,
-            "passed": True,
-            "points": c.points,
-            "max_points": c.points,
-            "message": "",
-            "hidden": c.hidden,
-            "notes": [],
-        }
-        for c in EXERCISE.checks
-    ]
-    return json.dumps(
-        {
-            "student": student,
-            "assignment": A,
-            "grader": grader_digest(A),
-            "sha256": "SHA",
-            "readable": True,
-            "error": None,
-            "sandboxed": True,
-            "seal": "0" * 64,
-            "report": {"exercise": A, "score": MAX, "max_score": MAX, "checks": checks},
-        }
-    )
 
 
 def _instructor_files(root: str) -> dict[str, str]:
@@ -215,21 +177,7 @@ def _left_running() -> list[psutil.Process]:
 
 
 def _grade(root: str, home: str, account: str | None, python: str) -> str:
-    args = [
-        python,
-        "-m",
-        "grader",
-        "grade",
-        A,
-        "--root",
-        root,
-        "--jobs",
-        "2",
-        "--timeout",
-        "20",
-        "--quiet",
-        *EXTRA_ARGS,
-    ]
+    args = grade_args(root, *EXTRA_ARGS, python=python)
     if account is None:
         env = dict(os.environ, HOME=home)
         env.pop("XDG_STATE_HOME", None)  # the results key lives in this HOME
@@ -278,8 +226,7 @@ def graded(tmp_path_factory, request):
         with open(os.path.join(home, ".ssh", "id_ed25519"), "w") as f:
             f.write(SSH_KEY)
         os.chmod(os.path.join(home, ".ssh", "id_ed25519"), 0o600)  # the instructor's alone
-        course = roundtrip.make_course(os.path.join(home if account else str(base), "course"), [A])
-        roundtrip.nbgrader(["generate_assignment", A, "--force"], course.root, course.root)
+        course = generated_course(os.path.join(home if account else str(base), "course"))
         listener, victim = Listener(), _victim(account)
         values = {
             "course": course.root,
@@ -294,7 +241,7 @@ def graded(tmp_path_factory, request):
             place(course, student, notebook_with(good))
         place(course, CONTROL, notebook_with(_answers("control", values)))
         for name in ATTACKS + LIMIT_ATTACKS:
-            place(course, name, notebook_with(_answers(name, dict(values, forged=repr(_forged(name))))))
+            place(course, name, notebook_with(_answers(name, dict(values, forged=repr(forged_result(name))))))
         if account:
             subprocess.run(["chown", "-R", f"{account}:{account}", home], check=True, timeout=60)
         before = _instructor_files(course.root)

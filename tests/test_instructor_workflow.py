@@ -22,39 +22,14 @@ from grader.gradebook.batch import grade_assignment
 from grader.gradebook.inject import gradebook_marks, gradebook_scores, task_scores, write_results
 from grader.gradebook.report import write_report
 from samples.make_samples import solution_answers
-from tests.helpers import ROOT
+from tests.graded_class import A, notebook_with, place
 
-A = "02_ddp_basics"
 TIMEOUT = 10.0
 MAX = get_exercise(A).max_score
 
 
-def notebook_with(answers: dict[str, str], edit=None) -> dict:
-    with open(os.path.join(ROOT, "exercises", A, f"{A}.ipynb")) as f:
-        nb = json.load(f)
-    for cell in nb["cells"]:
-        grade_id = cell["metadata"].get("nbgrader", {}).get("grade_id")
-        if grade_id in answers:
-            cell["source"] = answers[grade_id]
-    if edit:
-        edit(nb)
-    return nb
-
-
 def cell(nb, grade_id):
     return next(c for c in nb["cells"] if c["metadata"].get("nbgrader", {}).get("grade_id") == grade_id)
-
-
-def place(course, student, content) -> str:
-    """A submission as nbgrader's collect leaves it."""
-    folder = os.path.join(course.root, "submitted", student, A)
-    os.makedirs(folder, exist_ok=True)
-    with open(os.path.join(folder, "timestamp.txt"), "w") as f:
-        f.write("2026-11-29 12:00:00.000000 UTC")
-    path = os.path.join(folder, f"{A}.ipynb")
-    with open(path, "w") as f:
-        f.write(content if isinstance(content, str) else json.dumps(content))
-    return path
 
 
 def one_by_one(path: str) -> float:

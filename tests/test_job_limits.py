@@ -13,65 +13,34 @@ memory bound is set to 2 GiB here (GRADER_JOB_MEMORY) so that the hog stays smal
 import glob
 import json
 import os
-import string
 import subprocess
-import sys
 
 import psutil
 import pytest
 
-from grader.gradebook import roundtrip
 from grader.exercises import get_exercise
 from grader.isolation.job_limits import OFF_ENV, PROCESSES_PER_JOB, JobLimits
 from samples.make_samples import solution_answers
 from tests.helpers import ROOT, needs_bwrap
-from tests.test_hostile_class import _forged, _pick_device
-from tests.test_instructor_workflow import A, notebook_with, place
+from tests.graded_class import A, attacker_notebook, generated_course, grade_args, notebook_with, place
 
 HONEST = ("ada", "bo")
-LIMITS = os.path.join(ROOT, "tests", "hostile", "limits")
 MEMORY = 2 << 30
 pytestmark = [needs_bwrap, pytest.mark.timeout(1800)]
 
 
-def _attacker(name: str, course) -> dict:
-    """pick_device running tests/hostile/limits/NAME.py's attack (or tests/hostile/NAME.py's), as the hostile class
-    builds it."""
-    folder = LIMITS if os.path.exists(os.path.join(LIMITS, f"{name}.py")) else os.path.dirname(LIMITS)
-    values = {"course": course.root, "repo": ROOT, "grader": "", "home": "", "port": 1, "forged": repr(_forged(name))}
-    with open(os.path.join(folder, f"{name}.py")) as f:
-        attack = string.Template(f.read()).substitute(values, me=name)
-    wrapper = _pick_device("control", values)
-    wrapper = wrapper[wrapper.index("\n\ndef pick_device") :].replace("ATTACK control", f"ATTACK {name}")
-    return notebook_with({"pick_device_answer": attack + wrapper})
-
-
 def _grade(base: str, attackers: tuple[str, ...], nursery: str, cgroups: bool = True) -> tuple[dict, str]:
-    course = roundtrip.make_course(base, [A])
-    roundtrip.nbgrader(["generate_assignment", A, "--force"], course.root, course.root)
+    course = generated_course(base)
     for student in HONEST:
         place(course, student, notebook_with(solution_answers()))
     for name in attackers:
-        place(course, name, _attacker(name, course))
+        place(course, name, attacker_notebook(name, course))
     env = dict(os.environ, HOME=base, GRADER_NURSERY=nursery, GRADER_JOB_MEMORY=str(MEMORY))
     if not cgroups:
         env[OFF_ENV] = "0"
     env.pop("XDG_STATE_HOME", None)
     with subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "grader",
-            "grade",
-            A,
-            "--root",
-            course.root,
-            "--jobs",
-            "2",
-            "--timeout",
-            "20",
-            "--quiet",
-        ],
+        grade_args(course.root),
         cwd=ROOT,
         env=env,
         stdout=subprocess.PIPE,

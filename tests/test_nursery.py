@@ -27,7 +27,7 @@ from grader.isolation.sandbox import NOBODY
 from grader.isolation.slot_uids import SlotUids
 from samples.make_samples import solution_answers
 from tests.helpers import ROOT, live_with_marker, probe_report, needs_bwrap
-from tests.test_instructor_workflow import A, notebook_with, place
+from tests.graded_class import A, notebook_with, place
 
 MARKER = "NURSERY-PROBE-" + uuid.uuid4().hex[:8]
 PORT = 29517

@@ -20,13 +20,11 @@ import psutil
 import pytest
 
 from grader.exercises import get_exercise
-from grader.gradebook import roundtrip
 from grader.isolation.worker_pool import RESULT_LIMIT, Job, Workers, run_pool
 from samples.make_samples import solution_answers
 from tests import accounts
 from tests.helpers import ROOT, needs_bwrap
-from tests.test_hostile_class import _forged, _pick_device
-from tests.test_instructor_workflow import A, notebook_with, place
+from tests.graded_class import A, attacker_notebook, generated_course, grade_args, notebook_with, place, run_grade
 
 MAX = get_exercise(A).max_score
 ATTACKERS = ("forge_result", "flood_result")
@@ -35,19 +33,10 @@ pytestmark = [pytest.mark.timeout(1500)]
 
 
 def _course(root: str):
-    course = roundtrip.make_course(root, [A])
-    roundtrip.nbgrader(["generate_assignment", A, "--force"], course.root, course.root)
+    course = generated_course(root)
     place(course, "ada", notebook_with(solution_answers()))
     for name in ATTACKERS:
-        values = {
-            "course": course.root,
-            "repo": ROOT,
-            "grader": "",
-            "home": "",
-            "port": 1,
-            "forged": repr(_forged(name)),
-        }
-        place(course, name, notebook_with({"pick_device_answer": _pick_device(name, values)}))
+        place(course, name, attacker_notebook(name, course))
     return course
 
 
@@ -74,27 +63,7 @@ def test_no_forged_result_as_root(tmp_path, nursery):
     course = _course(str(tmp_path / "course"))
     env = dict(os.environ, HOME=str(tmp_path), GRADER_NURSERY=nursery)
     env.pop("XDG_STATE_HOME", None)
-    done = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "grader",
-            "grade",
-            A,
-            "--root",
-            course.root,
-            "--jobs",
-            "2",
-            "--timeout",
-            "20",
-            "--quiet",
-        ],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=1200,
-    )
+    done = run_grade(course.root, env=env, timeout=1200)
     assert done.returncode == 0, done.stdout + done.stderr
     scores = _scores(course)
     scores["ada"] = (scores["ada"][0], "refused")  # ada attacks nothing
@@ -114,27 +83,7 @@ def test_no_forged_result_as_a_non_root_instructor(tmp_path, nursery):
         env = [f"HOME={home}", f"PATH={os.path.dirname(python)}:/usr/bin:/bin"]
         env += [f"GRADER_NURSERY={nursery}"] if nursery else []
         done = subprocess.run(
-            [
-                "runuser",
-                "-u",
-                INSTRUCTOR,
-                "--",
-                "env",
-                "-i",
-                *env,
-                python,
-                "-m",
-                "grader",
-                "grade",
-                A,
-                "--root",
-                course.root,
-                "--jobs",
-                "2",
-                "--timeout",
-                "20",
-                "--quiet",
-            ],
+            ["runuser", "-u", INSTRUCTOR, "--", "env", "-i", *env, *grade_args(course.root, python=python)],
             cwd=ROOT,
             capture_output=True,
             text=True,

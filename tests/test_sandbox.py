@@ -27,7 +27,7 @@ from grader.isolation.slot_uids import SlotUids
 from grader.isolation.nursery_client import use_nursery
 from samples.make_samples import solution_answers
 from tests.helpers import ROOT, live_with_marker, probe_report, needs_bwrap
-from tests.test_instructor_workflow import A, notebook_with, place
+from tests.graded_class import A, notebook_with, place, run_grade
 
 MAX = get_exercise(A).max_score
 SECRET = "s3cret-" + uuid.uuid4().hex
@@ -94,31 +94,6 @@ def _probe_answers(values: dict) -> dict:
     return answers
 
 
-def _grade(root: str, *extra: str, env: dict | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "grader",
-            "grade",
-            A,
-            "--root",
-            root,
-            "--jobs",
-            "2",
-            "--quiet",
-            "--timeout",
-            "20",
-            *extra,
-        ],
-        capture_output=True,
-        text=True,
-        timeout=1100,
-        env=env or os.environ,
-        cwd=ROOT,
-    )
-
-
 def _results(root: str) -> dict[str, dict]:
     out = {}
     for path in glob.glob(os.path.join(root, "graded", A, "*.json")):
@@ -174,7 +149,7 @@ def graded(tmp_path_factory):
     )
     env = dict(os.environ, SANDBOX_PROBE_SECRET=SECRET, PGPASSWORD=SECRET)
     try:
-        proc = _grade(root, env=env)
+        proc = run_grade(root, env=env)
         try:
             listener.accept()
             connected = True
@@ -260,7 +235,7 @@ def test_without_bwrap_grade_stops_with_the_install_line(tmp_path):
     bin_dir = tmp_path / "bin"  # the venv's python and nothing else on PATH
     bin_dir.mkdir()
     os.symlink(sys.executable, bin_dir / "python")
-    proc = _grade(root, env=dict(os.environ, PATH=str(bin_dir)))
+    proc = run_grade(root, env=dict(os.environ, PATH=str(bin_dir)))
     assert proc.returncode == 2
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and "apt-get install bubblewrap" in lines[0] and "--no-sandbox" in lines[0], proc.stderr
@@ -272,7 +247,7 @@ def test_no_sandbox_grades_and_says_so(tmp_path):
     course = roundtrip.make_course(root, [A])
     roundtrip.release(course, A)
     place(course, "ada", notebook_with(solution_answers()))
-    proc = _grade(root, "--no-sandbox")
+    proc = run_grade(root, "--no-sandbox")
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert proc.stdout.splitlines()[0].startswith("graded UNSANDBOXED")
     ada = _results(root)["ada"]

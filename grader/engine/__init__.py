@@ -8,6 +8,7 @@
 - integrity.py: inside a rank, notice student code that replaces the grader's objects
 - preload.py:   what the forkserver imports once (processes.preload: the public checks, named by their loader)
 - stacks.py:    tracebacks and hung stacks, the student's frames first
+- background.py: a command (torchrun) in a session of its own, bounded: lesson 4's launcher, exercise 4's runner
 """
 
 from grader.engine import cuda_watch

@@ -101,41 +101,12 @@ def _run_once(payload: bytes, plan: HardwarePlan, timeout: float, init_group: bo
     workdir = os.path.join(rundir, "work")
     os.mkdir(workdir)
     port = free_port()
-    threads = max(1, (os.cpu_count() or 1) // world_size)
     reports = [RankReport(rank) for rank in range(world_size)]
     procs, conns = [], []
     started = time.monotonic()
     notes: list[str] = []
-    language = tuple((name, os.environ.get(name)) for name in LANGUAGE_VARIABLES)  # the caller's, now
     try:
-        for rank in range(world_size):
-            parent_end, child_end = ctx.Pipe(duplex=True)
-            spec = worker.RankSpec(
-                rank=rank,
-                world_size=world_size,
-                backend=plan.backend,
-                device=plan.device(rank),
-                hide_gpus=plan.hides_gpus,
-                visible=plan.visible,
-                guard=not trusted,
-                init_group=init_group,
-                master_addr="127.0.0.1",
-                master_port=port,
-                store_path=os.path.join(rundir, "store"),
-                workdir=workdir,
-                output_path=os.path.join(rundir, f"rank{rank}.out"),
-                stack_path=os.path.join(rundir, f"rank{rank}.stack"),
-                payload=payload,
-                timeout=timeout,
-                launcher_pid=os.getpid(),
-                threads=threads,
-                language=language,
-            )
-            proc = RankProcess(target=worker.main, args=(spec, child_end), name=f"rank{rank}")
-            proc.start()
-            child_end.close()
-            procs.append(proc)
-            conns.append(parent_end)
+        _start_ranks(ctx, plan, payload, rundir, port, timeout, init_group, trusted, procs, conns)
         _collect(reports, procs, conns, timeout, trusted)
         failed = any(r.status != "ok" for r in reports)
         if failed:
@@ -163,6 +134,42 @@ def _run_once(payload: bytes, plan: HardwarePlan, timeout: float, init_group: bo
     return RunResult(reports, plan, time.monotonic() - started, notes)
 
 
+def _start_ranks(ctx, plan, payload, rundir, port, timeout, init_group, trusted, procs, conns) -> None:
+    """Start one process per rank, each with its end of a pipe; appended to procs and conns as they start,
+    so that the caller's cleanup reaches those started before a failure."""
+    world_size = plan.world_size
+    threads = max(1, (os.cpu_count() or 1) // world_size)
+    language = tuple((name, os.environ.get(name)) for name in LANGUAGE_VARIABLES)  # the caller's, now
+    for rank in range(world_size):
+        parent_end, child_end = ctx.Pipe(duplex=True)
+        spec = worker.RankSpec(
+            rank=rank,
+            world_size=world_size,
+            backend=plan.backend,
+            device=plan.device(rank),
+            hide_gpus=plan.hides_gpus,
+            visible=plan.visible,
+            guard=not trusted,
+            init_group=init_group,
+            master_addr="127.0.0.1",
+            master_port=port,
+            store_path=os.path.join(rundir, "store"),
+            workdir=os.path.join(rundir, "work"),
+            output_path=os.path.join(rundir, f"rank{rank}.out"),
+            stack_path=os.path.join(rundir, f"rank{rank}.stack"),
+            payload=payload,
+            timeout=timeout,
+            launcher_pid=os.getpid(),
+            threads=threads,
+            language=language,
+        )
+        proc = RankProcess(target=worker.main, args=(spec, child_end), name=f"rank{rank}")
+        proc.start()
+        child_end.close()
+        procs.append(proc)
+        conns.append(parent_end)
+
+
 def _collect(reports, procs, conns, timeout, trusted) -> None:
     """Wait for every rank's report; stop at the first failure or the deadline.
 
@@ -183,30 +190,12 @@ def _collect(reports, procs, conns, timeout, trusted) -> None:
             break  # no peer said why within the bound: the lost connection is the failure
         remaining = min(deadline, peers_until or deadline) - now
         if remaining <= 0:
-            for i in waiting:
-                reports[i].status = "hung"
-                if i in not_started:
-                    reports[i].stack = f"(the process did not start within {STARTUP_TIMEOUT_S:.0f} s)"
-            waiting.clear()
+            _hung_at_deadline(reports, waiting, not_started)
             break
         objs = [conns[i] for i in waiting] + [procs[i].sentinel for i in waiting]
         ready = multiprocessing.connection.wait(objs, timeout=remaining)
         for i in list(waiting):
-            message, closed = None, False
-            if conns[i] in ready:
-                try:
-                    message = worker.decode(conns[i].recv_bytes(), trusted)
-                except (EOFError, OSError):
-                    closed = True  # closed without a report: the process is ending
-                except Exception as exc:  # refused by the safe loader
-                    message = (
-                        "error",
-                        stacks.describe_exception(
-                            RuntimeError(
-                                f"rank {i} sent back something the grader refuses to load: {str(exc).splitlines()[0]}"
-                            )
-                        ),
-                    )
+            message, closed = _receive(i, conns[i], ready, trusted)
             if message is not None:
                 kind, body = message
                 if kind == "ready":  # its device and process group are set up
@@ -214,20 +203,9 @@ def _collect(reports, procs, conns, timeout, trusted) -> None:
                     if not not_started:
                         deadline = time.monotonic() + timeout
                     continue
-                if kind == "ok":
-                    reports[i].status = "ok"
-                    reports[i].value = body
-                elif kind == "unavailable" and i in not_started:  # the machine failed it, before any student code
-                    reports[i].status = "unavailable"
-                    reports[i].error = body
-                elif stacks.collective_timeout(body):  # gloo gave up waiting: a hang, the others go on to the deadline
-                    reports[i].status = "hung"
-                    reports[i].error = body
-                else:
-                    reports[i].status = "error"
-                    reports[i].error = body
-                    if _lost_peer(reports[i]) and peers_until is None:
-                        peers_until = time.monotonic() + PEER_WAIT_S
+                _record(reports[i], kind, body, i in not_started)
+                if _lost_peer(reports[i]) and peers_until is None:
+                    peers_until = time.monotonic() + PEER_WAIT_S
                 waiting.discard(i)
             elif closed or (procs[i].sentinel in ready and not conns[i].poll()):
                 procs[i].join(timeout=2)
@@ -239,6 +217,46 @@ def _collect(reports, procs, conns, timeout, trusted) -> None:
     for i in waiting:
         reports[i].status = "stopped"
     _stopped_by_the_cause(reports)
+
+
+def _hung_at_deadline(reports, waiting: set[int], not_started: set[int]) -> None:
+    """The deadline passed: every rank still waited on hung (one that never said ready did not start)."""
+    for i in waiting:
+        reports[i].status = "hung"
+        if i in not_started:
+            reports[i].stack = f"(the process did not start within {STARTUP_TIMEOUT_S:.0f} s)"
+    waiting.clear()
+
+
+def _receive(rank: int, conn, ready, trusted: bool) -> tuple[tuple | None, bool]:
+    """The rank's message if its pipe is ready, as (kind, body), or None; and whether the pipe closed."""
+    if conn not in ready:
+        return None, False
+    try:
+        return worker.decode(conn.recv_bytes(), trusted), False
+    except (EOFError, OSError):
+        return None, True  # closed without a report: the process is ending
+    except Exception as exc:  # refused by the safe loader
+        refused = RuntimeError(
+            f"rank {rank} sent back something the grader refuses to load: {str(exc).splitlines()[0]}"
+        )
+        return ("error", stacks.describe_exception(refused)), False
+
+
+def _record(report, kind: str, body, not_started: bool) -> None:
+    """A rank's final message into its report."""
+    if kind == "ok":
+        report.status = "ok"
+        report.value = body
+    elif kind == "unavailable" and not_started:  # the machine failed it, before any student code
+        report.status = "unavailable"
+        report.error = body
+    elif stacks.collective_timeout(body):  # gloo gave up waiting: a hang, the others go on to the deadline
+        report.status = "hung"
+        report.error = body
+    else:
+        report.status = "error"
+        report.error = body
 
 
 def _lost_peer(report) -> bool:

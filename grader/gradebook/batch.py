@@ -250,7 +250,6 @@ def grade_assignment(
     worker_args = [assignment, "--timeout", str(timeout), "--world-size", str(world_size), "--version", version]
     gate = check_gpus(worker_args, sandbox, sandbox and use_nursery(), no_gpu)
     share = share_gpus(gate.gpus, assignment, world_size, jobs)
-    jobs = share.jobs
     if shard is not None:
         submissions = {s: submissions[s] for s in sorted(submissions)[shard[0] :: shard[1]]}
     # earlier results, read before any student code runs (a shard watches only its own students' files)
@@ -258,60 +257,13 @@ def grade_assignment(
     watched = course.instructor_files()  # nbgrader_config.py, the SQLite gradebook, its journal and WAL
     snapshot = Snapshot(list(submissions.values()) + list(watched))
     guard = _Guard(store, snapshot, submissions, watched)
-    accepted = {
-        s: r for s in submissions if _valid(r := store.earlier(s), snapshot.digest(submissions[s]), version, sandbox)
-    }
-    for student in store.unsealed:  # written between runs by something other than the grader
-        guard.flag(
-            student,
-            f"the stored result {student}.json was not sealed by the grader (forged after an "
-            f"earlier run): ignored, and the submission graded again",
-        )
-    public: dict[str, dict] = {}  # student -> the public phase's result, until its hidden phase reports
+    accepted = _earlier_results(store, snapshot, submissions, version, sandbox, guard)
     queue: list[Job] = []
-
-    def on_result(job: Job, result: dict) -> bool:
-        student = job.student
-        if result.get("phase") != job.phase:
-            guard.flag(
-                student,
-                "a message that was not the grader's reached the grader's pipe while this "
-                "submission was graded (ignored)",
-            )
-            return False
-        if job.phase == "public" and result.get("readable"):
-            public[student] = result
-            queue.append(Job(student, job.path, job.shown_as, "hidden", result.get("hung") or {}))
-            return False
-        if job.phase != "all":
-            result = merge_phases(public.pop(student, result), result if job.phase == "hidden" else None)
-        result = {k: v for k, v in result.items() if k not in ("phase", "hung")}
-        result["sandboxed"] = sandbox
-        if _valid(result, snapshot.digest(submissions[student]), version, sandbox):
-            accepted[student] = result
-            store.accept(student, result)
-        else:
-            guard.flag(student, "the grader's copy of this submission changed while it was graded; regrade it")
-        return True
-
+    on_result = _PhaseJoiner(store, snapshot, submissions, version, sandbox, guard, accepted, queue)
     try:
-        for student in (s for s in submissions if s not in accepted):
-            path = snapshot.private_copy(submissions[student], f"{student}.ipynb")
-            if path is not None:
-                os.chmod(path, 0o644)  # the sandbox's worker (nobody) reads it; its folder stays private
-            queue.append(Job(student, path, submissions[student], "public" if sandbox else "all"))
-        _run_workers(
-            queue,
-            worker_args,
-            jobs,
-            sandbox,
-            share,
-            on_result,
-            guard,
-            progress,
-            len(submissions),
-            f"grading {assignment}" + ("" if sandbox else " (UNSANDBOXED)"),
-        )
+        queue.extend(_first_jobs(submissions, accepted, snapshot, sandbox))
+        desc = f"grading {assignment}" + ("" if sandbox else " (UNSANDBOXED)")
+        _run_workers(queue, worker_args, sandbox, share, on_result, guard, progress, len(submissions), desc)
         guard.tick(set())  # put back anything changed after the last tick (no one left to name)
     finally:
         snapshot.close()
@@ -325,9 +277,73 @@ def grade_assignment(
     return results
 
 
-def _run_workers(queue, worker_args, jobs, sandbox, share, on_result, guard, progress, total, desc) -> None:
-    """The pool of grading workers over the queue: sandboxed (nurseries, a cgroup and, as root, a uid per job)
-    or not; everything it started is closed when it returns or raises."""
+def _earlier_results(store, snapshot, submissions, version, sandbox, guard) -> dict[str, dict]:
+    """The stored results still valid for the submission as it is now (student -> result); a stored result
+    the grader did not seal is flagged and its submission graded again."""
+    accepted = {
+        s: r for s in submissions if _valid(r := store.earlier(s), snapshot.digest(submissions[s]), version, sandbox)
+    }
+    for student in store.unsealed:  # written between runs by something other than the grader
+        guard.flag(
+            student,
+            f"the stored result {student}.json was not sealed by the grader (forged after an "
+            f"earlier run): ignored, and the submission graded again",
+        )
+    return accepted
+
+
+def _first_jobs(submissions, accepted, snapshot, sandbox) -> list[Job]:
+    """A job for each submission not graded yet, on the grader's private copy of it: its public phase, or
+    unsandboxed both phases at once."""
+    queue = []
+    for student in (s for s in submissions if s not in accepted):
+        path = snapshot.private_copy(submissions[student], f"{student}.ipynb")
+        if path is not None:
+            os.chmod(path, 0o644)  # the sandbox's worker (nobody) reads it; its folder stays private
+        queue.append(Job(student, path, submissions[student], "public" if sandbox else "all"))
+    return queue
+
+
+class _PhaseJoiner:
+    """The pool's on_result: a public phase that read the notebook queues its hidden phase; the hidden one
+    (or an unsandboxed job's only one) completes the result, accepted and stored if the grader's copy of the
+    submission did not change meanwhile. Returns whether the submission is done."""
+
+    def __init__(self, store, snapshot, submissions, version, sandbox, guard, accepted, queue):
+        self.store, self.snapshot, self.submissions = store, snapshot, submissions
+        self.version, self.sandbox, self.guard = version, sandbox, guard
+        self.accepted, self.queue = accepted, queue
+        self.public: dict[str, dict] = {}  # student -> the public phase's result, until its hidden phase reports
+
+    def __call__(self, job: Job, result: dict) -> bool:
+        student = job.student
+        if result.get("phase") != job.phase:
+            self.guard.flag(
+                student,
+                "a message that was not the grader's reached the grader's pipe while this "
+                "submission was graded (ignored)",
+            )
+            return False
+        if job.phase == "public" and result.get("readable"):
+            self.public[student] = result
+            self.queue.append(Job(student, job.path, job.shown_as, "hidden", result.get("hung") or {}))
+            return False
+        if job.phase != "all":
+            result = merge_phases(self.public.pop(student, result), result if job.phase == "hidden" else None)
+        result = {k: v for k, v in result.items() if k not in ("phase", "hung")}
+        result["sandboxed"] = self.sandbox
+        if _valid(result, self.snapshot.digest(self.submissions[student]), self.version, self.sandbox):
+            self.accepted[student] = result
+            self.store.accept(student, result)
+        else:
+            self.guard.flag(student, "the grader's copy of this submission changed while it was graded; regrade it")
+        return True
+
+
+def _run_workers(queue, worker_args, sandbox, share, on_result, guard, progress, total, desc) -> None:
+    """The pool of share.jobs grading workers over the queue: sandboxed (nurseries, a cgroup and, as root, a uid
+    per job) or not; everything it started is closed when it returns or raises."""
+    jobs = share.jobs
     limits = JobLimits.here() if sandbox and queue else None
     if limits is not None and limits.missing:
         print(no_cgroup_notice(limits.missing), file=sys.stderr)

@@ -270,32 +270,8 @@ class Sandbox:
         for link in ("bin", "lib", "lib64", "sbin"):
             if os.path.islink(f"/{link}"):
                 args += ["--symlink", os.readlink(f"/{link}"), f"/{link}"]
-        args += ["--perms", "0755", "--dir", "/etc", "--ro-bind", _hosts_file(), "/etc/hosts"]  # nobody enters /etc
-        etc = {name: f"/etc/{name}" for name in _ETC if os.path.exists(f"/etc/{name}")}
-        if root and uid is not None:  # the job's own uid has a name (getpass.getuser() must not fail)
-            etc.update(_named_uid_files(uid))
-        args += [a for name, path in etc.items() for a in ("--ro-bind", path, f"/etc/{name}")]
-        # private /tmp and HOME first: a venv or grader that lies under /tmp (a CI checkout) is bound inside it
-        for tmp in ("/tmp", HOME):  # writable by the worker (nobody), like /tmp
-            args += ["--perms", "1777", "--size", str(TMP_BYTES), "--tmpfs", tmp]
-        for path in read_only_prefixes():
-            for parent in _parents(path):  # readable by nobody, whatever the umask
-                if parent not in ("/tmp", HOME, "/home"):
-                    args += ["--perms", "0755", "--dir", parent]
-            args += ["--ro-bind", path, path]
-        exercise = None if masked else _exercise_of(worker_argv)
-        if masked or exercise:  # the hidden phase reads its own exercise's hidden modules, no other's
-            for path in hidden_files(but_of=exercise):
-                args += ["--ro-bind", _empty_file(), path]
-        if submission is not None:
-            args += ["--perms", "0755", "--dir", os.path.dirname(SUBMISSION), "--ro-bind", submission, SUBMISSION]
-        for folder in driver_folders(read_only_prefixes()):
-            args += [
-                a
-                for parent in _parents(folder)
-                if parent not in ("/tmp", HOME, "/home")
-                for a in ("--perms", "0755", "--dir", parent)
-            ] + ["--ro-bind", folder, folder]
+        args += _etc_binds(root, uid)
+        args += _filesystem_binds(worker_argv, submission, masked)
         args += ["--proc", "/proc", "--dev", "/dev", "--perms", "1777", "--size", str(TMP_BYTES), "--tmpfs", "/dev/shm"]
         if os.path.isdir(SYS):
             args += ["--ro-bind", SYS, "/sys"]
@@ -316,29 +292,7 @@ class Sandbox:
         for name in gpu_nodes():  # GPUs, when the machine has them
             args += ["--dev-bind", os.path.join(DEV, name), f"/dev/{name}"]
         args += ["--chdir", "/tmp"]
-        if root and nursery:  # the nursery runs as nobody, keeping only what it takes to put each job it forks
-            args += [
-                "setpriv",
-                f"--reuid={NOBODY}",
-                f"--regid={NOBODY}",
-                "--clear-groups",  # in its own uid
-                "--inh-caps=-all,+setuid,+setgid",
-                "--ambient-caps=+setuid,+setgid",
-                "--bounding-set=-all,+setuid,+setgid",
-                "--no-new-privs",
-                "--",
-            ]
-        elif root:  # bwrap set the sandbox up as root; the worker runs as its job's own uid, without capabilities
-            args += [
-                "setpriv",
-                f"--reuid={uid or NOBODY}",
-                f"--regid={uid or NOBODY}",
-                "--clear-groups",
-                "--inh-caps=-all",
-                "--bounding-set=-all",
-                "--no-new-privs",
-                "--",
-            ]
+        args += _drop_privileges(root, nursery, uid)
         args += worker_argv
         # RLIMIT_NPROC: a job of its own uid is bounded here; otherwise this is the budget of every job together, and
         # each job bounds itself to NPROC_PER_SANDBOX inside its own uid or user namespace (job_limits.py)
@@ -346,3 +300,68 @@ class Sandbox:
         limits = [f"--nproc={nproc}", f"--data={DATA_BYTES}", f"--fsize={TMP_BYTES}", "--core=0"]
         self.argv = ["prlimit", *limits, "--", *args]
         self.env = environment(masked)
+
+
+def _etc_binds(root: bool, uid: int | None) -> list[str]:
+    """A /etc that nobody can list, with the few host files a worker needs (and, as root, its job's uid named)."""
+    args = ["--perms", "0755", "--dir", "/etc", "--ro-bind", _hosts_file(), "/etc/hosts"]  # nobody enters /etc
+    etc = {name: f"/etc/{name}" for name in _ETC if os.path.exists(f"/etc/{name}")}
+    if root and uid is not None:  # the job's own uid has a name (getpass.getuser() must not fail)
+        etc.update(_named_uid_files(uid))
+    return args + [a for name, path in etc.items() for a in ("--ro-bind", path, f"/etc/{name}")]
+
+
+def _filesystem_binds(worker_argv: list[str], submission: str | None, masked: bool) -> list[str]:
+    """A private /tmp and HOME; the grader and its Python read-only, with the hidden modules the phase may not read
+    bound empty; the submission; the driver folders of LD_LIBRARY_PATH."""
+    args = []
+    # private /tmp and HOME first: a venv or grader that lies under /tmp (a CI checkout) is bound inside it
+    for tmp in ("/tmp", HOME):  # writable by the worker (nobody), like /tmp
+        args += ["--perms", "1777", "--size", str(TMP_BYTES), "--tmpfs", tmp]
+    for path in read_only_prefixes():
+        for parent in _parents(path):  # readable by nobody, whatever the umask
+            if parent not in ("/tmp", HOME, "/home"):
+                args += ["--perms", "0755", "--dir", parent]
+        args += ["--ro-bind", path, path]
+    exercise = None if masked else _exercise_of(worker_argv)
+    if masked or exercise:  # the hidden phase reads its own exercise's hidden modules, no other's
+        for path in hidden_files(but_of=exercise):
+            args += ["--ro-bind", _empty_file(), path]
+    if submission is not None:
+        args += ["--perms", "0755", "--dir", os.path.dirname(SUBMISSION), "--ro-bind", submission, SUBMISSION]
+    for folder in driver_folders(read_only_prefixes()):
+        args += [
+            a
+            for parent in _parents(folder)
+            if parent not in ("/tmp", HOME, "/home")
+            for a in ("--perms", "0755", "--dir", parent)
+        ] + ["--ro-bind", folder, folder]
+    return args
+
+
+def _drop_privileges(root: bool, nursery: bool, uid: int | None) -> list[str]:
+    """As root, the setpriv that the worker (or nursery) runs under; nothing otherwise (bwrap dropped them)."""
+    if root and nursery:  # the nursery runs as nobody, keeping only what it takes to put each job it forks
+        return [
+            "setpriv",
+            f"--reuid={NOBODY}",
+            f"--regid={NOBODY}",
+            "--clear-groups",  # in its own uid
+            "--inh-caps=-all,+setuid,+setgid",
+            "--ambient-caps=+setuid,+setgid",
+            "--bounding-set=-all,+setuid,+setgid",
+            "--no-new-privs",
+            "--",
+        ]
+    if root:  # bwrap set the sandbox up as root; the worker runs as its job's own uid, without capabilities
+        return [
+            "setpriv",
+            f"--reuid={uid or NOBODY}",
+            f"--regid={uid or NOBODY}",
+            "--clear-groups",
+            "--inh-caps=-all",
+            "--bounding-set=-all",
+            "--no-new-privs",
+            "--",
+        ]
+    return []

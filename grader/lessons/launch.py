@@ -15,15 +15,11 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 import tempfile
 import time
 
-import psutil
-
 from grader.engine import free_port, kill_tree  # noqa: F401  (the lesson imports both from here)
-
-TORCHRUN = [sys.executable, "-m", "torch.distributed.run"]  # the `torchrun` command, run by this kernel's Python
+from grader.engine.background import FRESH_STORE_PER_ATTEMPT, TORCHRUN, children, poll_until, start_in_session
 
 
 def workspace(prefix: str = "lesson4-") -> str:
@@ -36,7 +32,7 @@ def workspace(prefix: str = "lesson4-") -> str:
 def torchrun_env(**extra) -> dict:
     env = dict(os.environ)
     env["PYTHONPATH"] = os.getcwd()  # the scripts import each other from the workspace
-    env["TORCH_DISABLE_SHARE_RDZV_TCP_STORE"] = "1"  # a known issue of this setup (torch 2.13): lesson 4's appendix
+    env.update(FRESH_STORE_PER_ATTEMPT)  # a known issue of this setup (torch 2.13): lesson 4's appendix
     env.update(extra)
     return env
 
@@ -48,15 +44,7 @@ class Launch:
         self.log_path = os.path.join(os.getcwd(), f"{name}-{time.monotonic_ns()}.out")
         self.deadline = time.monotonic() + timeout
         self.started = time.time()
-        with open(self.log_path, "w") as log:
-            self.proc = subprocess.Popen(
-                TORCHRUN + args,
-                env=env or torchrun_env(),
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                start_new_session=True,
-            )
+        self.proc = start_in_session(TORCHRUN + args, self.log_path, env or torchrun_env())
 
     def wait(self):
         """torchrun's exit code, or 'timeout' after killing the whole job."""
@@ -69,10 +57,7 @@ class Launch:
 
     def workers(self) -> list:
         """The worker processes: the agent's direct children."""
-        try:
-            return psutil.Process(self.proc.pid).children()
-        except psutil.NoSuchProcess:
-            return []
+        return children(self.proc.pid)
 
     @property
     def output(self) -> str:
@@ -99,9 +84,5 @@ def json_lines(text: str) -> list:
 
 
 def wait_for(condition, timeout: float, poll: float = 0.02) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if condition():
-            return True
-        time.sleep(poll)
-    return False
+    """Poll condition until it holds (True) or timeout seconds pass (False)."""
+    return poll_until(condition, time.monotonic() + timeout, poll)

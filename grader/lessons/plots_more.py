@@ -182,25 +182,8 @@ def restart_timeline(evts, t0, kill_time):
     Lesson 4 (lessons/04_torchrun.ipynb), §2 "Fault tolerance". evts: the script's events.jsonl records.
     """
     _, ax = plt.subplots(figsize=(11, 3.2))
-    colors = {0: "tab:blue", 1: "tab:green"}
     for rank, attempt in sorted({(e["rank"], e["attempt"]) for e in evts}):
-        mine = [e for e in evts if e["rank"] == rank and e["attempt"] == attempt]
-        y = 1 - rank
-        start = next(e["t"] for e in mine if e["event"] == "start") - t0
-        ready = next((e["t"] for e in mine if e["event"] == "ready"), None)
-        if ready is None:
-            continue
-        ready -= t0
-        ax.barh(y, ready - start, left=start, height=0.5, color="lightgray", edgecolor="gray")
-        ax.text((start + ready) / 2, y, "start-up", ha="center", va="center", fontsize=7)
-        begin = ready
-        for e in (e for e in mine if e["event"] == "epoch"):
-            end = e["t"] - t0
-            ax.barh(y, end - begin, left=begin, height=0.5, color=colors.get(attempt, "gray"), edgecolor="white")
-            ax.text((begin + end) / 2, y, str(e["epoch"]), ha="center", va="center", color="white", fontsize=8)
-            begin = end
-        if attempt == 0 and kill_time is not None:  # the epoch in progress when the worker was killed
-            ax.barh(y, kill_time - t0 - begin, left=begin, height=0.5, color="salmon", hatch="//", edgecolor="red")
+        _attempt_lane(ax, [e for e in evts if e["rank"] == rank and e["attempt"] == attempt], 1 - rank, t0, kill_time)
     for e in evts:
         if e["event"] == "snapshot":
             ax.plot(e["t"] - t0, 1.38, marker="v", color="black", markersize=6)
@@ -244,6 +227,27 @@ def restart_timeline(evts, t0, kill_time):
     )
     plt.tight_layout()
     plt.show()
+
+
+def _attempt_lane(ax, mine, y, t0, kill_time) -> None:
+    """One rank's attempt at height y: its start-up, its epochs, and (attempt 0) the epoch the kill cut short."""
+    attempt = mine[0]["attempt"]
+    colors = {0: "tab:blue", 1: "tab:green"}
+    start = next(e["t"] for e in mine if e["event"] == "start") - t0
+    ready = next((e["t"] for e in mine if e["event"] == "ready"), None)
+    if ready is None:
+        return
+    ready -= t0
+    ax.barh(y, ready - start, left=start, height=0.5, color="lightgray", edgecolor="gray")
+    ax.text((start + ready) / 2, y, "start-up", ha="center", va="center", fontsize=7)
+    begin = ready
+    for e in (e for e in mine if e["event"] == "epoch"):
+        end = e["t"] - t0
+        ax.barh(y, end - begin, left=begin, height=0.5, color=colors.get(attempt, "gray"), edgecolor="white")
+        ax.text((begin + end) / 2, y, str(e["epoch"]), ha="center", va="center", color="white", fontsize=8)
+        begin = end
+    if attempt == 0 and kill_time is not None:  # the epoch in progress when the worker was killed
+        ax.barh(y, kill_time - t0 - begin, left=begin, height=0.5, color="salmon", hatch="//", edgecolor="red")
 
 
 def elastic_lanes(lanes, t0, b_launched):

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.helpers import failed, grade_source, replace_definition, solution_source
+from tests.helpers import graded_answers
 
 EXERCISE, TASK = "01_parallelism", "parallelize_mlp"
 VALUES, LAYOUT, HIDDEN = (
@@ -131,15 +131,9 @@ TAMPERS = (
 
 @pytest.fixture(scope="module")
 def reports():
-    solution = solution_source(EXERCISE)
-    out = {}
-    for name, code in ANSWERS.items():
-        source = solution if code is None else replace_definition(solution, TASK, code)
-        # the mistakes' public checks only (they name the mistake); the solution and the lazy answer: all
-        checks = [VALUES, LAYOUT] if name in ("lesson_plan_extended", "all_column", "parallelized_copy") else None
-        report = grade_source(EXERCISE, source, task=TASK, checks=checks)
-        out[name] = (report, failed(report))
-    return out
+    # the mistakes' public checks only (they name the mistake); the solution and the lazy answer: all
+    mistakes = ("lesson_plan_extended", "all_column", "parallelized_copy")
+    return graded_answers(EXERCISE, TASK, ANSWERS, lambda name: [VALUES, LAYOUT] if name in mistakes else None)
 
 
 @pytest.mark.parametrize("answer", ["solution", "prepared_in_the_plan", "layer_by_layer"])

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from grader.exercises.parallelism.checks_schedule import events, expected_order
-from tests.helpers import failed, grade_source, replace_definition, solution_source
+from tests.helpers import graded_answers
 
 EXERCISE, TASK = "01_parallelism", "pipeline_schedule"
 ONE_F_ONE_B, GPIPE, HIDDEN = (
@@ -26,22 +26,23 @@ STEP = """
                 runner.step()
             return losses"""
 
+# how most answers below build their stage: the model's own layers, split evenly over the ranks
+STAGE = """
+        def pipeline_schedule(model, x, targets, loss_fn, n_microbatches, schedule):
+            rank, world_size = dist.get_rank(), dist.get_world_size()
+            mine = torch.tensor_split(torch.arange(len(model)), world_size)[rank].tolist()
+            stage = PipelineStage(model[mine[0]:mine[-1] + 1], rank, world_size, x.device)"""
+
 ANSWERS = {
     "solution": None,
     # the typical mistake: one schedule whatever the argument says
-    "always_gpipe": """
-        def pipeline_schedule(model, x, targets, loss_fn, n_microbatches, schedule):
-            rank, world_size = dist.get_rank(), dist.get_world_size()
-            mine = torch.tensor_split(torch.arange(len(model)), world_size)[rank].tolist()
-            stage = PipelineStage(model[mine[0]:mine[-1] + 1], rank, world_size, x.device)
+    "always_gpipe": STAGE
+    + """
             runner = ScheduleGPipe(stage, n_microbatches=n_microbatches, loss_fn=loss_fn)"""
     + STEP,
     # no microbatching: the schedule runs the whole batch as one microbatch
-    "one_microbatch": """
-        def pipeline_schedule(model, x, targets, loss_fn, n_microbatches, schedule):
-            rank, world_size = dist.get_rank(), dist.get_world_size()
-            mine = torch.tensor_split(torch.arange(len(model)), world_size)[rank].tolist()
-            stage = PipelineStage(model[mine[0]:mine[-1] + 1], rank, world_size, x.device)
+    "one_microbatch": STAGE
+    + """
             kind = {"GPipe": ScheduleGPipe, "1F1B": Schedule1F1B}[schedule]
             runner = kind(stage, n_microbatches=1, loss_fn=loss_fn)"""
     + STEP,
@@ -56,11 +57,8 @@ ANSWERS = {
             runner = kind(stage, n_microbatches=n_microbatches, loss_fn=loss_fn)"""
     + STEP,
     # the last rank keeps the losses to itself
-    "no_losses": """
-        def pipeline_schedule(model, x, targets, loss_fn, n_microbatches, schedule):
-            rank, world_size = dist.get_rank(), dist.get_world_size()
-            mine = torch.tensor_split(torch.arange(len(model)), world_size)[rank].tolist()
-            stage = PipelineStage(model[mine[0]:mine[-1] + 1], rank, world_size, x.device)
+    "no_losses": STAGE
+    + """
             kind = {"GPipe": ScheduleGPipe, "1F1B": Schedule1F1B}[schedule]
             runner = kind(stage, n_microbatches=n_microbatches, loss_fn=loss_fn)
             runner.step(x) if rank == 0 else runner.step(target=targets) if rank == world_size - 1 else runner.step()
@@ -135,13 +133,7 @@ ANSWERS = {
 
 @pytest.fixture(scope="module")
 def reports():
-    solution = solution_source(EXERCISE)
-    out = {}
-    for name, code in ANSWERS.items():
-        source = solution if code is None else replace_definition(solution, TASK, code)
-        report = grade_source(EXERCISE, source, task=TASK)
-        out[name] = (report, failed(report))
-    return out
+    return graded_answers(EXERCISE, TASK, ANSWERS)
 
 
 @pytest.mark.parametrize("answer", ["solution", "hand_written"])

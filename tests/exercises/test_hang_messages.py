@@ -2,7 +2,7 @@
 "Timed out waiting ...ms"; a rank busy in the student's own code is named, with where, and the others
 are said to wait for it. Real 2-rank runs of exercise 02."""
 
-from tests.helpers import failed, grade_source, mutate, replace_definition, solution_source
+from tests.helpers import failed, failure_of, grade_source, mutate, replace_definition, solution_source
 
 EX = "02_ddp_basics"
 GLOO_TIMEOUT = "Timed out waiting"
@@ -10,8 +10,7 @@ GLOO_TIMEOUT = "Timed out waiting"
 
 def test_train_uneven_without_join_reads_as_the_hang_analysis():
     source = mutate(solution_source(EX), "    with Join([model]):", "    if True:")
-    bad = failed(grade_source(EX, source, task="train_uneven", checks=["uneven_finishes_without_hang"]))
-    message = bad["uneven_finishes_without_hang"]
+    message = failure_of(EX, source, "train_uneven", "uneven_finishes_without_hang", timeout=30)
     assert "Join" in message and "hung" in message, message
     assert "rank 0 hung: waiting in" in message, message  # where rank 0 waits, from its stack
     assert GLOO_TIMEOUT not in message, message
@@ -30,10 +29,7 @@ def test_gloo_timeout_of_a_group_of_the_students_own_is_reported_as_a_hang():
         return DDP(model.to(device))
     """
     source = replace_definition(solution_source(EX), "wrap_model", wrap)
-    bad = failed(
-        grade_source(EX, source, task="wrap_model", timeout=8, checks=["wrap_model_broadcasts_rank0_parameters"])
-    )
-    message = bad["wrap_model_broadcasts_rank0_parameters"]
+    message = failure_of(EX, source, "wrap_model", "wrap_model_broadcasts_rank0_parameters", timeout=8)
     assert message.startswith("the run did not finish in time"), message
     assert "rank 0 hung: waiting in" in message and "gloo's own timeout" in message, message
     assert "rank 1 hung: waiting in" in message, message  # in DDP's broadcast, which rank 0 never reaches
@@ -52,10 +48,7 @@ def test_a_rank_busy_in_the_students_loop_is_named_and_the_others_wait_for_it():
         return DDP(model.to(device))
     """
     source = replace_definition(solution_source(EX), "wrap_model", wrap)
-    bad = failed(
-        grade_source(EX, source, task="wrap_model", timeout=5, checks=["wrap_model_broadcasts_rank0_parameters"])
-    )
-    message = bad["wrap_model_broadcasts_rank0_parameters"]
+    message = failure_of(EX, source, "wrap_model", "wrap_model_broadcasts_rank0_parameters")
     heading = message.splitlines()[0]
     assert "rank 1 is busy in your code at" in heading and "the others wait for it" in heading, message
     assert "time.sleep(0.01)" in heading or "while rank == 1" in heading, message  # the student's line
@@ -70,10 +63,7 @@ def test_every_rank_busy_in_the_students_code():
             pass
     """
     source = replace_definition(solution_source(EX), "wrap_model", wrap)
-    bad = failed(
-        grade_source(EX, source, task="wrap_model", timeout=5, checks=["wrap_model_broadcasts_rank0_parameters"])
-    )
-    message = bad["wrap_model_broadcasts_rank0_parameters"]
+    message = failure_of(EX, source, "wrap_model", "wrap_model_broadcasts_rank0_parameters")
     assert "every rank is busy in your code" in message.splitlines()[0], message
     assert "rank 0 hung: busy in your code at" in message and "rank 1 hung: busy in your code at" in message
 
@@ -102,16 +92,7 @@ def test_exercise_1_a_reduce_on_rank_0_only_names_the_students_line():
         "        if dist.get_rank() == 0:\n"
         "            dist.all_reduce(param.grad, op=dist.ReduceOp.SUM)  # rank 1 never joins\n",
     )
-    bad = failed(
-        grade_source(
-            "01_parallelism",
-            source,
-            task="average_gradients",
-            timeout=5,
-            checks=["averaged_gradients_match_full_batch"],
-        )
-    )
-    message = bad["averaged_gradients_match_full_batch"]
+    message = failure_of("01_parallelism", source, "average_gradients", "averaged_gradients_match_full_batch")
     _names_the_line(message, "average_gradients", _line_of(source, "rank 1 never joins"))
     assert "that rank 1 never called in your code" in message, message
 
@@ -125,16 +106,7 @@ def test_exercise_1_gradients_reduced_in_another_order_on_one_rank_name_the_stud
         "    params = list(model.parameters())\n"
         "    for param in (params[::-1] if dist.get_rank() == 1 else params):  # another order\n",
     )
-    bad = failed(
-        grade_source(
-            "01_parallelism",
-            source,
-            task="average_gradients",
-            timeout=5,
-            checks=["averaged_gradients_match_full_batch"],
-        )
-    )
-    message = bad["averaged_gradients_match_full_batch"]
+    message = failure_of("01_parallelism", source, "average_gradients", "averaged_gradients_match_full_batch")
     line = _line_of(source, "dist.all_reduce(param.grad, op=dist.ReduceOp.SUM)")
     _names_the_line(message, "average_gradients", line)
     assert "by peer" not in message, message
@@ -169,10 +141,7 @@ def test_exercise_2_an_all_reduce_on_rank_0_only_before_ddp_names_the_students_l
         return DDP(model.to(device))
     """
     source = replace_definition(solution_source(EX), "wrap_model", wrap)
-    bad = failed(
-        grade_source(EX, source, task="wrap_model", timeout=5, checks=["wrap_model_broadcasts_rank0_parameters"])
-    )
-    message = bad["wrap_model_broadcasts_rank0_parameters"]
+    message = failure_of(EX, source, "wrap_model", "wrap_model_broadcasts_rank0_parameters")
     _names_the_line(message, "wrap_model", _line_of(source, "rank 1 goes straight to DDP"))
     assert f"your wrap_model, submission.py, line {_line_of(source, 'return DDP(model.to(device))')})" in message
 
@@ -184,16 +153,7 @@ def test_exercise_3_global_stats_reduced_on_rank_0_only_name_the_students_line()
         "        if dist.get_rank() == 0:\n"
         "            dist.all_reduce(total, op=dist.ReduceOp.SUM)  # rank 1 skips the sum\n",
     )
-    bad = failed(
-        grade_source(
-            "03_syncbn_sharded",
-            source,
-            task="global_batch_stats",
-            timeout=5,
-            checks=["stats_of_the_concatenated_batch"],
-        )
-    )
-    message = bad["stats_of_the_concatenated_batch"]
+    message = failure_of("03_syncbn_sharded", source, "global_batch_stats", "stats_of_the_concatenated_batch")
     _names_the_line(message, "forward", _line_of(source, "rank 1 skips the sum"))
 
 
@@ -205,16 +165,7 @@ def test_exercise_3_global_stats_of_different_sizes_name_the_students_line():
         "            total = torch.cat([total, total])  # rank 1 sums twice as much\n"
         "        dist.all_reduce(total, op=dist.ReduceOp.SUM)  # sizes differ\n",
     )
-    bad = failed(
-        grade_source(
-            "03_syncbn_sharded",
-            source,
-            task="global_batch_stats",
-            timeout=5,
-            checks=["stats_of_the_concatenated_batch"],
-        )
-    )
-    message = bad["stats_of_the_concatenated_batch"]
+    message = failure_of("03_syncbn_sharded", source, "global_batch_stats", "stats_of_the_concatenated_batch")
     _names_the_line(message, "forward", _line_of(source, "sizes differ"))
     assert "by peer" not in message, message
 
@@ -229,10 +180,7 @@ EX4_SNAPSHOT = """        if rank == 0:  # one writer (global rank 0, not LOCAL_
 
 
 def _ex4_message(source: str) -> str:
-    bad = failed(
-        grade_source("04_torchrun", source, task="train_script", checks=["train_script_matches_single_process"])
-    )
-    return bad["train_script_matches_single_process"]
+    return failure_of("04_torchrun", source, "train_script", "train_script_matches_single_process", timeout=30)
 
 
 def _script_line(source: str, code: str) -> int:

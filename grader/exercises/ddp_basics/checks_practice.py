@@ -80,29 +80,7 @@ def accumulation_matches_big_batch_step(g):
     cleared_every, _unused = rp.accumulation_reference(g.world_size, MICRO, K, zero_grad="per micro-batch")
     never_cleared, _unused = rp.accumulation_reference(g.world_size, MICRO, K, zero_grad="never")
     for rank, (params, events, _unused) in enumerate(one_launch.run(g, ACCUMULATE_PARTS, _in_rank_accumulate)):
-        steps = events.count("step")
-        if steps == MICRO:
-            raise CheckFailed(
-                _(
-                    "optimizer.step() ran {steps} times for {micro} micro-batches: the step is "
-                    "taken every micro-batch; step (then zero_grad) once every "
-                    "accumulation_steps={k} micro-batches",
-                    steps=steps,
-                    micro=MICRO,
-                    k=K,
-                )
-            )
-        if steps != MICRO // K:
-            raise CheckFailed(
-                _(
-                    "optimizer.step() ran {steps} times, expected {expected} ({micro} micro-batches, "
-                    "accumulation_steps={k}): one step per accumulation_steps micro-batches",
-                    steps=steps,
-                    expected=MICRO // K,
-                    micro=MICRO,
-                    k=K,
-                )
-            )
+        _judge_step_count(events.count("step"))
         if g.close(params, undivided) and not g.close(params, expected):
             raise CheckFailed(
                 _(
@@ -135,6 +113,32 @@ def accumulation_matches_big_batch_step(g):
                 "each step must equal one step on the global batch (every rank's accumulation_steps "
                 "micro-batches): accumulate loss / accumulation_steps, all-reduce once, then step"
             ),
+        )
+
+
+def _judge_step_count(steps: int) -> None:
+    """optimizer.step() once every K micro-batches, and no more."""
+    if steps == MICRO:
+        raise CheckFailed(
+            _(
+                "optimizer.step() ran {steps} times for {micro} micro-batches: the step is "
+                "taken every micro-batch; step (then zero_grad) once every "
+                "accumulation_steps={k} micro-batches",
+                steps=steps,
+                micro=MICRO,
+                k=K,
+            )
+        )
+    if steps != MICRO // K:
+        raise CheckFailed(
+            _(
+                "optimizer.step() ran {steps} times, expected {expected} ({micro} micro-batches, "
+                "accumulation_steps={k}): one step per accumulation_steps micro-batches",
+                steps=steps,
+                expected=MICRO // K,
+                micro=MICRO,
+                k=K,
+            )
         )
 
 

@@ -25,9 +25,11 @@ import psutil
 
 import grader
 from grader.engine import kill_tree
+from grader.engine.background import FRESH_STORE_PER_ATTEMPT, TORCHRUN, children, poll_until, start_in_session
+from grader.exercises.torchrun.probe import VARS as TORCHRUN_VARIABLES  # what torchrun sets in each worker
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(grader.__file__)))
-RUN_MODULE = [sys.executable, "-m", "torch.distributed.run"]  # torchrun, from this interpreter
+RUN_MODULE = TORCHRUN  # torchrun, from this interpreter
 OUTPUT_LIMIT = 12_000
 
 # Signs in torchrun's output that a worker died at teardown (after its work).
@@ -48,22 +50,9 @@ def worker_env(extra: dict[str, str] | None = None) -> dict[str, str]:
     env["PYTHONPATH"] = REPO_ROOT + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     env["OMP_NUM_THREADS"] = "1"  # torchrun sets it too; set here so it does not print a banner about it
     env["PYTHONUNBUFFERED"] = "1"
-    # torch 2.13: by default the workers of every attempt share the agent's TCPStore, so after a
-    # restart gloo can read the previous attempt's addresses ("Gloo connectFullMesh failed ...
-    # Connection refused", or a hang; 3 restarts in 5 here). With this set, each attempt's rank 0
-    # hosts a fresh store (pytorch/pytorch#135712).
-    env["TORCH_DISABLE_SHARE_RDZV_TCP_STORE"] = "1"
+    env.update(FRESH_STORE_PER_ATTEMPT)  # a restart's workers get a store of their own (background.py says why)
     env.pop("GRADER_WORKER", None)
-    for key in (
-        "RANK",
-        "LOCAL_RANK",
-        "WORLD_SIZE",
-        "LOCAL_WORLD_SIZE",
-        "MASTER_ADDR",
-        "MASTER_PORT",
-        "GROUP_RANK",
-        "TORCHELASTIC_RESTART_COUNT",
-    ):
+    for key in TORCHRUN_VARIABLES:
         env.pop(key, None)  # the grader may itself run inside a rank: do not leak its identity
     env.update(extra or {})
     return env
@@ -90,26 +79,11 @@ class Torchrun:
 
     def start(self) -> None:
         self.deadline = time.monotonic() + self.timeout
-        with open(self.output_path, "wb") as out:
-            self.proc = subprocess.Popen(
-                self.args,
-                cwd=self.cwd,
-                env=self.env,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                start_new_session=True,
-            )
+        self.proc = start_in_session(self.args, self.output_path, self.env, cwd=self.cwd)
 
     def wait_until(self, condition: Callable[[], bool], poll: float = 0.02) -> bool:
         """Poll `condition` until it holds (True), the run ends or the deadline passes (False)."""
-        while time.monotonic() < self.deadline:
-            if condition():
-                return True
-            if self.proc.poll() is not None:
-                return condition()
-            time.sleep(poll)
-        return False
+        return poll_until(condition, self.deadline, poll, ended=lambda: self.proc.poll() is not None)
 
     def wait(self) -> int | None:
         """Wait for the end of the run; past the deadline kill its whole tree."""
@@ -143,10 +117,7 @@ class Torchrun:
 
     def workers(self) -> list[psutil.Process]:
         """The worker processes the agent started (its direct children running Python)."""
-        try:
-            return psutil.Process(self.proc.pid).children(recursive=False)
-        except psutil.Error:
-            return []
+        return children(self.proc.pid)
 
     def kill_worker(self, local_rank: int) -> bool:
         """SIGKILL the worker with this LOCAL_RANK; False when there is none."""
