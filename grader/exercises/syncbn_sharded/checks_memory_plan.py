@@ -113,7 +113,21 @@ def run_plan(g, spec: dict = SPEC) -> list:
 def _mistakes(kind: str, psi: int, world: int, act: int, state: int) -> list[tuple[float, str]]:
     """(what a typical mistake estimates, what to say) for one strategy."""
     full, shard = 4 * psi, 4 * psi / world
-    out = [
+    out = _activation_and_unit_mistakes(world, act, state)
+    if kind in ("ddp", "zero1"):
+        out.append(
+            (
+                state + full + act,
+                "you count DDP's buckets beside the gradients: the runs use gradient_as_bucket_view=True, so the "
+                "gradients are views into the buckets (4 bytes per parameter, not 8)",
+            )
+        )
+    by_kind = {"ddp": _ddp_mistakes, "zero1": _zero1_mistakes, "fsdp2": _fsdp2_mistakes}
+    return out + by_kind[kind](full, shard, act)
+
+
+def _activation_and_unit_mistakes(world: int, act: int, state: int) -> list[tuple[float, str]]:
+    return [
         (
             state,
             "the activations are left out: add activation_bytes (they are per rank and sharded by none of the "
@@ -130,64 +144,61 @@ def _mistakes(kind: str, psi: int, world: int, act: int, state: int) -> list[tup
             "you seem to count the parameters, gradients and Adam's moments as elements: an fp32 value takes 4 bytes",
         ),
     ]
-    if kind in ("ddp", "zero1"):
-        out.append(
-            (
-                state + full + act,
-                "you count DDP's buckets beside the gradients: the runs use gradient_as_bucket_view=True, so the "
-                "gradients are views into the buckets (4 bytes per parameter, not 8)",
-            )
-        )
-    if kind == "ddp":
-        out += [
-            (
-                3 * full + act,
-                "16 bytes per parameter under DDP, you count 12: the gradients (4 bytes per "
-                "parameter, on every rank) are the usual part to forget",
-            ),
-            (
-                2 * full + act,
-                "Adam keeps two fp32 moments per parameter (8 bytes), beside the parameter and its gradient",
-            ),
-        ]
-    elif kind == "zero1":
-        out += [
-            (
-                full + 2 * shard + act,
-                "ZeRO-1 without the gradients: every rank still holds a full gradient (4 "
-                "bytes per parameter), as under DDP",
-            ),
-            (  # parameters or gradients sharded: the same number
-                shard + full + 2 * shard + act,
-                "ZeRO-1 shards only the optimizer state: every rank keeps all the parameters and all the "
-                "gradients, as under DDP (sharding the gradients too is ZeRO-2); only Adam's moments are split, "
-                "8Ψ/N",
-            ),
-            (
-                4 * shard + act,
-                "ZeRO-1 shards only the optimizer state: every rank keeps all the parameters (and "
-                "gradients) as under DDP; what you estimated is FSDP2's",
-            ),
-            (
-                4 * full + act,
-                "ZeRO-1's optimizer state is not divided by the world size: each rank keeps Adam's "
-                "moments of 1/N of the parameters",
-            ),
-        ]
-    else:
-        out += [
-            (
-                4 * full + act,
-                "FSDP2's estimate is not divided by the world size: each rank keeps 1/N of the "
-                "parameters, of the gradients and of Adam's moments",
-            ),
-            (3 * shard + act, "FSDP2 without the gradients: each rank keeps its shard of the gradients too"),
-            (
-                full + 3 * shard + act,
-                "FSDP2 shards the parameters too: between steps each rank keeps only its 1/N of them",
-            ),
-        ]
-    return out
+
+
+def _ddp_mistakes(full: float, shard: float, act: int) -> list[tuple[float, str]]:
+    return [
+        (
+            3 * full + act,
+            "16 bytes per parameter under DDP, you count 12: the gradients (4 bytes per "
+            "parameter, on every rank) are the usual part to forget",
+        ),
+        (
+            2 * full + act,
+            "Adam keeps two fp32 moments per parameter (8 bytes), beside the parameter and its gradient",
+        ),
+    ]
+
+
+def _zero1_mistakes(full: float, shard: float, act: int) -> list[tuple[float, str]]:
+    return [
+        (
+            full + 2 * shard + act,
+            "ZeRO-1 without the gradients: every rank still holds a full gradient (4 "
+            "bytes per parameter), as under DDP",
+        ),
+        (  # parameters or gradients sharded: the same number
+            shard + full + 2 * shard + act,
+            "ZeRO-1 shards only the optimizer state: every rank keeps all the parameters and all the "
+            "gradients, as under DDP (sharding the gradients too is ZeRO-2); only Adam's moments are split, "
+            "8Ψ/N",
+        ),
+        (
+            4 * shard + act,
+            "ZeRO-1 shards only the optimizer state: every rank keeps all the parameters (and "
+            "gradients) as under DDP; what you estimated is FSDP2's",
+        ),
+        (
+            4 * full + act,
+            "ZeRO-1's optimizer state is not divided by the world size: each rank keeps Adam's "
+            "moments of 1/N of the parameters",
+        ),
+    ]
+
+
+def _fsdp2_mistakes(full: float, shard: float, act: int) -> list[tuple[float, str]]:
+    return [
+        (
+            4 * full + act,
+            "FSDP2's estimate is not divided by the world size: each rank keeps 1/N of the "
+            "parameters, of the gradients and of Adam's moments",
+        ),
+        (3 * shard + act, "FSDP2 without the gradients: each rank keeps its shard of the gradients too"),
+        (
+            full + 3 * shard + act,
+            "FSDP2 shards the parameters too: between steps each rank keeps only its 1/N of them",
+        ),
+    ]
 
 
 def _likely(kind: str, estimate: float, psi: int, world: int, act: int, state: int) -> str:
