@@ -41,9 +41,7 @@ def _in_rank_checkpoint(ctx, student, resume: bool, held_write: bool):
     opt = ZeroRedundancyOptimizer(model.parameters(), optimizer_class=adam, **kwargs)
     x, y = (t.to(ctx.device) for t in ref.regression_batch())
     for _ in range(CHECKPOINT_STEPS):
-        opt.zero_grad()
-        nn.functional.mse_loss(model(x), y).backward()
-        opt.step()
+        _step(model, opt, x, y)
     path = os.path.join(ctx.workdir, "checkpoint.pt")
     writes, real_save, written_after = [], torch.save, []  # written_after: rank 0's collectives at its write
     others = range(1, ctx.world_size)
@@ -75,17 +73,8 @@ def _in_rank_checkpoint(ctx, student, resume: bool, held_write: bool):
         complete_at_return = False
     hb.mark(ctx, "returned")
     dist.barrier()  # ours: now the file is finished whatever the student did (or we hang with rank 0)
-    problems, params = _checkpoint_problems(path, model), None
-    if resume and not problems:
-        fresh = ref.mlp(seed=123).to(ctx.device)  # different weights: the checkpoint must overwrite them
-        fresh_opt = ZeroRedundancyOptimizer(fresh.parameters(), optimizer_class=adam, **kwargs)
-        checkpoint = torch.load(path, map_location=ctx.device)
-        fresh.load_state_dict(checkpoint["model"])
-        fresh_opt.load_state_dict(checkpoint["optimizer"])
-        fresh_opt.zero_grad()
-        nn.functional.mse_loss(fresh(x), y).backward()
-        fresh_opt.step()
-        params = [cpu(p) for p in fresh.parameters()]
+    problems = _checkpoint_problems(path, model)
+    params = _resumed_params(ctx, path, x, y) if resume and not problems else None
     return {
         "writes": writes,
         "complete_at_return": complete_at_return,
@@ -95,6 +84,26 @@ def _in_rank_checkpoint(ctx, student, resume: bool, held_write: bool):
         "written_after": written_after[:1],
         "entries": watch.entries,
     }
+
+
+def _step(model: nn.Module, opt, x: torch.Tensor, y: torch.Tensor) -> None:
+    opt.zero_grad()
+    nn.functional.mse_loss(model(x), y).backward()
+    opt.step()
+
+
+def _resumed_params(ctx, path: str, x: torch.Tensor, y: torch.Tensor) -> list:
+    """The parameters after one more step of a fresh model and ZeRO optimizer loaded from the checkpoint."""
+    from torch.distributed.optim import ZeroRedundancyOptimizer
+
+    adam, kwargs, _ = ref.OPTIMIZERS["adam"]
+    fresh = ref.mlp(seed=123).to(ctx.device)  # different weights: the checkpoint must overwrite them
+    fresh_opt = ZeroRedundancyOptimizer(fresh.parameters(), optimizer_class=adam, **kwargs)
+    checkpoint = torch.load(path, map_location=ctx.device)
+    fresh.load_state_dict(checkpoint["model"])
+    fresh_opt.load_state_dict(checkpoint["optimizer"])
+    _step(fresh, fresh_opt, x, y)
+    return [cpu(p) for p in fresh.parameters()]
 
 
 def _checkpoint_problems(path: str, model: nn.Module) -> list[str]:

@@ -140,75 +140,94 @@ def _in_rank_build(ctx, student, model_spec: dict):
 def verify_build(g, results, model_spec: dict) -> None:
     expected = dict(plain(model_spec).named_parameters())
     for rank, got in enumerate(results):
-        if got.get("tied_split"):
-            raise CheckFailed(
-                f"rank {rank}: fully_shard refused the model: {TIED}, and your units put it in two "
-                "(the embedding's and the head's). One unit must own a tied weight: leave the "
-                "embedding and the head out of the block units, so the root's call takes them both"
-            )
-        if "not_module" in got:
-            raise CheckFailed(f"rank {rank}: build_fsdp2_model returned a {got['not_module']}, not the model")
-        plain_ones = [k for k, sharded in got["sharded"].items() if not sharded]
-        if plain_ones and not any(k.startswith("blocks.") for k in plain_ones):
-            raise CheckFailed(
-                f"rank {rank}: {', '.join(plain_ones)} are plain tensors: the root is not wrapped. Call "
-                "fully_shard(model, mesh=mesh, ...) after the blocks: it shards the parameters outside "
-                "them (the tied embedding, the final norm) and runs the whole step"
-            )
-        if plain_ones:
-            raise CheckFailed(
-                f"rank {rank}: {len(plain_ones)} parameters (e.g. {plain_ones[0]}) are plain tensors, "
-                "not DTensors: fully_shard the block units, then the root (it takes the rest)"
-            )
-        if not got["made"]:
-            raise CheckFailed(
-                f"rank {rank}: make_model() was never called: build the model with make_model(), "
-                "under `with torch.device('meta'):`"
-            )
-        if not all(on for _, on in got["made"]):
-            raise CheckFailed(f"rank {rank}: make_model() ran while " + SWITCHED_OFF)
-        real = sorted({d for devices, _ in got["made"] for d in devices if d != "meta"})
-        if real or got["allocated"]:
-            where = (
-                f"built the parameters on {', '.join(real)}"
-                if real
-                else (
-                    f"allocated {len(got['allocated'])} tensor(s) of a full weight's shape (e.g. "
-                    f"{tuple(got['allocated'][0])})"
-                )
-            )
-            raise CheckFailed(
-                f"rank {rank}: make_model() {where}: the full model was materialized before "
-                "sharding. Call make_model() under `with torch.device('meta'):`, shard, then to_empty"
-            )
-        if not got["tied"]:
-            units = " and ".join(f"model.{n}" for n in got["own_units"])
-            raise CheckFailed(
-                f"rank {rank}: model.head.weight is no longer model.embed.weight: {TIED} (one "
-                "Parameter, whose gradient sums both uses), and two trains two weights. "
-                + (
-                    f"{units} became a unit of its own. One unit must own a tied weight: leave the "
-                    "embedding and the head to the root's call"
-                    if units
-                    else "Keep the tie: shard the model as it is, with one unit owning the shared weight"
-                )
-            )
-        if "values" not in got:
-            raise CheckFailed(
-                f"rank {rank}: the parameters are on {got['devices']}: move the sharded model to "
-                "real memory with model.to_empty(device=mesh.device_type), then init_weights()"
-            )
-        likely = (
-            "model.init_weights() ran, but not last: call it once the model is sharded and on its device "
-            "(after to_empty), and change nothing after it"
-            if got["init_calls"]
-            else "model.init_weights() was never called: after to_empty the memory holds whatever was there, and a "
-            "seeded nn.init on the shards would not give one process's numbers (on the CPU every rank's "
-            "generator starts its shard with the same first numbers). Once the model is sharded and on its "
-            "device, call model.init_weights(): each element is a formula of its position"
+        _verify_sharded(rank, got)
+        _verify_built_on_meta(rank, got)
+        _verify_tie(rank, got)
+        _verify_values(g, rank, got, expected)
+
+
+def _verify_sharded(rank: int, got: dict) -> None:
+    """One unit owns the tied weight, and every parameter is a DTensor."""
+    if got.get("tied_split"):
+        raise CheckFailed(
+            f"rank {rank}: fully_shard refused the model: {TIED}, and your units put it in two "
+            "(the embedding's and the head's). One unit must own a tied weight: leave the "
+            "embedding and the head out of the block units, so the root's call takes them both"
         )
-        for name, exp in expected.items():
-            g.assert_close(got["values"][name], exp.detach(), f"rank {rank}: {name} after the build", likely)
+    if "not_module" in got:
+        raise CheckFailed(f"rank {rank}: build_fsdp2_model returned a {got['not_module']}, not the model")
+    plain_ones = [k for k, sharded in got["sharded"].items() if not sharded]
+    if plain_ones and not any(k.startswith("blocks.") for k in plain_ones):
+        raise CheckFailed(
+            f"rank {rank}: {', '.join(plain_ones)} are plain tensors: the root is not wrapped. Call "
+            "fully_shard(model, mesh=mesh, ...) after the blocks: it shards the parameters outside "
+            "them (the tied embedding, the final norm) and runs the whole step"
+        )
+    if plain_ones:
+        raise CheckFailed(
+            f"rank {rank}: {len(plain_ones)} parameters (e.g. {plain_ones[0]}) are plain tensors, "
+            "not DTensors: fully_shard the block units, then the root (it takes the rest)"
+        )
+
+
+def _verify_built_on_meta(rank: int, got: dict) -> None:
+    """make_model() ran under the meta device, and no full weight was allocated."""
+    if not got["made"]:
+        raise CheckFailed(
+            f"rank {rank}: make_model() was never called: build the model with make_model(), "
+            "under `with torch.device('meta'):`"
+        )
+    if not all(on for _, on in got["made"]):
+        raise CheckFailed(f"rank {rank}: make_model() ran while " + SWITCHED_OFF)
+    real = sorted({d for devices, _ in got["made"] for d in devices if d != "meta"})
+    if real or got["allocated"]:
+        where = (
+            f"built the parameters on {', '.join(real)}"
+            if real
+            else (
+                f"allocated {len(got['allocated'])} tensor(s) of a full weight's shape (e.g. "
+                f"{tuple(got['allocated'][0])})"
+            )
+        )
+        raise CheckFailed(
+            f"rank {rank}: make_model() {where}: the full model was materialized before "
+            "sharding. Call make_model() under `with torch.device('meta'):`, shard, then to_empty"
+        )
+
+
+def _verify_tie(rank: int, got: dict) -> None:
+    if not got["tied"]:
+        units = " and ".join(f"model.{n}" for n in got["own_units"])
+        raise CheckFailed(
+            f"rank {rank}: model.head.weight is no longer model.embed.weight: {TIED} (one "
+            "Parameter, whose gradient sums both uses), and two trains two weights. "
+            + (
+                f"{units} became a unit of its own. One unit must own a tied weight: leave the "
+                "embedding and the head to the root's call"
+                if units
+                else "Keep the tie: shard the model as it is, with one unit owning the shared weight"
+            )
+        )
+
+
+def _verify_values(g, rank: int, got: dict, expected: dict) -> None:
+    """On real memory, initialized by init_weights() last: the values of one process's model."""
+    if "values" not in got:
+        raise CheckFailed(
+            f"rank {rank}: the parameters are on {got['devices']}: move the sharded model to "
+            "real memory with model.to_empty(device=mesh.device_type), then init_weights()"
+        )
+    likely = (
+        "model.init_weights() ran, but not last: call it once the model is sharded and on its device "
+        "(after to_empty), and change nothing after it"
+        if got["init_calls"]
+        else "model.init_weights() was never called: after to_empty the memory holds whatever was there, and a "
+        "seeded nn.init on the shards would not give one process's numbers (on the CPU every rank's "
+        "generator starts its shard with the same first numbers). Once the model is sharded and on its "
+        "device, call model.init_weights(): each element is a formula of its position"
+    )
+    for name, exp in expected.items():
+        g.assert_close(got["values"][name], exp.detach(), f"rank {rank}: {name} after the build", likely)
 
 
 def verify_units_and_precision(g, results, model_spec: dict) -> None:

@@ -37,8 +37,20 @@ def checkpoint_problems(folder: str, world_size: int) -> list[str]:
         ]
     md = FileSystemReader(folder).read_metadata()
     entries = md.state_dict_metadata
-    problems = []
     expected = {name: p.shape for name, p in ref.mlp().named_parameters()}
+    problems, optim_named = _layout_problems(entries, expected, world_size)
+    problems += _entry_problems(entries, expected, optim_named)
+    files = {info.relative_path for info in md.storage_data.values()}
+    if not problems and len(files) < world_size:
+        problems.append(
+            f"{len(files)} data file(s) for {world_size} ranks: every rank writes its own shard with dcp.save"
+        )
+    return problems
+
+
+def _layout_problems(entries: dict, expected: dict, world_size: int) -> tuple[list[str], bool]:
+    """What is wrong with the checkpoint's keys as a whole; and whether its optimizer state is keyed by name."""
+    problems = []
     if not any(key.startswith("model.") for key in entries):
         problems.append(
             f"no 'model' entry (found {sorted({k.split('.')[0] for k in entries})}): save "
@@ -70,6 +82,12 @@ def checkpoint_problems(folder: str, world_size: int) -> list[str]:
             "full state dict costs every rank the whole model's memory, and dcp.save then writes "
             "copies, not shards)"
         )
+    return problems, optim_named
+
+
+def _entry_problems(entries: dict, expected: dict, optim_named: bool) -> list[str]:
+    """What each parameter's entries (and Adam's, when keyed by name) lack: presence, global shape, coverage."""
+    problems = []
     for name, shape in expected.items():
         keys = [f"model.{name}"] + (
             [f"optim.state.{name}.exp_avg", f"optim.state.{name}.exp_avg_sq"] if optim_named else []
@@ -90,9 +108,4 @@ def checkpoint_problems(folder: str, world_size: int) -> list[str]:
                 )
         if optim_named and f"optim.state.{name}.step" not in entries:
             problems.append(f"optim.state.{name}.step is missing: Adam's step counts belong to its state")
-    files = {info.relative_path for info in md.storage_data.values()}
-    if not problems and len(files) < world_size:
-        problems.append(
-            f"{len(files)} data file(s) for {world_size} ranks: every rank writes its own shard with dcp.save"
-        )
     return problems
