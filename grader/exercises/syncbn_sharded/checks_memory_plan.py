@@ -28,6 +28,7 @@ from grader.exercises.syncbn_sharded.memory_plan import (
     expected_state,
     measure_activations,
     measure_state,
+    measuring_group,
     parameter_count,
     planning_net,
 )
@@ -72,7 +73,8 @@ def _answer(value) -> dict:
 def _in_rank_plan(ctx, student, spec: dict, budget_list: list):
     import torch
 
-    measured = {kind: measure_state(ctx, spec, kind) for kind in STRATEGIES}
+    group = measuring_group()  # on the CPU whatever the plan: bytes do not depend on the device
+    measured = {kind: measure_state(ctx, spec, kind, group) for kind in STRATEGIES}
     activations = measure_activations(ctx, spec)
     plan = student.task("plan_memory")
     answers = []

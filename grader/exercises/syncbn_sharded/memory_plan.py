@@ -10,7 +10,9 @@ batch leaves alive for backward (the batch itself, made before, not counted).
 Measured here (torch 2.13 CPU, gloo, 2 and 3 ranks, Ψ parameters, fp32, Adam): DDP with gradient_as_bucket_view=True
 16Ψ (the gradients are views of the buckets); with the default False 20Ψ (buckets beside the gradients); ZeRO-1
 (ZeroRedundancyOptimizer over that DDP) 8Ψ + 8Ψ/N; FSDP2 16Ψ/N; each plus 4 bytes per Adam step counter. The runs
-use gradient_as_bucket_view=True, and the task text says so.
+use gradient_as_bucket_view=True, and the task text says so. They run in a gloo group on the CPU whatever the
+launch's plan (`measuring_group`): the bytes do not depend on the device, and this way the code that judges a class
+on GPUs is the code the CPU-only test machines run.
 
 In the parent: the same numbers from the formulas (`expected_state`), so that a measurement the answers disturbed (a
 patched optimizer, a wrapper changed at import) is told apart from a wrong estimate.
@@ -57,9 +59,9 @@ def expected_activations(spec: dict) -> int:
     return spec["layers"] * spec["rows"] * spec["width"] * FP32
 
 
-def batch(spec: dict, rank: int, device) -> torch.Tensor:
+def batch(spec: dict, rank: int) -> torch.Tensor:
     g = torch.Generator().manual_seed(spec["seed"] + rank)
-    return torch.randn(spec["rows"], spec["width"], generator=g).to(device)
+    return torch.randn(spec["rows"], spec["width"], generator=g)
 
 
 class StateBytes(LiveBytes):
@@ -79,34 +81,44 @@ class StateBytes(LiveBytes):
         return out
 
 
-def _wrapped(kind: str, model: nn.Module, ctx):
+def measuring_group():
+    """A gloo group of every rank, on the CPU, made by every rank before its measurements.
+
+    The bytes a strategy keeps do not depend on the device, and gloo runs on the CPU of every machine: a launch
+    planned on GPUs (nccl) measures here the same bytes, with the same code, as the CPU-only machines that test it.
+    """
+    import torch.distributed as dist
+
+    return dist.new_group(backend="gloo")
+
+
+def _wrapped(kind: str, model: nn.Module, group):
     from torch.distributed.optim import ZeroRedundancyOptimizer
     from torch.nn.parallel import DistributedDataParallel as DDP
 
     if kind == "fsdp2":
-        from torch.distributed.device_mesh import init_device_mesh
+        from torch.distributed.device_mesh import DeviceMesh
         from torch.distributed.fsdp import fully_shard
 
-        mesh = init_device_mesh(ctx.device.type, (ctx.world_size,))
+        mesh = DeviceMesh.from_group(group, "cpu")
         for layer in model:
             if isinstance(layer, nn.Linear):
                 fully_shard(layer, mesh=mesh)
         fully_shard(model, mesh=mesh)
         return model, torch.optim.Adam(model.parameters())
-    ids = [ctx.device.index] if ctx.device.type == "cuda" else None
-    model = DDP(model, device_ids=ids, gradient_as_bucket_view=True)
+    model = DDP(model, process_group=group, gradient_as_bucket_view=True)
     if kind == "zero1":
-        return model, ZeroRedundancyOptimizer(model.parameters(), torch.optim.Adam)
+        return model, ZeroRedundancyOptimizer(model.parameters(), torch.optim.Adam, process_group=group)
     return model, torch.optim.Adam(model.parameters())
 
 
-def measure_state(ctx, spec: dict, kind: str) -> int:
+def measure_state(ctx, spec: dict, kind: str, group) -> int:
     """The bytes still alive after one Adam step under `kind`, of everything made since the model was built."""
-    x = batch(spec, ctx.rank, ctx.device)
+    x = batch(spec, ctx.rank)
     probe = StateBytes()
     with probe:
         torch.manual_seed(spec["seed"])
-        model, optimizer = _wrapped(kind, planning_net(spec).to(ctx.device), ctx)
+        model, optimizer = _wrapped(kind, planning_net(spec), group)
         model(x).pow(2).mean().backward()
         optimizer.step()
     live = probe.live()
@@ -117,8 +129,8 @@ def measure_state(ctx, spec: dict, kind: str) -> int:
 def measure_activations(ctx, spec: dict) -> int:
     """What one forward of this rank's batch leaves alive for backward (the parameters, made before, not counted)."""
     torch.manual_seed(spec["seed"])
-    model = planning_net(spec).to(ctx.device)
-    x = batch(spec, ctx.rank, ctx.device)
+    model = planning_net(spec)
+    x = batch(spec, ctx.rank)
     probe = StateBytes(persistent=lambda: list(model.parameters()))  # the weights' views that forward makes
     with probe:
         out = model(x)
