@@ -501,12 +501,15 @@ def test_a_quick_check_answers_from_a_cold_kernel_and_lessons_stay_clean_in_git(
         path = course["root"] / "lessons" / "ja" / LESSON
         before = path.stat().st_mtime_ns
         _open(page, lab, f"lessons/ja/{LESSON}")
-        _current(page).locator(".jp-Cell").first.click()  # focus in the notebook, then its Save (Ctrl+S): the
-        page.keyboard.press("Escape")  # toolbar's button can be folded out of sight in a narrow window
-        page.keyboard.press("Control+s")
-        deadline = time.monotonic() + 10  # a write, if any, lands within it; an unchanged notebook may not be
-        while path.stat().st_mtime_ns == before and time.monotonic() < deadline:  # rewritten at all (either way:
-            time.sleep(0.25)  # git must see no change; the byte round-trip itself: tests/test_lesson_format.py)
+        # Save as a student would, from the File menu: it saves the notebook in front. (The toolbar's button can be
+        # folded out of sight in a narrow window, and a click into a cell for Ctrl+S can land on a notebook that
+        # JupyterLab is still restoring behind it.)
+        page.locator(".lm-MenuBar-itemLabel", has_text="File").click()
+        page.locator(".lm-Menu-itemLabel").filter(has_text=re.compile(r"^Save( Notebook)?$")).first.click()
+        deadline = time.monotonic() + 60  # an explicit save rewrites the file even when nothing changed
+        while path.stat().st_mtime_ns == before and time.monotonic() < deadline:  # git must still see no change
+            time.sleep(0.25)  # (the byte round-trip itself: tests/test_lesson_format.py)
+        assert path.stat().st_mtime_ns != before, "File > Save did not write the lesson: the test saw no save"
         _close_current_tab(page, discard=False)
         # only the lesson opened and saved: the one whose Quick Check ran holds the student's outputs (saved by
         # the server even though its tab was closed with Discard)
