@@ -109,6 +109,7 @@ exercises: install
 	  $(call release_sum,$$a) > $(GENERATED)/$$a; \
 	done
 	$(BIN)/python -m grader translate
+	test ! -f samples/make_samples.py || $(BIN)/python samples/make_samples.py  # make demo's class, from the 02 release
 
 # The tests a changed or new exercise must pass (CONTRIBUTING.md), without the rest of the suite.
 test-exercise: install $(VENV)/.installed-test

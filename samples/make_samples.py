@@ -1,9 +1,12 @@
 """Rebuild the bundled sample submissions of 02_ddp_basics from the solution.
 
 Each sample student is the released notebook with the solution's answers,
-and a few realistic mistakes put in. Run from the repository root:
+and a few realistic mistakes put in. `make exercises` runs it after the
+release; by hand, from the repository root:
 
     .venv/bin/python samples/make_samples.py
+
+tests/test_samples.py holds the committed notebooks to what this builds.
 """
 
 import copy
@@ -78,29 +81,64 @@ def passing_display(task: str) -> dict:
     }
 
 
-def main() -> None:
+def _answer(source: str, mistakes: list[tuple[str, str]], applied: set[str]) -> str:
+    for old, new in mistakes:
+        if old in source:
+            source = source.replace(old, new)
+            applied.add(old)
+    return source
+
+
+def build() -> dict[str, dict]:
+    """Each sample student's notebook: the current release with the solution's answers and the student's mistakes.
+    A mistake the solution no longer contains is an error, never a silently correct sample."""
     with open(os.path.join(ROOT, "exercises", EXERCISE, f"{EXERCISE}.ipynb")) as f:
         release = json.load(f)
     answers = solution_answers()
+    notebooks = {}
     for student, mistakes in STUDENTS.items():
         nb = copy.deepcopy(release)
+        mistakes_made, applied = (mistakes if isinstance(mistakes, list) else []), set()
         for cell in nb["cells"]:
             grade_id = cell["metadata"].get("nbgrader", {}).get("grade_id")
             if grade_id not in answers or (mistakes == "unfinished" and grade_id in UNFINISHED):
                 continue
-            source = answers[grade_id]
-            for old, new in mistakes if isinstance(mistakes, list) else []:
-                source = source.replace(old, new)
-            cell["source"] = source.splitlines(True)
+            cell["source"] = _answer(answers[grade_id], mistakes_made, applied).splitlines(True)
+        missing = [old for old, _ in mistakes_made if old not in applied]
+        if missing:
+            raise ValueError(f"{student}'s mistake is no longer in the solution: {missing[0]!r}")
         if student in STALE_CHECK_OUTPUT:
             task = STALE_CHECK_OUTPUT[student]
             check = next(c for c in nb["cells"] if c["metadata"].get("nbgrader", {}).get("grade_id") == f"{task}_check")
             check["outputs"], check["execution_count"] = [passing_display(task)], 9
-        folder = os.path.join(ROOT, "samples", "submitted", student, EXERCISE)
-        os.makedirs(folder, exist_ok=True)
-        with open(os.path.join(folder, f"{EXERCISE}.ipynb"), "w") as f:
-            json.dump(nb, f, indent=1, ensure_ascii=False)
-            f.write("\n")
+        notebooks[student] = nb
+    return notebooks
+
+
+def notebook_path(student: str) -> str:
+    return os.path.join(ROOT, "samples", "submitted", student, EXERCISE, f"{EXERCISE}.ipynb")
+
+
+def serialized(nb: dict) -> str:
+    return json.dumps(nb, indent=1, ensure_ascii=False) + "\n"
+
+
+def committed(student: str) -> str | None:
+    try:
+        with open(notebook_path(student), encoding="utf-8") as f:
+            return f.read()
+    except FileNotFoundError:
+        return None
+
+
+def main() -> None:
+    for student, nb in build().items():
+        if committed(student) == serialized(nb):
+            continue
+        os.makedirs(os.path.dirname(notebook_path(student)), exist_ok=True)
+        with open(notebook_path(student), "w", encoding="utf-8") as f:
+            f.write(serialized(nb))
+        print(f"samples: rewrote {os.path.relpath(notebook_path(student), ROOT)}")
 
 
 if __name__ == "__main__":

@@ -49,6 +49,7 @@ FAST_FILES = {
     "test_independence.py",
     "test_short_functions.py",
     "test_background.py",
+    "test_samples.py",
 }
 
 
