@@ -51,6 +51,42 @@ def test_solution_full_marks_from_one_launch(hidden):
     assert launched == ["_in_rank_plan"], launched  # both public checks judge the same launch
 
 
+# Right answers written another way than the solution: floats (8Ψ/N not rounded), nbytes instead of
+# numel * element_size, the formulas in units of Ψ, the choice from a loop.
+IN_UNITS_OF_PSI = """
+def plan_memory(model, world_size, activation_bytes, budget_bytes):
+    psi = sum(p.numel() for p in model.parameters())
+    per_psi = {"ddp": 16, "zero1": 8 + 8 / world_size, "fsdp2": 16 / world_size}
+    plan = {name: k * psi + activation_bytes for name, k in per_psi.items()}
+    plan["choice"] = None
+    for name in ("ddp", "zero1", "fsdp2"):
+        if plan[name] <= budget_bytes:
+            plan["choice"] = name
+            break
+    return plan
+"""
+
+FROM_NBYTES = """
+import numpy as np
+
+
+def plan_memory(model, world_size, activation_bytes, budget_bytes):
+    weights = np.int64(sum(p.nbytes for p in model.parameters()))  # a numpy integer is a number too
+    state = {"ddp": 4 * weights, "zero1": 2 * weights + 2 * weights / world_size, "fsdp2": 4 * weights / world_size}
+    estimates = {k: v + activation_bytes for k, v in state.items()}
+    fitting = [k for k in ("ddp", "zero1", "fsdp2") if estimates[k] <= budget_bytes]
+    return dict(estimates, choice=fitting[0] if fitting else None)
+"""
+
+
+@pytest.mark.timeout(240)
+@pytest.mark.parametrize("hidden", [False, True], ids=["public", "hidden_3_ranks"])
+@pytest.mark.parametrize("code", [IN_UNITS_OF_PSI, FROM_NBYTES], ids=["units_of_psi", "from_nbytes"])
+def test_right_answers_written_otherwise_get_full_marks(code, hidden):
+    report, _ = graded_counting_launches(EXERCISE, code, TASK, hidden)
+    assert report.checks and report.score == report.max_score, "\n".join(report.lines())
+
+
 @pytest.mark.timeout(240)
 def test_untouched_release_earns_nothing():
     notebook = os.path.join(ROOT, "exercises", EXERCISE, f"{EXERCISE}.ipynb")
