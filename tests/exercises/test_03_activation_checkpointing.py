@@ -154,3 +154,29 @@ def checkpoint_activations(model, rows, budget_bytes):
 )
 def test_laziest_answers_earn_nothing(code, phrase):
     assert_lazy_answer_earns_nothing(EXERCISE, TASK, code, phrase)
+
+
+# Right answers written otherwise than the solution: torch's checkpoint_wrapper (the task text allows it), the
+# choice made from a dict of sizes.
+WITH_TORCHS_WRAPPER = """
+from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import checkpoint_wrapper
+
+
+def checkpoint_activations(model, rows, budget_bytes):
+    saved = {i: 2 * rows * block.fc1.out_features * 4 for i, block in enumerate(model.blocks)}
+    kept = sum(saved.values())
+    for i, size in sorted(saved.items(), key=lambda item: item[1], reverse=True):
+        if kept <= budget_bytes:
+            break
+        model.blocks[i] = checkpoint_wrapper(model.blocks[i])  # non-reentrant by default
+        kept -= size
+    return model
+"""
+
+
+@pytest.mark.timeout(240)
+def test_torchs_checkpoint_wrapper_gets_full_marks():
+    source = replace_definition(solution_source(EXERCISE), TASK, WITH_TORCHS_WRAPPER)
+    report = grade_source(EXERCISE, source, task=TASK, timeout=60)
+    assert report.checks and any(c.hidden for c in report.checks), "\n".join(report.lines())
+    assert report.score == report.max_score, "\n".join(report.lines())

@@ -7,7 +7,7 @@ its own model), and only the check that targets each mistake runs."""
 
 import pytest
 
-from tests.helpers import failed, grade_source, mutate, replace_definition, solution_source
+from tests.helpers import failed, grade_source, graded_counting_launches, mutate, replace_definition, solution_source
 
 EXERCISE = "03_syncbn_sharded"
 TASKS = ("build_fsdp2_model", "train_step_fsdp2", "export_full_state")
@@ -210,3 +210,37 @@ def test_laziest_answers_earn_nothing():
     messages = failed(report)
     for task, (_, phrase) in LAZY.items():
         assert any(phrase in messages[c.name] for c in report.checks if c.task == task), (task, messages)
+
+
+# A right build written otherwise than the solution: the units filled from the last block back (as few units; in the
+# hidden model, other boundaries: 1|1|3|2 blocks, not 1|2|2|2), a lone block sharded as a module rather than a list
+# of one.
+FROM_THE_LAST_BLOCK = """
+def build_fsdp2_model(make_model, mesh, budget_bytes):
+    with torch.device("meta"):
+        model = make_model()
+    policy = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
+    units, unit, used = [], [], 0
+    for block in reversed(list(model.blocks)):
+        size = 2 * sum(p.numel() for p in block.parameters())  # bf16 when gathered
+        if unit and used + size > budget_bytes:
+            units.append(unit)
+            unit, used = [], 0
+        unit.insert(0, block)
+        used += size
+    units.append(unit)
+    for unit in units:
+        fully_shard(unit if len(unit) > 1 else unit[0], mesh=mesh, mp_policy=policy)
+    fully_shard(model, mesh=mesh, mp_policy=policy)
+    model.to_empty(device=mesh.device_type)
+    model.init_weights()
+    return model
+"""
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("hidden", [False, True], ids=["public", "hidden_3_ranks"])
+def test_a_build_written_otherwise_gets_full_marks(hidden):
+    source = replace_definition(solution_source(EXERCISE), "build_fsdp2_model", FROM_THE_LAST_BLOCK)
+    report, _ = graded_counting_launches(EXERCISE, source, "build_fsdp2_model", hidden)
+    assert report.checks and report.score == report.max_score, "\n".join(report.lines())
