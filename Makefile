@@ -118,7 +118,7 @@ test-exercise: install $(VENV)/.installed-test
 	  tests/test_cells.py tests/test_hints.py tests/test_points.py tests/test_layers.py \
 	  tests/test_public_apis.py tests/test_independence.py
 	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile -q tests/exercises/test_lazy_answers.py \
-	  tests/test_translate.py -k $(ASSIGNMENT)
+	  tests/test_translate.py tests/test_selfcheck_mistakes.py -k $(ASSIGNMENT)
 
 # The translation catalogs (locale/<lang>/LC_MESSAGES/*.po) follow the English lessons; lessons/<lang>/ is built.
 translations: install

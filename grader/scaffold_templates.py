@@ -88,6 +88,10 @@ from __future__ import annotations
 from grader.exercises.$package import EXERCISE
 from grader.exercises.$package.checks_$snake import answer_in_rank, judge_sums
 
+# make selfcheck grades the solution with this line of its answers replaced and expects less than full marks;
+# it quotes the answer, so it lives here, out of the student build (tests/test_selfcheck_mistakes.py).
+EXERCISE.typical_mistake = ("dist.all_reduce(total)", "pass  # no all_reduce: each rank keeps its own")
+
 
 @EXERCISE.check("$task", points=1, hidden=True, world_size=3)
 def sums_over_three_ranks(g):

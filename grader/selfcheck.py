@@ -29,15 +29,6 @@ from grader.submission import read_notebook, read_python_file
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
-# A typical mistake per exercise: (anchor in the solution's answers, replacement).
-KNOWN_MISTAKES = {
-    "01_parallelism": (
-        '{"GPipe": ScheduleGPipe, "1F1B": Schedule1F1B}[schedule]',
-        "ScheduleGPipe  # whatever schedule says",
-    ),
-    "02_ddp_basics": ("loader.sampler.set_epoch(epoch)", "pass  # no set_epoch"),
-}
-
 
 def _release(exercise_id: str) -> str:
     return os.path.join(ROOT, "exercises", exercise_id, f"{exercise_id}.ipynb")
@@ -58,11 +49,16 @@ def cases(exercise_id: str):
     yield "solution", "full", lambda: run_checks(exercise, read_notebook(solution))
     if os.path.isfile(_release(exercise_id)):
         yield "untouched release", "zero", lambda: run_checks(exercise, read_notebook(_release(exercise_id)))
-    if exercise_id in KNOWN_MISTAKES:
-        old, new = KNOWN_MISTAKES[exercise_id]
+    if exercise.typical_mistake:
+        old, new = exercise.typical_mistake
         source = "\n\n".join(c.source for c in read_notebook(solution).cells)
-        if old in source:
-            yield f"mistake: {old} left out", "less", lambda: _grade_source(exercise, source.replace(old, new, 1))
+        if old not in source:  # a stale anchor would grade the solution itself as the "mistake"
+            raise StaleMistake(f"{exercise_id}'s typical mistake is no longer in its solution's answers: {old!r}")
+        yield f"mistake: {old} left out", "less", lambda: _grade_source(exercise, source.replace(old, new, 1))
+
+
+class StaleMistake(ValueError):
+    """An exercise's typical_mistake names a line its solution no longer holds: fix the declaration."""
 
 
 def as_expected(expectation: str, score: float, max_score: float) -> bool:
@@ -74,27 +70,39 @@ def main(exercises: list[str] | None = None) -> int:
     print(f"GPUs visible to the grader: {gpus}")
     for world_size in (1, 2, 3):
         print(f"  world size {world_size}: {current_plan(world_size).describe()}")
-    wrong = 0
-    for exercise_id in exercises or exercise_ids():
-        for label, expectation, grade in cases(exercise_id):
-            report = grade()
-            ok = as_expected(expectation, report.score, report.max_score)
-            wrong += not ok
-            expected = {"full": f"{report.max_score:g}", "zero": "0", "less": f"< {report.max_score:g}"}[expectation]
-            print(
-                f"{'ok ' if ok else 'BAD'} {exercise_id:<20} {label:<40} {report.score:g}/{report.max_score:g}"
-                f"  (expected {expected})",
-                flush=True,
-            )
-            if not ok and expectation == "full":
-                print("\n".join("      " + line for line in report.lines() if not line.startswith("✓")))
-            skipped = [c for c in report.checks if c.skipped]
-            for c in skipped:
-                print(f"      {c.name}: {'; '.join(c.notes) or c.message.splitlines()[0]}")
+    wrong = sum(_grade_cases(exercise_id) for exercise_id in exercises or exercise_ids())
     for exercise_id in exercises or exercise_ids():
         wrong += not graded_as_make_grade_does(exercise_id)
     print("selfcheck: " + ("every score as expected" if not wrong else f"{wrong} score(s) NOT as expected"))
     return 0 if not wrong else 1
+
+
+def _grade_cases(exercise_id: str) -> int:
+    """Grade one exercise's cases, a line each; returns how many were not as expected."""
+    if not get_exercise(exercise_id).typical_mistake:
+        print(f"--  {exercise_id:<20} no typical mistake to grade: declare typical_mistake in its Exercise(...)")
+    try:
+        graded = list(cases(exercise_id))
+    except StaleMistake as exc:
+        print(f"BAD {exc}")
+        return 1
+    wrong = 0
+    for label, expectation, grade in graded:
+        report = grade()
+        ok = as_expected(expectation, report.score, report.max_score)
+        wrong += not ok
+        expected = {"full": f"{report.max_score:g}", "zero": "0", "less": f"< {report.max_score:g}"}[expectation]
+        print(
+            f"{'ok ' if ok else 'BAD'} {exercise_id:<20} {label:<40} {report.score:g}/{report.max_score:g}"
+            f"  (expected {expected})",
+            flush=True,
+        )
+        if not ok and expectation == "full":
+            print("\n".join("      " + line for line in report.lines() if not line.startswith("✓")))
+        for c in report.checks:
+            if c.skipped:
+                print(f"      {c.name}: {'; '.join(c.notes) or c.message.splitlines()[0]}")
+    return wrong
 
 
 def expected_plans(exercise_id: str, gpus: int) -> set[str]:

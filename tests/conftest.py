@@ -50,6 +50,7 @@ FAST_FILES = {
     "test_short_functions.py",
     "test_background.py",
     "test_samples.py",
+    "test_selfcheck_mistakes.py",
 }
 
 

@@ -16,6 +16,10 @@ one_launch.declare("make_dataloader", ((_in_rank_loader, (20, 3, 0)),), hidden=T
 one_launch.declare("train_one_epoch", ((_in_rank_train, ()),), hidden=True, world_size=3)
 
 
+# make selfcheck grades the solution with this line replaced and expects less than full marks.
+EXERCISE.typical_mistake = ("loader.sampler.set_epoch(epoch)", "pass  # no set_epoch")
+
+
 @EXERCISE.check("make_dataloader", points=0.5, hidden=True, world_size=3)
 def dataloader_three_ranks_uneven(g):
     _shards_disjoint_and_covering(g, 20)  # 20 samples over 3 ranks: the sampler pads to 21

@@ -6,6 +6,13 @@ from grader.exercises.parallelism.checks_schedule import check_order, check_valu
 from grader.exercises.parallelism import EXERCISE
 
 
+# make selfcheck grades the solution with this line replaced and expects less than full marks.
+EXERCISE.typical_mistake = (
+    '{"GPipe": ScheduleGPipe, "1F1B": Schedule1F1B}[schedule]',
+    "ScheduleGPipe  # whatever schedule says",
+)
+
+
 @EXERCISE.check("pipeline_schedule", points=1, hidden=True, world_size=3)
 def schedule_three_stages_uneven(g):
     """3 ranks, 1F1B, 6 microbatches of 12 samples, 5 layers split 2 + 2 + 1 (a middle stage receives and sends)."""

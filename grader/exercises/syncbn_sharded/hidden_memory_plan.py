@@ -9,6 +9,10 @@ from grader.exercises.syncbn_sharded.checks_memory_plan import run_plan, verify_
 SPEC = {"width": 36, "layers": 9, "rows": 40, "seed": 8}
 
 
+# make selfcheck grades the solution with this line replaced and expects less than full marks.
+EXERCISE.typical_mistake = ('"zero1": params + grads + adam // world_size', '"zero1": params + grads + adam')
+
+
 @EXERCISE.check("plan_memory", points=1, hidden=True, world_size=3)
 def memory_plan_with_three_ranks(g):
     """Three ranks, another model: the estimates within 5% of the measured bytes, and the four choices."""
