@@ -47,7 +47,7 @@ TEST_WORKERS ?= 2
 test: install $(VENV)/.installed-test
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
-	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile tests lessons --nbval-lax
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile --durations=30 tests lessons --nbval-lax
 
 # The fast tier (tests/conftest.py marks it): every layer, one real 2-rank grading per exercise, and the linter; under
 # 2 minutes on a 2-core machine. make test runs everything, the fast tier included.

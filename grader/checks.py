@@ -77,23 +77,17 @@ class Exercise:
     side_by_side: the checks of one task may run at once in the notebook (their ranks
     mostly wait); False for checks that are CPU-heavy themselves (real torchrun agents).
     judged_by_bench: `make bench` holds its warm check time to about a second.
-    typical_mistake: (a line of the solution's answers, what a student typically writes instead); `make selfcheck`
-    grades the solution so changed and expects less than full marks (grader/selfcheck.py).
+    typical_mistake: (a line of the solution's answers, what a student typically writes instead), set by the
+    exercise's hidden module since it quotes the answer (None in a student build); `make selfcheck` grades the
+    solution so changed and expects the line's task to score less than its full marks (grader/selfcheck.py).
     """
 
-    def __init__(
-        self,
-        exercise_id: str,
-        tasks: list[str],
-        side_by_side: bool = True,
-        judged_by_bench: bool = True,
-        typical_mistake: tuple[str, str] | None = None,
-    ):
+    def __init__(self, exercise_id: str, tasks: list[str], side_by_side: bool = True, judged_by_bench: bool = True):
         self.id = exercise_id
         self.tasks = list(tasks)
         self.side_by_side = side_by_side
         self.judged_by_bench = judged_by_bench
-        self.typical_mistake = typical_mistake
+        self.typical_mistake: tuple[str, str] | None = None
         self.checks: list[Check] = []
 
     @property

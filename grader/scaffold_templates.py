@@ -88,7 +88,7 @@ from __future__ import annotations
 from grader.exercises.$package import EXERCISE
 from grader.exercises.$package.checks_$snake import answer_in_rank, judge_sums
 
-# make selfcheck grades the solution with this line of its answers replaced and expects less than full marks;
+# make selfcheck grades the solution with this line of its answers replaced: the task must lose points;
 # it quotes the answer, so it lives here, out of the student build (tests/test_selfcheck_mistakes.py).
 EXERCISE.typical_mistake = ("dist.all_reduce(total)", "pass  # no all_reduce: each rank keeps its own")
 

@@ -5,8 +5,9 @@
 Run it once on a new GPU server before a course starts (CI runs it on CPU).
 It prints the hardware plan for each world size the checks use, then grades,
 on the hardware present, every exercise's solution (expected: full marks) and
-known-wrong submissions (the untouched student release, expected: 0; and a
-typical mistake, expected: less than full marks), each score next to the
+known-wrong submissions (the untouched student release, expected: 0; and the
+solution with the exercise's typical mistake, whose task is expected to score
+less than its full marks), each score next to the
 expected one. Then it grades each solution again through `make grade`'s own
 path (a course, its sandboxes, nurseries when root) and compares the plan of
 every run with the one expected for this hardware. Exit 0 only when every
@@ -22,6 +23,7 @@ import subprocess
 import sys
 import tempfile
 
+from grader import cells
 from grader.engine.plan import current_plan, plan_for, visible_gpus, widest_job
 from grader.exercises import exercise_ids, get_exercise
 from grader.runner import run_checks
@@ -34,12 +36,12 @@ def _release(exercise_id: str) -> str:
     return os.path.join(ROOT, "exercises", exercise_id, f"{exercise_id}.ipynb")
 
 
-def _grade_source(exercise, source: str):
+def _grade_source(exercise, source: str, task: str):
     with tempfile.TemporaryDirectory() as tmp:
         path = os.path.join(tmp, "mistake.py")
         with open(path, "w") as f:
             f.write(source)
-        return run_checks(exercise, read_python_file(path))
+        return run_checks(exercise, read_python_file(path), task=task)
 
 
 def cases(exercise_id: str):
@@ -51,10 +53,20 @@ def cases(exercise_id: str):
         yield "untouched release", "zero", lambda: run_checks(exercise, read_notebook(_release(exercise_id)))
     if exercise.typical_mistake:
         old, new = exercise.typical_mistake
+        task = mistaken_task(exercise, old)
         source = "\n\n".join(c.source for c in read_notebook(solution).cells)
-        if old not in source:  # a stale anchor would grade the solution itself as the "mistake"
-            raise StaleMistake(f"{exercise_id}'s typical mistake is no longer in its solution's answers: {old!r}")
-        yield f"mistake: {old} left out", "less", lambda: _grade_source(exercise, source.replace(old, new, 1))
+        # only the mistaken task's checks: its score below its full marks is the verdict
+        yield f"typical mistake in {task}", "less", lambda: _grade_source(exercise, source.replace(old, new, 1), task)
+
+
+def mistaken_task(exercise, line: str) -> str:
+    """The task whose answer cell in the solution holds `line` (StaleMistake when none does)."""
+    with open(os.path.join(ROOT, exercise.notebook), encoding="utf-8") as f:
+        answers = cells.answer_cells(json.load(f)["cells"])
+    holding = [task for task, cell in answers.items() if line in cells.source(cell)]
+    if not holding:  # a stale anchor would grade the solution itself as the "mistake"
+        raise StaleMistake(f"{exercise.id}'s typical mistake is no longer in its solution's answers: {line!r}")
+    return holding[0]
 
 
 class StaleMistake(ValueError):

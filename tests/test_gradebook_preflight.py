@@ -169,7 +169,7 @@ def test_a_sparse_file_of_gibs_is_refused_before_it_is_read(graded_course):
 def test_a_missing_notebooks_error_names_it_once():
     """With no plain notebook to grade (path None) the error names the notebook once, not the path between
     every character (str.replace with an empty old string)."""
-    from grader.gradebook.batch import grade_one
+    from grader.gradebook.grade_job import grade_one
 
     shown_as = f"/course/submitted/bob/{A}/{A}.ipynb"
     result = grade_one(A, "bob", None, 5.0, 2, "v", shown_as, "public")

@@ -15,6 +15,7 @@ def test_each_exercise_has_a_typical_mistake_found_once_in_its_solutions_answers
     old, _ = exercise.typical_mistake
     answers = "\n\n".join(c.source for c in read_notebook(f"{ROOT}/{exercise.notebook}").cells)
     assert answers.count(old) == 1, f"{old!r} is in the answers {answers.count(old)} times"
+    assert selfcheck.mistaken_task(exercise, old) in exercise.tasks  # only that task's checks are graded
 
 
 def test_a_mistake_the_solution_lost_is_reported_not_graded(monkeypatch, capsys):

@@ -6,7 +6,7 @@
 - snapshot.py  what was submitted, read once, and proof it was not touched
 - batch.py     parallel, resumable grading outside the students' kernels; flags
                (where student code runs meanwhile, the sandbox and the workers: grader/isolation/)
-- worker_pool.py      the grading workers and the parent's side of their pipes
+- grade_job.py one submission graded in a worker (the public, hidden or both phases); the phases merged
 - results.py   graded/<assignment>/: written by the parent only, forgeries put back
 - inject.py    the results into nbgrader: autograded notebooks, gradebook scores, late penalty, flags
 - feedback.py  feedback shows the ✓/✗ lines, not check()'s points

@@ -103,7 +103,7 @@ def _report(args) -> int:
 
 
 def _worker(args) -> int:
-    from grader.gradebook.batch import worker_main
+    from grader.gradebook.grade_job import worker_main
 
     return worker_main(args.assignment, args.timeout, args.world_size, args.version)
 

@@ -36,7 +36,7 @@ def main(argv: list[str] | None = None) -> int:
     processes.preload(find(args.assignment).public)  # never a hidden module: the forkserver is forked now
     # a long-lived worker (--no-sandbox) forks ranks for many submissions; a sandbox's worker grades one
     forked_forkserver.start_here(huge_pages=not processes.in_sandbox())
-    from grader.gradebook.batch import worker_main
+    from grader.gradebook.grade_job import worker_main
 
     return worker_main(args.assignment, args.timeout, args.world_size, args.version)
 

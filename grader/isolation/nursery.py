@@ -41,7 +41,7 @@ def main(argv: list[str] | None = None) -> int:
     for module in processes.PRELOAD:
         __import__(module)
     from grader.isolation import nursery_job as jobs  # what a child runs; imported now, never after a fork
-    from grader.gradebook.batch import worker_main  # noqa: F401  (imported here once, for every job)
+    from grader.gradebook.grade_job import worker_main  # noqa: F401  (imported here once, for every job)
 
     gc.collect()
     gc.freeze()

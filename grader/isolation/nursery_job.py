@@ -13,7 +13,7 @@ Three processes, each dying with its parent (PR_SET_PDEATHSIG):
   worker ends; then it exits, and the kernel kills whatever the job left in its PID namespace;
 - the worker: it takes the job-line pipe and the result socket on private descriptors (result_channel.py), with fd 0
   on /dev/null and fd 1 on stderr, forks the ranks' forkserver and
-  grades its one job (batch.worker_main), as grading_worker.py does after its cold start.
+  grades its one job (grade_job.worker_main), as grading_worker.py does after its cold start.
 
 /proc: a process in a new user namespace may mount proc only if a proc mount it can see is fully visible
 (the kernel's mnt_already_visible), and no less read-only: that mount is writable, so the job's /proc can be. bubblewrap, run as root, covers /proc/sys, /proc/irq, /proc/bus and
@@ -170,7 +170,7 @@ def _worker(args, result: int, job_line: int, probe: bool = False) -> int:
 
     channel.take(job_line, result)  # nothing the worker starts (the resource tracker, ranks) holds either
     from grader.engine import forked_forkserver
-    from grader.gradebook.batch import worker_main
+    from grader.gradebook.grade_job import worker_main
 
     forked_forkserver.start_here()
     if probe:  # gpu_gate.py: what a rank of this job sees of CUDA, before any submission is graded

@@ -16,7 +16,7 @@ one_launch.declare("make_dataloader", ((_in_rank_loader, (20, 3, 0)),), hidden=T
 one_launch.declare("train_one_epoch", ((_in_rank_train, ()),), hidden=True, world_size=3)
 
 
-# make selfcheck grades the solution with this line replaced and expects less than full marks.
+# make selfcheck grades the solution with this line replaced: its task must score less than full marks.
 EXERCISE.typical_mistake = ("loader.sampler.set_epoch(epoch)", "pass  # no set_epoch")
 
 

@@ -6,7 +6,7 @@ from grader.exercises.parallelism.checks_schedule import check_order, check_valu
 from grader.exercises.parallelism import EXERCISE
 
 
-# make selfcheck grades the solution with this line replaced and expects less than full marks.
+# make selfcheck grades the solution with this line replaced: its task must score less than full marks.
 EXERCISE.typical_mistake = (
     '{"GPipe": ScheduleGPipe, "1F1B": Schedule1F1B}[schedule]',
     "ScheduleGPipe  # whatever schedule says",

@@ -9,7 +9,7 @@ from grader.exercises.syncbn_sharded.checks_memory_plan import run_plan, verify_
 SPEC = {"width": 36, "layers": 9, "rows": 40, "seed": 8}
 
 
-# make selfcheck grades the solution with this line replaced and expects less than full marks.
+# make selfcheck grades the solution with this line replaced: its task must score less than full marks.
 EXERCISE.typical_mistake = ('"zero1": params + grads + adam // world_size', '"zero1": params + grads + adam')
 
 

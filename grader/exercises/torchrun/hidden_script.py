@@ -17,10 +17,6 @@ from grader.exercises.torchrun.checks_script import (
 )  # noqa: F401,E501
 
 
-# make selfcheck grades the solution with this line replaced and expects less than full marks.
-EXERCISE.typical_mistake = ("sampler.set_epoch(epoch)  # the true epoch", "pass  # no set_epoch")
-
-
 @EXERCISE.check("train_script", points=1, hidden=True)
 def train_script_on_two_nodes(g):
     """Two torchrun agents (--nnodes=2, one worker each, c10d on 127.0.0.1), each "node" in its own
