@@ -92,7 +92,10 @@ def main(exercises: list[str] | None = None) -> int:
 def _grade_cases(exercise_id: str) -> int:
     """Grade one exercise's cases, a line each; returns how many were not as expected."""
     if not get_exercise(exercise_id).typical_mistake:
-        print(f"--  {exercise_id:<20} no typical mistake to grade: declare typical_mistake in its Exercise(...)")
+        print(
+            f"--  {exercise_id:<20} no typical mistake to grade: "
+            "set EXERCISE.typical_mistake in one of its hidden_*.py modules"
+        )
     try:
         graded = list(cases(exercise_id))
     except StaleMistake as exc:
