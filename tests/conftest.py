@@ -51,6 +51,7 @@ FAST_FILES = {
     "test_background.py",
     "test_samples.py",
     "test_selfcheck_mistakes.py",
+    "test_04_noise.py",
 }
 
 

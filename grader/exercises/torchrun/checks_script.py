@@ -54,10 +54,7 @@ def _scenario(g, scenario, *args) -> runs.ScriptRun:
     if key not in cache:
         cache[key] = runs.with_retry(scenario, source, *args)
         if cache[key].retried:
-            g.notes.append(
-                "a worker aborted at teardown before the outputs were complete; the run was "
-                "repeated (noise of torch on CPU, not counted)"
-            )
+            g.notes.append(f"{cache[key].retried}; the run was repeated (not counted)")
     return cache[key]
 
 

@@ -34,6 +34,9 @@ OUTPUT_LIMIT = 12_000
 
 # Signs in torchrun's output that a worker died at teardown (after its work).
 TEARDOWN_SIGNS = ("SIGABRT", "Signal 6", "terminate called without an active exception")
+# Signs that the agents never met: another program took the rendezvous port between the grader picking it and
+# the agent binding it (measured: the agents give up after 60-130 s). The script runs only after a rendezvous.
+RENDEZVOUS_SIGNS = ("RendezvousConnectionError", "The connection to the C10d store has failed")
 
 
 def worker_command(script: str) -> list[str]:
@@ -143,3 +146,6 @@ class Torchrun:
 
     def died_at_teardown(self) -> bool:
         return self.returncode not in (0, None) and any(s in self.output for s in TEARDOWN_SIGNS)
+
+    def lost_rendezvous(self) -> bool:
+        return self.returncode not in (0, None) and any(s in self.output for s in RENDEZVOUS_SIGNS)

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import re
 
-_TRACEBACK = re.compile(r"^Traceback \(most recent call last\):\n(?:.*\n)*?\S.*$", re.MULTILINE)
+TRACEBACK_HEAD = "Traceback (most recent call last):"
+# A traceback: its head, then lines up to the first unindented one that is not another head (two workers that fail
+# at once write into one output, so their tracebacks interleave, line by line or even within a line).
+_TRACEBACK = re.compile(r"^Traceback \(most recent call last\):\n(?:.*\n)*?(?!Traceback \()\S.*$", re.MULTILINE)
 HALF_WRITTEN_SIGNS = (
     "PytorchStreamReader",
     "failed finding central directory",
@@ -21,7 +24,8 @@ def worker_traceback(output: str, max_lines: int = 18) -> str:
         block = match.group(0)
         if "torch/distributed/run.py" in block or "ChildFailedError" in block:
             continue
-        lines = block.splitlines()
+        head, *rest = block.splitlines()
+        lines = [head] + [line for line in rest if line != TRACEBACK_HEAD]  # another worker's head, interleaved
         if len(lines) > max_lines:
             lines = lines[:2] + ["    ..."] + lines[-(max_lines - 3) :]
         return "\n".join(lines)

@@ -90,6 +90,7 @@ class ScriptRun:
     output: str = ""
     timed_out: bool = False
     died_at_teardown: bool = False
+    lost_rendezvous: bool = False  # the agents never met (their port taken meanwhile): the script never ran
     acted: bool = False  # the grader did its mid-run action (kill, link)
     log_when_acted: list[int] | None = None
     snapshot_when_acted: bool = False
@@ -104,7 +105,7 @@ class ScriptRun:
     snapshot: object = None
     link: object = None  # the hard link's content (linked scenario)
     other_files: list[str] = field(default_factory=list)  # what node 1 wrote (two_nodes)
-    retried: bool = False  # a first run was lost to a teardown abort and repeated
+    retried: str = ""  # why a first run was repeated (noise(): not the script's doing), or ""
     seen: dict[str, int] | None = None  # RANK -> samples its training forwards took (linked, killed)
     gate: dict[str, list[str]] | None = None  # linked: RANK -> the held checkpoint write's events (problem.GATE_ENV)
     loaded: object = None  # linked: what dcp_load.py loaded from the checkpoints, at LOAD_WORKERS ranks
@@ -112,6 +113,17 @@ class ScriptRun:
     def complete(self) -> bool:
         """The run got as far as a loadable final model and a full log."""
         return isinstance(self.final, dict) and self.log is not None and len(self.log) >= self.epochs
+
+    def noise(self) -> str:
+        """Why an incomplete run says nothing of the script ("" when it may): torch's teardown abort on CPU, or a
+        rendezvous port another program took. A complete run is never noise."""
+        if self.complete():
+            return ""
+        if self.died_at_teardown:
+            return "a worker aborted at teardown before the outputs were complete (noise of torch on CPU)"
+        if self.lost_rendezvous:
+            return "the torchrun agents could not meet: another program took their rendezvous port"
+        return ""
 
     def collect(self, directory: str) -> "ScriptRun":
         self.log = read_log(os.path.join(directory, LOG))
@@ -125,6 +137,7 @@ class ScriptRun:
         self.output += (f"--- {label} ---\n" if label else "") + proc.output
         self.timed_out = self.timed_out or proc.timed_out
         self.died_at_teardown = self.died_at_teardown or proc.died_at_teardown()
+        self.lost_rendezvous = self.lost_rendezvous or proc.lost_rendezvous()
 
 
 def read_log(path: str) -> list[int] | None:
@@ -324,8 +337,9 @@ def two_nodes(source: str, job: Job, epochs: int, node_command) -> ScriptRun:
 
 
 def with_retry(scenario, source: str, *args) -> ScriptRun:
-    """Run a scenario in a fresh directory, isolated, with a fresh seed; once more when it failed
-    only because a worker died at teardown before the outputs were complete (torch's noise on CPU)."""
+    """Run a scenario in a fresh directory, isolated, with a fresh seed (and port); once more when it failed
+    only for a reason outside the script (ScriptRun.noise: a teardown abort, a rendezvous port taken)."""
+    noise = ""
     for attempt in range(2):
         root = tempfile.mkdtemp(prefix="torchrun-check-")
         try:
@@ -337,7 +351,7 @@ def with_retry(scenario, source: str, *args) -> ScriptRun:
             run = scenario(source, job, *args)
         finally:
             shutil.rmtree(root, ignore_errors=True)
-        run.retried = attempt > 0
-        if run.complete() or not run.died_at_teardown:
+        run.retried, noise = noise, run.noise()
+        if not noise:
             return run
     return run
