@@ -1,19 +1,22 @@
 """A train_script run lost to something outside the script is run again, once; a run the script spoiled is not.
 
 Two kinds of noise: torch's abort at teardown on CPU, and a rendezvous port that another program took between
-the grader picking it and the torchrun agent binding it (the agents never meet, so the script never runs). And the
-evidence a failed run shows survives two workers whose tracebacks interleave in the one output.
+the grader picking it and the torchrun agent binding it (the agents never meet, so the script never runs); the
+hidden checks' two-node probes get a fresh port for the same reason. And the evidence a failed run shows survives
+two workers whose tracebacks interleave in the one output.
 """
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import sys
 import threading
 
 import pytest
 
-from grader.exercises.torchrun import messages, runs
+from grader.exercises.torchrun import messages, probes, runs
+from grader.exercises.torchrun.hidden_reference import node_command
 from grader.exercises.torchrun.launch import Torchrun, worker_env
 
 SCRIPT = "print('trained')\n"
@@ -49,6 +52,35 @@ def test_agents_that_cannot_meet_on_a_taken_port_are_told_from_a_teardown_abort(
     assert not proc.timed_out, proc.output
     assert proc.lost_rendezvous(), proc.output
     assert not proc.died_at_teardown()
+
+
+def test_two_node_probe_agents_that_cannot_meet_run_again_on_another_port(taken_port, monkeypatch):
+    real = probes.reserved_port
+    handed = iter([taken_port])  # the first port the probe is handed is taken; then the grader's own
+
+    @contextlib.contextmanager
+    def first_one_taken():
+        port = next(handed, None)
+        if port is not None:
+            yield port
+        else:
+            with real() as port:
+                yield port
+
+    monkeypatch.setattr(probes, "reserved_port", first_one_taken)
+    endpoints = []
+
+    def commands_for(endpoint):
+        endpoints.append(endpoint)
+        commands = [node_command(probe.script, i, endpoint) for i in range(2)]
+        at = commands[0].index("--no-python")  # read_timeout=3: the lost agents give up in seconds, not 60
+        return [cmd[:at] + ["--rdzv-conf=read_timeout=3"] + cmd[at:] for cmd in commands]
+
+    with probes.ProbeDir() as probe:
+        output, timed_out = probes.run_two_node_probe(commands_for, probe)
+        records = probe.records()
+    assert sorted(records) == [(0, 0), (1, 0)] and not timed_out, output
+    assert len(endpoints) == 2 and endpoints[0] == f"127.0.0.1:{taken_port}" != endpoints[1]
 
 
 def _scenario(*outcomes: runs.ScriptRun):

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from grader.engine import free_port
 from grader.exercises.torchrun import command, probes
 from grader.exercises.torchrun import EXERCISE
 from grader.exercises.torchrun.checks_command import _call_torchrun_command, _check_ranks, built_commands
@@ -14,13 +13,16 @@ def torchrun_command_runs_two_nodes(g):
     agents started with these commands form one job of two workers. Without an endpoint,
     nnodes=2 raises ValueError."""
     with probes.ProbeDir() as probe:
-        endpoint = f"127.0.0.1:{free_port()}"
-        calls = [((probe.script, 1), {"nnodes": 2, "node_rank": i, "rdzv_endpoint": endpoint}) for i in range(2)]
-        no_endpoint = [((probe.script, 1), {"nnodes": 2})]
-        built = built_commands(g.run(_call_torchrun_command, calls, no_endpoint, world_size=1, init_group=False)[0])
-        for i, (shown, cmd) in enumerate(built):
-            command.check_static(shown, cmd, probe.script, 1, 2, i, endpoint, 0)
-        output, timed_out = probes.run_probe([cmd for _, cmd in built], probe)
+
+        def commands_for(endpoint: str) -> list[list[str]]:
+            calls = [((probe.script, 1), {"nnodes": 2, "node_rank": i, "rdzv_endpoint": endpoint}) for i in range(2)]
+            no_endpoint = [((probe.script, 1), {"nnodes": 2})]
+            built = built_commands(g.run(_call_torchrun_command, calls, no_endpoint, world_size=1, init_group=False)[0])
+            for i, (shown, cmd) in enumerate(built):
+                command.check_static(shown, cmd, probe.script, 1, 2, i, endpoint, 0)
+            return [cmd for _, cmd in built]
+
+        output, timed_out = probes.run_two_node_probe(commands_for, probe)
         _check_ranks(probe.records(), 2, output, timed_out, "the two node commands")
 
 

@@ -15,8 +15,11 @@ import os
 import shutil
 import tempfile
 
+from typing import Callable
+
 import cloudpickle
 
+from grader.engine import reserved_port
 from grader.exercises.torchrun.launch import Torchrun, worker_env
 
 PROBE_SOURCE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "probe.py")
@@ -60,6 +63,23 @@ class ProbeDir:
 def run_probe(commands: list[list[str]], probe: ProbeDir, env_extra: dict | None = None) -> tuple[str, bool]:
     """Run one torchrun agent per command at once (each ending with the probe script);
     returns their joined output and whether any was killed at the deadline."""
+    output, timed_out, _ = _run_agents(commands, probe, env_extra)
+    return output, timed_out
+
+
+def run_two_node_probe(commands_for: Callable[[str], list[list[str]]], probe: ProbeDir) -> tuple[str, bool]:
+    """run_probe on the agents `commands_for(endpoint)` builds for a fresh 127.0.0.1 port; once more, on another
+    port, when they could not meet because another program took the port meanwhile (no worker ran)."""
+    for _ in range(2):
+        with reserved_port() as port:
+            output, timed_out, lost = _run_agents(commands_for(f"127.0.0.1:{port}"), probe)
+        if not lost or probe.records():
+            break
+    return output, timed_out
+
+
+def _run_agents(commands: list[list[str]], probe: ProbeDir, env_extra: dict | None = None) -> tuple[str, bool, bool]:
+    """(joined output, any killed at the deadline, any lost its rendezvous)."""
     env = worker_env(env_extra)
     procs = [Torchrun(cmd + [probe.out] + probe.extra, probe.root, PROBE_TIMEOUT_S, env) for cmd in commands]
     output, timed_out = "", False
@@ -73,4 +93,4 @@ def run_probe(commands: list[list[str]], probe: ProbeDir, env_extra: dict | None
     finally:
         for proc in procs:
             proc.stop()
-    return output, timed_out
+    return output, timed_out, any(proc.lost_rendezvous() for proc in procs)
