@@ -145,7 +145,14 @@ class Torchrun:
         return data
 
     def died_at_teardown(self) -> bool:
-        return self.returncode not in (0, None) and any(s in self.output for s in TEARDOWN_SIGNS)
+        return self._failed_saying(TEARDOWN_SIGNS)
 
     def lost_rendezvous(self) -> bool:
-        return self.returncode not in (0, None) and any(s in self.output for s in RENDEZVOUS_SIGNS)
+        return self._failed_saying(RENDEZVOUS_SIGNS)
+
+    def _failed_saying(self, signs: tuple[str, ...]) -> bool:
+        """The run failed, and its output holds one of `signs` (the output file read once, only then)."""
+        if self.returncode in (0, None):
+            return False
+        output = self.output
+        return any(sign in output for sign in signs)

@@ -7,7 +7,8 @@ import re
 TRACEBACK_HEAD = "Traceback (most recent call last):"
 # A traceback: its head, then lines up to the first unindented one that is not another head (two workers that fail
 # at once write into one output, so their tracebacks interleave, line by line or even within a line).
-_TRACEBACK = re.compile(r"^Traceback \(most recent call last\):\n(?:.*\n)*?(?!Traceback \()\S.*$", re.MULTILINE)
+_HEAD = re.escape(TRACEBACK_HEAD)
+_TRACEBACK = re.compile(rf"^{_HEAD}\n(?:.*\n)*?(?!{_HEAD})\S.*$", re.MULTILINE)
 HALF_WRITTEN_SIGNS = (
     "PytorchStreamReader",
     "failed finding central directory",
