@@ -65,6 +65,7 @@ from tests.test_browser import (
     _settings,
     _source_of,
     _write_answer,
+    save_from_file_menu,
 )
 
 A = "02_ddp_basics"
@@ -283,11 +284,7 @@ def _source_of_cells(cells, grade_id: str) -> str:
 
 def _save_and_submit(page, student: str, expected: str) -> None:
     page.bring_to_front()
-    page.locator(".lm-MenuBar-itemLabel", has_text="File").click()
-    page.locator('.lm-Menu-item[data-command="docmanager:save"]').click()
-    deadline = time.monotonic() + 30
-    while expected not in _answer_saved(student) and time.monotonic() < deadline:
-        time.sleep(0.25)
+    save_from_file_menu(page, lambda: expected in _answer_saved(student))
     assert expected in _answer_saved(student), f"{student}'s notebook was not saved"
     page.locator(".lm-TabBar-tab", has_text="Assignments").click()
     page.locator("#fetched_assignments_list").get_by_role("button", name="Submit").click()
