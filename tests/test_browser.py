@@ -295,11 +295,9 @@ def test_a_student_fetches_checks_and_submits_in_jupyterlab(lab, course, browser
         _shot(page, "04-check-fail")
 
         # save, then submit from the Assignments tab
-        page.keyboard.press("Escape")
-        page.keyboard.press("Control+s")
-        deadline = time.monotonic() + 30
-        while NO_SAMPLER not in fetched_nb.read_text() and time.monotonic() < deadline:
-            time.sleep(0.25)
+        save_from_file_menu(
+            page, lambda: NO_SAMPLER in fetched_nb.read_text(), f"{COURSE_ID}/{EXERCISE}/{EXERCISE}.ipynb"
+        )
         assert NO_SAMPLER in fetched_nb.read_text(), "the notebook was not saved"
         saved = {
             c["metadata"].get("nbgrader", {}).get("grade_id"): c for c in json.loads(fetched_nb.read_text())["cells"]
