@@ -478,13 +478,14 @@ def save_from_file_menu(page, saved, document: str | None = None) -> None:
     """Save as a student would, from the File menu: it saves the notebook in front, and `saved()` says when the
     file shows it. (The toolbar's button can be folded out of sight in a narrow window, and a click into a cell for
     Ctrl+S can land on a notebook that JupyterLab is still restoring behind it.) Save is clicked once JupyterLab
-    has made `document` (a path under the server's root) the notebook in front and enabled the command; a click
+    has made `document` (a path under the server's root) the notebook in front (Playwright's bounded `expect`: a
+    wrong notebook in front fails the test, naming it) and enabled the command; a click
     that a busy JupyterLab dropped is tried again, 3 times in all. The caller asserts that the save happened."""
+    from playwright.sync_api import expect
+
     if document is not None:  # a tab's caption names its document's path once the model is loaded
         tab = page.locator("#jp-main-dock-panel .lm-TabBar-tab.lm-mod-current")
-        deadline = time.monotonic() + 60
-        while f"Path: {document}\n" not in (tab.get_attribute("title") or "") and time.monotonic() < deadline:
-            time.sleep(0.25)
+        expect(tab).to_have_attribute("title", re.compile(re.escape(f"Path: {document}\n")), timeout=60_000)
     for _ in range(3):
         page.locator(".lm-MenuBar-itemLabel", has_text="File").click()
         save = page.locator('.lm-Menu-item[data-command="docmanager:save"]:not(.lm-mod-disabled)').first
