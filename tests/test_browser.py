@@ -479,8 +479,8 @@ def save_from_file_menu(page, saved, document: str | None = None) -> None:
     file shows it. (The toolbar's button can be folded out of sight in a narrow window, and a click into a cell for
     Ctrl+S can land on a notebook that JupyterLab is still restoring behind it.) Save is clicked once JupyterLab
     has made `document` (a path under the server's root) the notebook in front (Playwright's bounded `expect`: a
-    wrong notebook in front fails the test, naming it) and enabled the command; a click
-    that a busy JupyterLab dropped is tried again, 3 times in all. The caller asserts that the save happened."""
+    wrong notebook in front fails the test, naming it) and enabled the command; a click that a busy JupyterLab
+    dropped is tried again, 3 times in all. The caller asserts that the save happened."""
     from playwright.sync_api import expect
 
     if document is not None:  # a tab's caption names its document's path once the model is loaded
