@@ -92,6 +92,7 @@ def _bucketed_history(ctx, student, name, cap_mb, record):
     first.register_post_accumulate_grad_hook(lambda p: first_ready.append(len(phases.live)))  # before the student's
     mini = phases.run("init", student.task("BucketedDDP"), module, cap_mb)
     _require_by_hand(mini)
+    # on the CPU: copies, compared with the wrapper's after its broadcast
     params, buffers = rp.initial_state(module, buffers=False), rp.initial_state(module, params=False)
     kept = getattr(mini, "module", None) is module
     opts = [torch.optim.SGD([p for p in m.parameters() if p.requires_grad], lr=0.1) for m in (ddp.module, module)]

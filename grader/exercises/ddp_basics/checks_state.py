@@ -65,11 +65,12 @@ def _in_rank_save(ctx, student):
     state = _read_state(path)
     keys = None if state is None else list(state)
     expected = {k: v.detach().cpu() for k, v in model.module.state_dict().items()}
+    missing = torch.empty(0)  # on the CPU: compared with the file, read with map_location="cpu"
     holds_model = (
         state is not None
         and len(state) == len(expected)
         and all(
-            torch.is_tensor(v) and torch.equal(v, expected.get(k.removeprefix("module."), torch.empty(0)))
+            torch.is_tensor(v) and torch.equal(v, expected.get(k.removeprefix("module."), missing))
             for k, v in state.items()
         )
     )
@@ -169,7 +170,7 @@ def checkpoint_complete_before_return(g):
 def _in_rank_load(ctx, student):
     path = os.path.join(ctx.workdir, "ckpt.pt")
     if ctx.rank == 0:
-        torch.save(ref.tiny_net(seed=7).state_dict(), path)
+        torch.save(ref.tiny_net(seed=7).state_dict(), path)  # on the CPU: a checkpoint file, loaded with map_location
     dist.barrier()
     real_load, calls = torch.load, []
 

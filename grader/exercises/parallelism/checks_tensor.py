@@ -14,7 +14,7 @@ from grader.exercises.parallelism.host import host as _host
 def _column_in_rank(ctx, student, seed, in_features, out_features, shape):
     cls = student.task("ColumnParallelLinear")
     layer = cls(in_features, out_features).to(ctx.device)
-    start, stop = ref.output_rows(out_features, ctx.world_size, ctx.rank)
+    start, stop = ref.output_rows(out_features, ctx.world_size, ctx.rank)  # on the CPU: two ints
     rows = stop - start
     weight, bias = getattr(layer, "weight", None), getattr(layer, "bias", None)
     if not isinstance(weight, torch.nn.Parameter) or not isinstance(bias, torch.nn.Parameter):
@@ -35,7 +35,7 @@ def _column_in_rank(ctx, student, seed, in_features, out_features, shape):
             f"the layer holds {held} parameter elements on rank {ctx.rank}, but its shard is "
             f"{rows * (in_features + 1)}: keep only this rank's rows, not the full weight"
         )
-    full_w, full_b = ref.linear_weights(seed, in_features, out_features)
+    full_w, full_b = ref.linear_weights(seed, in_features, out_features)  # on the CPU: copy_ moves them
     with torch.no_grad():
         weight.copy_(full_w[start:stop])
         bias.copy_(full_b[start:stop])

@@ -107,7 +107,7 @@ def _in_rank_fsdp(ctx, student, scenarios: list):
 
 def _fsdp_scenario(ctx, student, seed: int, odd: bool, dtype_name: str | None, opt_name: str):
     compute_dtype = getattr(torch, dtype_name) if dtype_name else None
-    module = fsdp_net(seed, odd)
+    module = fsdp_net(seed, odd).to(ctx.device)  # built on the CPU with its seed, as the reference is
     layers = [m for m in module if isinstance(m, nn.Linear)]
     seen = []  # (dtype the layer computed in, input dtype) at each inner Linear's forward
     for layer in layers:  # the output's dtype is the operation's: F.linear refuses mixed bf16 and fp32 inputs
@@ -127,7 +127,7 @@ def _fsdp_scenario(ctx, student, seed: int, odd: bool, dtype_name: str | None, o
     if any(s != sizes for s in every):
         return {"shard_sizes": every}
     opt = make_optimizer(shards, opt_name)
-    x, y = micro_batch(ctx.rank, *_sizes(module))
+    x, y = (t.to(ctx.device) for t in micro_batch(ctx.rank, *_sizes(module)))
     per_step, backward_gathers = [], []
     with record_collectives() as calls:
         for _ in range(FSDP_STEPS):
@@ -368,7 +368,7 @@ def fsdp_gather_full_params_keys_and_shapes(g):
 def _in_rank_memory(ctx, student, seed: int):
     """One step of the student's MiniFSDP on deep_net: peak full-parameter bytes and each phase's collectives."""
     cls = student.task("MiniFSDP")
-    net = deep_net(seed)
+    net = deep_net(seed).to(ctx.device)
     watch = LayerWatch(net)  # before the student's wrapper sees the model: our hooks run first
     with record_collectives():
         fsdp = cls(net)

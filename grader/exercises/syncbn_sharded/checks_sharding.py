@@ -24,7 +24,7 @@ def _in_rank_partition(ctx, student, cases):
     fn = student.task("partition_parameters")
     out = []
     for shapes, world_sizes in cases:
-        params = [torch.empty(shape) for shape in shapes]
+        params = [torch.empty(shape, device=ctx.device) for shape in shapes]
         for world_size in world_sizes:
             owned = fn(params, world_size)
             try:

@@ -22,6 +22,7 @@ from grader.exercises.syncbn_sharded import EXERCISE
 
 def _in_rank_convert(ctx, student, root_is_batchnorm: bool):
     model = ref.randomize_batchnorms(nn.BatchNorm1d(4)) if root_is_batchnorm else ref.bn_net()
+    model = model.to(ctx.device)
     before = ref.describe_modules(model)
     state_before = {k: cpu(v) for k, v in model.state_dict().items()}
     converted = student.task("convert_to_sync_bn")(model)

@@ -95,7 +95,7 @@ def measure_step(ctx, fsdp, watch: LayerWatch) -> dict:
     that every layer's weight is needed again in backward: the peaks, each phase's collectives, and the second
     measurement (watch: hooks on deep_net's layers)."""
     g = torch.Generator().manual_seed(11 + ctx.rank)
-    x = torch.randn(ROWS, WIDTH, generator=g).requires_grad_()
+    x = torch.randn(ROWS, WIDTH, generator=g).to(ctx.device).requires_grad_()
     persistent = kept_by_the_wrapper(fsdp, ctx.world_size)
     tracker = LiveBytes(above=weight_bytes() // 2, persistent=persistent)
     with record_collectives() as forward_calls, tracker:

@@ -114,10 +114,11 @@ def _wrapped(kind: str, model: nn.Module, group):
 
 def measure_state(ctx, spec: dict, kind: str, group) -> int:
     """The bytes still alive after one Adam step under `kind`, of everything made since the model was built."""
-    x = batch(spec, ctx.rank)
+    x = batch(spec, ctx.rank)  # on the CPU: bytes are measured in a gloo group of their own, whatever the plan
     probe = StateBytes()
     with probe:
         torch.manual_seed(spec["seed"])
+        # on the CPU: in the measuring group, as the batch
         model, optimizer = _wrapped(kind, planning_net(spec), group)
         model(x).pow(2).mean().backward()
         optimizer.step()
@@ -129,8 +130,8 @@ def measure_state(ctx, spec: dict, kind: str, group) -> int:
 def measure_activations(ctx, spec: dict) -> int:
     """What one forward of this rank's batch leaves alive for backward (the parameters, made before, not counted)."""
     torch.manual_seed(spec["seed"])
-    model = planning_net(spec)
-    x = batch(spec, ctx.rank)
+    model = planning_net(spec)  # on the CPU: as measure_state's, the same bytes on every machine
+    x = batch(spec, ctx.rank)  # on the CPU: as the model
     probe = StateBytes(persistent=lambda: list(model.parameters()))  # the weights' views that forward makes
     with probe:
         out = model(x)
