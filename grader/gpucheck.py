@@ -4,12 +4,15 @@
     ok   fork safety (unsandboxed): no grader process called CUDA before forking ranks
     --   nccl runs (unsandboxed): no GPU (not run)
 
-Steps: versions; fork safety (recorders on torch's CUDA entry points, engine/cuda_watch.py); real nccl runs
-unsandboxed for each world size the GPUs allow; the probe rank in the plain sandbox and in a nursery's job
-(CUDA available there, the plan per world size); the checks no CPU machine runs (03's real nn.SyncBatchNorm under
-nccl, MiniFSDP's memory peaks on CUDA); a `make grade` of the demo class with the plan of every result. On a
-machine without GPUs the GPU steps say "no GPU" and pass nothing. Exit 0 when no line says BAD. Under 10 minutes
-on a GPU machine (the demo class is the longest step).
+Steps: versions; facts (gpucheck_facts.py: first-use times, a rank's host memory, a CPU tensor's error under
+nccl); fork safety (recorders on torch's CUDA entry points, engine/cuda_watch.py); real nccl runs unsandboxed for
+each world size the GPUs allow; the probe rank in the plain sandbox and in a nursery's job (CUDA available there,
+the plan per world size); the checks no CPU machine runs (03's real nn.SyncBatchNorm under nccl, MiniFSDP's memory
+peaks on CUDA; 2+ GPUs); a `make grade` of the demo class, each result's plans as this machine's GPUs call for
+(gloo wherever a job needs more GPUs than there are: on one GPU every 2-rank run); on 2+ GPUs, `selfcheck` of
+exercises 1 and 3. On a machine without GPUs the GPU steps say "no GPU" and pass nothing. Every line and the
+facts go to one JSON file (gpucheck.json, or the path GRADER_GPUCHECK_JSON names). Exit 0 when no line says BAD.
+Its steps use no API newer than torch 2.11; a check whose answer needs one is listed as skipped, naming it.
 """
 
 from __future__ import annotations
@@ -17,22 +20,64 @@ from __future__ import annotations
 import glob
 import json
 import os
+import re
 import sys
 import tempfile
 import time
 
+from grader import gpucheck_facts
 from grader.engine import run_distributed
 from grader.engine.cuda_count import cuda_devices
 from grader.engine.plan import current_plan
 
 DEMO = "02_ddp_basics"
+SELFCHECKED = ("01_parallelism", "03_syncbn_sharded")
+JSON_ENV = "GRADER_GPUCHECK_JSON"
 _bad = 0
+_lines: list[str] = []
+_PLAN = re.compile(r"(\d+) ranks?, (nccl|gloo)")
+_VISIBLE = re.compile(r"(\d+) GPUs? visible")
+_MISSING_API = re.compile(r"(?:has no attribute|cannot import name) '(\w+)'")
 
 
 def say(verdict: str, step: str, detail: str) -> None:
     global _bad
     _bad += verdict == "BAD"
-    print(f"{verdict:<4} {step}: {detail}", flush=True)
+    line = f"{verdict:<4} {step}: {detail}"
+    _lines.append(line)
+    print(line, flush=True)
+
+
+def plan_as_expected(plan: str) -> bool:
+    """A plan line (HardwarePlan.describe, in English) whose backend is what its GPUs call for: nccl when the
+    job's visible GPUs are at least its ranks, gloo otherwise (one GPU and two ranks: gloo, by design)."""
+    found = _PLAN.search(plan)
+    if not found:
+        return False
+    visible = _VISIBLE.search(plan)
+    enough = (int(visible.group(1)) if visible else 0) >= int(found.group(1))
+    return found.group(2) == ("nccl" if enough else "gloo")
+
+
+def demo_verdict(result: dict, gpus: int) -> str:
+    """ok or BAD for one demo-class result: graded (no regrade), every plan as this machine calls for, and on 2+
+    GPUs some run on nccl (on one GPU the jobs need two for nccl: gloo everywhere is right)."""
+    plans = result.get("plans") or []
+    ok = bool(plans) and not result.get("regrade") and all(plan_as_expected(p) for p in plans)
+    if gpus >= 2:
+        ok = ok and any(runs_nccl(p) for p in plans)
+    return "ok" if ok else "BAD"
+
+
+def runs_nccl(plan: str) -> bool:
+    found = _PLAN.search(plan)
+    return bool(found) and found.group(2) == "nccl"
+
+
+def missing_api(message: str) -> str | None:
+    """The torch API a failed check's message says this torch lacks (an answer written for a newer torch)."""
+    found = _MISSING_API.search(message or "")
+    return found.group(1) if found and "torch" in message else None
 
 
 def versions(gpus: int) -> None:
@@ -145,8 +190,12 @@ def never_run_checks(gpus: int) -> None:
         report = run_checks(exercise, solution, task=task)
         bad = [c for c in report.checks if not c.passed or c.skipped]
         plans = sorted({p for c in report.checks for p in c.plan.split("; ") if p})
+        api = next((missing_api(c.message) for c in bad if missing_api(c.message)), None)
+        if api:
+            say("--", f"03 {what}", f"skipped: the answer needs torch's {api}, which torch here lacks")
+            continue
         say(
-            "ok" if not bad and any("nccl" in p for p in plans) else "BAD",
+            "ok" if not bad and any(runs_nccl(p) for p in plans) else "BAD",
             f"03 {what}",
             f"{report.score:g}/{report.max_score:g}, ran on: {'; '.join(plans)}"
             + (f"; {bad[0].name}: {(bad[0].message or 'skipped').splitlines()[0]}" if bad else ""),
@@ -169,28 +218,48 @@ def demo_class(gpus: int) -> None:
         with open(path) as f:
             result = json.load(f)
         plans = result.get("plans") or []
-        ok = any("nccl" in p for p in plans) and not result.get("regrade")
-        say("ok" if ok else "BAD", f"demo class: {result.get('student')}", "; ".join(plans) or "no run")
+        say(demo_verdict(result, gpus), f"demo class: {result.get('student')}", "; ".join(plans) or "no run")
+
+
+def selfcheck_step(gpus: int) -> None:
+    if gpus < 2:
+        say("--", "selfcheck of exercises 1 and 3", f"{gpus} GPU(s) (not run: nccl needs 2)")
+        return
+    from grader import selfcheck
+
+    wrong = selfcheck.main(list(SELFCHECKED))
+    say("ok" if not wrong else "BAD", "selfcheck of exercises 1 and 3", "as expected" if not wrong else "see above")
+
+
+def facts_step() -> dict:
+    facts, failed = gpucheck_facts.measure()
+    say("BAD" if failed else "ok", "facts", failed.splitlines()[0] if failed else gpucheck_facts.summary(facts))
+    return facts
 
 
 def main() -> int:
     from grader.code_digest import grader_digest
 
+    os.environ["COURSE_LANG"] = "en"  # plan lines are read back (plan_as_expected)
     start = time.monotonic()
     gpus = cuda_devices().count
     worker_args = [DEMO, "--timeout", "60", "--world-size", "2", "--version", grader_digest(DEMO)]
     versions(gpus)
+    facts = facts_step()
     for w in (1, 2, 3):
-        say("ok", f"plan, world size {w}", current_plan(w).describe())
+        plan = current_plan(w).describe()
+        say("ok" if plan_as_expected(plan) else "BAD", f"plan, world size {w}", plan)
     fork_safety(worker_args)
     nccl_runs(gpus)
     sandboxes(worker_args, gpus)
     never_run_checks(gpus)
     demo_class(gpus)
-    print(
-        f"gpucheck: {'every step as expected' if not _bad else f'{_bad} step(s) BAD'} "
-        f"({time.monotonic() - start:.0f} s)"
-    )
+    selfcheck_step(gpus)
+    last = f"gpucheck: {'every step as expected' if not _bad else f'{_bad} step(s) BAD'}"
+    last += f" ({time.monotonic() - start:.0f} s)" + ("" if gpus else "; no GPU here: its GPU steps did not run")
+    path = os.environ.get(JSON_ENV) or "gpucheck.json"
+    gpucheck_facts.write(path, facts, _lines + [last])
+    print(f"{last}; everything in {os.path.abspath(path)}")
     return 0 if not _bad else 1
 
 

@@ -16,7 +16,7 @@ From the bottom:
   4 tools      what people run: grader.gradebook.*, grader.isolation.*, grader.progress.*, grader.cli and __main__, grader.lessons.*,
                grader.notebook and notebook_display (the notebook's check()), grader.hints (its hint()), grader.code_digest,
                grader.points and points_preprocessor, grader.scaffold*, grader.student_build, grader.selfcheck,
-               grader.gpucheck, grader.demo, grader.translate.*.
+               grader.gpucheck and gpucheck_facts, grader.demo, grader.translate.*.
 
 Within a layer any import is allowed, but no circle (anywhere). A new top-level grader module must be
 placed in LAYERS; one under a listed package (grader.engine., grader.exercises., ...) is placed already.
@@ -62,6 +62,7 @@ LAYERS = {  # a module, or a package (all its modules): the longest match decide
     "grader.selfcheck": TOOLS,
     "grader.demo": TOOLS,
     "grader.gpucheck": TOOLS,
+    "grader.gpucheck_facts": TOOLS,
 }
 PACKAGES = (
     "grader.engine",

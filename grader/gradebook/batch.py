@@ -30,7 +30,7 @@ from grader.isolation import sandbox as sandboxes
 from grader.isolation.job_limits import PROCESSES_PER_JOB, JobLimits
 from grader.isolation.gpu_gate import check_gpus
 from grader.isolation.gpu_share import GpuShare
-from grader.isolation.nursery_client import Nurseries, use_nursery
+from grader.isolation.nursery_client import Nurseries, nursery_notice, use_nursery
 from grader.isolation.slot_uids import SlotUids
 from grader.isolation.worker_pool import Job, Workers, run_pool
 from grader.gradebook.preflight import check_ready
@@ -139,6 +139,8 @@ def grade_assignment(
     use where the ranks run; no_gpu: grade on CPU), before anything is graded or written."""
     if sandbox:
         sandboxes.require()
+        if notice := nursery_notice():
+            print(notice, file=sys.stderr)  # up front, in one line
     submissions = check_ready(course, assignment)
     version = grader_digest(assignment)
     worker_args = [assignment, "--timeout", str(timeout), "--world-size", str(world_size), "--version", version]

@@ -25,6 +25,7 @@ import subprocess
 import sys
 
 from grader.engine import kill_tree
+from grader.isolation import host_proc
 from grader.isolation.sandbox import Sandbox
 
 NURSERY_ENV = "GRADER_NURSERY"  # "0": one bubblewrap sandbox per job; anything else: nurseries (the default)
@@ -35,8 +36,23 @@ _UCRED = struct.calcsize("3i")
 def use_nursery() -> bool:
     """Nurseries unless GRADER_NURSERY=0, as root and as any other user: as root bwrap builds the sandbox and the
     nursery and its jobs run as nobody; as another user the nursery's sandbox is a user namespace and each job
-    nests one more in it (tests/test_result_channel.py grades a class so, as a fresh non-root account)."""
-    return os.environ.get(NURSERY_ENV) != "0"
+    nests one more in it (tests/test_result_channel.py grades a class so, as a fresh non-root account). Not where
+    the host's /proc has submounts no fresh /proc can avoid (host_proc.py; nursery_notice says so)."""
+    return os.environ.get(NURSERY_ENV) != "0" and host_proc.nursery_unusable() is None
+
+
+def nursery_notice() -> str | None:
+    """The one line said at start when /proc has submounts (a GPU container): nurseries on a fresh /proc, or
+    one sandbox per job; None otherwise."""
+    if os.environ.get(NURSERY_ENV) == "0":
+        return None
+    submounts = host_proc.proc_submounts()
+    if not submounts:
+        return None
+    return host_proc.nursery_unusable(submounts) or (
+        f"grader: /proc has {', '.join(submounts[:3])} mounted inside it (as the NVIDIA container toolkit does): "
+        "each nursery starts on a fresh /proc of its own"
+    )
 
 
 class JobProcess:
@@ -71,7 +87,7 @@ class Nursery:
         stderr = None if os.environ.get("GRADER_SANDBOX_STDERR") else subprocess.DEVNULL
         with theirs:
             self.proc = subprocess.Popen(
-                box.argv,
+                host_proc.fresh_proc_prefix() + box.argv,
                 stdin=theirs.fileno(),
                 stdout=subprocess.DEVNULL,
                 stderr=stderr,
