@@ -223,7 +223,8 @@ def demo_class(gpus: int) -> None:
 
 def selfcheck_step(gpus: int) -> None:
     if gpus < 2:
-        say("--", "selfcheck of exercises 1 and 3", f"{gpus} GPU(s) (not run: nccl needs 2)")
+        have = f"{gpus} GPU" if gpus else "no GPU"
+        say("--", "selfcheck of exercises 1 and 3", f"{have} (not run: nccl needs 2)")
         return
     from grader import selfcheck
 

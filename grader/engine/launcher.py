@@ -28,7 +28,7 @@ from typing import Callable
 
 import cloudpickle
 
-from grader.engine import flight, stacks, worker
+from grader.engine import flight, machine_faults, stacks, worker
 from grader.engine.plan import HardwarePlan, current_plan
 from grader.engine.processes import RankProcess, forkserver_context, free_port, kill_tree, read_output, release_port
 from grader.i18n import LANGUAGE_VARIABLES
@@ -36,6 +36,7 @@ from grader.engine.results import RankReport, RunResult, exit_meaning
 
 RELEASE_GRACE_S = 3.0  # how long a rank may take to exit after reporting
 STACK_WAIT_S = 1.0  # how long a hung rank gets to write its stack
+WARM_UP_ENV = "GRADER_WARM_UP"  # tests only: "1" warms up gloo runs too (worker._warm_up; GPU plans always do)
 STARTUP_TIMEOUT_S = 180.0  # a cold forkserver on a busy 2-core machine
 # What a rank says when another program held or joined the port it was handed (not the student's fault;
 # a wrong submission that says the same is only run again, with the same verdict).
@@ -162,6 +163,7 @@ def _start_ranks(ctx, plan, payload, rundir, port, timeout, init_group, trusted,
             launcher_pid=os.getpid(),
             threads=threads,
             language=language,
+            warm_up=init_group and (plan.uses_gpus or os.environ.get(WARM_UP_ENV) == "1"),
         )
         proc = RankProcess(target=worker.main, args=(spec, child_end), name=f"rank{rank}")
         proc.start()
@@ -220,11 +222,13 @@ def _collect(reports, procs, conns, timeout, trusted) -> None:
 
 
 def _hung_at_deadline(reports, waiting: set[int], not_started: set[int]) -> None:
-    """The deadline passed: every rank still waited on hung (one that never said ready did not start)."""
+    """The deadline passed. A rank that never said ready is the machine's failure (machine_faults.py), and the
+    ranks still waited on were stopped by it; with every rank ready, each one still waited on hung."""
     for i in waiting:
-        reports[i].status = "hung"
         if i in not_started:
-            reports[i].stack = f"(the process did not start within {STARTUP_TIMEOUT_S:.0f} s)"
+            reports[i].status, reports[i].error = "unavailable", machine_faults.never_ready(STARTUP_TIMEOUT_S)
+        else:
+            reports[i].status = "stopped" if not_started else "hung"
     waiting.clear()
 
 
@@ -248,8 +252,8 @@ def _record(report, kind: str, body, not_started: bool) -> None:
     if kind == "ok":
         report.status = "ok"
         report.value = body
-    elif kind == "unavailable" and not_started:  # the machine failed it, before any student code
-        report.status = "unavailable"
+    elif (kind == "unavailable" and not_started) or (kind == "error" and machine_faults.machine_fault(body)):
+        report.status = "unavailable"  # the machine failed it: before any student code, or a GPU/NCCL fault
         report.error = body
     elif stacks.collective_timeout(body):  # gloo gave up waiting: a hang, the others go on to the deadline
         report.status = "hung"

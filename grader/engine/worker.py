@@ -67,6 +67,12 @@ class RankSpec:
     # The parent's language variables at launch (grader/i18n.py), None where unset: a rank's messages follow the
     # caller's language now, not the one its forkserver inherited when it started.
     language: tuple[tuple[str, str | None], ...] = ()
+    warm_up: bool = False  # a matmul, a collective and a barrier before "ready" (_warm_up): a GPU plan's runs
+
+
+# When this rank finished its warm-up and said ready (time.monotonic()), for tests/test_gpu_warm_up.py to read.
+warmed_at: float | None = None
+ready_at: float | None = None
 
 
 def encode(message) -> bytes:
@@ -132,6 +138,19 @@ def _init_process_group(spec: RankSpec, torch, dist, device) -> None:
     )
 
 
+def _warm_up(torch, dist, device) -> None:
+    """First-use costs paid before "ready", off the student's clock: cuBLAS's handle (a matmul), NCCL's first
+    collective and a barrier, waited for on the GPU."""
+    global warmed_at
+    a = torch.ones(8, 8, device=device)
+    (a @ a).sum()
+    dist.all_reduce(torch.ones(1, device=device))
+    dist.barrier()
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    warmed_at = time.monotonic()
+
+
 def _dumpable() -> None:
     """NVIDIA's driver renames its threads through /proc/self/task/<tid>/comm in cuInit, and a non-dumpable
     process's /proc files belong to root: a rank is dumpable again (what a grading worker hides from student
@@ -159,8 +178,12 @@ def main(spec: RankSpec, conn) -> None:
             torch.cuda.set_device(device)
         if spec.init_group:
             _init_process_group(spec, torch, dist, device)
+            if spec.warm_up:
+                _warm_up(torch, dist, device)
     except BaseException as exc:
         _report_and_leave(("unavailable", describe(exc)), send, conn, encode_, exit_now)
+    global ready_at
+    ready_at = time.monotonic()
     send(encode_(("ready", None)))  # the launcher's timeout starts now: the device and the group are set up
     ctx = DistContext(
         rank=spec.rank,

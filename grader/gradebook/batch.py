@@ -139,8 +139,9 @@ def grade_assignment(
     use where the ranks run; no_gpu: grade on CPU), before anything is graded or written."""
     if sandbox:
         sandboxes.require()
-        if notice := nursery_notice():
-            print(notice, file=sys.stderr)  # up front, in one line
+        for notice in (nursery_notice(), sandboxes.nccl_env_notice()):
+            if notice:
+                print(notice, file=sys.stderr)  # up front, a line each
     submissions = check_ready(course, assignment)
     version = grader_digest(assignment)
     worker_args = [assignment, "--timeout", str(timeout), "--world-size", str(world_size), "--version", version]

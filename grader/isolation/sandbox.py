@@ -198,10 +198,35 @@ def environment(masked: bool) -> dict[str, str]:
             env[name] = value
     if re.fullmatch(r"[A-Za-z]{2,3}(_[A-Za-z]{2})?", os.environ.get("COURSE_LANG", "")):
         env["COURSE_LANG"] = os.environ["COURSE_LANG"]  # the feedback's language (grader/i18n.py)
+    _nccl_on_loopback(env)
     env[SANDBOXED_ENV] = "1"  # its own loopback: no port locks needed (engine/processes.py)
     if masked:
         env[MASKED_ENV] = "1"
     return env
+
+
+# The sandbox's network namespace has only `lo`: a site's NCCL_SOCKET_IFNAME, InfiniBand or network plugin would
+# point NCCL at what is not there. Its ranks are on one machine (shared memory, P2P, or the loopback socket).
+NCCL_DROPPED = ("NCCL_IB_", "NCCL_NET")
+
+
+def _nccl_on_loopback(env: dict[str, str]) -> None:
+    for name in [n for n in env if n.startswith(NCCL_DROPPED)]:
+        del env[name]
+    env["NCCL_SOCKET_IFNAME"] = "lo"
+
+
+def nccl_env_notice() -> str | None:
+    """The one line said at start when this environment's NCCL settings do not reach the sandbox."""
+    changed = sorted(n for n in os.environ if n.startswith(NCCL_DROPPED))
+    if os.environ.get("NCCL_SOCKET_IFNAME", "lo") != "lo":
+        changed.append(f"NCCL_SOCKET_IFNAME={os.environ['NCCL_SOCKET_IFNAME']}")
+    if not changed:
+        return None
+    return (
+        "grader: the sandbox has only the loopback network: its ranks run NCCL with NCCL_SOCKET_IFNAME=lo and "
+        f"without {', '.join(changed[:6])}"
+    )
 
 
 DEV, SYS = "/dev", "/sys"  # where the host's device nodes and sysfs are found (a test points them at fake trees)
