@@ -105,3 +105,35 @@ def test_the_warm_up_runs_before_ready(monkeypatch):
     result = run_distributed(_warm_and_ready, 2, timeout=60, trusted=True)
     assert result.ok, result.failure()
     assert all(warmed is None and ready is not None for warmed, ready in result.values)  # CPU plans: no warm-up
+
+
+def test_a_gpu_group_whose_nccl_failed_stops_grading_before_any_student():
+    """The gate's probe runs each GPU group's NCCL all_reduce and barrier (engine/cuda_probe.py); one that failed
+    refuses to grade, in one line naming the GPUs and what to do."""
+    from grader.isolation import gpu_gate
+
+    probed = {
+        "groups": [
+            {"devices": ["0", "1"], "ok": True, "error": None},
+            {"devices": ["2", "3"], "ok": False, "error": "rank 1 could not run on this machine: ncclSystemError"},
+        ]
+    }
+    with pytest.raises(gpu_gate.GpuUnusable) as raised:
+        gpu_gate._require_nccl(probed, sandbox=True, nursery=True)
+    text = str(raised.value)
+    assert "NCCL failed on GPUs 2,3 in a nursery's job" in text and "--no-gpu" in text and "\n" not in text
+    gpu_gate._require_nccl({"groups": probed["groups"][:1]}, sandbox=True, nursery=True)  # all ok: no error
+
+
+def test_the_probe_is_told_the_jobs_shape():
+    from grader.exercises import get_exercise
+    from grader.isolation import gpu_gate
+
+    widest = max(c.world_size or 0 for c in get_exercise("02_ddp_basics").checks)
+    assert gpu_gate.job_shape(["02_ddp_basics", "--world-size", "2"]) == [2, max(2, widest)]
+
+
+def test_without_gpus_the_probe_runs_no_nccl_group():
+    from grader.engine import cuda_probe
+
+    assert cuda_probe.nccl_groups(0, (2, 3), timeout=30) == []

@@ -61,21 +61,32 @@ def _nvml_count() -> int:
         return 0
 
 
+def job_shape(worker_args: list[str]) -> list[int]:
+    """[the grading world size, the exercise's widest run]: what decides each grading job's GPU group."""
+    from grader.exercises import get_exercise
+
+    world_size = int(worker_args[worker_args.index("--world-size") + 1]) if "--world-size" in worker_args else 2
+    widest = max([world_size] + [c.world_size or 0 for c in get_exercise(worker_args[0]).checks])
+    return [world_size, widest]
+
+
 def probe_where_graded(worker_args: list[str], sandbox: bool, nursery: bool) -> dict:
     """The probe rank's report from where the submissions' ranks run; {"failed": why} when it reported nothing."""
+    shape = job_shape(worker_args)
     if sandbox and nursery:
         from grader.isolation.nursery_client import Nursery
 
         box = Nursery(worker_args, True, 1)
         try:
-            job = box.start(None, probe=True)
+            job = box.start(None, probe=shape)
             line = _read_line(job.stdout) if job is not None else ""
         finally:
             box.close()
     else:
         from grader.exercises import find
 
-        argv, env = PROBE_ARGV + list(find(worker_args[0]).public), None  # imported first, as grading_worker does
+        job = ["--job", ",".join(map(str, shape))]
+        argv, env = PROBE_ARGV + job + list(find(worker_args[0]).public), None  # imported first, as grading_worker
         if sandbox:
             from grader.isolation.sandbox import Sandbox
 
@@ -99,6 +110,19 @@ def _read_line(stream) -> str:
     return stream.readline().strip() if ready else ""
 
 
+def _require_nccl(probed: dict, sandbox: bool, nursery: bool) -> None:
+    """Raises GpuUnusable when a GPU group's NCCL all_reduce and barrier failed where the ranks run."""
+    failed = [g for g in probed.get("groups") or [] if isinstance(g, dict) and not g.get("ok")]
+    if not failed:
+        return
+    where = ("a nursery's job" if nursery else "the sandbox") if sandbox else "a grading worker"
+    why = ([line.strip() for line in str(failed[0].get("error")).splitlines() if line.strip()] or ["?"])[-1][:300]
+    raise GpuUnusable(
+        f"NCCL failed on GPUs {','.join(map(str, failed[0].get('devices') or []))} in {where} ({why}): nothing was "
+        "graded; grade on CPU anyway with --no-gpu" + (", or outside the sandbox with --no-sandbox" if sandbox else "")
+    )
+
+
 def check_gpus(worker_args: list[str], sandbox: bool, nursery: bool, no_gpu: bool) -> GpuGate:
     """Raises GpuUnusable when the machine has NVIDIA devices but CUDA counts none where the ranks run."""
     if no_gpu:
@@ -112,6 +136,7 @@ def check_gpus(worker_args: list[str], sandbox: bool, nursery: bool, no_gpu: boo
     gpus = probed.get("gpus", 0) if isinstance(probed.get("gpus"), int) else 0
     rank = probed.get("rank") if isinstance(probed.get("rank"), dict) else {}
     if gpus > 0 and not rank.get("failed") and not rank.get("cuda_error"):
+        _require_nccl(probed, sandbox, nursery)
         return GpuGate(gpus, probed)
     where = ("a nursery's job" if nursery else "the sandbox") if sandbox else "a grading worker"
     why = (

@@ -63,7 +63,9 @@ def run(args, header: dict, fds: list[int]) -> int:
     ns.prctl(ns.PR_SET_DUMPABLE, 0)  # no process of the job, the same uid, may ptrace this one
     job_limits.bound_own_processes()  # RLIMIT_NPROC counted in this user namespace: this job's processes alone
     ns.mount("none", "/", None, ns.MS_REC | ns.MS_PRIVATE)
-    reaper = _fork_running(_reaper, args, data, result, job_line, last_cap, header.get("probe") is True)
+    probe = header.get("probe")  # gpu_gate.py: [world size, widest run], or true
+    probe = probe if probe is True or (isinstance(probe, list) and all(isinstance(n, int) for n in probe)) else False
+    reaper = _fork_running(_reaper, args, data, result, job_line, last_cap, probe)
     os.close(result)
     os.close(job_line)
     _, status = os.waitpid(reaper, 0)
@@ -79,7 +81,7 @@ def _become(uid: int) -> None:
     ns.prctl(ns.PR_SET_DUMPABLE, 1)
 
 
-def _reaper(args, data: bytes | None, result: int, job_line: int, last_cap: int, probe: bool = False) -> int:
+def _reaper(args, data: bytes | None, result: int, job_line: int, last_cap: int, probe=False) -> int:
     processes.die_with_parent(required=True)
     # writable: NVIDIA's driver names its threads through /proc/self/task/<tid>/comm in cuInit (a process writes
     # only its own files; /proc/sys stays the host root's, and the job holds no capability)
@@ -164,7 +166,7 @@ def _parents_below_root(path: str) -> list[str]:
     return ["/" + "/".join(parts[:i]) for i in range(1, len(parts) + 1)]
 
 
-def _worker(args, result: int, job_line: int, probe: bool = False) -> int:
+def _worker(args, result: int, job_line: int, probe=False) -> int:
     processes.die_with_parent(required=True)
     from grader.isolation import result_channel as channel
 
@@ -176,7 +178,8 @@ def _worker(args, result: int, job_line: int, probe: bool = False) -> int:
     if probe:  # gpu_gate.py: what a rank of this job sees of CUDA, before any submission is graded
         from grader.engine import cuda_probe
 
-        channel.send(json.dumps(cuda_probe.probe()))  # the nursery imported the public checks; forkserver forked
+        job = tuple(probe[:2]) if isinstance(probe, list) and len(probe) == 2 else None
+        channel.send(json.dumps(cuda_probe.probe(job=job)))  # the nursery imported the public checks; forkserver forked
         return 0
     return worker_main(args.assignment, args.timeout, args.world_size, args.version)
 
