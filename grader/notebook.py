@@ -21,7 +21,7 @@ import os
 import sys
 import threading
 
-from grader.engine import warm_up
+from grader.engine import gpu_exclusive, warm_up
 from grader.engine.processes import preload
 from grader.exercises import find, get_exercise
 from grader.hints import hinter  # noqa: F401 (the notebook imports check and hint from here)
@@ -49,7 +49,8 @@ def checker(exercise_id: str, world_size: int = 2, timeout: float = 30.0):
 
         ns = namespace if namespace is not None else vars(sys.modules["__main__"])
         view = CheckView(task, len(checks), rich=in_kernel())
-        with captured_stderr() as stray:
+        serialize = exclusive_gpus()  # one check at a time, one notebook at a time (engine/gpu_exclusive.py)
+        with captured_stderr() as stray, gpu_exclusive.one_at_a_time(serialize):
             _warm_parent()
             submission = from_namespace(ns, exercise.tasks)
             report = run_checks(
@@ -60,7 +61,7 @@ def checker(exercise_id: str, world_size: int = 2, timeout: float = 30.0):
                 world_size=world_size,
                 timeout=timeout,
                 on_result=view.add,
-                side_by_side=SIDE_BY_SIDE,
+                side_by_side=1 if serialize else SIDE_BY_SIDE,
                 keep_output=True,
             )
         view.finish(stray.text())
@@ -91,6 +92,13 @@ def checker(exercise_id: str, world_size: int = 2, timeout: float = 30.0):
 
 
 REASON_LINES = 8  # of a failed check's message in the cell's error (its summary: a hang's stacks come after)
+
+
+def exclusive_gpus() -> bool:
+    """GPUs in exclusive-process compute mode, and this notebook's ranks may use some: its checks go one at a time."""
+    from grader.engine.plan import visible_gpus
+
+    return gpu_exclusive.exclusive_process() and visible_gpus() > 0
 
 
 def _reason(result, said: set[str] | None = None) -> str:

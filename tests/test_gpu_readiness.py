@@ -137,3 +137,37 @@ def test_without_gpus_the_probe_runs_no_nccl_group():
     from grader.engine import cuda_probe
 
     assert cuda_probe.nccl_groups(0, (2, 3), timeout=30) == []
+
+
+def test_in_exclusive_process_mode_notebook_checks_go_one_at_a_time(monkeypatch, tmp_path):
+    """GRADER_FAKE_EXCLUSIVE=1 and GRADER_FAKE_GPUS=2 stand for a machine whose GPUs are in exclusive-process mode:
+    a notebook's checks then run one at a time, under the machine's lock, which a second notebook cannot take."""
+    import fcntl
+    import os
+
+    from grader import notebook
+    from grader.engine import gpu_exclusive
+    from grader.engine.cuda_count import cuda_devices
+
+    monkeypatch.setattr(gpu_exclusive.tempfile, "gettempdir", lambda: str(tmp_path))
+    monkeypatch.setenv("GRADER_FAKE_GPUS", "2")
+    cuda_devices.cache_clear()
+    gpu_exclusive.exclusive_process.cache_clear()
+    try:
+        assert not notebook.exclusive_gpus()
+        monkeypatch.setenv(gpu_exclusive.FAKE_ENV, "1")
+        gpu_exclusive.exclusive_process.cache_clear()
+        assert notebook.exclusive_gpus()
+        with gpu_exclusive.one_at_a_time(True):
+            other = os.open(gpu_exclusive.lock_path(), os.O_RDONLY)  # another notebook's kernel
+            try:
+                with pytest.raises(BlockingIOError):
+                    fcntl.flock(other, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            finally:
+                os.close(other)
+        other = os.open(gpu_exclusive.lock_path(), os.O_RDONLY)
+        fcntl.flock(other, fcntl.LOCK_EX | fcntl.LOCK_NB)  # released once the check is done
+        os.close(other)
+    finally:
+        cuda_devices.cache_clear()
+        gpu_exclusive.exclusive_process.cache_clear()
