@@ -20,7 +20,8 @@ Three processes, each dying with its parent (PR_SET_PDEATHSIG):
 /proc/sysrq-trigger of the sandbox's /proc with read-only binds, which the job's mount namespace inherits
 locked: the mount is refused (EPERM). The nursery's sandbox therefore also binds the host's /proc (writable;
 the nursery runs no student code) under NURSERY_DIR, which each job covers with an empty tmpfs right after it
-has mounted its own /proc.
+has mounted its own /proc. Where the host's /proc has submounts (the NVIDIA container toolkit's tmpfs on
+/proc/driver/nvidia), it is not fully visible: as root the nursery then starts on a fresh /proc (host_proc.py).
 """
 
 from __future__ import annotations

@@ -54,7 +54,8 @@ Results come back on the worker's stdout only (worker_pool.py); the parent alone
 Nurseries (nursery.py, the default): the same sandbox, without a submission, holds one long-lived,
 torch-preloaded process per phase; each job is forked from it and enters a user, mount, PID, network, IPC and UTS
 namespace of its own, with fresh /tmp, HOME, /dev/shm, /proc and its submission, before it reads a student byte
-(nursery_job.py). The sandbox then also binds the host's /proc under NURSERY_DIR (nursery_job.py says why). As root, the nursery
+(nursery_job.py). The sandbox then also binds the host's /proc under NURSERY_DIR (nursery_job.py says why; a
+fresh one where the host's has submounts, host_proc.py). As root, the nursery
 runs as nobody with CAP_SETUID and CAP_SETGID alone, which each job's first process uses to take its own uid
 before it unshares its user namespace (and with it every capability of the nursery's).
 """
