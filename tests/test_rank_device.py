@@ -2,7 +2,7 @@
 
 On 2+ GPUs the plan is nccl, and an NCCL group has no CPU backend: a model or batch a check builds on the CPU
 fails the reference solution with "No backend type associated with device type cpu", blamed on the student
-(issue 54: MiniFSDP's checks lost 13 points that way). No machine here has a GPU, and no device type but the CPU
+(MiniFSDP's checks once lost 13 points that way). No machine here has a GPU, and no device type but the CPU
 holds real memory that gloo serves (`cpu:1` is the CPU again; a PrivateUse1 device needs C++ kernels; `meta`
 holds no data), so a run on this machine cannot tell a tensor built on `ctx.device` from one built on the CPU.
 This test reads the in-rank code instead: each function whose first parameter is `ctx`, in every exercise.
