@@ -116,6 +116,75 @@ def test_the_length_check_can_fail():
     assert key_stands_out(questions, "db") == [] and key_stands_out(questions, "db", longest=False) == []
 
 
+# A reason clause ("because ...", "so that ...", "...: it ...") tells a guesser which option was written with care.
+REASON = re.compile(r"\b(because|since|so that|so|hence|thus|therefore|in order to|which is why)\b|: ", re.IGNORECASE)
+NOT_PROSE = re.compile(r"`[^`]+`|\$[^$]+\$")  # code and formulas: their colons are not reasons
+
+
+def key_alone_gives_a_reason(questions, key):
+    """The questions where the key is the only option with a reason clause."""
+    return [
+        q
+        for q, right in zip(questions, key)
+        if {letter for letter, text in questions[q].items() if REASON.search(NOT_PROSE.sub(" ", text))} == {right}
+    ]
+
+
+@pytest.mark.parametrize("lesson", KEY)
+def test_no_key_is_the_only_option_that_gives_a_reason(lesson):
+    questions = quick_check_options(lesson)
+    assert key_alone_gives_a_reason(questions, KEY[lesson]) == []
+
+
+def test_the_reason_check_can_fail():
+    text = (
+        "**q1.** Why?\n- a) 3\n- b) 4, since every rank sends twice\n- c) 5\n- d) 6\n\n"
+        "**q2.** And?\n- a) rank 2: it is late\n- b) rank 0: it leads\n- c) `a: b`\n- d) none\n\n"
+        "**q3.** Then?\n- a) `x: y`\n- b) $a: b$\n- c) no\n- d) so that it fits\n"
+    )
+    questions = parse_options(text)
+    assert key_alone_gives_a_reason(questions, "bad") == ["q1", "q3"]
+    assert key_alone_gives_a_reason(questions, "aaa") == []
+
+
+@pytest.mark.parametrize("lesson", KEY)
+def test_the_stored_quick_check_output_is_the_unanswered_quiz_in_full(lesson, capsys):
+    """What a student sees before running the cell is what running it prints: every question, unanswered."""
+    with open(lesson_path(lesson), encoding="utf-8") as f:
+        cells = json.load(f)["cells"]
+    checks = [c for c in cells if c["cell_type"] == "code" and f'check("{lesson}", answers)' in "".join(c["source"])]
+    stored = "".join("".join(o.get("text", "")) for o in checks[0]["outputs"])
+    quiz.check(lesson, quiz.read_answers(lesson_path(lesson)))
+    assert stored == capsys.readouterr().out
+
+
+def section_numbers(lesson):
+    """The numbers of the lesson's sections and subsections, from its headings: 4, 4.3, 6b, 14.2."""
+    with open(lesson_path(lesson), encoding="utf-8") as f:
+        markdown = "\n".join("".join(c["source"]) for c in json.load(f)["cells"] if c["cell_type"] == "markdown")
+    return set(re.findall(r"^#{2,4} (\d+[a-z]?(?:\.\d+)?)\.? ", markdown, flags=re.MULTILINE))
+
+
+def cited_sections(why):
+    return re.findall(r"§(\d+[a-z]?(?:\.\d+)?)", why)
+
+
+@pytest.mark.parametrize("lesson", KEY)
+def test_every_section_an_explanation_cites_exists(lesson):
+    sections = section_numbers(lesson)
+    for question, item in quiz.QUIZZES[lesson].items():
+        cited = cited_sections(item.why)
+        assert cited, f"{question}'s explanation cites no section"
+        missing = [s for s in cited if s not in sections]
+        assert not missing, f"{question}'s explanation cites §{', §'.join(missing)}, which {lesson} does not have"
+
+
+def test_the_citation_check_can_fail():
+    assert cited_sections("3/7, about 43% (§3.2); see also §6b and §14.") == ["3.2", "6b", "14"]
+    assert "3.2" not in section_numbers("01_data_vs_model_parallelism")
+    assert {"4.3", "5", "8"} <= section_numbers("01_data_vs_model_parallelism")
+
+
 def test_check_prints_a_verdict_and_an_explanation_per_answered_question(capsys):
     lesson = "02_ddp_basics"
     answers = {"q1": "c", "q2": "b", "q3": "(A)"}  # right, wrong, right in another spelling

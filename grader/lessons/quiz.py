@@ -38,7 +38,7 @@ QUIZZES: dict[str, dict[str, Question]] = {
             "56bfd24c91b23245",
             N_(
                 "The model fits on one GPU: copy it to all 8 and split the batch (data parallelism); splitting "
-                "the model only pays when it does not fit (§1, §6)."
+                "the model only pays when it does not fit (§1, §7)."
             ),
         ),
         "q2": Q(
@@ -46,28 +46,28 @@ QUIZZES: dict[str, dict[str, Question]] = {
             "e413c071dd0817ab",
             N_(
                 "The mean of four equal-sized shard means is the mean over all 128 samples, and the gradient is "
-                "linear in the loss (§2)."
+                "linear in the loss (§3)."
             ),
         ),
         "q3": Q(
             "b67ebf81573a",
             "57e294847da691cc",
             N_(
-                "Reduce-scatter then all-gather, N-1 steps each, n/N elements per step: 2(N-1)/N·n, almost 2n for"
-                " large N whatever the number of ranks (§5)."
+                "Reduce-scatter then all-gather, N-1 steps each, 1/N of the tensor per step: 2·7/8·64 MB = 112 MB"
+                " per rank, almost twice the tensor whatever the number of ranks (§5)."
             ),
         ),
         "q4": Q(
             "a5a16a486daa",
             "62b88e0b5eb8ebb5",
-            N_("GPipe's bubble is (N-1)/(M+N-1) with N stages and M micro-batches: 3/7, about 43% (§3.2)."),
+            N_("GPipe's bubble is (p-1)/(m+p-1) with p stages and m micro-batches: 3/7, about 43% (§4.3)."),
         ),
         "q5": Q(
             "e9a0a789f800",
             "d8713477b56c80f9",
             N_(
                 "The element-wise sum is [11, 22, 33, 44]; reduce_scatter leaves rank r only the r-th slice, so "
-                "rank 1 gets [33, 44] (§4)."
+                "rank 1 gets [33, 44] (§2)."
             ),
         ),
         "q6": Q(
@@ -75,7 +75,7 @@ QUIZZES: dict[str, dict[str, Question]] = {
             "cc5f5a979c7f457d",
             N_(
                 "Tensor parallelism communicates inside every layer, forward and backward, on the critical path: "
-                "it needs the fastest links, such as NVLink (§3.1)."
+                "it needs the fastest links, such as NVLink (§4.1)."
             ),
         ),
         "q7": Q(
@@ -148,8 +148,8 @@ QUIZZES: dict[str, dict[str, Question]] = {
             "f313c833d89b",
             "7f3e93ae5b3ab623",
             N_(
-                "One writer with unwrapped keys (.module), a barrier so the file is complete, then map_location "
-                "onto each rank's device (§10)."
+                "One writer with unwrapped keys (.module), a barrier so the file is complete before anyone reads "
+                "it, then map_location onto each rank's device (§10)."
             ),
         ),
         "q8": Q(
@@ -238,9 +238,9 @@ QUIZZES: dict[str, dict[str, Question]] = {
             "d35596865f02",
             "af77e2b695364bb5",
             N_(
-                "Parameters freed after forward are gathered again for backward, and the gradient is reduce-"
-                "scattered into the shards: three transfers of the layer's size against DDP's two, about 1.5 "
-                "times the traffic (§6)."
+                "Each layer is all-gathered before its forward and again before its backward (6), and its "
+                "gradient is reduce-scattered (3): three transfers of its size against DDP's two, about 1.5 "
+                "times the bytes (§6)."
             ),
         ),
         "q9": Q(
@@ -289,8 +289,8 @@ QUIZZES: dict[str, dict[str, Question]] = {
             "dd36a35fe520",
             "036e8c132d9ec177",
             N_(
-                "os.replace is atomic: a worker killed mid-write leaves the old snapshot intact instead of a "
-                "half-written one (§2)."
+                "Written in place, a kill mid-write leaves a truncated file instead of epoch 4's snapshot; "
+                "os.replace is atomic, so the old snapshot stays until the new one is complete (§2)."
             ),
         ),
         "q4": Q(
@@ -318,8 +318,8 @@ QUIZZES: dict[str, dict[str, Question]] = {
             "baf72a6fb3a5",
             "a372f59b4bb824bc",
             N_(
-                "The Flight Recorder names the rank behind (its newest sequence number is the lowest) and the "
-                "collective it never called; its stack says why (§5)."
+                "Collectives are numbered alike on every rank: rank 2 never called collective 212, in which the "
+                "others wait; its stack says why (§5)."
             ),
         ),
         "q8": Q(
@@ -334,8 +334,8 @@ QUIZZES: dict[str, dict[str, Question]] = {
             "482b492ba040",
             "85b7cf2e4567600f",
             N_(
-                "async_save copies the state into CPU memory before it returns, then writes it from a background "
-                "thread: the next step waits only for that copy (§2)."
+                "By default async_save copies the state into pageable CPU memory before it returns, then writes it"
+                " from a background thread: the next step waits only for that copy (§2)."
             ),
         ),
     },
