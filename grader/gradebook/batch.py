@@ -28,7 +28,8 @@ from grader.exercises import get_exercise
 from grader.gradebook.course import Course
 from grader.isolation import sandbox as sandboxes
 from grader.isolation import memory_fit
-from grader.isolation.job_limits import JobLimits, job_cpus
+from grader.isolation.cpu_bound import job_cpus
+from grader.isolation.job_limits import JobLimits
 from grader.isolation.gpu_gate import check_gpus
 from grader.isolation.gpu_share import GpuShare
 from grader.isolation.nursery_client import Nurseries, use_nursery

@@ -13,8 +13,8 @@ process, so one job could take the host's memory; and the scheduler shares the C
 spinning processes took 200 shares of them. A cgroup bounds the job as a whole: pids.max, a memory limit that
 counts its anonymous memory, tmpfs (/tmp, HOME, /dev/shm) and memfd pages alike, and, where the cpu controller is
 there, one share of the CPUs among the jobs and a quota of a CPU per rank of the exercise's widest run and one for
-its worker (cpu.cfs_quota_us, v2 cpu.max; job_cpus). A job the kernel held back at that quota for most of its
-life is flagged for review (exceeded), never scored for it. The groups are made under the grader's own cgroup (so
+its worker (cpu.cfs_quota_us, v2 cpu.max). A job that wanted far more than that for most of its life is flagged
+for review (exceeded; cpu_bound.py says when), never scored for it. The groups are made under the grader's own cgroup (so
 whatever bounds the grader still bounds its jobs), in the cgroup v1 hierarchies `pids`, `memory` and `cpu`, or in
 the unified v2 hierarchy, whichever the grader can write: as root, or as another user in a v2 subtree delegated to
 it (systemd-run --user --scope -p Delegate=yes, docs/instructors.md). GRADER_JOB_PIDS, GRADER_JOB_MEMORY (bytes)
@@ -30,15 +30,11 @@ import resource
 import signal
 import time
 
+from grader.isolation import cpu_bound
+
 ROOT = "/sys/fs/cgroup"
 PIDS_MAX = int(os.environ.get("GRADER_JOB_PIDS") or 512)  # processes and threads: 3 ranks of torch use about 100
 MEMORY_BYTES = int(os.environ.get("GRADER_JOB_MEMORY") or 6 << 30)  # a whole job: its ranks, worker, tmpfs
-CPUS_ENV = "GRADER_JOB_CPUS"  # CPUs per job; default: one per rank of the exercise's widest run, one for its worker
-CPU_PERIOD_US = 100_000  # the kernel's default CFS period
-# A job is flagged for CPU when the kernel held it back in at least half of the periods it ran in, and for at least
-# 10 s in all: it kept more than its quota busy for most of its life. Its ranks and worker are fewer than its quota
-# (one CPU each), and a run waits for its ranks, so an honest job is held back in brief bursts at most.
-THROTTLED_SHARE, THROTTLED_MIN_PERIODS = 0.5, 100
 PROCESSES_PER_JOB = 1024  # RLIMIT_NPROC of a job, in its own uid or user namespace (with or without cgroups)
 OFF_ENV = "GRADER_JOB_CGROUPS"  # "0": no cgroup per job, as on a machine that has none (the tests' fallback path)
 
@@ -51,11 +47,6 @@ def bound_own_processes() -> None:
     soft, hard = resource.getrlimit(resource.RLIMIT_NPROC)
     bound = PROCESSES_PER_JOB if hard == resource.RLIM_INFINITY else min(PROCESSES_PER_JOB, hard)
     resource.setrlimit(resource.RLIMIT_NPROC, (bound, bound))
-
-
-def job_cpus(ranks: int) -> float:
-    """The CPU quota of one job whose widest run has `ranks` ranks: a CPU per rank and one for its worker."""
-    return float(os.environ.get(CPUS_ENV) or ranks + 1)
 
 
 def _own_groups() -> dict[str, str]:
@@ -78,7 +69,7 @@ class JobLimits:
     @classmethod
     def here(cls, cpus: float = 0.0, jobs: int = 1) -> "JobLimits":
         """This run's parent groups, made now; or none, with the reason in .missing. cpus: each job's CPU quota
-        (job_cpus; 0: none), where the cpu controller is there too; jobs: how many grade at once."""
+        (cpu_bound.job_cpus; 0: none), where the cpu controller is there too; jobs: how many grade at once."""
         if os.environ.get(OFF_ENV) == "0":
             return cls({}, 0, f"turned off by {OFF_ENV}=0")
         try:
@@ -137,7 +128,7 @@ class JobLimits:
             for folder in made:
                 os.rmdir(folder)
             return cls({}, 0, f"cannot make a cgroup as uid {os.geteuid()} ({exc.strerror})")
-        limits = cls(bases, version, "", cpus if "cpu" in bases else 0.0)
+        limits = cls(bases, version, "", cpus)
         if "cpu" in bases:  # the run weighs what its jobs' ranks would weigh as processes beside it (one each)
             weight = max(1, jobs) * max(1, round(cpus))
             try:
@@ -221,12 +212,8 @@ class JobGroup:
             except OSError:
                 pass
         if "cpu" in folders:
-            quota = max(1000, round(cpus * CPU_PERIOD_US))
-            if version == 1:
-                self._write("cpu", "cpu.cfs_period_us", str(CPU_PERIOD_US))
-                self._write("cpu", "cpu.cfs_quota_us", str(quota))
-            else:
-                self._write("cpu", "cpu.max", f"{quota} {CPU_PERIOD_US}")
+            cpu_bound.set_quota(folders["cpu"], version, cpus)
+        self.demand = cpu_bound.Demand(cpus)
 
     def _write(self, kind: str, name: str, text: str) -> None:
         _write(self.folders[kind], name, text)
@@ -245,6 +232,10 @@ class JobGroup:
         for path in self._procs_files():
             with open(path, "w") as f:
                 f.write(str(pid))
+
+    def sample(self) -> None:
+        """Look once at how many of the job's processes want a CPU now (cpu_bound.Demand)."""
+        self.demand.sample(os.path.join(self.folders["pids"], "cgroup.procs"))
 
     def cpu_stat(self) -> dict[str, int]:
         """The kernel's CPU bandwidth counters of this job: nr_periods, nr_throttled, throttled time; {} without."""
@@ -265,15 +256,9 @@ class JobGroup:
             found.append(
                 f"memory, /tmp and /dev/shm together (at most {MEMORY_BYTES / (1 << 30):g} GiB per job: cgroup {name})"
             )
-        stat = self.cpu_stat()
-        periods, throttled = stat.get("nr_periods", 0), stat.get("nr_throttled", 0)
-        if throttled >= THROTTLED_MIN_PERIODS and throttled >= THROTTLED_SHARE * periods:
-            name = "cpu.cfs_quota_us" if self.version == 1 else "cpu.max"
-            found.append(
-                f"CPU (at most {self.cpus:g} CPUs per job: cgroup {name}); "
-                f"it kept more processes busy than that in {throttled} of the {periods} periods of "
-                f"{CPU_PERIOD_US // 1000} ms it ran in"
-            )
+        cpu = cpu_bound.too_much(self.cpu_stat(), self.demand, self.cpus, self.version)
+        if cpu:
+            found.append(cpu)
         return found
 
     def close(self) -> None:
