@@ -11,7 +11,7 @@ and never scored for it, when either holds:
 - the kernel held it back at its quota in at least half of the 100 ms periods it ran in, and in at least 100 (10 s):
   it kept busy more than its ranks and worker, one CPU each, for most of its life; a run waits for its ranks;
 - more than twice its quota's CPUs of its processes wanted a CPU at once (state R) in at least half of the looks
-  at it, once a second, and in at least 10: on a busy host the quota may never be reached, but a spinner's
+  at it, once a second, and in at least 5: on a busy host the quota may never be reached, but a spinner's
   processes still all want a CPU. An honest job has its ranks, its worker and a few idle helpers: it cannot.
 """
 
@@ -23,7 +23,7 @@ import os
 CPUS_ENV = "GRADER_JOB_CPUS"  # CPUs per job; default: one per rank of the exercise's widest run, one for its worker
 CPU_PERIOD_US = 100_000  # the kernel's default CFS period
 THROTTLED_SHARE, THROTTLED_MIN_PERIODS = 0.5, 100
-CROWD_FACTOR, CROWD_SHARE, CROWD_MIN_LOOKS = 2, 0.5, 10
+CROWD_FACTOR, CROWD_SHARE, CROWD_MIN_LOOKS = 2, 0.5, 5
 
 
 def job_cpus(ranks: int) -> float:
