@@ -170,7 +170,8 @@ def _write(folder: str, name: str, value) -> None:
 
 def _enable_below(group: str, controllers: list[str]) -> str:
     """Enable the controllers for the v2 group's children ("" once done, else why not). A group that holds
-    processes cannot (v2's rule): as in a delegated scope, they are moved first into a leaf of their own."""
+    processes cannot (v2's rule): in a group delegated to us (a scope with Delegate=yes), they are moved first into a
+    leaf of their own; a group systemd did not delegate is left as it is."""
     if set(controllers) <= set(_words(group, "cgroup.subtree_control")):
         return ""
     change = " ".join(f"+{c}" for c in controllers)
@@ -178,7 +179,7 @@ def _enable_below(group: str, controllers: list[str]) -> str:
         try:
             _write(group, "cgroup.subtree_control", change)
         except OSError as exc:
-            if exc.errno != errno.EBUSY:
+            if exc.errno != errno.EBUSY or not _delegated(group):
                 raise
             leaf = os.path.join(group, "ddp-grader-leaf")
             os.makedirs(leaf, exist_ok=True)
@@ -191,6 +192,17 @@ def _enable_below(group: str, controllers: list[str]) -> str:
     except OSError as exc:
         return f"cannot enable {', '.join(controllers)} below {group} as uid {os.geteuid()} ({exc.strerror})"
     return ""
+
+
+def _delegated(group: str) -> bool:
+    """Whether systemd delegated this group (Delegate=yes marks it with an extended attribute)."""
+    for name in ("trusted.delegate", "user.delegate"):
+        try:
+            if os.getxattr(group, name) == b"1":
+                return True
+        except OSError:
+            pass
+    return False
 
 
 class JobGroup:
