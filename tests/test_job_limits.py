@@ -165,8 +165,9 @@ for pid in children:
 
 @pytest.mark.skipif(bool(JobLimits.probe()), reason=JobLimits.probe() or "-")
 def test_a_jobs_cpu_quota_is_set_and_enforced():
-    """Real processes in a real group: held to a twentieth of a CPU (reached even on this busy host), three busy processes are throttled by the kernel (its
-    counters), use no more than that quota, and the job is flagged naming the quota."""
+    """Real processes in a real group: held to a twentieth of a CPU (reached even on this busy host), three busy
+    processes are throttled by the kernel (its counters), use no more than that quota, and the job is flagged naming
+    the quota."""
     limits = JobLimits.here(0.05, jobs=1)
     group = limits.new_group()
     try:

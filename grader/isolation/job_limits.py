@@ -14,10 +14,10 @@ spinning processes took 200 shares of them. A cgroup bounds the job as a whole: 
 counts its anonymous memory, tmpfs (/tmp, HOME, /dev/shm) and memfd pages alike, and, where the cpu controller is
 there, one share of the CPUs among the jobs and a quota of a CPU per rank of the exercise's widest run and one for
 its worker (cpu.cfs_quota_us, v2 cpu.max). A job that wanted far more than that for most of its life is flagged
-for review (exceeded; cpu_bound.py says when), never scored for it. The groups are made under the grader's own cgroup (so
-whatever bounds the grader still bounds its jobs), in the cgroup v1 hierarchies `pids`, `memory` and `cpu`, or in
-the unified v2 hierarchy, whichever the grader can write: as root, or as another user in a v2 subtree delegated to
-it (systemd-run --user --scope -p Delegate=yes, docs/instructors.md). GRADER_JOB_PIDS, GRADER_JOB_MEMORY (bytes)
+for review (exceeded; cpu_bound.py says when), never scored for it. The groups are made under the grader's own
+cgroup (so whatever bounds the grader still bounds its jobs), in the cgroup v1 hierarchies `pids`, `memory` and
+`cpu`, or in the unified v2 hierarchy, whichever the grader can write: as root, or as another user in a v2 subtree
+delegated to it (systemd-run --user --scope -p Delegate=yes, docs/instructors.md). GRADER_JOB_PIDS, GRADER_JOB_MEMORY (bytes)
 and GRADER_JOB_CPUS change the bounds; without any cgroup, memory_fit.py sizes --jobs to the host's memory.
 """
 
