@@ -1,6 +1,7 @@
 """Benchmark: how much longer a class takes beside a spinner, with a CPU bound per job.
 
-    make bench     (or: .venv/bin/python benchmarks/bench_spinner.py [--students 7] [--jobs N] [--no-unbounded] [--strict])
+    make bench   (or: .venv/bin/python benchmarks/bench_spinner.py [--students 7] [--jobs N] [--no-unbounded]
+                 [--strict])
 
 A class of exercise 02 (N students with the solution's answers) is graded with `python -m grader grade`, sandboxed,
 twice: alone, then beside one more student whose pick_device keeps 100 processes spinning in every rank that calls it

@@ -17,8 +17,9 @@ its worker (cpu.cfs_quota_us, v2 cpu.max). A job that wanted far more than that 
 for review (exceeded; cpu_bound.py says when), never scored for it. The groups are made under the grader's own
 cgroup (so whatever bounds the grader still bounds its jobs), in the cgroup v1 hierarchies `pids`, `memory` and
 `cpu`, or in the unified v2 hierarchy, whichever the grader can write: as root, or as another user in a v2 subtree
-delegated to it (systemd-run --user --scope -p Delegate=yes, docs/instructors.md). GRADER_JOB_PIDS, GRADER_JOB_MEMORY (bytes)
-and GRADER_JOB_CPUS change the bounds; without any cgroup, memory_fit.py sizes --jobs to the host's memory.
+delegated to it (systemd-run --user --scope -p Delegate=yes, docs/instructors.md). GRADER_JOB_PIDS,
+GRADER_JOB_MEMORY (bytes) and GRADER_JOB_CPUS change the bounds; without any cgroup, memory_fit.py sizes --jobs to
+the host's memory.
 """
 
 from __future__ import annotations
