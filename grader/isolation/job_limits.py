@@ -133,7 +133,10 @@ class JobLimits:
         if "cpu" in bases:  # the run weighs what its jobs' ranks would weigh as processes beside it (one each)
             weight = max(1, jobs) * max(1, round(cpus))
             try:
-                _write(bases["cpu"], *(("cpu.shares", 1024 * weight) if version == 1 else ("cpu.weight", 100 * weight)))
+                if version == 1:
+                    _write(bases["cpu"], "cpu.shares", min(262144, 1024 * weight))  # the kernel's bounds
+                else:
+                    _write(bases["cpu"], "cpu.weight", min(10000, 100 * weight))
             except OSError:
                 pass  # the default weight: still one share among its siblings
         return limits
