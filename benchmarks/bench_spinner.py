@@ -6,7 +6,7 @@
 A class of exercise 02 (N students with the solution's answers) is graded with `python -m grader grade`, sandboxed,
 twice: alone, then beside one more student whose pick_device keeps 100 processes spinning in every rank that calls it
 (tests/hostile/limits/spinner.py). Each job has its own cgroup where the grader can make one (job_limits.py: a CPU
-quota of a CPU per rank and one for the worker, and one share of the CPUs among the jobs). Target: the class beside
+quota of what its ranks compute on and a CPU for its worker, and one share of the CPUs among the jobs). Target: the class beside
 the spinner within 1.5x of its time alone (TARGET). Also printed: whether every honest student kept exactly its
 score, whether the spinner was flagged, the load, and (unless --no-unbounded) the same spinner class with
 GRADER_JOB_CGROUPS=0, where the scheduler shares the CPUs per process (RLIMIT_DATA 2 GiB there, so that as many

@@ -190,10 +190,12 @@ def test_a_jobs_cpu_quota_is_set_and_enforced():
 
 @pytest.mark.skipif(bool(JobLimits.probe()), reason=JobLimits.probe() or "-")
 def test_as_many_busy_processes_as_ranks_are_never_flagged_and_a_spinner_is():
-    """At the quota an exercise's widest run gets (a CPU per rank, one for the worker), and weighing as its jobs'
-    ranks would: as many busy processes as ranks are not flagged, 20 are, looked at once a second as the pool does,
-    whatever CPU this busy host had for them (a quota of 4 CPUs is never reached on 2 cores)."""
+    """At the quota an exercise's widest run gets (what its ranks compute on, a CPU for its worker), and weighing as
+    its jobs would: as many busy processes as its ranks and worker are not flagged, a spinner's many are, looked at
+    once a second as the pool does, whatever CPU this busy host had for them (the quota itself, more than the host's
+    CPUs, is never reached)."""
     ranks = 3
+    spinners = max(20, 3 * round(job_cpus(ranks)))
     limits = JobLimits.here(job_cpus(ranks), jobs=2)
     groups = [limits.new_group(), limits.new_group()]
     try:
@@ -202,10 +204,10 @@ def test_as_many_busy_processes_as_ranks_are_never_flagged_and_a_spinner_is():
         ranks_like, spinner = groups
         v1 = limits.version == 1
         quota = _read(ranks_like.folders["cpu"], "cpu.cfs_quota_us" if v1 else "cpu.max").split()[0]
-        assert int(quota) == (ranks + 1) * CPU_PERIOD_US, quota
+        assert int(quota) == (max(os.cpu_count(), ranks) + 1) * CPU_PERIOD_US == job_cpus(ranks) * CPU_PERIOD_US, quota
         weight = _read(limits.bases["cpu"], "cpu.shares" if v1 else "cpu.weight")
-        assert int(weight) == (1024 if v1 else 100) * 2 * (ranks + 1), weight
-        procs = [_spin(ranks_like, ranks, 8.0), _spin(spinner, 20, 8.0)]
+        assert int(weight) == min(262144 if v1 else 10000, (1024 if v1 else 100) * 2 * round(job_cpus(ranks))), weight
+        procs = [_spin(ranks_like, ranks + 1, 8.0), _spin(spinner, spinners, 8.0)]
         while any(p.poll() is None for p in procs):
             time.sleep(1.0)
             ranks_like.sample()

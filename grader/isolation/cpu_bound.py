@@ -1,6 +1,6 @@
-"""A job's CPU: its quota (a CPU per rank of its widest run and one for its worker), and when to flag it.
+"""A job's CPU: its quota (what its ranks may compute on, and one CPU for its worker), and when to flag it.
 
-    cpus = job_cpus(ranks)               # GRADER_JOB_CPUS, else ranks + 1
+    cpus = job_cpus(ranks)               # GRADER_JOB_CPUS, else max(the host's CPUs, ranks) + 1
     set_quota(folder, version, cpus)     # v1 cpu.cfs_quota_us / cpu.cfs_period_us, v2 cpu.max
     demand = Demand(cpus); demand.sample(pids)   # once a second while the job grades
     too_much(stat, demand, cpus, version)        # why the job is flagged, or ""
@@ -9,7 +9,7 @@ The quota bounds what a job takes from the host, and each job is one entity of t
 so a job of 200 spinning processes gets what a job of 3 ranks gets. A job is flagged, for the instructor's review
 and never scored for it, when either holds:
 - the kernel held it back at its quota in at least half of the 100 ms periods it ran in, and in at least 100 (10 s):
-  it kept busy more than its ranks and worker, one CPU each, for most of its life; a run waits for its ranks;
+  it kept busy more threads than its ranks and worker compute on, for most of its life;
 - more than twice its quota's CPUs of its processes wanted a CPU at once (state R) in at least half of the looks
   at it, once a second, and in at least 5: on a busy host the quota may never be reached, but a spinner's
   processes still all want a CPU. An honest job has its ranks, its worker and a few idle helpers: it cannot.
@@ -20,15 +20,17 @@ from __future__ import annotations
 import math
 import os
 
-CPUS_ENV = "GRADER_JOB_CPUS"  # CPUs per job; default: one per rank of the exercise's widest run, one for its worker
+CPUS_ENV = "GRADER_JOB_CPUS"  # CPUs per job; default: job_cpus
 CPU_PERIOD_US = 100_000  # the kernel's default CFS period
 THROTTLED_SHARE, THROTTLED_MIN_PERIODS = 0.5, 100
 CROWD_FACTOR, CROWD_SHARE, CROWD_MIN_LOOKS = 2, 0.5, 5
 
 
 def job_cpus(ranks: int) -> float:
-    """The CPU quota of one job whose widest run has `ranks` ranks: a CPU per rank and one for its worker."""
-    return float(os.environ.get(CPUS_ENV) or ranks + 1)
+    """The CPU quota of one job whose widest run has `ranks` ranks: a CPU for each thread its ranks may compute on
+    (the engine gives a run's ranks the host's CPUs between them, at least one each: engine/launcher.py) and one for
+    its worker. So an honest job is never held back for long: only a spinner outnumbers that."""
+    return float(os.environ.get(CPUS_ENV) or max(os.cpu_count() or 1, ranks) + 1)
 
 
 def set_quota(folder: str, version: int, cpus: float) -> None:

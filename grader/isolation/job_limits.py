@@ -12,8 +12,8 @@ bomb took the processes its classmates needed; RLIMIT_DATA is per process and a 
 process, so one job could take the host's memory; and the scheduler shares the CPUs out per process, so a job of 200
 spinning processes took 200 shares of them. A cgroup bounds the job as a whole: pids.max, a memory limit that
 counts its anonymous memory, tmpfs (/tmp, HOME, /dev/shm) and memfd pages alike, and, where the cpu controller is
-there, one share of the CPUs among the jobs and a quota of a CPU per rank of the exercise's widest run and one for
-its worker (cpu.cfs_quota_us, v2 cpu.max). A job that wanted far more than that for most of its life is flagged
+there, one share of the CPUs among the jobs and a quota of what its ranks compute on and a CPU for its worker
+(cpu.cfs_quota_us, v2 cpu.max; cpu_bound.job_cpus). A job that wanted far more than that for most of its life is flagged
 for review (exceeded; cpu_bound.py says when), never scored for it. The groups are made under the grader's own
 cgroup (so whatever bounds the grader still bounds its jobs), in the cgroup v1 hierarchies `pids`, `memory` and
 `cpu`, or in the unified v2 hierarchy, whichever the grader can write: as root, or as another user in a v2 subtree
