@@ -186,6 +186,7 @@ def _grade(root: str, home: str, account: str | None, python: str) -> str:
         env = [
             f"HOME={home}",
             f"PATH={os.path.dirname(python)}:/usr/bin:/bin",
+            f"GRADER_PROCESS_MEMORY={2 << 30}",  # no cgroup here: two jobs fit in memory at 2 GiB (memory_fit.py)
             *(f"{k}={v}" for k, v in os.environ.items() if k.startswith("GRADER_")),
         ]
         proc = subprocess.run(

@@ -27,7 +27,9 @@ from grader.engine.processes import adopting_orphans
 from grader.exercises import get_exercise
 from grader.gradebook.course import Course
 from grader.isolation import sandbox as sandboxes
-from grader.isolation.job_limits import PROCESSES_PER_JOB, JobLimits
+from grader.isolation import memory_fit
+from grader.isolation.cpu_bound import job_cpus
+from grader.isolation.job_limits import JobLimits
 from grader.isolation.gpu_gate import check_gpus
 from grader.isolation.gpu_share import GpuShare
 from grader.isolation.nursery_client import Nurseries, nursery_notice, use_nursery
@@ -130,13 +132,15 @@ def grade_assignment(
     shard: tuple[int, int] | None = None,
     sandbox: bool = True,
     no_gpu: bool = False,
+    require_limits: bool = False,
 ) -> dict[str, dict]:
     """Grade every collected submission (or shard (i, n): every n-th student from the i-th, in name order);
     returns student -> result. sandbox: each submission's public checks, then its hidden ones, in a sandbox
     (sandbox.py): a job forked from that phase's nursery (nursery.py), or with GRADER_NURSERY=0 a bubblewrap
     sandbox of its own; False grades in long-lived workers outside any sandbox, and every result
-    says so. Raises preflight.NotReady, sandbox.SandboxMissing or gpu_gate.GpuUnusable (NVIDIA GPUs CUDA cannot
-    use where the ranks run; no_gpu: grade on CPU), before anything is graded or written."""
+    says so. Raises preflight.NotReady, sandbox.SandboxMissing (also where jobs would get no cgroup and
+    require_limits or GRADER_REQUIRE_JOB_LIMITS=1 asks never to grade so) or gpu_gate.GpuUnusable (NVIDIA GPUs CUDA
+    cannot use where the ranks run; no_gpu: grade on CPU), before anything is graded or written."""
     if sandbox:
         sandboxes.require()
         for notice in (nursery_notice(), sandboxes.nccl_env_notice()):
@@ -147,6 +151,7 @@ def grade_assignment(
     worker_args = [assignment, "--timeout", str(timeout), "--world-size", str(world_size), "--version", version]
     gate = check_gpus(worker_args, sandbox, sandbox and use_nursery(), no_gpu)
     share = share_gpus(gate.gpus, assignment, world_size, jobs)
+    ranks = widest_run(assignment, world_size)
     if shard is not None:
         submissions = {s: submissions[s] for s in sorted(submissions)[shard[0] :: shard[1]]}
     # earlier results, read before any student code runs (a shard watches only its own students' files)
@@ -157,12 +162,17 @@ def grade_assignment(
     accepted = _earlier_results(store, snapshot, submissions, version, sandbox, guard)
     queue: list[Job] = []
     on_result = _PhaseJoiner(store, snapshot, submissions, version, sandbox, guard, accepted, queue)
+    limits = None
     try:
         queue.extend(_first_jobs(submissions, accepted, snapshot, sandbox))
+        if sandbox and queue:
+            limits = job_limits(share, ranks, require_limits or memory_fit.required())
         desc = f"grading {assignment}" + ("" if sandbox else " (UNSANDBOXED)")
-        _run_workers(queue, worker_args, sandbox, share, on_result, guard, progress, len(submissions), desc)
+        _run_workers(queue, worker_args, limits, share, on_result, guard, progress, len(submissions), desc)
         guard.tick(set())  # put back anything changed after the last tick (no one left to name)
     finally:
+        if limits is not None:
+            limits.close()
         snapshot.close()
     results = {
         student: _final_result(student, assignment, accepted.get(student), guard, snapshot.content[path], sandbox)
@@ -237,13 +247,24 @@ class _PhaseJoiner:
         return True
 
 
-def _run_workers(queue, worker_args, sandbox, share, on_result, guard, progress, total, desc) -> None:
-    """The pool of share.jobs grading workers over the queue: sandboxed (nurseries, a cgroup and, as root, a uid
-    per job) or not; everything it started is closed when it returns or raises."""
-    jobs = share.jobs
-    limits = JobLimits.here() if sandbox and queue else None
-    if limits is not None and limits.missing:
-        print(no_cgroup_notice(limits.missing), file=sys.stderr)
+def job_limits(share: GpuShare, ranks: int, required: bool) -> JobLimits:
+    """This run's cgroups (job_limits.py), each job's CPU quota sized to its widest run. Where there are none: the
+    start-up line says so, and --jobs drops to what the host's memory holds (memory_fit.py); or, required,
+    sandbox.SandboxMissing."""
+    limits = JobLimits.here(job_cpus(ranks), share.jobs)
+    if not limits.missing:
+        return limits
+    if required:
+        raise sandboxes.SandboxMissing(memory_fit.refusal(limits.missing))
+    asked, share.jobs = share.jobs, min(share.jobs, memory_fit.jobs_that_fit(ranks))
+    print(memory_fit.unbounded_notice(limits.missing, share.jobs, asked, ranks), file=sys.stderr)
+    return limits
+
+
+def _run_workers(queue, worker_args, limits, share, on_result, guard, progress, total, desc) -> None:
+    """The pool of share.jobs grading workers over the queue: sandboxed (limits not None: nurseries, a cgroup and,
+    as root, a uid per job) or not; everything it started is closed when it returns or raises."""
+    jobs, sandbox = share.jobs, limits is not None
     uids = _slot_uids(jobs) if sandbox and queue and os.geteuid() == 0 else None
     nurseries = Nurseries(worker_args, jobs + 2) if sandbox and queue and use_nursery() else None
     workers = Workers(
@@ -262,8 +283,6 @@ def _run_workers(queue, worker_args, sandbox, share, on_result, guard, progress,
     finally:
         if nurseries is not None:
             nurseries.close()
-        if limits is not None:
-            limits.close()
         if uids is not None:
             uids.close()
 
@@ -297,22 +316,17 @@ def _slot_uids(jobs: int) -> SlotUids:
         raise sandboxes.SandboxMissing(f"cannot reserve a uid of its own for each grading job: {exc}") from None
 
 
-def no_cgroup_notice(why: str) -> str:
-    """The one line said at start where jobs get no cgroup: what still bounds each job, and what does not."""
-    own = "its own uid" if os.geteuid() == 0 else "its own user namespace"
-    return (
-        f"grader: no limit per job here ({why}): each job's processes are bounded by {own} "
-        f"(RLIMIT_NPROC {PROCESSES_PER_JOB}), its memory only per process and by its /tmp and /dev/shm sizes"
-    )
-
-
 def share_gpus(gpus: int, assignment: str, world_size: int, jobs: int | None) -> GpuShare:
     """How the GPUs CUDA counts where the ranks run are shared out among the jobs (jobs None: the default)."""
-    widest = max([world_size] + [c.world_size or 0 for c in get_exercise(assignment).checks])
-    share = GpuShare.plan(gpus, world_size, widest, os.cpu_count() or 1, jobs)
+    share = GpuShare.plan(gpus, world_size, widest_run(assignment, world_size), os.cpu_count() or 1, jobs)
     if share.gpus:
         print(f"grading on {share.describe()}", file=sys.stderr)  # up front, in one line
     return share
+
+
+def widest_run(assignment: str, world_size: int) -> int:
+    """The ranks of the exercise's widest run (its hidden checks' 3), or the grading world size if wider."""
+    return max([world_size] + [c.world_size or 0 for c in get_exercise(assignment).checks])
 
 
 def plans_of(result: dict) -> list[str]:

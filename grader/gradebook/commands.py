@@ -28,6 +28,7 @@ def _grade(args) -> int:
             shard=args.shard,
             sandbox=args.sandbox,
             no_gpu=args.no_gpu,
+            require_limits=args.require_job_limits,
         )
     except (NotReady, SandboxMissing, GpuUnusable) as exc:
         print(f"python -m grader grade: {exc}", file=sys.stderr)
@@ -143,6 +144,13 @@ def register(sub) -> None:
         "--no-gpu",
         action="store_true",
         help="grade on CPU (gloo) even where the machine has GPUs: the ranks see none; each result's plan says so",
+    )
+    grade.add_argument(
+        "--require-job-limits",
+        action="store_true",
+        help="refuse to grade where sandboxed jobs would get no cgroup of their own (no memory or CPU bound per "
+        "job: not root and no delegated cgroup v2 subtree, or GRADER_JOB_CGROUPS=0); GRADER_REQUIRE_JOB_LIMITS=1 "
+        "does the same",
     )
     grade.set_defaults(func=_grade)
 

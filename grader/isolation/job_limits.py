@@ -1,6 +1,6 @@
 """Limits per grading job, not per user: each sandboxed job's processes in cgroups of their own.
 
-    limits = JobLimits.here()        # once per run; limits.missing says why there are none ("" when there are)
+    limits = JobLimits.here(cpus, jobs)  # once per run; limits.missing says why there are none ("" when there are)
     group = limits.new_group()       # per job: None without cgroups
     group.join_argv(argv)            # a command that enters the group before it execs argv (bwrap's sandbox)
     group.add(pid)                   # or move a process in (a nursery's job, before it forks anything)
@@ -9,20 +9,29 @@
 
 RLIMIT_NPROC counts every process of a uid across the machine and every sandbox runs as nobody, so one job's fork
 bomb took the processes its classmates needed; RLIMIT_DATA is per process and a tmpfs or memfd belongs to no
-process, so one job could take the host's memory. A cgroup bounds the job as a whole: pids.max, and a memory
-limit that counts its anonymous memory, tmpfs (/tmp, HOME, /dev/shm) and memfd pages alike. The groups are made
-under the grader's own cgroup (so whatever bounds the grader still bounds its jobs), in the cgroup v1 hierarchies
-`pids` and `memory` or in the unified v2 hierarchy, whichever the grader can write; it needs root here (no
-delegated v2 subtree). GRADER_JOB_PIDS and GRADER_JOB_MEMORY (bytes) change the bounds.
+process, so one job could take the host's memory; and the scheduler shares the CPUs out per process, so a job of 200
+spinning processes took 200 shares of them. A cgroup bounds the job as a whole: pids.max, a memory limit that
+counts its anonymous memory, tmpfs (/tmp, HOME, /dev/shm) and memfd pages alike, and, where the cpu controller is
+there, one share of the CPUs among the jobs and a quota of what its ranks compute on and a CPU for its worker
+(cpu.cfs_quota_us, v2 cpu.max; cpu_bound.job_cpus). A job that wanted far more than that for most of its life is flagged
+for review (exceeded; cpu_bound.py says when), never scored for it. The groups are made under the grader's own
+cgroup (so whatever bounds the grader still bounds its jobs), in the cgroup v1 hierarchies `pids`, `memory` and
+`cpu`, or in the unified v2 hierarchy, whichever the grader can write: as root, or as another user in a v2 subtree
+delegated to it (systemd-run --user --scope -p Delegate=yes, docs/instructors.md). GRADER_JOB_PIDS,
+GRADER_JOB_MEMORY (bytes) and GRADER_JOB_CPUS change the bounds; without any cgroup, memory_fit.py sizes --jobs to
+the host's memory.
 """
 
 from __future__ import annotations
 
+import errno
 import itertools
 import os
 import resource
 import signal
 import time
+
+from grader.isolation import cpu_bound
 
 ROOT = "/sys/fs/cgroup"
 PIDS_MAX = int(os.environ.get("GRADER_JOB_PIDS") or 512)  # processes and threads: 3 ranks of torch use about 100
@@ -53,13 +62,15 @@ def _own_groups() -> dict[str, str]:
 
 
 class JobLimits:
-    def __init__(self, bases: dict[str, str], version: int, missing: str):
-        self.bases, self.version, self.missing = bases, version, missing  # bases: kind ("pids", "memory") -> folder
+    def __init__(self, bases: dict[str, str], version: int, missing: str, cpus: float = 0.0):
+        # bases: kind ("pids", "memory", and "cpu" where there is one) -> folder
+        self.bases, self.version, self.missing, self.cpus = bases, version, missing, cpus
         self._count = itertools.count()
 
     @classmethod
-    def here(cls) -> "JobLimits":
-        """This run's parent groups, made now; or none, with the reason in .missing."""
+    def here(cls, cpus: float = 0.0, jobs: int = 1) -> "JobLimits":
+        """This run's parent groups, made now; or none, with the reason in .missing. cpus: each job's CPU quota
+        (cpu_bound.job_cpus; 0: none), where the cpu controller is there too; jobs: how many grade at once."""
         if os.environ.get(OFF_ENV) == "0":
             return cls({}, 0, f"turned off by {OFF_ENV}=0")
         try:
@@ -69,29 +80,34 @@ class JobLimits:
         name = f"ddp-grader-{os.getpid()}"
         v1 = {
             kind: os.path.join(ROOT, kind, own[kind].lstrip("/"), name)
-            for kind in ("pids", "memory")
+            for kind in ("pids", "memory", "cpu")
             if kind in own and os.path.isdir(os.path.join(ROOT, kind))
         }
-        if len(v1) == 2:
-            return cls._made(v1, 1)
-        unified = os.path.join(ROOT, own.get("", "/").lstrip("/"))
-        try:
-            with open(os.path.join(unified, "cgroup.controllers")) as f:
-                controllers = f.read().split()
-        except OSError:
-            controllers = []
-        if {"pids", "memory"} <= set(controllers):
-            base = os.path.join(unified, name)
-            made = cls._made({"pids": base, "memory": base}, 2)
-            if not made.missing:
-                try:  # the jobs below get both controllers (base itself holds no process: v2's rule)
-                    with open(os.path.join(base, "cgroup.subtree_control"), "w") as f:
-                        f.write("+pids +memory")
-                except OSError as exc:
-                    made.close()
-                    return cls({}, 0, f"cannot enable pids and memory below {base} ({exc.strerror})")
-            return made
-        return cls({}, 0, "no writable cgroup with the pids and memory controllers (cgroup v1 or v2) here")
+        if {"pids", "memory"} <= set(v1):
+            if "cpu" not in v1 or not cpus:
+                v1 = {kind: folder for kind, folder in v1.items() if kind in ("pids", "memory")}
+            return cls._made(v1, 1, cpus, jobs)
+        return cls._unified(own, name, cpus, jobs)
+
+    @classmethod
+    def _unified(cls, own: dict[str, str], name: str, cpus: float, jobs: int) -> "JobLimits":
+        """Groups in the v2 hierarchy: the grader's own group when it may write it (root, or a subtree delegated
+        to this user: `systemd-run --user --scope -p Delegate=yes`, or one a hub gives its service)."""
+        group = os.path.join(ROOT, own.get("", "/").lstrip("/"))
+        wanted = ["pids", "memory"] + (["cpu"] if cpus and "cpu" in _words(group, "cgroup.controllers") else [])
+        if not {"pids", "memory"} <= set(_words(group, "cgroup.controllers")):
+            return cls({}, 0, "no writable cgroup with the pids and memory controllers (cgroup v1 or v2) here")
+        why = _enable_below(group, wanted)
+        if why:
+            return cls({}, 0, why)
+        base = os.path.join(group, name)
+        made = cls._made({kind: base for kind in wanted}, 2, cpus, jobs)
+        if not made.missing:
+            why = _enable_below(base, wanted)  # the jobs below get them (base itself holds no process: v2's rule)
+            if why:
+                made.close()
+                return cls({}, 0, why)
+        return made
 
     @classmethod
     def probe(cls) -> str:
@@ -101,7 +117,7 @@ class JobLimits:
         return limits.missing
 
     @classmethod
-    def _made(cls, bases: dict[str, str], version: int) -> "JobLimits":
+    def _made(cls, bases: dict[str, str], version: int, cpus: float, jobs: int) -> "JobLimits":
         for folder in dict.fromkeys(bases.values()):
             _remove_stale(os.path.dirname(folder))
         made = []
@@ -113,7 +129,17 @@ class JobLimits:
             for folder in made:
                 os.rmdir(folder)
             return cls({}, 0, f"cannot make a cgroup as uid {os.geteuid()} ({exc.strerror})")
-        return cls(bases, version, "")
+        limits = cls(bases, version, "", cpus)
+        if "cpu" in bases:  # the run weighs what its jobs' ranks would weigh as processes beside it (one each)
+            weight = max(1, jobs) * max(1, round(cpus))
+            try:
+                if version == 1:
+                    _write(bases["cpu"], "cpu.shares", min(262144, 1024 * weight))  # the kernel's bounds
+                else:
+                    _write(bases["cpu"], "cpu.weight", min(10000, 100 * weight))
+            except OSError:
+                pass  # the default weight: still one share among its siblings
+        return limits
 
     def new_group(self) -> "JobGroup | None":
         if self.missing:
@@ -121,8 +147,10 @@ class JobLimits:
         number = next(self._count)
         folders = {kind: os.path.join(base, f"job-{number}") for kind, base in self.bases.items()}
         try:
-            group = JobGroup(folders, self.version)
+            group = JobGroup(folders, self.version, self.cpus)
         except OSError:
+            for folder in folders.values():
+                _remove(folder)
             return None  # gone meanwhile: the job still has its per-process limits
         return group
 
@@ -131,9 +159,59 @@ class JobLimits:
             _remove(folder)
 
 
+def _words(folder: str, name: str) -> list[str]:
+    try:
+        with open(os.path.join(folder, name)) as f:
+            return f.read().split()
+    except OSError:
+        return []
+
+
+def _write(folder: str, name: str, value) -> None:
+    with open(os.path.join(folder, name), "w") as f:
+        f.write(str(value))
+
+
+def _enable_below(group: str, controllers: list[str]) -> str:
+    """Enable the controllers for the v2 group's children ("" once done, else why not). A group that holds
+    processes cannot (v2's rule): in a group delegated to us (a scope with Delegate=yes), they are moved first into a
+    leaf of their own; a group systemd did not delegate is left as it is."""
+    if set(controllers) <= set(_words(group, "cgroup.subtree_control")):
+        return ""
+    change = " ".join(f"+{c}" for c in controllers)
+    try:
+        try:
+            _write(group, "cgroup.subtree_control", change)
+        except OSError as exc:
+            if exc.errno != errno.EBUSY or not _delegated(group):
+                raise
+            leaf = os.path.join(group, "ddp-grader-leaf")
+            os.makedirs(leaf, exist_ok=True)
+            for pid in _words(group, "cgroup.procs"):
+                try:
+                    _write(leaf, "cgroup.procs", pid)
+                except OSError:
+                    pass  # ended meanwhile
+            _write(group, "cgroup.subtree_control", change)
+    except OSError as exc:
+        return f"cannot enable {', '.join(controllers)} below {group} as uid {os.geteuid()} ({exc.strerror})"
+    return ""
+
+
+def _delegated(group: str) -> bool:
+    """Whether systemd delegated this group (Delegate=yes marks it with an extended attribute)."""
+    for name in ("trusted.delegate", "user.delegate"):
+        try:
+            if os.getxattr(group, name) == b"1":
+                return True
+        except OSError:
+            pass
+    return False
+
+
 class JobGroup:
-    def __init__(self, folders: dict[str, str], version: int):
-        self.folders, self.version = folders, version
+    def __init__(self, folders: dict[str, str], version: int, cpus: float = 0.0):
+        self.folders, self.version, self.cpus = folders, version, cpus
         for folder in dict.fromkeys(folders.values()):
             os.mkdir(folder, 0o755)
         self._write("pids", "pids.max", str(PIDS_MAX))
@@ -149,10 +227,12 @@ class JobGroup:
                 self._write("memory", "memory.swap.max", "0")
             except OSError:
                 pass
+        if "cpu" in folders:
+            cpu_bound.set_quota(folders["cpu"], version, cpus)
+        self.demand = cpu_bound.Demand(cpus)
 
     def _write(self, kind: str, name: str, text: str) -> None:
-        with open(os.path.join(self.folders[kind], name), "w") as f:
-            f.write(text)
+        _write(self.folders[kind], name, text)
 
     def _procs_files(self) -> list[str]:
         return [os.path.join(folder, "cgroup.procs") for folder in dict.fromkeys(self.folders.values())]
@@ -169,6 +249,14 @@ class JobGroup:
             with open(path, "w") as f:
                 f.write(str(pid))
 
+    def sample(self) -> None:
+        """Look once at how many of the job's processes want a CPU now (cpu_bound.Demand)."""
+        self.demand.sample(os.path.join(self.folders["pids"], "cgroup.procs"))
+
+    def cpu_stat(self) -> dict[str, int]:
+        """The kernel's CPU bandwidth counters of this job: nr_periods, nr_throttled, throttled time; {} without."""
+        return _events(self.folders["cpu"], "cpu.stat") if "cpu" in self.folders else {}
+
     def exceeded(self) -> list[str]:
         """The limits this job ran into, each named as an instructor or a student would look it up."""
         found = []
@@ -184,6 +272,9 @@ class JobGroup:
             found.append(
                 f"memory, /tmp and /dev/shm together (at most {MEMORY_BYTES / (1 << 30):g} GiB per job: cgroup {name})"
             )
+        cpu = cpu_bound.too_much(self.cpu_stat(), self.demand, self.cpus, self.version)
+        if cpu:
+            found.append(cpu)
         return found
 
     def close(self) -> None:

@@ -201,6 +201,7 @@ class _Pool:
         self.running: dict[subprocess.Popen, dict | None] = {}
         self.warm: list[tuple[subprocess.Popen, Job]] = []  # sandboxed: the next job's worker, started, not yet fed
         self.window: set[str] = set()  # students whose code may have run since the last tick
+        self.looked = 0.0  # when look_at_cpus last looked
 
     def fill(self) -> None:
         while (self.queue or self.warm) and len(self.running) < self.jobs:  # a result may have queued a next phase
@@ -223,8 +224,18 @@ class _Pool:
         for proc, job in list(self.running.items()):
             if job and time.monotonic() - job["since"] > SUBMISSION_BOUND_S:
                 self.lost(proc)
+        self.look_at_cpus()
         self.fill()
         self.prestart()
+
+    def look_at_cpus(self) -> None:
+        """Once a second, how many processes of each grading job want a CPU (job_limits.JobGroup.sample)."""
+        if time.monotonic() - self.looked < 1.0:
+            return
+        self.looked = time.monotonic()
+        for proc, job in self.running.items():
+            if job and getattr(proc, "group", None) is not None:
+                proc.group.sample()
 
     def start_worker(self) -> None:
         if self.warm:
