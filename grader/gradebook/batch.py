@@ -25,6 +25,7 @@ from grader import cells
 from grader.code_digest import grader_digest
 from grader.engine.processes import adopting_orphans
 from grader.exercises import get_exercise
+from grader.gradebook import course_access
 from grader.gradebook.course import Course
 from grader.isolation import sandbox as sandboxes
 from grader.isolation.job_limits import PROCESSES_PER_JOB, JobLimits
@@ -161,6 +162,8 @@ def grade_assignment(
     owner = {f: s for s, path in submissions.items() for f in (path, timestamp_of(path))}
     snapshot = Snapshot(list(owner) + list(watched))  # all that is read of submitted/, once, before grading
     guard = _Guard(store, snapshot, owner, watched, sandbox)
+    if line := course_access.warning(course.root):  # other accounts could read answers and results: say so
+        print(line, file=sys.stderr)
     accepted = _earlier_results(store, snapshot, submissions, version, sandbox, guard)
     queue: list[Job] = []
     on_result = _PhaseJoiner(store, snapshot, submissions, version, sandbox, guard, accepted, queue)
