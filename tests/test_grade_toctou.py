@@ -66,9 +66,8 @@ def klass():
     os.chmod(shared, 0o755)
     try:
         course = generated_course(os.path.join(shared, "course"))
-        answers = notebook_with(solution_answers())
-        for student in ("ada", "bob", "mallory"):
-            place(course, student, answers)
+        for student in ("ada", "bob", "mallory"):  # the same answers, each notebook marked as its author's
+            place(course, student, notebook_with(solution_answers(), lambda nb: nb["metadata"].update(whose=student)))
             os.chmod(os.path.join(course.root, "submitted", student, A), 0o777)  # plain collect's mode
         with open(os.path.join(course.root, "submitted", "mallory", A, "notes.txt"), "w") as f:
             f.write("mallory's notes")

@@ -174,6 +174,15 @@ def grade_assignment(
         guard.tick(set())  # put back anything changed after the last tick (no one left to name)
     finally:
         snapshot.close()
+    results = _class_results(assignment, submissions, refused, accepted, guard, snapshot, sandbox)
+    for student in list(accepted) + list(refused):
+        store.accept(student, results[student])  # flags kept with the result: the report and later runs see them
+    guard.tick(set())
+    return results
+
+
+def _class_results(assignment, submissions, refused, accepted, guard, snapshot, sandbox) -> GradedClass:
+    """Every student's final result, and what was read of each submission before any grading."""
     results = GradedClass(
         {
             student: _final_result(student, assignment, accepted.get(student), guard, snapshot.content[path], sandbox)
@@ -182,13 +191,10 @@ def grade_assignment(
     )
     for student, why in refused.items():
         results[student] = refused_result(student, assignment, why, sandbox)
-    for student in list(accepted) + list(refused):
-        store.accept(student, results[student])  # flags kept with the result: the report and later runs see them
     results.submitted = {
         s: {f"{assignment}.ipynb": snapshot.content[p], TIMESTAMP: snapshot.content[timestamp_of(p)]}
         for s, p in submissions.items()
     }
-    guard.tick(set())
     return results
 
 
