@@ -29,6 +29,15 @@ from grader.gradebook.refuse_autograde import RefuseAutogradeExporter, autograde
 
 c.Autograde.exporter_class = RefuseAutogradeExporter
 c.Autograde.autograde_preprocessors = autograde_preprocessors()
+# nbgrader's validate (the Validate button, `nbgrader validate`) runs only the course's own notebooks (solutions/,
+# exercises/) and students' fetched copies (ddp-course/<assignment>/): a submission is refused in one line, since
+# nbgrader would run it unsandboxed, as you (grader/gradebook/refuse_validate.py).
+from grader.gradebook.refuse_validate import refuse_validate  # noqa: E402
+
+refuse_validate()
+# Every collect (`nbgrader collect`, the formgrader's Collect button, `make collect`) copies only plain files a
+# student owns, never through a link, and refuses forged, postdated or backdated submissions (vetted_collect.py).
+c.ExchangeFactory.collect = "grader.gradebook.vetted_collect.VettedCollect"
 # Feedback shows each check's verdict, never the code of hidden tests.
 # Generating refuses check cells whose points are not the checks' (grader/points_preprocessor.py).
 from nbgrader.converters import GenerateAssignment  # noqa: E402

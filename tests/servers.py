@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
+import json
+import os
+import secrets
+import socket
 import subprocess
+import sys
 import time
 import urllib.request
 
@@ -51,3 +57,41 @@ def kill_all(procs: list[psutil.Process]) -> None:
         except psutil.Error:
             pass
     psutil.wait_procs(procs, timeout=10)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@contextlib.contextmanager
+def jupyter_server(root: str, env: dict, log_path: str):
+    """A Jupyter server (nbgrader's server extensions included) in `root`, as the tests' user; yields
+    post(path, data) -> the JSON reply of an authenticated POST to that path."""
+    port, token = free_port(), secrets.token_hex(16)
+    server = os.path.join(os.path.dirname(sys.executable), "jupyter-server")
+    with open(log_path, "w") as log:
+        proc = subprocess.Popen(
+            [server, "--no-browser", "--allow-root", f"--ServerApp.port={port}", "--ServerApp.ip=127.0.0.1"]
+            + [f"--IdentityProvider.token={token}", f"--ServerApp.root_dir={root}"],
+            cwd=root,
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        url = f"http://127.0.0.1:{port}"
+        try:
+            wait_until_up(proc, f"{url}/api/status?token={token}", "the Jupyter server", log_path)
+
+            def post(path: str, data: bytes = b"") -> dict:
+                request = urllib.request.Request(
+                    url + path, data=data, method="POST", headers={"Authorization": f"token {token}"}
+                )
+                with urllib.request.urlopen(request, timeout=600) as reply:
+                    return json.loads(reply.read())
+
+            yield post
+        finally:
+            stop_tree(proc, grace_s=30)

@@ -5,10 +5,11 @@ instructor releases 02_ddp_basics, Alice and Bob fetch and submit with `nbgrader
 from the students' environment (deploy/hub/student_env.py). Then Bob, as Bob, places
 submissions by hand in `inbound/`: one named for Alice (newer than hers), one postdated,
 one backdated, one whose timestamp.txt (the time nbgrader grades) is earlier than its
-name, one whose notebook is a link to the instructor's solution, one with a 3 GiB sparse file. Plain `nbgrader collect`
+name, one whose notebook is a link to the instructor's solution, one with a 3 GiB sparse file. nbgrader's plain collect
 takes the forgery as Alice's work and the postdated one as Bob's (the attack is real);
-`python -m grader collect` refuses each with one line saying why, and collects Alice's
-and Bob's own submissions byte for byte.
+`nbgrader collect` with the course's nbgrader_config.py (so the formgrader's Collect button) and
+`python -m grader collect` (make collect) refuse each with one line saying why, and collect Alice's
+and Bob's own submissions byte for byte, in 0755 folders of 0644 files.
 """
 
 from __future__ import annotations
@@ -17,11 +18,13 @@ import glob
 import json
 import os
 import shutil
+import stat
 import tempfile
 from datetime import datetime, timedelta, timezone
 
 import pytest
 
+from grader.gradebook import roundtrip
 from tests.accounts import accounts, as_user, home, instructor_python, missing, student_env
 from tests.helpers import ROOT
 
@@ -165,19 +168,28 @@ def test_bob_cannot_submit_as_alice_nor_backdate_nor_postdate(klass):
         bobs_time = f.read().strip()
     _forge(klass)
 
-    # plain nbgrader collect, in a copy of the course: the forgeries win (what this test defends against)
+    # nbgrader's plain collect, in a copy of the course: the forgeries win (what this test defends against)
     plain = klass["course"] + "-plain"
-    _ok(as_user(TEACHER, "cp", "-a", klass["course"], plain), "copying the course")
-    _teacher(klass, "-m", "nbgrader", "collect", A, "--log-level=WARN", cwd=plain)
+    vetted_cli = klass["course"] + "-grader-collect"
+    for copy in (plain, vetted_cli):
+        _ok(as_user(TEACHER, "cp", "-a", klass["course"], copy), "copying the course")
+    _teacher(klass, "-m", "nbgrader", "collect", A, "--log-level=WARN", roundtrip.PLAIN_COLLECT, cwd=plain)
     assert _whose(_collected(plain, ALICE)[0]) == BOB, "plain nbgrader collect did not take Bob's forgery"
     assert _collected(plain, BOB)[1] != bobs_time
 
-    # the vetted collect: each forgery refused with its reason, the students' own work collected
-    out = _teacher(klass, "-m", "grader", "collect", A)
-    refused = [line for line in out.splitlines() if "REFUSED" in line]
-    for tag, reason in FORGERIES.items():
-        [line] = [line for line in refused if f"+{tag}: " in line] or [f"no line for {tag} in:\n{out}"]
-        assert reason in line, line
-    assert len(refused) == len(FORGERIES), refused
-    assert _collected(klass["course"], ALICE)[0] == alices
-    assert _collected(klass["course"], BOB) == (bobs, bobs_time)
+    # every collect of the course is vetted: `nbgrader collect` (the formgrader's Collect button runs the same
+    # with the course's nbgrader_config.py) and `python -m grader collect` (make collect); each forgery refused
+    # with its reason, the students' own work collected, in folders no other account may write
+    for course, cmd in ((klass["course"], ["-m", "nbgrader"]), (vetted_cli, ["-m", "grader"])):
+        out = _teacher(klass, *cmd, "collect", A, cwd=course)
+        refused = [line for line in out.splitlines() if "REFUSED" in line]
+        for tag, reason in FORGERIES.items():
+            [line] = [line for line in refused if f"+{tag}: " in line] or [f"no line for {tag} in:\n{out}"]
+            assert reason in line, line
+        assert len(refused) == len(FORGERIES), refused
+        assert _collected(course, ALICE)[0] == alices
+        assert _collected(course, BOB) == (bobs, bobs_time)
+        for student in (ALICE, BOB):
+            folder = os.path.join(course, "submitted", student, A)
+            assert stat.S_IMODE(os.stat(folder).st_mode) == 0o755, oct(os.stat(folder).st_mode)
+            assert {stat.S_IMODE(os.stat(os.path.join(folder, n)).st_mode) for n in os.listdir(folder)} == {0o644}

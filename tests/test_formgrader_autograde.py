@@ -12,14 +12,10 @@ defaults everywhere) the same submission writes its probe: the attack is real, a
 
 from __future__ import annotations
 
-import json
 import os
-import secrets
 import shutil
-import socket
 import subprocess
 import sys
-import urllib.request
 
 import pytest
 
@@ -28,7 +24,7 @@ from grader.gradebook.inject import autograde_config
 from grader.gradebook.refuse_autograde import ALLOW, REFUSAL
 from samples.make_samples import solution_answers
 from tests.helpers import ROOT
-from tests.servers import stop_tree, wait_until_up
+from tests.servers import jupyter_server
 from tests.graded_class import A, notebook_with, place
 
 pytestmark = pytest.mark.timeout(900)
@@ -68,46 +64,10 @@ def nothing_ran(probes: list[str], autograded: str) -> None:
         assert f.read() == "graded by make grade", "the autograded notebook was lost"
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def press_autograde(root: str, env: dict, tmp_path) -> dict:
     """A Jupyter server with nbgrader's formgrader in the course directory; the Autograde button's request."""
-    port, token = _free_port(), secrets.token_hex(16)
-    log_path = tmp_path / "server.log"
-    with open(log_path, "w") as log:
-        proc = subprocess.Popen(
-            [
-                os.path.join(BIN, "jupyter-server"),
-                "--no-browser",
-                "--allow-root",
-                f"--ServerApp.port={port}",
-                "--ServerApp.ip=127.0.0.1",
-                f"--IdentityProvider.token={token}",
-                f"--ServerApp.root_dir={root}",
-            ],
-            cwd=root,
-            env=env,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-        url = f"http://127.0.0.1:{port}"
-        try:
-            wait_until_up(proc, f"{url}/api/status?token={token}", "the Jupyter server", str(log_path))
-            request = urllib.request.Request(
-                f"{url}/formgrader/api/submission/{A}/bob/autograde",
-                data=b"",
-                method="POST",
-                headers={"Authorization": f"token {token}"},
-            )
-            with urllib.request.urlopen(request, timeout=600) as reply:
-                return json.loads(reply.read())
-        finally:
-            stop_tree(proc, grace_s=30)
+    with jupyter_server(root, env, str(tmp_path / "server.log")) as post:
+        return post(f"/formgrader/api/submission/{A}/bob/autograde")
 
 
 def server_env(tmp_path, config_path: str | None) -> dict:

@@ -101,32 +101,56 @@ def submission(course, student: str) -> str:
     return os.path.join(course.root, "submitted", student, A)
 
 
-def test_links_fifos_and_outside_hard_links_under_submitted_are_refused(graded_course, tmp_path):
+def test_a_bad_file_refuses_its_submission_only(graded_course, tmp_path):
     """What plain `nbgrader collect` lets through: bob's folder linked to ada's (he would get her grade), an
     extra file of chloe's linked to /etc/shadow (it would be copied into feedback/), dan's FIFO, eve's hard link
-    to a file outside her submission. One line names each; nothing is graded, moved or written."""
+    to a file outside her submission, fay's 3 GiB sparse file (no blocks on disk), gus's notebook linked to the
+    solution. Each of those submissions is refused alone, flagged with one line naming what is wrong; ada is
+    graded in full; nothing is followed, read, moved or copied."""
     course = graded_course
     os.makedirs(os.path.join(course.root, "submitted", "bob"))
     os.symlink(submission(course, "ada"), submission(course, "bob"))
-    for student in ("chloe", "dan", "eve"):
+    for student in ("chloe", "dan", "eve", "fay"):
         place(course, student, "{}")
     os.symlink("/etc/shadow", os.path.join(submission(course, "chloe"), "notes.txt"))
     os.mkfifo(os.path.join(submission(course, "dan"), "pipe"))
     outside = tmp_path / "outside.txt"
     outside.write_text("not eve's")
     os.link(outside, os.path.join(submission(course, "eve"), "data.txt"))
-    line = refused(
-        course.root,
-        "submitted holds what grading must not read",
-        f"bob/{A} is a symbolic link",
-        f"chloe/{A}/notes.txt is a symbolic link (to /etc/shadow)",
-        f"dan/{A}/pipe is a FIFO",
-        f"eve/{A}/data.txt is a hard link to a file outside its submission",
-        "make collect",
-    )
-    assert os.readlink(os.path.join(submission(course, "chloe"), "notes.txt")) == "/etc/shadow", line
+    big = os.path.join(submission(course, "fay"), "weights.bin")
+    with open(big, "wb") as f:
+        f.truncate(3 << 30)
+    os.makedirs(submission(course, "gus"))
+    solution = os.path.join(course.root, "solutions", A, f"{A}.ipynb")
+    os.symlink(solution, os.path.join(submission(course, "gus"), f"{A}.ipynb"))
+    proc = grade(course.root)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    rows = {line.split()[0]: line for line in proc.stdout.splitlines() if line.strip()}
+    assert "44/44" in rows["ada"] and "FLAGGED" not in rows["ada"], proc.stdout
+    expected = {
+        "bob": f"bob/{A} is a symbolic link (to {submission(course, 'ada')})",
+        "chloe": f"chloe/{A}/notes.txt is a symbolic link (to /etc/shadow)",
+        "dan": f"dan/{A}/pipe is a FIFO",
+        "eve": f"eve/{A}/data.txt is a hard link to a file outside its submission",
+        "fay": f"fay/{A} holds 3.0 GiB of files (fay/{A}/weights.bin: 3.0 GiB)",
+        "gus": f"gus/{A}/{A}.ipynb is a symbolic link (to {solution})",
+    }
+    for student, why in expected.items():
+        assert f"FLAGGED: nothing of this submission was read: {why}" in rows[student], rows[student]
+        assert "make collect" in rows[student] and rows[student].count("FLAGGED") == 1, rows[student]
+        assert " 0/44" in rows[student], rows[student]
+    assert os.readlink(os.path.join(submission(course, "chloe"), "notes.txt")) == "/etc/shadow"
     assert os.readlink(submission(course, "bob")) == submission(course, "ada")
-    assert not os.path.exists(os.path.join(course.root, "autograded"))
+    assert os.stat(big).st_blocks * 512 < 1 << 20  # still sparse: nothing was written into it
+    assert sorted(os.listdir(os.path.join(course.root, "autograded"))) == ["ada"]
+    assert sorted(os.listdir(os.path.join(course.root, "autograded", "ada", A))) == [f"{A}.ipynb", "timestamp.txt"]
+
+
+def test_submitted_itself_a_link_refuses_the_class(graded_course, tmp_path):
+    course = graded_course
+    os.rename(os.path.join(course.root, "submitted"), tmp_path / "elsewhere")
+    os.symlink(tmp_path / "elsewhere", os.path.join(course.root, "submitted"))
+    refused(course.root, "submitted is a symbolic link", "Nothing was graded")
 
 
 def test_hard_links_inside_one_submission_are_fine():
@@ -145,25 +169,6 @@ def test_hard_links_inside_one_submission_are_fine():
         os.makedirs(os.path.join(base, "bob", A))
         os.link(os.path.join(folder, "a.txt"), os.path.join(base, "bob", A, "c.txt"))
         assert len(problems(base)) == 3, problems(base)  # every name of it, in both submissions
-
-
-def test_a_symlinked_notebook_is_named_in_one_short_line(graded_course):
-    course = graded_course
-    os.makedirs(submission(course, "bob"))
-    solution = os.path.join(course.root, "solutions", A, f"{A}.ipynb")
-    os.symlink(solution, os.path.join(submission(course, "bob"), f"{A}.ipynb"))
-    line = refused(course.root, f"bob/{A}/{A}.ipynb is a symbolic link (to {solution})")
-    assert len(line) < 600, line
-
-
-def test_a_sparse_file_of_gibs_is_refused_before_it_is_read(graded_course):
-    """3 GiB of apparent size and no blocks on disk: refused by its size, never copied."""
-    course = graded_course
-    big = os.path.join(submission(course, "ada"), "weights.bin")
-    with open(big, "wb") as f:
-        f.truncate(3 << 30)
-    refused(course.root, f"ada/{A} holds 3.0 GiB of files", f"ada/{A}/weights.bin: 3.0 GiB", "100.0 MiB")
-    assert os.stat(big).st_blocks * 512 < 1 << 20  # still sparse: nothing was written into it
 
 
 def test_a_missing_notebooks_error_names_it_once():

@@ -123,7 +123,7 @@ def _course(root: str, db_url: str | None) -> roundtrip.Course:
         )
         roundtrip.submit(course, A, student)
     subprocess.run(
-        [sys.executable, "-m", "nbgrader", "collect", A, "--log-level=ERROR"],
+        [sys.executable, "-m", "nbgrader", "collect", A, "--log-level=ERROR", roundtrip.PLAIN_COLLECT],
         cwd=root,
         env=env,
         check=True,

@@ -25,6 +25,7 @@ from grader import cells
 from grader.code_digest import grader_digest
 from grader.engine.processes import adopting_orphans
 from grader.exercises import get_exercise
+from grader.gradebook import course_access
 from grader.gradebook.course import Course
 from grader.isolation import sandbox as sandboxes
 from grader.isolation import memory_fit
@@ -38,7 +39,7 @@ from grader.isolation.worker_pool import Job, Workers, run_pool
 from grader.gradebook.preflight import check_ready
 from grader.gradebook.results import ResultStore
 from grader.gradebook.snapshot import Snapshot
-from grader.gradebook.grade_job import merge_phases
+from grader.gradebook.grade_job import merge_phases, unreadable_report
 
 _TAG = re.compile(r"<[^>]*>")
 
@@ -87,9 +88,9 @@ class _Guard:
     """Between ticks: did any result file, submission, the gradebook or the course configuration change?
     Put it back, and flag the students whose code may have run then (named alone when only one could have)."""
 
-    def __init__(self, store: ResultStore, snapshot: Snapshot, submissions: dict[str, str], watched: dict[str, str]):
-        self.store, self.snapshot, self.watched = store, snapshot, watched
-        self.owner = {path: student for student, path in submissions.items()}
+    def __init__(self, store: ResultStore, snapshot: Snapshot, owner: dict[str, str], watched: dict[str, str], sandbox):
+        self.store, self.snapshot, self.watched, self.sandbox = store, snapshot, watched, sandbox
+        self.owner = owner  # a submission's file -> its student
         self.flags: dict[str, list[str]] = {}
 
     def flag(self, student: str, why: str) -> None:
@@ -101,7 +102,14 @@ class _Guard:
         self.store.restore(forged)
         events = [f"result file {name} was forged (the grader's own result was put back)" for name in forged]
         for path in self.snapshot.restore_changed():
-            if path in self.watched:
+            if self.sandbox:  # no student code reaches the course from a sandbox: someone outside changed it
+                what = self.watched.get(path) or f"{self.owner.get(path, path)}'s submission ({path})"
+                print(
+                    f"grader: {what} was changed while the class was graded, not from a sandbox: put back "
+                    "(grades come from what was read before any grading)",
+                    file=sys.stderr,
+                )
+            elif path in self.watched:
                 events.append(f"{self.watched[path]} was changed while the class was graded (restored)")
             else:
                 events.append(
@@ -146,19 +154,24 @@ def grade_assignment(
         for notice in (nursery_notice(), sandboxes.nccl_env_notice()):
             if notice:
                 print(notice, file=sys.stderr)  # up front, a line each
-    submissions = check_ready(course, assignment)
+    submissions, refused = check_ready(course, assignment)
     version = grader_digest(assignment)
     worker_args = [assignment, "--timeout", str(timeout), "--world-size", str(world_size), "--version", version]
     gate = check_gpus(worker_args, sandbox, sandbox and use_nursery(), no_gpu)
     share = share_gpus(gate.gpus, assignment, world_size, jobs)
     ranks = widest_run(assignment, world_size)
     if shard is not None:
-        submissions = {s: submissions[s] for s in sorted(submissions)[shard[0] :: shard[1]]}
+        mine = set(sorted(set(submissions) | set(refused))[shard[0] :: shard[1]])
+        submissions = {s: p for s, p in submissions.items() if s in mine}
+        refused = {s: why for s, why in refused.items() if s in mine}
     # earlier results, read before any student code runs (a shard watches only its own students' files)
-    store = ResultStore(course.results_dir(assignment), list(submissions) if shard else None, version)
+    store = ResultStore(course.results_dir(assignment), list(submissions) + list(refused) if shard else None, version)
     watched = course.instructor_files()  # nbgrader_config.py, the SQLite gradebook, its journal and WAL
-    snapshot = Snapshot(list(submissions.values()) + list(watched))
-    guard = _Guard(store, snapshot, submissions, watched)
+    owner = {f: s for s, path in submissions.items() for f in (path, timestamp_of(path))}
+    snapshot = Snapshot(list(owner) + list(watched))  # all that is read of submitted/, once, before grading
+    guard = _Guard(store, snapshot, owner, watched, sandbox)
+    if line := course_access.warning(course.root):  # other accounts could read answers and results: say so
+        print(line, file=sys.stderr)
     accepted = _earlier_results(store, snapshot, submissions, version, sandbox, guard)
     queue: list[Job] = []
     on_result = _PhaseJoiner(store, snapshot, submissions, version, sandbox, guard, accepted, queue)
@@ -174,14 +187,63 @@ def grade_assignment(
         if limits is not None:
             limits.close()
         snapshot.close()
-    results = {
-        student: _final_result(student, assignment, accepted.get(student), guard, snapshot.content[path], sandbox)
-        for student, path in submissions.items()
-    }
-    for student in accepted:
+    results = _class_results(assignment, submissions, refused, accepted, guard, snapshot, sandbox)
+    for student in list(accepted) + list(refused):
         store.accept(student, results[student])  # flags kept with the result: the report and later runs see them
     guard.tick(set())
     return results
+
+
+def _class_results(assignment, submissions, refused, accepted, guard, snapshot, sandbox) -> GradedClass:
+    """Every student's final result, and what was read of each submission before any grading."""
+    results = GradedClass(
+        {
+            student: _final_result(student, assignment, accepted.get(student), guard, snapshot.content[path], sandbox)
+            for student, path in submissions.items()
+        }
+    )
+    for student, why in refused.items():
+        results[student] = refused_result(student, assignment, why, sandbox)
+    results.submitted = {
+        s: {f"{assignment}.ipynb": snapshot.content[p], TIMESTAMP: snapshot.content[timestamp_of(p)]}
+        for s, p in submissions.items()
+    }
+    return results
+
+
+TIMESTAMP = "timestamp.txt"  # nbgrader's: when the submission was made (its late penalty), beside the notebook
+
+
+def timestamp_of(notebook: str) -> str:
+    return os.path.join(os.path.dirname(notebook), TIMESTAMP)
+
+
+class GradedClass(dict):
+    """student -> result, and in `submitted` what was read of each submission before any grading (file name ->
+    bytes, None when there was no plain file): the only copy of it that later steps (the gradebook's autograde)
+    use, so nothing reads submitted/ again."""
+
+    submitted: dict[str, dict[str, bytes | None]] = {}
+
+
+def refused_result(student: str, assignment: str, why: str, sandbox: bool) -> dict:
+    """A submission nothing of which was read (submitted_files.py): every check 0 saying so, flagged with `why`,
+    never kept as valid (no digest), so the next run grades it again once it is collected anew."""
+    report = unreadable_report(assignment, why)
+    return {
+        "student": student,
+        "assignment": assignment,
+        "readable": False,
+        "sha256": None,
+        "error": "not graded",
+        "report": report,
+        "sandboxed": sandbox,
+        "run_flags": [why],
+        "flags": [why],
+        "in_notebook": {},
+        "plans": [],
+        "regrade": False,
+    }
 
 
 def _earlier_results(store, snapshot, submissions, version, sandbox, guard) -> dict[str, dict]:

@@ -8,7 +8,11 @@ result is nbgrader's partial credit), from the results the grading run holds
 in memory. nbgrader then saves the grades and its late penalty;
 StripCheckPoints then drops that number, so the autograded notebook and the
 feedback show the ✓/✗ lines only, and nbgrader copies the notebook to
-autograded/ as usual. Last, every task's score is written into the gradebook
+autograded/ as usual. nbgrader reads the submissions from a private folder
+holding only what the grading run read before any grading (each notebook and
+its timestamp.txt, from batch.py's snapshot), never submitted/ itself: there
+it would copy every extra file of a submission into autograded/, following
+links, whatever was swapped in after the checks. Last, every task's score is written into the gradebook
 directly from our results (so a student who deleted or retyped a check cell,
 or sent a notebook nbgrader cannot read, is still scored, and only by the
 authoritative run), the late penalty is recomputed from that score with
@@ -22,6 +26,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import tempfile
 import warnings
 
 # nbformat validates with jsonschema, which imports rfc3987_syntax when it is installed (jupyter-events asks for
@@ -147,23 +152,43 @@ def write_results(course: Course, assignment: str, results: dict[str, dict]) -> 
         return _write_results(course, assignment, results)
 
 
+def private_submissions(folder: str, assignment: str, submitted: dict[str, dict[str, bytes | None]]) -> str:
+    """nbgrader's submitted/ layout under `folder` (private to the grading user), holding for each student only
+    what the grading run read before any grading (the notebook, timestamp.txt), never an extra file; returns it."""
+    base = os.path.join(folder, "submitted")
+    for student, files in submitted.items():
+        into = os.path.join(base, student, assignment)
+        os.makedirs(into)
+        for name, data in files.items():
+            if data is not None:
+                with open(os.path.join(into, name), "xb") as f:
+                    f.write(data)
+    return base
+
+
 def _write_results(course: Course, assignment: str, results: dict[str, dict]) -> dict[str, str]:
-    """Autograde (our way) and score every student; returns student -> nbgrader's log on failure."""
+    """Autograde (our way) and score every student; returns student -> nbgrader's log on failure. nbgrader's
+    autograde reads the private copies `results.submitted` holds (batch.GradedClass), not submitted/: it would
+    copy every extra file there into autograded/, following links."""
     config = autograde_config(course, assignment, results)
-    api = NbGraderAPI(coursedir=CourseDirectory(config=config), config=config)
     problems = {}
-    for student, result in results.items():
-        if result.get("report") is None:
-            continue
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # SQLAlchemy's autoflush notes inside nbgrader's API
-            outcome = (
-                api.autograde(assignment, student, force=True, create=True)
-                if result.get("readable")
-                else {"success": False, "log": result.get("error", "")}
-            )
-        if not outcome["success"]:
-            problems[student] = (outcome.get("error") or outcome.get("log") or "").strip().splitlines()[-1:]
+    with tempfile.TemporaryDirectory(prefix="grader_autograde_") as private:
+        config.CourseDirectory.submitted_directory = private_submissions(
+            private, assignment, getattr(results, "submitted", {})
+        )  # an absolute folder: nbgrader joins it to the course's root as is
+        api = NbGraderAPI(coursedir=CourseDirectory(config=config), config=config)
+        for student, result in results.items():
+            if result.get("report") is None:
+                continue
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")  # SQLAlchemy's autoflush notes inside nbgrader's API
+                outcome = (
+                    api.autograde(assignment, student, force=True, create=True)
+                    if result.get("readable")
+                    else {"success": False, "log": result.get("error", "")}
+                )
+            if not outcome["success"]:
+                problems[student] = (outcome.get("error") or outcome.get("log") or "").strip().splitlines()[-1:]
     late = AssignLatePenalties(config=config)  # read for its configured plugin_class only
     plugin = late.plugin_class(parent=late)
     with Gradebook(course.db_url) as gb, warnings.catch_warnings():

@@ -4,7 +4,8 @@ In the order an instructor does the steps (the README's order):
 1. the course directory, with its nbgrader_config.py;
 2. the assignment in the gradebook (`nbgrader generate_assignment`, or `make exercises`);
 3. submissions in submitted/<student>/<assignment>/ (`nbgrader collect`), as plain files and folders of a
-   bounded size (submitted_files.py: no link, FIFO or device, no sparse file of GiBs).
+   bounded size (submitted_files.py: no link, FIFO or device, no sparse file of GiBs). A submission holding
+   anything else is refused alone, before anything of it is read: the rest of the class is graded.
 
 The assignment is not created on the fly from the source notebook: the
 gradebook must describe the notebook the students were given, which only
@@ -22,15 +23,16 @@ from grader.exercises.instructor import MARKER, is_student_build
 from grader.engine.private import UnsafeFolder
 from grader.gradebook.course import Course
 from grader.gradebook.results import results_key
-from grader.gradebook.submitted_files import refusal
+from grader.gradebook.submitted_files import NotAFolder, refused_submissions
 
 
 class NotReady(Exception):
     """A step before grading is missing: str() is the one line saying which and what to do."""
 
 
-def check_ready(course: Course, assignment: str) -> dict[str, str]:
-    """Raises NotReady, or returns student -> submitted notebook."""
+def check_ready(course: Course, assignment: str) -> tuple[dict[str, str], dict[str, str]]:
+    """Raises NotReady, or returns (student -> submitted notebook, for the submissions that may be read;
+    student -> the one line saying why nothing of theirs may be read)."""
     root = course.root
     if is_student_build():
         raise NotReady(
@@ -56,16 +58,17 @@ def check_ready(course: Course, assignment: str) -> dict[str, str]:
         results_key()  # the seal of graded/ (results.py): created now, or refused if others could read it
     except UnsafeFolder as exc:
         raise NotReady(f"{exc}; the grading user's state folder must be private to it") from None
-    odd = refusal(os.path.join(root, "submitted"))  # before anything there is read or followed
-    if odd:
-        raise NotReady(odd)
-    submissions = course.submitted(assignment)
-    if not submissions:
+    try:  # before anything there is read or followed
+        refused = refused_submissions(os.path.join(root, "submitted"), assignment)
+    except NotAFolder as exc:
+        raise NotReady(str(exc)) from None
+    submissions = {s: path for s, path in course.submitted(assignment).items() if s not in refused}
+    if not submissions and not refused:
         raise NotReady(
             f"no submissions of {assignment} in {os.path.join(root, 'submitted')}/<student>/"
             f"{assignment}/: run `nbgrader collect {assignment}` in {root} first"
         )
-    return submissions
+    return submissions, refused
 
 
 def _in_gradebook(db_url: str, assignment: str) -> bool:

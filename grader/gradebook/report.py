@@ -8,7 +8,9 @@ plot: which DDP mistakes the class makes most, next to a histogram of totals.
 from __future__ import annotations
 
 import collections
+import html
 import os
+import re
 
 from grader.exercises import get_exercise
 from grader.gradebook.course import Course
@@ -56,7 +58,16 @@ def full_marks_per_task(assignment: str, results: list[dict]) -> dict[str, tuple
     return out
 
 
-def _md(assignment: str, results: list[dict], rows: list[dict]) -> list[str]:
+_MARKDOWN = re.compile(r"([\\`*_\[\]!|~])")  # what Markdown would read as a link, an image, code or a table's edge
+
+
+def text(student_text: str) -> str:
+    """Text a student wrote or chose (a message, a flag, a name) as inert Markdown: HTML escaped (a raw `<img>`
+    stays text) and Markdown's link, image, emphasis, code and table characters backslash-escaped."""
+    return _MARKDOWN.sub(r"\\\1", html.escape(" ".join(str(student_text).split())))
+
+
+def markdown_lines(assignment: str, results: list[dict], rows: list[dict]) -> list[str]:
     flagged = [r for r in results if r.get("flags")]
     lines = [f"# Class report: {assignment}", ""]
     unsandboxed = [r["student"] for r in results if r.get("sandboxed") is False]
@@ -78,7 +89,7 @@ def _md(assignment: str, results: list[dict], rows: list[dict]) -> list[str]:
         ]
     if flagged:
         lines += [f"## Flagged ({len(flagged)}): look at these first", ""]
-        lines += [f"- **{r['student']}**: {'; '.join(r['flags'])}" for r in flagged] + [""]
+        lines += [f"- **{text(r['student'])}**: {text('; '.join(r['flags']))}" for r in flagged] + [""]
     graded = [r for r in results if r.get("report")]
     lines += [f"{len(results)} submissions graded.", "", "| task | full marks |", "|---|---|"]
     for task, (full, top) in full_marks_per_task(assignment, results).items():
@@ -86,7 +97,7 @@ def _md(assignment: str, results: list[dict], rows: list[dict]) -> list[str]:
     lines += ["", "| check | task | passed | most frequent failure |", "|---|---|---|---|"]
     for row in rows:
         top = row["top_failures"][0][0] if row["top_failures"] else ""
-        lines.append(f"| {row['check']} | {row['task']} | {row['passed']}/{row['graded']} | {top.replace('|', '/')} |")
+        lines.append(f"| {row['check']} | {row['task']} | {row['passed']}/{row['graded']} | {text(top)} |")
     return lines
 
 
@@ -104,7 +115,7 @@ def write_report(course: Course, assignment: str, out_dir: str | None = None) ->
     rows = summarize(assignment, results)
     md = os.path.join(out_dir, f"{assignment}.md")
     with open(md, "w") as f:
-        f.write("\n".join(_md(assignment, results, rows)) + "\n")
+        f.write("\n".join(markdown_lines(assignment, results, rows)) + "\n")
 
     failing = sorted(
         (r for r in rows if r["graded"] and r["passed"] < r["graded"]), key=lambda r: r["graded"] - r["passed"]

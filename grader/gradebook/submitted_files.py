@@ -4,8 +4,9 @@ Plain `nbgrader collect` copies an exchange folder with its links: a submission 
 would be graded as its own, and an extra file linked to /etc/shadow would be copied, as the grader's user, into
 autograded/ and feedback/ (nbgrader's converters follow links). A hard link to a file outside its submission is
 the same, without the arrow. A FIFO or a device would hang or hurt whatever reads it, and a sparse file of a few
-GiB (no blocks on disk) becomes that much real data once copied. So `make grade` refuses all of these before it
-reads anything (preflight.py), and `make collect` refuses them in the exchange (vetted_collect.py). Light: os only.
+GiB (no blocks on disk) becomes that much real data once copied. So `make grade` refuses a submission holding any
+of these before it reads anything of it (preflight.py): the rest of the class is graded, the odd one is flagged
+with one line saying why. `make collect` refuses them in the exchange (vetted_collect.py). Light: os only.
 """
 
 from __future__ import annotations
@@ -43,29 +44,33 @@ def _kind(mode: int) -> str | None:
     }.get(stat.S_IFMT(mode), "a special file")
 
 
-def problems(base: str, max_bytes: int = MAX_SUBMISSION_BYTES) -> list[str]:
-    """Each thing under `base` (a course's submitted/) that grading must not read, in words, by its path
-    relative to `base`. A submission is base/<student>/<assignment>/; nothing is followed or opened."""
-    found: list[str] = []
+def found(base: str, max_bytes: int = MAX_SUBMISSION_BYTES) -> list[tuple[str, str]]:
+    """(path relative to `base`, what is wrong with it in words) for each thing under `base` (a course's
+    submitted/) that grading must not read. A submission is base/<student>/<assignment>/; nothing is followed
+    or opened."""
+    out: list[tuple[str, str]] = []
     if not os.path.lexists(base):
-        return found
+        return out
     if _kind(os.lstat(base).st_mode) or not os.path.isdir(base):
-        return [f"{shown(base)} is {_kind(os.lstat(base).st_mode) or 'not a folder'}"]
+        return [("", f"{shown(base)} is {_kind(os.lstat(base).st_mode) or 'not a folder'}")]
     names: dict[tuple[int, int], list[str]] = {}  # (dev, inode) of files with more than one name -> those names
     sizes: dict[str, int] = {}  # submission -> apparent size of its files
     biggest: dict[str, tuple[int, str]] = {}
-    for folder, dirs, files in os.walk(
-        base, onerror=lambda exc: found.append(f"{shown(exc.filename)} cannot be read ({exc.strerror})")
-    ):
+
+    def unreadable(exc: OSError) -> None:
+        rel = os.path.relpath(exc.filename, base)
+        out.append((rel, f"{shown(rel)} cannot be read ({exc.strerror})"))
+
+    for folder, dirs, files in os.walk(base, onerror=unreadable):
         for name in sorted(dirs + files):
             path = os.path.join(folder, name)
             rel = os.path.relpath(path, base)
             info = os.lstat(path)
             kind = _kind(info.st_mode)
             if kind == "a symbolic link":
-                found.append(f"{shown(rel)} is a symbolic link (to {shown(os.readlink(path), 200)})")
+                out.append((rel, f"{shown(rel)} is a symbolic link (to {shown(os.readlink(path), 200)})"))
             elif kind:
-                found.append(f"{shown(rel)} is {kind}")
+                out.append((rel, f"{shown(rel)} is {kind}"))
             elif stat.S_ISREG(info.st_mode):
                 submission = os.path.join(*rel.split(os.sep)[:2])
                 sizes[submission] = sizes.get(submission, 0) + info.st_size
@@ -75,24 +80,45 @@ def problems(base: str, max_bytes: int = MAX_SUBMISSION_BYTES) -> list[str]:
     for (dev, ino), rels in names.items():
         submission = {os.path.join(*rel.split(os.sep)[:2]) for rel in rels}
         if len(submission) > 1 or os.lstat(os.path.join(base, rels[0])).st_nlink > len(rels):
-            found += [f"{shown(rel)} is a hard link to a file outside its submission" for rel in rels]
+            out += [(rel, f"{shown(rel)} is a hard link to a file outside its submission") for rel in rels]
     for submission, total in sorted(sizes.items()):
         if total > max_bytes:
             size, rel = biggest[submission]
-            found.append(
-                f"{shown(submission)} holds {size_text(total)} of files ({shown(rel)}: {size_text(size)}), "
-                f"more than the {size_text(max_bytes)} a submission may hold"
+            out.append(
+                (
+                    submission,
+                    f"{shown(submission)} holds {size_text(total)} of files ({shown(rel)}: {size_text(size)}), "
+                    f"more than the {size_text(max_bytes)} a submission may hold",
+                )
             )
-    return found
+    return out
 
 
-def refusal(base: str, max_bytes: int = MAX_SUBMISSION_BYTES) -> str | None:
-    """One line naming what under `base` grading must not read (None: nothing)."""
-    found = problems(base, max_bytes)
-    if not found:
-        return None
-    more = f"; and {len(found) - MAX_SHOWN} more" if len(found) > MAX_SHOWN else ""
-    return (
-        f"{shown(base, 200)} holds what grading must not read: {'; '.join(found[:MAX_SHOWN])}{more}. Nothing was "
-        f"graded; remove those (collect with `make collect`, which refuses them) and grade again"
-    )
+def problems(base: str, max_bytes: int = MAX_SUBMISSION_BYTES) -> list[str]:
+    """Each thing under `base` that grading must not read, in words, by its path relative to `base`."""
+    return [why for _, why in found(base, max_bytes)]
+
+
+def refused_submissions(base: str, assignment: str, max_bytes: int = MAX_SUBMISSION_BYTES) -> dict[str, str]:
+    """student -> the one line saying why nothing of their submission of `assignment` under `base` (submitted/)
+    may be read; a student's own folder that is odd (a link) refuses that student. Other assignments' folders
+    are not this run's. Raises NotAFolder when `base` itself is odd: then nothing may be read."""
+    by_student: dict[str, list[str]] = {}
+    for rel, why in found(base, max_bytes):
+        parts = rel.split(os.sep) if rel else []
+        if not parts:
+            raise NotAFolder(f"{why}. Nothing was graded")
+        if len(parts) == 1 or parts[1] == assignment:
+            by_student.setdefault(parts[0], []).append(why)
+    lines = {}
+    for student, whys in by_student.items():
+        more = f"; and {len(whys) - MAX_SHOWN} more" if len(whys) > MAX_SHOWN else ""
+        lines[student] = (
+            f"nothing of this submission was read: {'; '.join(whys[:MAX_SHOWN])}{more} (collect it again with "
+            "`make collect`, which refuses these, and grade again)"
+        )
+    return lines
+
+
+class NotAFolder(Exception):
+    """submitted/ itself is a link or not a folder; str() says so in one line."""

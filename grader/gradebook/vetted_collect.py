@@ -17,9 +17,12 @@ log line each, a submission
   long before (backdated: earlier than its newest ctime by more than
   `backdate_tolerance_s`, nbgrader's own copy time). A user cannot set a ctime.
 
-nbgrader's collect then runs on the staging copy: the newest accepted submission of each
+Each staged folder is 0755 and each file 0644 (nbgrader's collect copies those modes into submitted/, where a
+plain collect leaves the inbound folder's 0777 for any account to swap files in). nbgrader's collect then runs on
+the staging copy: the newest accepted submission of each
 student, with `--update` and `--before-duedate` as usual. Used by the formgrader's
-Collect button (deploy/hub) and by `python -m grader collect ASSIGNMENT` (grader/gradebook/collect.py).
+Collect button and `nbgrader collect` (the course's nbgrader_config.py and deploy/hub set it) and by `python -m grader
+collect ASSIGNMENT` (grader/gradebook/collect.py).
 """
 
 from __future__ import annotations
@@ -38,6 +41,7 @@ from traitlets import Float, Int
 
 from grader.gradebook.submitted_files import MAX_SUBMISSION_BYTES, shown, size_text
 
+COLLECTED_FOLDER, COLLECTED_FILE = 0o755, 0o644  # in submitted/: only the instructor writes (plain collect: 0777)
 CLOCK_SLACK_S = 2.0  # ctime comes from the kernel's coarse clock, a few ms behind the time nbgrader reads
 
 
@@ -92,7 +96,8 @@ class _OwnedCopy:
         if not stat.S_ISDIR(st.st_mode):
             raise Refused(f"{shown(rel) or 'the folder'} is a link or not a folder")
         self.owned(st, rel or "the folder")
-        os.mkdir(dest_dir, 0o700)
+        os.mkdir(dest_dir)
+        os.chmod(dest_dir, COLLECTED_FOLDER)  # nbgrader's collect copies the mode into submitted/
         for entry in sorted(os.listdir(src_dir)):
             path, there, where = os.path.join(src_dir, entry), os.path.join(dest_dir, entry), os.path.join(rel, entry)
             st = os.lstat(path)
@@ -119,6 +124,7 @@ class _OwnedCopy:
                     f"{size_text(self.max_bytes)} a submission may hold together"
                 )
             with open(there, "xb") as out:
+                os.fchmod(out.fileno(), COLLECTED_FILE)
                 copied = _copy_at_most(f, out, self.room)
             if copied > self.room:  # it grew while copied
                 raise Refused(f"{shown(where)} grew past the {size_text(self.max_bytes)} a submission may hold")
