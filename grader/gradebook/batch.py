@@ -149,11 +149,7 @@ def grade_assignment(
     says so. Raises preflight.NotReady, sandbox.SandboxMissing (also where jobs would get no cgroup and
     require_limits or GRADER_REQUIRE_JOB_LIMITS=1 asks never to grade so) or gpu_gate.GpuUnusable (NVIDIA GPUs CUDA
     cannot use where the ranks run; no_gpu: grade on CPU), before anything is graded or written."""
-    if sandbox:
-        sandboxes.require()
-        for notice in (nursery_notice(), sandboxes.nccl_env_notice()):
-            if notice:
-                print(notice, file=sys.stderr)  # up front, a line each
+    _say_up_front(course, sandbox)
     submissions, refused = check_ready(course, assignment)
     version = grader_digest(assignment)
     worker_args = [assignment, "--timeout", str(timeout), "--world-size", str(world_size), "--version", version]
@@ -170,8 +166,6 @@ def grade_assignment(
     owner = {f: s for s, path in submissions.items() for f in (path, timestamp_of(path))}
     snapshot = Snapshot(list(owner) + list(watched))  # all that is read of submitted/, once, before grading
     guard = _Guard(store, snapshot, owner, watched, sandbox)
-    if line := course_access.warning(course.root):  # other accounts could read answers and results: say so
-        print(line, file=sys.stderr)
     accepted = _earlier_results(store, snapshot, submissions, version, sandbox, guard)
     queue: list[Job] = []
     on_result = _PhaseJoiner(store, snapshot, submissions, version, sandbox, guard, accepted, queue)
@@ -192,6 +186,16 @@ def grade_assignment(
         store.accept(student, results[student])  # flags kept with the result: the report and later runs see them
     guard.tick(set())
     return results
+
+
+def _say_up_front(course: Course, sandbox: bool) -> None:
+    """Stop if the sandbox is missing; then one line each for what the grader does differently on this machine."""
+    notices = [course_access.warning(course.root)]  # other accounts could read answers and results
+    if sandbox:
+        sandboxes.require()
+        notices += [nursery_notice(), sandboxes.nccl_env_notice()]
+    for notice in filter(None, notices):
+        print(notice, file=sys.stderr)
 
 
 def _class_results(assignment, submissions, refused, accepted, guard, snapshot, sandbox) -> GradedClass:
