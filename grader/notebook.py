@@ -94,13 +94,14 @@ REASON_LINES = 8  # of a failed check's message in the cell's error (its summary
 
 
 def _reason(result, said: set[str] | None = None) -> str:
-    """A failed check's name and why, for the error that ends its cell (the summary of a long message), without
-    the lines an earlier check's reason already said (`said`, updated: checks answered by the same hang)."""
+    """A failed check's name and why, for the error that ends its cell (the summary of a long message): its first
+    line in full, then the lines an earlier check's reason did not already say (`said`, updated: checks answered
+    by the same hang)."""
     lines = result.message.split("\n\n", 1)[0].splitlines()
-    if said is not None:
-        fresh = [line for line in lines if line not in said]
+    if said is not None and lines:
+        fresh = [line for line in lines[1:] if line not in said]
         said.update(lines)
-        lines = fresh or lines[-1:]
+        lines = lines[:1] + fresh
     shown = lines[:REASON_LINES] + (["..."] if len(lines) > REASON_LINES else [])
     return f"\n- {result.name}: " + "\n  ".join(shown or [_("failed")])
 
