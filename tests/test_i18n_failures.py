@@ -69,7 +69,9 @@ def test_a_spanish_hang_has_no_english_sentence(spanish):
 
 def test_a_spanish_abort_has_no_english_sentence(spanish):
     source = mutate(
-        solution_source(EX), "    dist.all_reduce(totals)\n", "    if dist.get_rank() == 0:\n        dist.all_reduce(totals)\n"
+        solution_source(EX),
+        "    dist.all_reduce(totals)\n",
+        "    if dist.get_rank() == 0:\n        dist.all_reduce(totals)\n",
     )
     report = grade_source(EX, source, checks=["train_calls_set_epoch"], timeout=10)
     message = failed(report)["train_calls_set_epoch"]
