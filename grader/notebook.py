@@ -24,7 +24,7 @@ import threading
 from grader.engine import warm_up
 from grader.engine.processes import preload
 from grader.exercises import find, get_exercise
-from grader.hints import hinter  # noqa: F401 (the notebook imports check and hint from here)
+from grader.hints import hinter, note_checked  # noqa: F401 (the notebook imports check and hint from here)
 from grader.i18n import _, ngettext
 from grader.notebook_display import CheckView, captured_stderr, in_kernel
 from grader.submission import from_namespace
@@ -66,6 +66,8 @@ def checker(exercise_id: str, world_size: int = 2, timeout: float = 30.0):
         view.finish(stray.text())
         start_warming()  # after the first check, not before: until it, the cores are the forkserver's
         failed = [r.name for r in report.checks if not r.passed]
+        if not hidden and not os.environ.get("NBGRADER_EXECUTION"):
+            note_checked(exercise_id, task, failed[0] if failed else None)  # its hint comes first (grader/hints.py)
         reasons = _reasons([r for r in report.checks if not r.passed])
         earned[task, hidden] = report.score
         if os.environ.get("NBGRADER_EXECUTION") == "autograde":
