@@ -71,7 +71,8 @@ lab: install
 	    $(BIN)/nbgrader release_assignment $$a --force --log-level=ERROR --CourseDirectory.release_directory=$$from || exit 1; \
 	done
 	@mkdir -p ddp-course  # where the Assignment List fetches to: the browser opens there
-	$(BIN)/jupyter lab --ServerApp.root_dir=$(CURDIR) --config=deploy/lab/jupyter_server_config.py \
+	NBGRADER_CACHE=$(or $(NBGRADER_CACHE),$(CURDIR)/.nbgrader/cache) \
+	  $(BIN)/jupyter lab --ServerApp.root_dir=$(CURDIR) --config=deploy/lab/jupyter_server_config.py \
 	  --LabApp.default_url=/lab/tree/ddp-course $(if $(filter 0,$(shell id -u)),--allow-root)
 
 bench: install

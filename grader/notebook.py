@@ -21,6 +21,7 @@ import os
 import sys
 import threading
 
+from grader import points
 from grader.engine import warm_up
 from grader.engine.processes import preload
 from grader.exercises import find, get_exercise
@@ -48,7 +49,8 @@ def checker(exercise_id: str, world_size: int = 2, timeout: float = 30.0):
         from grader.runner import SIDE_BY_SIDE, run_checks  # imported by get_exercise already
 
         ns = namespace if namespace is not None else vars(sys.modules["__main__"])
-        view = CheckView(task, len(checks), rich=in_kernel())
+        hidden_points = 0 if hidden else points.hidden_points(exercise, task)  # said under the visible ones
+        view = CheckView(task, len(checks), rich=in_kernel(), hidden_points=hidden_points)
         with captured_stderr() as stray:
             _warm_parent()
             submission = from_namespace(ns, exercise.tasks)
