@@ -224,3 +224,30 @@ def test_the_quick_check_works_from_a_fresh_kernel(lesson):
     ).execute()
     printed = "".join(o.get("text", "") for o in notebook.cells[1].outputs)
     assert "q1" in printed and "unanswered" in printed, notebook.cells[1].outputs
+
+
+def _quick_check_cells(path: str):
+    """(the Quick Check's code cell, the answers its previous code cell defines) of a saved lesson."""
+    with open(path, encoding="utf-8") as f:
+        cells = [c for c in json.load(f)["cells"] if c["cell_type"] == "code"]
+    for i, cell in enumerate(cells):
+        if re.search(r'^check\("\w+", answers\)', "".join(cell["source"]), re.M):
+            scope: dict = {}
+            exec("".join(cells[i - 1]["source"]), scope)  # the answers cell: one dict literal
+            return cell, scope["answers"]
+    raise AssertionError(f"{path}: no Quick Check cell")
+
+
+@pytest.mark.parametrize("lang", ["", "es", "nl", "ja"])
+@pytest.mark.parametrize("lesson", KEY)
+def test_the_stored_quick_check_is_unanswered_and_lists_every_question(lesson, lang, monkeypatch, capsys):
+    """What a student sees before running anything: every question of the quiz unanswered, as check() prints it
+    (a translated lesson keeps the English outputs, grader/translate)."""
+    path = os.path.join(ROOT, "lessons", lang, f"{lesson}.ipynb")
+    monkeypatch.delenv("COURSE_LANG", raising=False)
+    cell, answers = _quick_check_cells(path)
+    assert set(answers) == {f"q{i}" for i in range(1, len(KEY[lesson]) + 1)} and not any(answers.values())
+    quiz.check(lesson, answers)
+    expected = capsys.readouterr().out
+    stored = "".join("".join(o.get("text", "")) for o in cell.get("outputs", []) if o.get("output_type") == "stream")
+    assert stored == expected, f"{path}: the Quick Check's stored output is stale:\n{stored}"
