@@ -1,10 +1,10 @@
 """One mistake, one reason: each reason of a run is said by one check, the later checks point to it in one line.
 
-The runner (grader.runner) gives every final result, in the checks' order, to Reasons.point():
-- a failed check whose declared dependency (Exercise.check(depends_on=...)) failed earlier in the same run says
-  only that: its expectation rests on what the dependency found wrong, so its own diagnosis would blame code
-  that may be right ("depends on `train_calls_set_epoch`, which failed: fix that first");
-- a failed check whose message is the same as an earlier failed check's says so instead of repeating it.
+The runner (grader.runner) gives every final result, in the checks' order, to Reasons.point(): a failed check
+whose declared dependency (Exercise.check(depends_on=...)) failed earlier in the same run says only that: its
+expectation rests on what the dependency found wrong, so its own diagnosis would blame code that may be right
+("depends on `train_calls_set_epoch`, which failed: fix that first"). A dependency that itself points to an
+earlier check passes that one on: the pointer names the check that states the reason.
 
 A hang or an abort shared by several checks is said once by the runner's own rule (its stacks shown once), so
 such results are left to it. A skipped, tampered or unrunnable result keeps its own message: it says something
@@ -18,11 +18,10 @@ from grader.i18n import _
 
 
 class Reasons:
-    """What the run's earlier failed checks said: check -> the check that states its reason, message -> first."""
+    """What the run's earlier failed checks said: check -> the check that states its reason."""
 
     def __init__(self) -> None:
         self.stated_by: dict[str, str] = {}
-        self.first_with: dict[str, str] = {}
 
     def point(self, check: Check, result: CheckResult, hung: bool = False) -> bool:
         """Rewrite a failed result's message as a pointer when an earlier check states its reason; True if so.
@@ -35,17 +34,7 @@ class Reasons:
             self.stated_by[result.name] = root
             result.message = _("depends on `{check}`, which failed: fix that first", check=root)
             return True
-        if hung:
-            self.stated_by.setdefault(result.name, result.name)
-            return False
-        same = self.first_with.get(result.message) if result.message else None
-        if same is not None:
-            self.stated_by[result.name] = self.stated_by.get(same, same)
-            result.message = _("the same reason as `{check}` (above)", check=same)
-            return True
         self.stated_by[result.name] = result.name
-        if result.message:
-            self.first_with[result.message] = result.name
         return False
 
 

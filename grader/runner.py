@@ -8,7 +8,7 @@ Rules it applies to every check, wherever it is run from:
 - a check that could not run on this hardware (CheckSkipped) is credited only
   when every other check of its task passes, and says so;
 - one mistake, one reason (grader/reasons.py): a failed check whose declared dependency failed in the same
-  run points to it instead of diagnosing again, and a reason already said is not said again;
+  run points to it instead of diagnosing again;
 - a run that hangs is answered once: the task's other checks asking for the same run get that hang
   (the same message, 0 points; shared_runs.py), and its stacks show in the first of them only; a check
   that asks for a different run still runs it (hung_in: a task that hung in an earlier phase);

@@ -107,7 +107,6 @@ def failed(report: Report) -> dict[str, str]:
 
 POINTERS = (  # how a check that does not state the reason itself begins or ends (grader/reasons.py, grader/runner.py)
     re.compile(r"^depends on `\w+`, which failed: fix that first$"),
-    re.compile(r"^the same reason as `\w+` \(above\)$"),
     re.compile(r"already hung in \w+ \(above, with the stacks\)", re.M),
     re.compile(r"the same run failed the same way in \w+ \(above", re.M),
 )

@@ -283,9 +283,9 @@ def _one_reason_exercise() -> Exercise:
     def result_matches(g):
         raise CheckFailed("weight each batch's loss by its number of samples")  # would blame correct code
 
-    @ex.check("broken", points=1)
-    def also_wrong(g):
-        raise CheckFailed("the samples come in the same order every epoch: call set_epoch")
+    @ex.check("broken", points=1, depends_on=("result_matches",))
+    def follows_from_it(g):
+        raise CheckFailed("another diagnosis of the same mistake")
 
     @ex.check("fine", points=1, depends_on=("order_is_right",))
     def passes_anyway(g):
@@ -294,13 +294,13 @@ def _one_reason_exercise() -> Exercise:
     return ex
 
 
-def test_a_check_whose_dependency_failed_points_to_it_and_a_reason_is_said_once():
+def test_a_check_whose_dependency_failed_points_to_it_and_the_reason_is_said_once():
     report = run_checks(_one_reason_exercise(), ANSWERS, tasks=["broken", "fine"], side_by_side=3)
     checks = by_name(report)
     assert checks["order_is_right"].message.startswith("the samples come in the same order")
     assert checks["result_matches"].message == "depends on `order_is_right`, which failed: fix that first"
     assert checks["result_matches"].points == 0
-    assert checks["also_wrong"].message == "the same reason as `order_is_right` (above)"
+    assert checks["follows_from_it"].message == "depends on `order_is_right`, which failed: fix that first"  # the root
     assert checks["passes_anyway"].passed  # a dependency changes only a failure's words, never a verdict
     assert "\n".join(report.lines()).count("call set_epoch") == 1
 

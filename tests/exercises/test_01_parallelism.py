@@ -253,10 +253,7 @@ GUESSED_SHAPE = "    activation = torch.empty(len(targets), 5, device=targets.de
 
 def test_pipeline_received_activation_without_grad(solution):
     _, bad = grade_mutant(solution, "activation.requires_grad_(True)", "pass", "pipeline_step")
-    # said once (grader/reasons.py): by the first check that finds it, the others of the run point to it
-    stating = [name for name, message in bad.items() if "call activation.requires_grad_()" in message]
-    assert len(stating) == 1 and "pipeline_gradients_match" in bad, bad
-    assert all(f"`{stating[0]}`" in message for name, message in bad.items() if name != stating[0]), bad
+    assert "call activation.requires_grad_()" in bad["pipeline_gradients_match"]
 
 
 def test_pipeline_first_stage_without_backward(solution):
