@@ -8,15 +8,24 @@ under (`if rank == 0:`), read from the source the parent registered (linecache: 
 from __future__ import annotations
 
 import ast
+import io
 import linecache
 import re
+import tokenize
 
 _RANKISH = re.compile(r"rank", re.I)  # rank, get_rank(), local_rank, self.rank, ctx.rank, RANK
 
 
 def code_at(filename: str, line: int) -> str:
-    """The line's code, stripped ("" when the source is not known)."""
-    return linecache.getline(filename, line).strip()
+    """The line's code, stripped, without its comment ("" when the source is not known)."""
+    code = linecache.getline(filename, line).strip()
+    try:
+        comment = next(
+            (t for t in tokenize.generate_tokens(io.StringIO(code).readline) if t.type == tokenize.COMMENT), None
+        )
+    except (tokenize.TokenError, SyntaxError):  # a line of a longer statement: kept whole
+        return code
+    return code[: comment.start[1]].rstrip() if comment else code
 
 
 def _tree(filename: str) -> ast.AST | None:

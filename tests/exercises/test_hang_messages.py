@@ -241,7 +241,7 @@ def test_the_source_of_a_line_and_the_rank_conditions_around_it():
 
     from grader.engine.source_lines import code_at, rank_conditions
 
-    code = "def f(x, rank):\n    if rank == 0:\n        g(x)\n    else:\n        h(x)\n    while ctx.rank > 1:\n        k()\n"
+    code = "def f(x, rank):\n    if rank == 0:\n        g(x)  # '#' in a comment\n    else:\n        h(x)\n    while ctx.rank > 1:\n        k()\n"
     linecache.cache["<cell 99>"] = (len(code), None, code.splitlines(True), "<cell 99>")
     assert code_at("<cell 99>", 3) == "g(x)"
     assert rank_conditions("<cell 99>", 3) == [(2, "rank == 0", True)]
