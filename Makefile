@@ -72,7 +72,8 @@ lab: install
 	done
 	@mkdir -p ddp-course  # where the Assignment List fetches to: the browser opens there
 	@$(BIN)/python -m grader.gradebook.course_access $(CURDIR)  # one line if other accounts can read the answers
-	$(BIN)/jupyter lab --ServerApp.root_dir=$(CURDIR) --config=deploy/lab/jupyter_server_config.py \
+	NBGRADER_CACHE=$(or $(NBGRADER_CACHE),$(CURDIR)/.nbgrader/cache) \
+	  $(BIN)/jupyter lab --ServerApp.root_dir=$(CURDIR) --config=deploy/lab/jupyter_server_config.py \
 	  --LabApp.default_url=/lab/tree/ddp-course $(if $(filter 0,$(shell id -u)),--allow-root)
 
 bench: install

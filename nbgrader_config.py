@@ -20,6 +20,11 @@ c.CourseDirectory.db_url = os.environ.get("NBGRADER_DB_URL", "sqlite:///" + os.p
 # A local exchange, so the whole course works on one laptop.
 c.Exchange.root = os.environ.get("NBGRADER_EXCHANGE", os.path.join(here, ".nbgrader", "exchange"))
 c.Exchange.path_includes_course = True
+# nbgrader's cache (what this account fetched and submitted) is one per user by default, shared by every clone and
+# course on a laptop: `make lab` gives this course its own (NBGRADER_CACHE, .nbgrader/cache), so that the Assignment
+# List shows no other clone's or course's submissions. A hub's student servers keep nbgrader's per-user default.
+if os.environ.get("NBGRADER_CACHE"):
+    c.Exchange.cache = os.environ["NBGRADER_CACHE"]
 c.ClearSolutions.code_stub = {"python": "# YOUR CODE HERE\nraise NotImplementedError()"}
 # The check cells print their own verdicts; nbgrader only needs their exit status (nbgrader validate).
 c.ExecutePreprocessor.timeout = 600

@@ -42,6 +42,7 @@ class Check:
     hidden: bool = False
     world_size: int | None = None  # None: the grader's world size
     feedback: str = ""  # a hidden check's own words under its ✗ (fixed text: nothing of the student's run)
+    depends_on: tuple[str, ...] = ()  # earlier checks whose failure in the same run explains this one's
 
 
 @dataclass
@@ -96,15 +97,27 @@ class Exercise:
         return f"solutions/{self.id}/{self.id}.ipynb"
 
     def check(
-        self, task: str, points: float = 1, hidden: bool = False, world_size: int | None = None, feedback: str = ""
+        self,
+        task: str,
+        points: float = 1,
+        hidden: bool = False,
+        world_size: int | None = None,
+        feedback: str = "",
+        depends_on: tuple[str, ...] = (),
     ):
         """Register a check. feedback: what a failed hidden check says besides its kind of failure and the
-        lines of its own message that hold nothing of the student's run (grader.feedback_filter)."""
+        lines of its own message that hold nothing of the student's run (grader.feedback_filter).
+        depends_on: checks registered before this one whose expectation this one's rests on (the order of
+        samples, the model's parameters, a collective): when one of them failed in the same run, this one's
+        failure points to it instead of diagnosing again (grader.runner)."""
         if task not in self.tasks:
             raise ValueError(f"{task!r} is not a task of {self.id}")
+        unknown = set(depends_on) - {c.name for c in self.checks}
+        if unknown:
+            raise ValueError(f"depends_on names no earlier check of {self.id}: {', '.join(sorted(unknown))}")
 
         def register(fn):
-            self.checks.append(Check(fn.__name__, task, points, fn, hidden, world_size, feedback))
+            self.checks.append(Check(fn.__name__, task, points, fn, hidden, world_size, feedback, tuple(depends_on)))
             return fn
 
         return register

@@ -68,6 +68,7 @@ def hidden_message(message: str, kind: str, task: str, feedback: str, rank_texts
         for line in kept
         if re.search(r"[^\W\d_]", line.replace(NOT_SHOWN, ""))  # a letter, any script
         and line.strip() not in HEADINGS
+        and line.strip() not in {_(heading) for heading in HEADINGS}  # the student's language's (grader.engine)
     ]
     bounded = _bounded_values(kept)
     cut = len(kept) < len(lines) or any(NOT_SHOWN in line for line in kept) or bounded != kept

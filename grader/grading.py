@@ -21,6 +21,7 @@ from typing import Callable
 from grader import tolerances
 from grader.checks import CheckFailed
 from grader.engine import RunResult, divergence, flight, run_distributed, stacks
+from grader.engine.results import last_output_heading
 from grader.engine.plan import HardwarePlan, current_plan, plan_for
 from grader.i18n import N_, _
 from grader.submission import LoadReport, Submission
@@ -328,9 +329,10 @@ def _without_abort_output(result: RunResult) -> str:
         if r.status in ("ok", "stopped"):
             continue
         text = r.describe()
-        if r.status == "exited" and r.exitcode == -signal.SIGABRT and "\nits last output:\n" in text:
+        heading = "\n" + last_output_heading() + "\n"
+        if r.status == "exited" and r.exitcode == -signal.SIGABRT and heading in text:
             text = (
-                text.split("\nits last output:\n", 1)[0]
+                text.split(heading, 1)[0]
                 + "\n"
                 + _("(gloo's own words, in C++, are rank {rank}'s output below, folded)", rank=r.rank)
             )

@@ -9,6 +9,10 @@ The hints are data of each exercise, `grader/exercises/<name>/hints.py`:
 not in the notebook, so a student sees one only by asking for it; none gives an
 answer cell's code (tests/test_hints.py compares them with the solutions).
 
+A check of a typical mistake carries a hint of its own (`CHECK_HINTS = {check: hint}` in the same hints.py): the
+notebook's check(task) notes the first check that failed (the one that states the reason), and the next hint(task)
+shows that check's hint first, once, then goes on with the task's ladder.
+
 How many hints a student has revealed, per exercise and task, persists in one small
 JSON file per user (like the progress cache, but state: $XDG_STATE_HOME/ddp-course/
 hints.json); the progress view shows it. It is the student's own count: it never
@@ -37,16 +41,57 @@ def tasks_of(exercise_id: str) -> list[str]:
     return list(importlib.import_module(find(exercise_id).package).EXERCISE.tasks)
 
 
-def ladders(exercise_id: str) -> dict[str, list[str]]:
-    """task -> its hints, first nudge to key API, in the student's language where the grader's catalog has them
-    (exercise 2's; grader/i18n.py); {} for an exercise without a hints.py."""
+def _hints_module(exercise_id: str):
+    """The exercise's hints.py, or None for an exercise without one."""
     try:
-        module = importlib.import_module(f"{find(exercise_id).package}.hints")
+        return importlib.import_module(f"{find(exercise_id).package}.hints")
     except ModuleNotFoundError as exc:
         if exc.name != f"{find(exercise_id).package}.hints":
             raise
-        return {}
-    return {task: [_(hint) for hint in hints] for task, hints in module.HINTS.items()}
+        return None
+
+
+def ladders(exercise_id: str) -> dict[str, list[str]]:
+    """task -> its hints, first nudge to key API, in the student's language where the grader's catalog has them
+    (exercise 2's; grader/i18n.py); {} for an exercise without a hints.py."""
+    module = _hints_module(exercise_id)
+    return {task: [_(hint) for hint in hints] for task, hints in module.HINTS.items()} if module else {}
+
+
+def check_hints(exercise_id: str) -> dict[str, str]:
+    """check -> the hint for its typical mistake (CHECK_HINTS of the exercise's hints.py), translated."""
+    module = _hints_module(exercise_id)
+    return {check: _(hint) for check, hint in getattr(module, "CHECK_HINTS", {}).items()}
+
+
+FAILING = "failing checks"  # key of an exercise's state: task -> [the check that failed last, its hint shown]
+_failing_here: dict[tuple[str, str], list] = {}  # this kernel's, in case the state file cannot be written
+
+
+def note_checked(exercise_id: str, task: str, failed_check: str | None) -> None:
+    """What check(task) found: the check that states why it failed (its first failed one), or None when all
+    passed. The next hint(task) starts with that check's hint."""
+    record = [failed_check, False] if failed_check else None
+    if failed_check and (_failing_check(exercise_id, task) or [None])[0] == failed_check:
+        return  # the same check failing again: its hint, once shown, is not shown again
+    _failing_here[exercise_id, task] = record
+    state = _load()
+    mine = state.get(exercise_id) if isinstance(state.get(exercise_id), dict) else {}
+    failing = mine.get(FAILING) if isinstance(mine.get(FAILING), dict) else {}
+    failing = {t: r for t, r in failing.items() if t != task} | ({task: record} if record else {})
+    state[exercise_id] = {**mine, FAILING: failing}
+    _write(state)
+
+
+def _failing_check(exercise_id: str, task: str) -> list | None:
+    """[check, shown] of the task's last failing check, this kernel's record first, then the state file's."""
+    if (exercise_id, task) in _failing_here:
+        return _failing_here[exercise_id, task]
+    mine = _load().get(exercise_id)
+    failing = mine.get(FAILING) if isinstance(mine, dict) else None
+    record = failing.get(task) if isinstance(failing, dict) else None
+    valid = isinstance(record, list) and len(record) == 2 and isinstance(record[0], str)
+    return record if valid else None
 
 
 def _load() -> dict:
@@ -67,10 +112,14 @@ def hints_used(exercise_id: str) -> dict[str, int]:
 
 
 def _record(exercise_id: str, task: str, count: int) -> None:
-    path = state_path()
     state = _load()
     mine = state.get(exercise_id) if isinstance(state.get(exercise_id), dict) else {}
     state[exercise_id] = {**mine, task: count}
+    _write(state)
+
+
+def _write(state: dict) -> None:
+    path = state_path()
     try:
         os.makedirs(os.path.dirname(path), exist_ok=True)
         tmp = f"{path}.{os.getpid()}.tmp"
@@ -112,6 +161,8 @@ def hinter(exercise_id: str):
             ) from None
         if os.environ.get("NBGRADER_EXECUTION"):
             return  # nbgrader runs the notebook: no hint shown, none counted
+        if _show_check_hint(exercise_id, task):
+            return
         ladder = ladders(exercise_id).get(task, [])
         if not ladder:
             _show(_("No hints are written for `{task}` yet: ask your instructor.", task=task))
@@ -137,6 +188,28 @@ def hinter(exercise_id: str):
         )
 
     return hint
+
+
+def _show_check_hint(exercise_id: str, task: str) -> bool:
+    """The hint of the task's last failing check, once per failure; True when shown."""
+    record = _failing_check(exercise_id, task)
+    text = check_hints(exercise_id).get(record[0]) if record and not record[1] else None
+    if text is None:
+        return False
+    _failing_here[exercise_id, task] = [record[0], True]
+    state = _load()
+    mine = state.get(exercise_id)
+    failing = mine.get(FAILING) if isinstance(mine, dict) else None
+    if isinstance(failing, dict) and failing.get(task) == record:
+        failing[task] = [record[0], True]
+        _write(state)
+    _show(
+        _("**For the check that failed**, `{check}`:", check=record[0])
+        + f"\n\n{text}\n\n*"
+        + _('`hint("{task}")` again goes on with the task\'s hints.', task=task)
+        + "*"
+    )
+    return True
 
 
 def _show(text: str) -> None:

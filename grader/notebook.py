@@ -21,10 +21,11 @@ import os
 import sys
 import threading
 
+from grader import points
 from grader.engine import gpu_exclusive, warm_up
 from grader.engine.processes import preload
 from grader.exercises import find, get_exercise
-from grader.hints import hinter  # noqa: F401 (the notebook imports check and hint from here)
+from grader.hints import hinter, note_checked  # noqa: F401 (the notebook imports check and hint from here)
 from grader.i18n import _, ngettext
 from grader.notebook_display import CheckView, captured_stderr, in_kernel
 from grader.submission import from_namespace
@@ -48,7 +49,8 @@ def checker(exercise_id: str, world_size: int = 2, timeout: float = 30.0):
         from grader.runner import SIDE_BY_SIDE, run_checks  # imported by get_exercise already
 
         ns = namespace if namespace is not None else vars(sys.modules["__main__"])
-        view = CheckView(task, len(checks), rich=in_kernel())
+        hidden_points = 0 if hidden else points.hidden_points(exercise, task)  # said under the visible ones
+        view = CheckView(task, len(checks), rich=in_kernel(), hidden_points=hidden_points)
         serialize = exclusive_gpus()  # one check at a time, one notebook at a time (engine/gpu_exclusive.py)
         with captured_stderr() as stray, gpu_exclusive.one_at_a_time(serialize):
             _warm_parent()
@@ -67,6 +69,8 @@ def checker(exercise_id: str, world_size: int = 2, timeout: float = 30.0):
         view.finish(stray.text())
         start_warming()  # after the first check, not before: until it, the cores are the forkserver's
         failed = [r.name for r in report.checks if not r.passed]
+        if not hidden and not os.environ.get("NBGRADER_EXECUTION"):
+            note_checked(exercise_id, task, failed[0] if failed else None)  # its hint comes first (grader/hints.py)
         reasons = _reasons([r for r in report.checks if not r.passed])
         earned[task, hidden] = report.score
         if os.environ.get("NBGRADER_EXECUTION") == "autograde":
@@ -102,13 +106,14 @@ def exclusive_gpus() -> bool:
 
 
 def _reason(result, said: set[str] | None = None) -> str:
-    """A failed check's name and why, for the error that ends its cell (the summary of a long message), without
-    the lines an earlier check's reason already said (`said`, updated: checks answered by the same hang)."""
+    """A failed check's name and why, for the error that ends its cell (the summary of a long message): its first
+    line in full, then the lines an earlier check's reason did not already say (`said`, updated: checks answered
+    by the same hang)."""
     lines = result.message.split("\n\n", 1)[0].splitlines()
-    if said is not None:
-        fresh = [line for line in lines if line not in said]
+    if said is not None and lines:
+        fresh = [line for line in lines[1:] if line not in said]
         said.update(lines)
-        lines = fresh or lines[-1:]
+        lines = lines[:1] + fresh
     shown = lines[:REASON_LINES] + (["..."] if len(lines) > REASON_LINES else [])
     return f"\n- {result.name}: " + "\n  ".join(shown or [_("failed")])
 

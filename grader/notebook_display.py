@@ -105,8 +105,9 @@ def rank_outputs(result: CheckResult) -> list[tuple[str, str]]:
 class CheckView:
     """The output of one check cell: printed lines, or one HTML display updated in place."""
 
-    def __init__(self, task: str, expected: int, rich: bool):
+    def __init__(self, task: str, expected: int, rich: bool, hidden_points: float = 0):
         self.task = task
+        self.hidden_points = hidden_points  # the task's points in hidden tests, said under the visible ones
         self.expected = expected
         self.rich = rich
         self.results: list[CheckResult] = []
@@ -133,6 +134,8 @@ class CheckView:
         else:
             if self.plans():
                 print("    " + self._ran_on(), flush=True)
+            if self.hidden_points:
+                print("    " + self._hidden_note(), flush=True)
             if stray:
                 print("\n".join(self._stray_text()), flush=True)
 
@@ -149,6 +152,15 @@ class CheckView:
 
     def _stray_text(self) -> list[str]:
         return ["    " + _("(messages from the grader's processes:)")] + ["      " + l for l in self.stray.splitlines()]
+
+    def _hidden_note(self) -> str:
+        return ngettext(
+            "(and {points:g} point of {task} in hidden tests, graded after you submit)",
+            "(and {points:g} points of {task} in hidden tests, graded after you submit)",
+            2 if self.hidden_points != 1 else 1,
+            points=self.hidden_points,
+            task=self.task,
+        )
 
     def _ran_on(self) -> str:
         return _("(ran on: {plans})", plans=self.plans())
@@ -176,6 +188,8 @@ class CheckView:
         else:
             if self.plans():
                 lines.append("    " + self._ran_on())
+            if self.hidden_points:
+                lines.append("    " + self._hidden_note())
             if self.stray:
                 lines += self._stray_text()
         return "\n".join(lines)
@@ -213,6 +227,8 @@ class CheckView:
             )
             if self.plans():
                 summary += _("; ran on {plans}", plans=self.plans())
+            if self.hidden_points:
+                summary += " " + self._hidden_note()
             rows.append(
                 '<div style="color:var(--jp-ui-font-color2,#777);margin-top:2px">' + html.escape(summary) + "</div>"
             )

@@ -7,6 +7,8 @@ Rules it applies to every check, wherever it is run from:
 - a missing or crashing task fails its own checks only;
 - a check that could not run on this hardware (CheckSkipped) is credited only
   when every other check of its task passes, and says so;
+- one mistake, one reason (grader/reasons.py): a failed check whose declared dependency failed in the same
+  run points to it instead of diagnosing again;
 - a run that hangs is answered once: the task's other checks asking for the same run get that hang
   (the same message, 0 points; shared_runs.py), and its stacks show in the first of them only; a check
   that asks for a different run still runs it (hung_in: a task that hung in an earlier phase);
@@ -32,6 +34,7 @@ from grader import feedback_filter
 from grader.checks import Check, CheckFailed, CheckResult, CheckSkipped, Exercise, Report
 from grader.grading import Grading, MachineFailed, RunCheckFailed
 from grader.i18n import _
+from grader.reasons import Reasons
 from grader.shared_runs import SharedRuns
 from grader.submission import Submission
 
@@ -103,13 +106,16 @@ def _in_order(checks: list[Check], one, parallel: int, credit: bool, hangs: dict
     pending = [None] * len(checks)
     results: list[CheckResult] = []
     stacks_shown: dict[tuple[str, str], str] = {}  # (task, stacks) -> the check that shows them
+    reasons = Reasons()  # each reason said once: later checks point to it (grader/reasons.py)
     pool = ThreadPoolExecutor(parallel, thread_name_prefix="grader-check")
     try:
         futures = [pool.submit(one, check) for check in checks] if parallel > 1 else None
         for i, check in enumerate(checks):
             pending[i] = futures[i].result() if futures else one(check)
             for final in _finalize(checks, pending, len(results), credit):
-                _show_stacks_once(final, hangs.get(final.name), stacks_shown)
+                hang = hangs.get(final.name)
+                reasons.point(checks[len(results)], final, hung=hang is not None)
+                _show_stacks_once(final, hang, stacks_shown)
                 results.append(final)
                 if on_result:
                     on_result(final)

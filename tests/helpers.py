@@ -105,6 +105,24 @@ def failed(report: Report) -> dict[str, str]:
     return {c.name: c.message for c in report.checks if not c.passed}
 
 
+POINTERS = (  # how a check that does not state the reason itself begins or ends (grader/reasons.py, grader/runner.py)
+    re.compile(r"^depends on `\w+`, which failed: fix that first$"),
+    re.compile(r"already hung in \w+ \(above, with the stacks\)", re.M),
+    re.compile(r"the same run failed the same way in \w+ \(above", re.M),
+)
+
+
+def assert_one_reason(report: Report, stated_by: str) -> None:
+    """Exactly one failed check states the reason (`stated_by`); every other failed check only points to it."""
+    messages = failed(report)
+    assert stated_by in messages, f"{stated_by} passed; results:\n" + "\n".join(report.lines())
+    stating = [name for name, message in messages.items() if not any(p.search(message) for p in POINTERS)]
+    assert stating == [stated_by], "checks stating a reason: " + ", ".join(stating) + "\n" + "\n".join(report.lines())
+    for name, message in messages.items():
+        if name != stated_by:
+            assert f"`{stated_by}`" in message or f"in {stated_by} (above" in message, (name, message)
+
+
 def graded_answers(
     exercise_id: str, task: str, answers: dict[str, str | None], checks_of=lambda name: None
 ) -> dict[str, tuple[Report, dict[str, str]]]:

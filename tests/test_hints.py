@@ -12,7 +12,7 @@ import pytest
 
 from grader import cells
 from grader.exercises import exercise_ids
-from grader.hints import UnknownTask, hinter, hints_used, ladders, state_path, tasks_of
+from grader.hints import UnknownTask, check_hints, hinter, hints_used, ladders, note_checked, state_path, tasks_of
 from tests.helpers import ROOT
 
 MIN_LINE = 21  # a solution line this long never appears verbatim in a hint
@@ -72,6 +72,7 @@ def test_no_hint_holds_an_answer_cells_code(exercise_id):
     answers = solution_answers(exercise_id)
     assert set(answers) == set(tasks_of(exercise_id)), "every task has an answer cell in the solution"
     every_hint = [(task, h) for task, ladder in ladders(exercise_id).items() for h in ladder]
+    every_hint += [(check, h) for check, h in check_hints(exercise_id).items()]
     for task, source in answers.items():
         lines = [ln.strip() for ln in source.splitlines() if len(ln.strip()) >= MIN_LINE]
         statements = region_statements(source)
@@ -168,3 +169,28 @@ def test_progress_view_shows_hints_used_per_task(state, monkeypatch):
     view = _ProgressView(str(root), 1)
     view.rows, view.done = rows, True
     assert "(2 hints)" in view._repr_html_() and "(1 hint)" in view._repr_html_()
+
+
+def test_the_hint_of_the_check_that_failed_comes_first_then_the_ladder(state, capsys):
+    from grader import hints
+
+    hints._failing_here.clear()  # this process's record: a fresh kernel
+    exercise_id, task = "02_ddp_basics", "train_one_epoch"
+    ladder, mine = ladders(exercise_id)[task], check_hints(exercise_id)["train_calls_set_epoch"]
+    note_checked(exercise_id, task, "train_calls_set_epoch")  # what check(task) notes when that check fails
+    hinter(exercise_id)(task)
+    shown = capsys.readouterr().out
+    assert "`train_calls_set_epoch`" in shown and mine in shown and ladder[0] not in shown
+    assert hints_used(exercise_id) == {}  # the ladder's count is not used up by it
+    hints._failing_here.clear()
+    hint = hinter(exercise_id)  # a new kernel: the state file says it was shown
+    note_checked(exercise_id, task, "train_calls_set_epoch")  # the same check failing again: not shown again
+    hint(task)
+    shown = capsys.readouterr().out
+    assert "Hint 1 of" in shown and ladder[0] in shown and mine not in shown
+    note_checked(exercise_id, task, "loss_is_global_mean")  # another mistake now: its hint first
+    hint(task)
+    assert check_hints(exercise_id)["loss_is_global_mean"] in capsys.readouterr().out
+    note_checked(exercise_id, task, None)  # all pass: nothing noted, the ladder goes on
+    hint(task)
+    assert "Hint 2 of" in capsys.readouterr().out and hints_used(exercise_id) == {task: 2}

@@ -160,3 +160,28 @@ def test_nbgrader_refuses_to_generate_stale_points(course):
     assert done.returncode != 0
     assert "pick_backend_check has 9 points" in done.stdout + done.stderr
     assert not (root / "exercises" / EXERCISE / f"{EXERCISE}.ipynb").exists()
+
+
+def test_a_check_cell_says_how_many_of_its_tasks_points_are_hidden():
+    """The visible checks of train_one_epoch total less than its cell's points: the view says how many are hidden,
+    from the checks where they are installed, else (a student's grader) from the released notebook's cell."""
+    import copy
+    import os
+
+    from grader.exercises import get_exercise
+    from grader.notebook_display import CheckView
+    from grader.points import hidden_points
+    from tests.helpers import ROOT
+
+    exercise = get_exercise("02_ddp_basics")
+    hidden = exercise.points_of("train_one_epoch", hidden=True)
+    assert hidden > 0 and hidden_points(exercise, "train_one_epoch") == hidden
+    student = copy.copy(exercise)
+    student.checks = [c for c in exercise.checks if not c.hidden]  # a student build: no hidden module
+    release = os.path.join(ROOT, "exercises", "02_ddp_basics")
+    assert hidden_points(student, "train_one_epoch", release) == hidden
+    assert hidden_points(student, "train_one_epoch", "/nonexistent") == 0 and hidden_points(student, "setup") == 0
+    view = CheckView("train_one_epoch", 0, rich=False, hidden_points=hidden)
+    view.done = True
+    note = f"(and {hidden:g} point of train_one_epoch in hidden tests, graded after you submit)"
+    assert note in repr(view) and note in view._repr_html_()

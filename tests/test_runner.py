@@ -269,3 +269,46 @@ def test_rank_output_is_kept_when_asked():
     ex = make_exercise()
     report = run_checks(ex, printing, task="fine", keep_output=True)
     assert any("hello from a rank" in text for run in report.checks[0].outputs for text in run)
+
+
+def _one_reason_exercise() -> Exercise:
+    ex = Exercise("one_reason_test", tasks=["fine", "broken"])
+
+    @ex.check("broken", points=1)
+    def order_is_right(g):
+        g.run(_call, "fine")
+        raise CheckFailed("the samples come in the same order every epoch: call set_epoch")
+
+    @ex.check("broken", points=1, depends_on=("order_is_right",))
+    def result_matches(g):
+        raise CheckFailed("weight each batch's loss by its number of samples")  # would blame correct code
+
+    @ex.check("broken", points=1, depends_on=("result_matches",))
+    def follows_from_it(g):
+        raise CheckFailed("another diagnosis of the same mistake")
+
+    @ex.check("fine", points=1, depends_on=("order_is_right",))
+    def passes_anyway(g):
+        assert g.run(_call, "fine") == [1, 1]
+
+    return ex
+
+
+def test_a_check_whose_dependency_failed_points_to_it_and_the_reason_is_said_once():
+    report = run_checks(_one_reason_exercise(), ANSWERS, tasks=["broken", "fine"], side_by_side=3)
+    checks = by_name(report)
+    assert checks["order_is_right"].message.startswith("the samples come in the same order")
+    assert checks["result_matches"].message == "depends on `order_is_right`, which failed: fix that first"
+    assert checks["result_matches"].points == 0
+    assert checks["follows_from_it"].message == "depends on `order_is_right`, which failed: fix that first"  # the root
+    assert checks["passes_anyway"].passed  # a dependency changes only a failure's words, never a verdict
+    assert "\n".join(report.lines()).count("call set_epoch") == 1
+
+
+def test_a_dependency_must_be_an_earlier_check():
+    ex = Exercise("order_test", tasks=["fine"])
+    with pytest.raises(ValueError, match="depends_on names no earlier check"):
+
+        @ex.check("fine", depends_on=("later",))
+        def first(g):
+            pass

@@ -77,7 +77,39 @@ def test_a_failed_check_cells_error_says_why_in_full_without_pointing_above():
     )
     first, second = _reasons([hung, again])
     assert "cell 25, line 5" in first and second == (
-        "\n- checkpoint_has_unwrapped_keys: `save_checkpoint` already hung in checkpoint_written_by_rank0_only"
-    )  # said once
+        "\n- checkpoint_has_unwrapped_keys: the run did not finish in time"
+        "\n  `save_checkpoint` already hung in checkpoint_written_by_rank0_only"
+    )  # its full first line, then only what the first did not say
     with open(os.path.join(ROOT, "grader", "notebook.py")) as f:
         assert "shown above" not in f.read()
+
+
+def test_make_lab_gives_the_course_an_nbgrader_cache_of_its_own(tmp_path):
+    """nbgrader's default cache is per user: another clone's or course's submission in it showed in this course's
+    Assignment List. With `make lab`'s NBGRADER_CACHE, nbgrader (reading this course's nbgrader_config.py) lists
+    only the course's own."""
+    import subprocess
+    import sys
+
+    with open(os.path.join(ROOT, "Makefile")) as f:
+        lab = re.search(r"^lab:.*?(?=^\S)", f.read(), re.S | re.M)[0]
+    assert "NBGRADER_CACHE=$(or $(NBGRADER_CACHE),$(CURDIR)/.nbgrader/cache)" in lab
+    exchange, home = tmp_path / "exchange", tmp_path / "home"
+    exchange.mkdir(mode=0o777)
+    exchange.chmod(0o777)
+    other = home / ".local/share/jupyter/nbgrader_cache/ddp-course/alice+05_other+2026-01-01 00:00:00.000000 UTC"
+    other.mkdir(parents=True)
+    (other / "timestamp.txt").write_text("2026-01-01 00:00:00.000000 UTC")
+    nbgrader = os.path.join(os.path.dirname(sys.executable), "nbgrader")
+    env = {**os.environ, "HOME": str(home), "NBGRADER_EXCHANGE": str(exchange)}
+    env.pop("JUPYTER_DATA_DIR", None)
+
+    def listed(**more) -> str:
+        run = subprocess.run(
+            [nbgrader, "list", "--cached"], cwd=ROOT, env={**env, **more}, capture_output=True, text=True, timeout=120
+        )
+        return run.stdout + run.stderr
+
+    assert "05_other" in listed()  # nbgrader's per-user default: the other course's submission shows
+    own = listed(NBGRADER_CACHE=str(tmp_path / "course-cache"))
+    assert "05_other" not in own and "Submitted assignments" in own, own

@@ -18,6 +18,8 @@ import re
 from dataclasses import dataclass
 
 from grader.engine import flight, stacks
+from grader.engine.source_lines import code_at, rank_conditions
+from grader.i18n import _, ngettext
 
 MAX_LISTED = 6  # a rank's collectives in the student's code, the last ones, in the summary line
 
@@ -34,12 +36,43 @@ class _Step:
         """The innermost frame in the student's code, if any."""
         return next((f for f in self.frames if stacks.is_student_file(f[0])), None)
 
+    @property
+    def ddp_backward(self) -> bool:
+        """An all-reduce torch's autograd made inside the student's backward() call: DDP's gradient all-reduce."""
+        inner = self.frames[: self.frames.index(self.mine)] if self.mine else ()
+        return self.kind == "all_reduce" and any("torch" + "/autograd/" in f[0].replace("\\", "/") for f in inner)
+
+    @property
+    def origin(self) -> tuple | None:
+        """Where the student's code made it: (file, line, made by DDP's backward), None outside their code."""
+        return (self.mine[0], self.mine[1], self.ddp_backward) if self.mine else None
+
     def said(self) -> str:
         mine = self.mine
         if mine is None:
             grader = next((f for f in self.frames if stacks.course_path(f[0]).startswith("grader/")), None)
-            return f"{self.kind} (the grader's{', ' + stacks.place(*grader[:2]) if grader else ''}, outside your code)"
-        return f"{self.kind} (your {mine[2]}, {stacks.place(mine[0], mine[1])})"
+            if grader:
+                return _(
+                    "{kind} (the grader's, {place}, outside your code)", kind=self.kind, place=stacks.place(*grader[:2])
+                )
+            return _("{kind} (the grader's, outside your code)", kind=self.kind)
+        where = {"function": mine[2], "place": stacks.place(mine[0], mine[1])}
+        code = code_at(mine[0], mine[1])
+        if self.ddp_backward:
+            return _("the gradient all-reduce DDP runs inside `{code}` (your {function}, {place})", code=code, **where)
+        if code:
+            return _("{kind} `{code}` (your {function}, {place})", kind=self.kind, code=code, **where)
+        return _("{kind} (your {function}, {place})", kind=self.kind, **where)
+
+    def short(self) -> str:
+        """For the list of a rank's collectives: its place and code."""
+        code = code_at(self.mine[0], self.mine[1])
+        place = stacks.place(self.mine[0], self.mine[1])
+        if self.ddp_backward:
+            return _("DDP's all_reduce in `{code}` ({place})", code=code, place=place)
+        return (
+            _("{kind} `{code}` ({place})", kind=self.kind, code=code, place=place) if code else f"{self.kind} ({place})"
+        )
 
 
 def _steps(report) -> list[_Step] | None:
@@ -68,25 +101,90 @@ def explain(result) -> list[str]:
         last = {rank: s[-1:] for rank, s in known.items()}
         first = _first_difference(last)
         if first is not None:
-            lines.append(_say_difference(first, last, result))
+            lines += _say_difference(first, last, result)
+        elif all(last.values()) and len({s[0].origin for s in last.values()}) > 1:
+            lines += _say_paired(last)
         elif all(last.values()):
-            called = "; ".join(f"rank {rank} called {s[0].said()}" for rank, s in sorted(last.items()))
+            called = "; ".join(
+                _("rank {rank} called {call}", rank=rank, call=s[0].said()) for rank, s in sorted(last.items())
+            )
             lines.append(
-                f"the same collective on every rank, with tensors of different sizes{_sizes(result)}: "
-                f"{called} (do the ranks go through their tensors in the same order, with the same shapes?)"
+                _(
+                    "the same collective on every rank, with tensors of different sizes{sizes}: {called} (do the "
+                    "ranks go through their tensors in the same order, with the same shapes?)",
+                    sizes=_sizes(result),
+                    called=called,
+                )
             )
     else:
         first = _first_difference(known)
         if first is not None:
-            lines.append(_say_difference(first, known, result))
-    summary = []
-    for rank, own in sorted(known.items()):
-        mine = [s for s in own if s.mine]
-        listed = ", ".join(f"{s.kind} ({stacks.place(s.mine[0], s.mine[1])})" for s in mine[-MAX_LISTED:])
-        more = f"{len(mine) - MAX_LISTED} earlier, then " if len(mine) > MAX_LISTED else ""
-        summary.append(f"rank {rank} made {more}{listed}" if mine else f"rank {rank} made none")
-    lines.append("collectives in your code: " + "; ".join(summary))
+            lines += _say_difference(first, known, result)
+    lines.append(
+        _("collectives in your code: {ranks}", ranks="; ".join(_made(rank, own) for rank, own in sorted(known.items())))
+    )
     return lines
+
+
+def _made(rank: int, own: list[_Step]) -> str:
+    """What one rank made in the student's code: how many, then the last ones, repeats counted."""
+    mine = [s for s in own if s.mine]
+    if not mine:
+        return _("rank {rank} made none", rank=rank)
+    if mine[-1].alone:
+        return _("rank {rank} stopped in {call}", rank=rank, call=mine[-1].short())
+    shown = mine[-MAX_LISTED:]
+    groups: list[list] = []
+    for step in shown:
+        if groups and groups[-1][0].origin == step.origin and groups[-1][0].kind == step.kind:
+            groups[-1].append(step)
+        else:
+            groups.append([step])
+    listed = ", ".join(g[0].short() + (f" ×{len(g)}" if len(g) > 1 else "") for g in groups)
+    if len(mine) > len(shown):
+        return _(
+            "rank {rank} made {n}, the last {shown}: {listed}", rank=rank, n=len(mine), shown=len(shown), listed=listed
+        )
+    return ngettext(
+        "rank {rank} made {n}: {listed}", "rank {rank} made {n}: {listed}", len(mine), rank=rank, listed=listed
+    )
+
+
+def _say_paired(last: dict) -> list[str]:
+    """A collective one rank made where another made a different one of the student's code: paired anyway."""
+    (a_rank, (a,)), (b_rank, (b,)) = sorted(last.items())[:2]
+    lines = [
+        _(
+            "rank {a_rank} called {a} while rank {b_rank} was in {b}: these two different calls paired up, "
+            "because a rank skipped a collective that the others made (every rank must make the same collectives, "
+            "in the same order)",
+            a_rank=a_rank,
+            a=a.said(),
+            b_rank=b_rank,
+            b=b.said(),
+        )
+    ]
+    return lines + _conditions([a, b])
+
+
+def _conditions(steps: list[_Step]) -> list[str]:
+    """For each step of the student's code under a rank-dependent `if`: that it runs on some ranks only."""
+    said = []
+    for step in steps:
+        if step.mine is None:
+            continue
+        for line, test, in_body in rank_conditions(step.mine[0], step.mine[1]):
+            text = _(
+                "line {line} (`{code}`) runs only where `{test}` is {value} (line {if_line}): not on every rank",
+                line=step.mine[1],
+                code=code_at(step.mine[0], step.mine[1]),
+                test=test,
+                value="True" if in_body else "False",
+                if_line=line,
+            )
+            if text not in said:
+                said.append(text)
+    return said
 
 
 def _first_difference(known: dict) -> int | None:
@@ -98,37 +196,50 @@ def _first_difference(known: dict) -> int | None:
     return None
 
 
-def _say_difference(i: int, known: dict, result) -> str:
+def _say_difference(i: int, known: dict, result) -> list[str]:
     made = {rank: (s[i] if i < len(s) else None) for rank, s in known.items()}
     in_mine = [rank for rank, step in made.items() if step is not None and step.mine]
     others = [rank for rank in made if rank not in in_mine]
     if in_mine and others:
         lead = in_mine[0]
         step = made[lead]
-        text = f"rank {lead} called {step.said()} that {_ranks(others)} never called in your code"
+        text = _(
+            "rank {rank} called {call} that {others} never called in your code",
+            rank=lead,
+            call=step.said(),
+            others=_ranks(others),
+        )
         gone = []
         for rank in others:
             theirs = made[rank]
             status = next((r.status for r in result.ranks if r.rank == rank), "")
             if theirs is not None:
                 gone.append(
-                    f"rank {rank} had gone on to the next step: its {theirs.kind} there was the grader's, "
-                    "after your code returned (the two met, and the ranks fell out of step)"
+                    _(
+                        "rank {rank} had gone on to the next step: its {kind} there was the grader's, after your code "
+                        "returned (the two met, and the ranks fell out of step)",
+                        rank=rank,
+                        kind=theirs.kind,
+                    )
                 )
             elif status == "ok":
-                gone.append(f"rank {rank} went on to the next step and finished")
+                gone.append(_("rank {rank} went on to the next step and finished", rank=rank))
             else:
-                gone.append(f"rank {rank} made no collective there")
-        return text + "; " + "; ".join(gone)
+                gone.append(_("rank {rank} made no collective there", rank=rank))
+        return [text + "; " + "; ".join(gone)] + _conditions([step])
     called = "; ".join(
-        f"rank {rank} called {step.said()}" if step else f"rank {rank} called none"
+        _("rank {rank} called {call}", rank=rank, call=step.said()) if step else _("rank {rank} called none", rank=rank)
         for rank, step in sorted(made.items())
     )
-    return f"the ranks' collective #{i + 1} differs: {called}"
+    before = ngettext("{n} call that paired up", "{n} calls that paired up", i, n=i)
+    text = _("the ranks' collective #{n} differs ({before} before it): {called}", n=i + 1, before=before, called=called)
+    return [text] + _conditions([s for s in made.values() if s is not None])
 
 
 def _ranks(ranks: list[int]) -> str:
-    return f"rank {ranks[0]}" if len(ranks) == 1 else "ranks " + ", ".join(map(str, ranks))
+    if len(ranks) == 1:
+        return _("rank {rank}", rank=ranks[0])
+    return _("ranks {ranks}", ranks=", ".join(map(str, ranks)))
 
 
 _GLOO_SIZES = re.compile(r"op\.preamble\.length <= op\.nbytes\. (\d+) vs (\d+)")
@@ -139,5 +250,10 @@ def _sizes(result) -> str:
     for r in result.ranks:
         found = _GLOO_SIZES.search(r.output or "")
         if found:
-            return f" (gloo's rank {r.rank} received {found[1]} bytes where it expected {found[2]})"
+            return " " + _(
+                "(gloo's rank {rank} received {got} bytes where it expected {expected})",
+                rank=r.rank,
+                got=found[1],
+                expected=found[2],
+            )
     return ""

@@ -8,6 +8,12 @@ from typing import Any
 
 from grader.engine import stacks
 from grader.engine.plan import HardwarePlan
+from grader.i18n import _
+
+
+def last_output_heading() -> str:
+    """Heads an aborted rank's last lines of output (grading.py cuts a message there)."""
+    return _("its last output:")
 
 
 @dataclass
@@ -30,53 +36,68 @@ class RankReport:
         if kind_only:
             return self._describe_hidden()
         if self.status == "unavailable":
-            return f"rank {self.rank} could not run on this machine: " + _first_line(self.error)
+            return _("rank {rank} could not run on this machine: {why}", rank=self.rank, why=_first_line(self.error))
         if self.status == "error" and self.error.get("type") == "OutOfMemoryError":
-            return (
-                f"rank {self.rank} ran out of GPU memory in your code (are tensors kept across steps, or is the "
-                "batch too large for one GPU?): " + stacks.format_exception(self.error)
+            return _(
+                "rank {rank} ran out of GPU memory in your code (are tensors kept across steps, or is the batch too "
+                "large for one GPU?): {error}",
+                rank=self.rank,
+                error=stacks.format_exception(self.error),
             )
         if self.status == "error":
-            return f"rank {self.rank} raised " + stacks.format_exception(self.error)
+            return _("rank {rank} raised {error}", rank=self.rank, error=stacks.format_exception(self.error))
         if self.status == "hung" and self.error:  # gloo's own timeout fired first: a hang all the same
             frames = self.error.get("student_frames") or []
-            where = f", called from your code at {frames[-1]}" if frames else ""
+            where = ", " + _("called from your code at {line}", line=frames[-1]) if frames else ""
             return (
-                f"rank {self.rank} hung: waiting in {stacks.collective_timeout(self.error)} for the other ranks "
-                f"until gloo's own timeout gave up{where}"
+                _(
+                    "rank {rank} hung: waiting in {function} for the other ranks until gloo's own timeout gave up",
+                    rank=self.rank,
+                    function=stacks.collective_timeout(self.error),
+                )
+                + where
             )
         if self.status == "hung":
-            return f"rank {self.rank} hung: " + stacks.summarize_stack(self.stack)
+            return _("rank {rank} hung: {where}", rank=self.rank, where=stacks.summarize_stack(self.stack))
         if self.status == "exited":
-            text = f"rank {self.rank} exited with {exit_meaning(self.exitcode)} before returning a result"
+            text = self._exited()
             if self.exitcode == -signal.SIGABRT:
-                text += (
-                    " (gloo aborts a process when ranks call different collectives, or send tensors of "
+                text += " " + _(
+                    "(gloo aborts a process when ranks call different collectives, or send tensors of "
                     "different sizes: do all ranks make the same collective calls in the same order?)"
                 )
             tail = [line for line in self.output.strip().splitlines() if line.strip()][-5:]
-            return text + ("\nits last output:\n" + "\n".join("  " + line for line in tail) if tail else "")
+            return text + (
+                "\n" + last_output_heading() + "\n" + "\n".join("  " + line for line in tail) if tail else ""
+            )
         if self.status == "stopped":
-            return f"rank {self.rank} was stopped because another rank failed"
+            return _("rank {rank} was stopped because another rank failed", rank=self.rank)
         return f"rank {self.rank}: {self.status}"
+
+    def _exited(self) -> str:
+        return _(
+            "rank {rank} exited with {meaning} before returning a result",
+            rank=self.rank,
+            meaning=exit_meaning(self.exitcode),
+        )
 
     def busy_in_student_code(self) -> bool:
         return self.status == "hung" and not self.error and stacks.busy_frame(self.stack) is not None
 
     def _describe_hidden(self) -> str:
         if self.status == "unavailable":
-            return f"rank {self.rank} could not run on this machine"
+            return _("rank {rank} could not run on this machine", rank=self.rank)
         if self.status == "error" and self.error.get("type") == "OutOfMemoryError":
-            return f"rank {self.rank}: your code ran out of GPU memory"
+            return _("rank {rank}: your code ran out of GPU memory", rank=self.rank)
         if self.status == "error":
-            return f"rank {self.rank}: your code raised an exception (hidden tests do not show its text)"
+            return _("rank {rank}: your code raised an exception (hidden tests do not show its text)", rank=self.rank)
         if self.status == "hung":
-            where = "busy in your code" if self.busy_in_student_code() else "waiting for the other ranks"
-            return f"rank {self.rank} hung: {where}"
+            where = _("busy in your code") if self.busy_in_student_code() else _("waiting for the other ranks")
+            return _("rank {rank} hung: {where}", rank=self.rank, where=where)
         if self.status == "exited":
-            return f"rank {self.rank} exited with {exit_meaning(self.exitcode)} before returning a result"
+            return self._exited()
         if self.status == "stopped":
-            return f"rank {self.rank} was stopped because another rank failed"
+            return _("rank {rank} was stopped because another rank failed", rank=self.rank)
         return f"rank {self.rank}: {self.status}"
 
 
@@ -87,13 +108,13 @@ def _first_line(error: dict | None) -> str:
 
 def exit_meaning(code: int | None) -> str:
     if code is None:
-        return "no exit code"
+        return _("no exit code")
     if code < 0:
         try:
-            return f"signal {signal.Signals(-code).name}"
+            return _("signal {signal}", signal=signal.Signals(-code).name)
         except ValueError:
-            return f"signal {-code}"
-    return f"code {code} (did the code call sys.exit or os._exit?)"
+            return _("signal {signal}", signal=-code)
+    return _("code {code} (did the code call sys.exit or os._exit?)", code=code)
 
 
 @dataclass

@@ -13,6 +13,9 @@ import re
 import sysconfig
 import traceback
 
+from grader.i18n import _, ngettext
+
+
 _GRADER_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _LIBRARY_DIRS = tuple(
     {
@@ -39,7 +42,7 @@ def is_student_file(filename: str) -> bool:
 
 def _frame_line(filename: str, lineno: int, name: str, line: str | None) -> str:
     code = (line or linecache.getline(filename, lineno) or "").strip()
-    where = f"{filename}, line {lineno}, in {name}"
+    where = _("{file}, line {line}, in {function}", file=filename, line=lineno, function=name)
     return f"{where}: {code}" if code else where
 
 
@@ -64,7 +67,7 @@ def format_exception(info: dict) -> str:
     none of its frames is the student's."""
     lines = [f"{info['type']}: {info['message']}".rstrip(": ")]
     if info.get("student_frames"):
-        lines.append("in your code (most recent call last):")
+        lines.append(_("in your code (most recent call last):"))
         lines += [f"  {f}" for f in info["student_frames"]]
     else:  # not in the student's code: the whole traceback is the clue
         lines.append(info["traceback"].rstrip())
@@ -127,7 +130,7 @@ def course_path(filename: str) -> str:
     (grader/...), or to the installed packages (torch/...), never absolute."""
     cell = _CELL.match(filename)
     if cell:
-        return f"cell {cell[1]}"
+        return _("cell {cell}", cell=cell[1])
     if filename.startswith("<"):
         return filename
     path = os.path.abspath(filename)
@@ -144,7 +147,9 @@ def course_path(filename: str) -> str:
 def place(filename: str, line: int) -> str:
     """ "cell 29, line 4" (a notebook cell) or "grader/grading.py:75"."""
     shown = course_path(filename)
-    return f"{shown}, line {line}" if _CELL.match(filename) or is_student_file(filename) else f"{shown}:{line}"
+    if _CELL.match(filename) or is_student_file(filename):
+        return _("{file}, line {line}", file=shown, line=line)
+    return f"{shown}:{line}"
 
 
 def fold_frames(frames: list[tuple[str, int, str]]) -> str:
@@ -152,12 +157,18 @@ def fold_frames(frames: list[tuple[str, int, str]]) -> str:
     (the grader's, torch's) folded into one line. frames: (file, line, function), innermost first."""
     mine = [f for f in reversed(frames) if is_student_file(f[0])]
     others = [f for f in reversed(frames) if not is_student_file(f[0])]
-    lines = ["your code (most recent call last):" if mine else "(none of these frames is in your code)"]
+    lines = [_("your code (most recent call last):") if mine else _("(none of these frames is in your code)")]
     lines += ["  " + _frame_line(f[0], f[1], f[2], None).replace(f[0], course_path(f[0]), 1) for f in mine]
     if others:
+        folded = ", ".join(f"{place(f[0], f[1])} {f[2]}" for f in others)
         lines.append(
-            f"  [{len(others)} frame(s) of the grader and torch, folded: "
-            + ", ".join(f"{place(f[0], f[1])} {f[2]}" for f in others)
+            "  ["
+            + ngettext(
+                "{n} frame of the grader and torch, folded: {frames}",
+                "{n} frames of the grader and torch, folded: {frames}",
+                len(others),
+                frames=folded,
+            )
             + "]"
         )
     return "\n".join(lines)
@@ -168,16 +179,17 @@ def summarize_stack(dump: str) -> str:
     at Y' when the rank is not waiting inside torch; then its frames, the student's first (fold_frames)."""
     frames = _main_frames(dump)
     if not frames:
-        return dump.strip() or "(no stack: the process did not answer)"
+        return dump.strip() or _("(no stack: the process did not answer)")
     innermost = frames[0]
     busy = busy_frame(dump)
     if busy is not None:
-        parts = ["busy in your code at " + student_frame_line(busy)]
+        parts = [_("busy in your code at {line}", line=student_frame_line(busy))]
     else:
         student = [f for f in frames if is_student_file(f["file"])]
-        parts = [f"waiting in {innermost['name']} ({os.path.basename(innermost['file'])}:{innermost['line']})"]
+        where = f"{os.path.basename(innermost['file'])}:{innermost['line']}"
+        parts = [_("waiting in {function} ({place})", function=innermost["name"], place=where)]
         if student:
-            parts.append("called from your code at " + student_frame_line(student[0]))
+            parts.append(_("called from your code at {line}", line=student_frame_line(student[0])))
     return ", ".join(parts) + "\n" + fold_frames([(f["file"], int(f["line"]), f["name"]) for f in frames])
 
 

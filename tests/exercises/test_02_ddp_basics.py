@@ -4,6 +4,7 @@ its own check with a message that names it."""
 import pytest
 
 from tests.helpers import (
+    assert_one_reason,
     failed,
     grade_source,
     mutate,
@@ -151,6 +152,13 @@ def test_typical_mistake_fails_with_a_targeted_message(task, old, new, check_nam
     messages = failed(report)
     assert check_name in messages, f"{check_name} passed; results:\n" + "\n".join(report.lines())
     assert phrase in messages[check_name], messages[check_name]
+    # One mistake, one reason: the other failed checks (those whose expectation rests on it) point to it.
+    assert_one_reason(report, check_name)
+    # The first hint addresses it: check() notes the first failed check, hint() starts with that check's hint.
+    from grader.hints import check_hints
+
+    assert [c.name for c in report.checks if not c.passed][0] == check_name
+    assert check_name in check_hints(EXERCISE), f"{check_name} carries no hint (CHECK_HINTS in its hints.py)"
 
 
 # Waits that hold on nccl too (fences.py): a barrier after something else, a collective whose result the waiting

@@ -213,3 +213,38 @@ def test_exercise_4_sums_of_different_sizes_name_the_scripts_line():
     line = _script_line(source, "sizes differ")
     assert f"train.py, line {line}, in save_snapshot" in message, message
     assert message.count("terminate called after throwing") <= 1, message
+
+
+def test_a_collective_one_rank_skips_is_said_as_such_with_ddps_own_and_the_rank_condition():
+    """Rank 0's `dist.all_reduce(totals)` under `if dist.get_rank() == 0` meets rank 1's next gradient all-reduce,
+    the one DDP runs inside `loss.backward()`: two different calls paired up, not a shape mismatch."""
+    source = mutate(
+        solution_source(EX),
+        "    dist.all_reduce(totals)\n",
+        "    if dist.get_rank() == 0:\n        dist.all_reduce(totals)\n",
+    )
+    message = failure_of(EX, source, "train_one_epoch", "train_calls_set_epoch", timeout=10)
+    said = message.split("\n\n", 1)[0]
+    mine = source[: source.index("def save_checkpoint")]  # train_one_epoch and what comes before it
+    skipped, condition = _line_of(mine, "        dist.all_reduce(totals)"), _line_of(mine, "if dist.get_rank() == 0:")
+    backward = _line_of(mine, "loss.backward()")
+    assert f"`dist.all_reduce(totals)` (your train_one_epoch, submission.py, line {skipped})" in said, message
+    assert "the gradient all-reduce DDP runs inside `" in said and f"submission.py, line {backward})" in said, message
+    assert f"line {skipped} (`dist.all_reduce(totals)`) runs only where `dist.get_rank() == 0` is True" in said
+    assert f"(line {condition})" in said, message
+    assert "different sizes" not in said and "earlier" not in said, message
+    _names_the_line(message, "train_one_epoch", skipped)
+
+
+def test_the_source_of_a_line_and_the_rank_conditions_around_it():
+    import linecache
+
+    from grader.engine.source_lines import code_at, rank_conditions
+
+    code = "def f(x, rank):\n    if rank == 0:\n        g(x)  # '#' in a comment\n    else:\n        h(x)\n    while ctx.rank > 1:\n        k()\n"
+    linecache.cache["<cell 99>"] = (len(code), None, code.splitlines(True), "<cell 99>")
+    assert code_at("<cell 99>", 3) == "g(x)"
+    assert rank_conditions("<cell 99>", 3) == [(2, "rank == 0", True)]
+    assert rank_conditions("<cell 99>", 5) == [(2, "rank == 0", False)]
+    assert rank_conditions("<cell 99>", 7) == [(6, "ctx.rank > 1", True)]
+    assert rank_conditions("<cell 99>", 1) == [] and code_at("<cell 98>", 1) == ""

@@ -306,7 +306,7 @@ def uneven_finishes_without_hang(g):
     _uneven_run(g)
 
 
-@EXERCISE.check("train_uneven", points=2)
+@EXERCISE.check("train_uneven", points=2, depends_on=("uneven_finishes_without_hang",))
 def uneven_matches_join_semantics(g):
     expected = rp.join_reference(LENGTHS)
     for rank, params in enumerate(_uneven_run(g)):

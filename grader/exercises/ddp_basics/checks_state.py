@@ -327,7 +327,7 @@ def mini_ddp_matches_ddp(g):
     _compare_mini_to_ddp(g, "tiny")
 
 
-@EXERCISE.check("MiniDDP", points=3)
+@EXERCISE.check("MiniDDP", points=3, depends_on=("mini_ddp_broadcasts_rank0_state", "mini_ddp_matches_ddp"))
 def mini_ddp_frozen_and_tied_parameters(g):
     try:
         _compare_mini_to_ddp(g, "frozen")

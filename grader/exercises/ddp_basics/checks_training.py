@@ -59,7 +59,7 @@ def wrap_model_broadcasts_rank0_parameters(g):
         )
 
 
-@EXERCISE.check("wrap_model", points=1)
+@EXERCISE.check("wrap_model", points=1, depends_on=("wrap_model_broadcasts_rank0_parameters",))
 def wrap_model_gradients_match_full_batch(g):
     model = ref.tiny_net(seed=1)
     data = ref.RegressionDataset(n=8 * g.world_size)
@@ -152,7 +152,7 @@ def dataloader_shards_disjoint_and_cover(g):
     _shards_disjoint_and_covering(g, 24)
 
 
-@EXERCISE.check("make_dataloader", points=0.5)
+@EXERCISE.check("make_dataloader", points=0.5, depends_on=("dataloader_shards_disjoint_and_cover",))
 def dataloader_shuffles_with_seed(g):
     for seed in (0, 5):
         per_rank = _loader_runs(g, 24, seed=seed)
@@ -261,12 +261,12 @@ def train_calls_set_epoch(g):
         _require_set_epoch(rank, iterated_at)
 
 
-@EXERCISE.check("train_one_epoch", points=3)
+@EXERCISE.check("train_one_epoch", points=3, depends_on=("train_calls_set_epoch",))
 def training_matches_single_process(g):
     _check_training(g)
 
 
-@EXERCISE.check("train_one_epoch", points=2)
+@EXERCISE.check("train_one_epoch", points=2, depends_on=("train_calls_set_epoch",))
 def loss_is_global_mean(g):
     results, _unused, expected_losses = _train(g)
     losses = [r[1] for r in results]

@@ -10,6 +10,6 @@ from grader.exercises.ddp_basics.checks_bucketed import GRADIENT_CASES, _buckete
 one_launch.declare("BucketedDDP", ((_in_rank_bucketed, (GRADIENT_CASES[:1], False)),), hidden=True, world_size=3)
 
 
-@EXERCISE.check("BucketedDDP", points=1, hidden=True, world_size=3)
+@EXERCISE.check("BucketedDDP", points=1, hidden=True, world_size=3, depends_on=("bucketed_gradients_match_ddp",))
 def bucketed_gradients_match_ddp_three_ranks(g):
     _bucketed_grads_match(g, GRADIENT_CASES[:1])

@@ -10,6 +10,6 @@ from grader.exercises.ddp_basics.checks_state import _compare_mini_to_ddp, _in_r
 one_launch.declare("MiniDDP", ((_in_rank_mini_vs_ddp, ("tiny",)),), hidden=True, world_size=3)
 
 
-@EXERCISE.check("MiniDDP", points=1, hidden=True, world_size=3)
+@EXERCISE.check("MiniDDP", points=1, hidden=True, world_size=3, depends_on=("mini_ddp_matches_ddp",))
 def mini_ddp_matches_ddp_three_ranks(g):
     _compare_mini_to_ddp(g, "tiny")

@@ -20,11 +20,23 @@ one_launch.declare("train_one_epoch", ((_in_rank_train, ()),), hidden=True, worl
 EXERCISE.typical_mistake = ("loader.sampler.set_epoch(epoch)", "pass  # no set_epoch")
 
 
-@EXERCISE.check("make_dataloader", points=0.5, hidden=True, world_size=3)
+@EXERCISE.check(
+    "make_dataloader",
+    points=0.5,
+    hidden=True,
+    world_size=3,
+    depends_on=("dataloader_shards_disjoint_and_cover",),
+)
 def dataloader_three_ranks_uneven(g):
     _shards_disjoint_and_covering(g, 20)  # 20 samples over 3 ranks: the sampler pads to 21
 
 
-@EXERCISE.check("train_one_epoch", points=1, hidden=True, world_size=3)
+@EXERCISE.check(
+    "train_one_epoch",
+    points=1,
+    hidden=True,
+    world_size=3,
+    depends_on=("train_calls_set_epoch", "training_matches_single_process"),
+)
 def training_matches_single_process_three_ranks(g):
     _check_training(g)

@@ -150,3 +150,108 @@ HINTS = {
         ),
     ],
 }
+
+# The hint of the check that failed: hint(task) shows it first, once per failure, then the task's ladder
+# (grader/hints.py). Each check of a typical mistake carries one; it names the mistake's idea, not the code.
+CHECK_HINTS = {
+    "backend_matches_hardware": N_(
+        "The backend must follow what this rank can use: NCCL only when a GPU is available to it, gloo otherwise. "
+        "Returning one backend whatever the machine fails on the other kind."
+    ),
+    "device_is_this_ranks": N_(
+        "Each rank needs its own device: on GPUs the one numbered by its local rank, on a CPU machine the CPU. Ask "
+        "the same question as `pick_backend`, so that the backend and the device never disagree."
+    ),
+    "process_group_has_right_rank_and_size": N_(
+        "Each process must join with its own rank and the world size it was given: the same rank on every process "
+        "makes them all wait for peers that never come."
+    ),
+    "cleanup_waits_then_destroys": N_(
+        "Two steps in this order: a wait that holds every rank until all have arrived (on GPUs only a barrier does "
+        "that), then destroying the process group."
+    ),
+    "wrap_model_broadcasts_rank0_parameters": N_(
+        "Return the DDP wrapper itself, built around the model already on this rank's device: building it is what "
+        "copies rank 0's parameters to every rank."
+    ),
+    "wrap_model_gradients_match_full_batch": N_(
+        "The gradients are averaged over ranks only when backward runs through the DDP wrapper; on a CPU module do "
+        "not give it `device_ids`."
+    ),
+    "dataloader_shards_disjoint_and_cover": N_(
+        "A `DistributedSampler` gives each rank its own share of the indices; `batch_size` stays the per-rank size, "
+        "and the sampler needs the number of replicas and this rank."
+    ),
+    "dataloader_shuffles_with_seed": N_(
+        "The order must be the one the sampler derives from its seed and epoch: give the seed to the sampler and let "
+        "it shuffle (no `shuffle=` on the `DataLoader`)."
+    ),
+    "train_calls_set_epoch": N_(
+        "Without telling the sampler the epoch, it shuffles the same way every epoch. Tell it at the start of each "
+        "call, before the loop over the loader."
+    ),
+    "training_matches_single_process": N_(
+        "Each batch: move it to the device, clear the old gradients, forward, loss, backward, one optimizer step. A "
+        "missing or repeated step makes the parameters differ from one big-batch training."
+    ),
+    "loss_is_global_mean": N_(
+        "Every rank must return the same number: the mean over all samples of all ranks. Sum the losses weighted by "
+        "batch size and the sample counts on each rank, add them up over ranks with one collective, then divide."
+    ),
+    "checkpoint_written_by_rank0_only": N_("Every rank holds the same weights: let only rank 0 write the file."),
+    "checkpoint_has_unwrapped_keys": N_(
+        "Save the state of the model inside the DDP wrapper (its `.module`), so its keys have no `module.` prefix and "
+        "load into a plain model."
+    ),
+    "checkpoint_complete_before_return": N_(
+        "The other ranks must not return before rank 0 has finished writing: after the save, every rank (rank 0 "
+        "too) waits in a barrier; on GPUs other collectives return before the others arrive."
+    ),
+    "checkpoint_loads_onto_device": N_(
+        "Tell `torch.load` where the tensors go (`map_location`): a file saved from one GPU otherwise loads onto that "
+        "GPU on every rank."
+    ),
+    "mini_ddp_broadcasts_rank0_state": N_(
+        "At construction every rank must end with rank 0's parameters and buffers: broadcast each from rank 0."
+    ),
+    "mini_ddp_matches_ddp": N_(
+        "DDP averages the gradients: after summing them over ranks, divide by the world size (or divide first, then "
+        "sum)."
+    ),
+    "mini_ddp_frozen_and_tied_parameters": N_(
+        "Only parameters that require a gradient get a hook (a frozen one raises), and a tied weight is one "
+        "parameter: synchronize its gradient once."
+    ),
+    "accumulation_matches_big_batch_step": N_(
+        "Accumulating k micro-batches must equal one step on the big batch: divide each loss by k before backward, "
+        "step and clear the gradients only after the k-th."
+    ),
+    "accumulation_one_all_reduce_per_bucket_per_step": N_(
+        "Only the last micro-batch of a step should synchronize: run forward and backward of the others inside "
+        "`model.no_sync()`; forward decides, so it must be inside too."
+    ),
+    "accumulation_returns_global_mean_loss": N_(
+        "Every rank must return the same mean loss over all ranks' samples: sum and count on each rank, then one "
+        "collective over ranks before dividing."
+    ),
+    "uneven_finishes_without_hang": N_(
+        "A rank that runs out of batches must keep answering the others' gradient all-reduces: wrap the loop in the "
+        "join context manager, built with the DDP model."
+    ),
+    "uneven_matches_join_semantics": N_(
+        "Inside the join context the loop stays the ordinary one: clear the gradients, forward, loss, backward and "
+        "step for every batch of this rank."
+    ),
+    "bucketed_gradients_match_ddp": N_(
+        "Compare with DDP: parameters and buffers broadcast from rank 0 at construction, every bucket launched (an "
+        "unused parameter's too), the flat gradients divided by the world size and copied back."
+    ),
+    "bucketed_one_all_reduce_per_bucket": N_(
+        "One all-reduce per bucket per step: fill buckets in reverse parameter order up to the size cap, launch a "
+        "bucket once when all its gradients have arrived, and count a tied weight once."
+    ),
+    "bucketed_all_reduce_overlaps_backward": N_(
+        "Launch each bucket's all-reduce during backward, as soon as its last gradient arrives, with "
+        "`async_op=True`; wait for the handles only in `finish_gradient_synchronization`."
+    ),
+}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from grader.engine import stacks
 from grader.grading import describe_failure
 from grader.exercises.parallelism import reference as ref
 
@@ -54,11 +55,19 @@ def crash_hint(rank: int, exc: BaseException, stage_ran: bool, loss_calls: int) 
     return None
 
 
+def _stuck_in(report) -> str:
+    """The function a hung rank waits in (gloo's timed-out operation, or its stack's innermost frame)."""
+    if report.error:
+        return stacks.collective_timeout(report.error) or ""
+    frames = stacks.main_frames(report.stack or "")
+    return frames[0][2] if frames and stacks.busy_frame(report.stack or "") is None else ""
+
+
 def _waiting_in(report) -> str | None:
     """ "send" or "recv" for a rank stuck there (hung, or stopped by gloo's own
     timeout, which is the run's), "" for one stuck elsewhere, None if not stuck."""
     if report.status == "hung":
-        text = report.describe()
+        text = "waiting in " + _stuck_in(report)  # not describe(): that is in the student's language
     elif report.status == "error" and "Timed out" in report.error["message"]:
         text = report.error["message"]
     else:

@@ -1,0 +1,80 @@
+"""A hang and a gloo abort in Spanish (COURSE_LANG=es): every sentence the student reads about them is Spanish,
+the divergence lines, each rank's state and stack, and the folded-frames line included. Real 2-rank runs."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from grader import i18n
+from tests.helpers import failed, grade_source, mutate, replace_definition, solution_source
+
+EX = "02_ddp_basics"
+# Words of English prose that no Spanish sentence of ours holds (identifiers and code are taken out first).
+ENGLISH = re.compile(
+    r"\b(the|your|you|called|made|waiting|hung|before|which|with|line|was|were|returned|exited|other|every|never|"
+    r"none|frames?|folded|stack|code|in|of|and|to|is|not|by|at|its|grader's)\b"
+)
+
+
+def _prose(message: str) -> list[str]:
+    """The message's lines without what is not ours to translate: inline code, gloo's own C++ words (an aborted
+    rank's last output), and the names of files and functions in a list of frames."""
+    lines, in_output = [], False
+    for line in message.splitlines():
+        if line.strip() == "su última salida:":
+            in_output = True
+            continue
+        if in_output and line.startswith("  "):
+            continue
+        in_output = False
+        line = re.sub(r"`[^`]*`", "", line)
+        line = re.sub(r"(en|at) \S+ \(\S+:\d+\)", "", line)  # a function and its file:line
+        line = re.sub(r"\S+\.py(:\d+)? \S+", "", line)  # a folded frame: file:line function
+        line = re.sub(r"[\w./<>\[\]-]+\.py\b", "", line)
+        line = re.sub(r", en \w+: .*$", "", line)  # a frame's code after its function
+        line = re.sub(r"\b\w*_\w*\b|<\w+>", "", line)  # identifiers (all_reduce, train_one_epoch, <listcomp>)
+        lines.append(line)
+    return lines
+
+
+def _english_in(message: str) -> list[str]:
+    return [line for line in _prose(message) if ENGLISH.search(line)]
+
+
+@pytest.fixture
+def spanish(monkeypatch):
+    for name in i18n.LANGUAGE_VARIABLES:
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("COURSE_LANG", "es")
+
+
+def test_a_spanish_hang_has_no_english_sentence(spanish):
+    code = """
+    def save_checkpoint(model, path):
+        if dist.get_rank() == 0:
+            torch.save(model.module.state_dict(), path)
+            dist.barrier()  # only rank 0 waits
+    """
+    source = replace_definition(solution_source(EX), "save_checkpoint", code)
+    report = grade_source(EX, source, task="save_checkpoint", timeout=5)
+    messages = failed(report)
+    assert len(messages) == len(report.checks) and any(c.hung for c in report.checks), "\n".join(report.lines())
+    text = "\n".join(messages.values())
+    assert "el rank 0 se colgó: esperando en barrier" in text, text
+    assert "nunca llamó en tu código" in text and "línea" in text, text
+    assert not _english_in(text), "\n".join(_english_in(text)) + "\n\n" + text
+
+
+def test_a_spanish_abort_has_no_english_sentence(spanish):
+    source = mutate(
+        solution_source(EX),
+        "    dist.all_reduce(totals)\n",
+        "    if dist.get_rank() == 0:\n        dist.all_reduce(totals)\n",
+    )
+    report = grade_source(EX, source, checks=["train_calls_set_epoch"], timeout=10)
+    message = failed(report)["train_calls_set_epoch"]
+    assert "terminó con la señal SIGABRT" in message and "el all-reduce de gradientes que DDP ejecuta" in message
+    assert "solo se ejecuta donde `dist.get_rank() == 0` es True" in message, message
+    assert not _english_in(message), "\n".join(_english_in(message)) + "\n\n" + message
