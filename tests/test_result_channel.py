@@ -27,7 +27,7 @@ from tests.helpers import ROOT, needs_bwrap
 from tests.graded_class import A, attacker_notebook, generated_course, grade_args, notebook_with, place, run_grade
 
 MAX = get_exercise(A).max_score
-ATTACKERS = ("forge_result", "flood_result")
+ATTACKERS = ("forge_result", "flood_result", "kernel_keys")
 INSTRUCTOR = "chanprof"
 pytestmark = [pytest.mark.timeout(1500)]
 
@@ -54,7 +54,7 @@ def _scores(course) -> dict:
     return found
 
 
-EXPECTED = {"ada": (MAX, "refused"), "forge_result": (0, "refused"), "flood_result": (0, "refused")}
+EXPECTED = {"ada": (MAX, "refused"), **{name: (0, "refused") for name in ATTACKERS}}
 
 
 @needs_bwrap

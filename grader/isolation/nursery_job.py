@@ -84,6 +84,9 @@ def _reaper(args, data: bytes | None, result: int, job_line: int, last_cap: int,
     # writable: NVIDIA's driver names its threads through /proc/self/task/<tid>/comm in cuInit (a process writes
     # only its own files; /proc/sys stays the host root's, and the job holds no capability)
     ns.mount("proc", "/proc", "proc", ns.MS_NOSUID | ns.MS_NODEV | ns.MS_NOEXEC)
+    for name in sandbox.KEY_FILES:  # read as empty, as in a sandbox of its own (sandbox._hide_keys says why)
+        if os.path.exists(name):
+            ns.mount("/dev/null", name, None, ns.MS_BIND)
     ns.mount("tmpfs", sandbox.NURSERY_DIR, "tmpfs", ns.MS_RDONLY | _TMPFS | ns.MS_NOEXEC, "size=4k,mode=0")
     held = _hold_prefixes_under(("/tmp", sandbox.HOME))
     for folder in ("/tmp", sandbox.HOME, "/dev/shm"):
