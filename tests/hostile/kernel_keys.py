@@ -29,7 +29,8 @@ def _attack():
     listed = [line for line in open("/proc/keys") if line.strip()]
     if listed:
         got.append(f"/proc/keys: {listed[:4]}")
-    got += _nested_proc_keys(libc)
+    nested = _nested_proc_keys(libc)
+    (got if nested.startswith("nested /proc/keys: b'") and len(nested) > 23 else refused).append(nested)
     if got:
         return got
     raise PermissionError(f"kernel keys: {'; '.join(refused)}; /proc/keys empty")
@@ -37,21 +38,23 @@ def _attack():
 
 def _nested_proc_keys(libc):
     # a user, mount and PID namespace of our own, and a proc mounted there: is /proc/keys whole again?
-    import os
+    import ctypes, os
     read, write = os.pipe()
     pid = os.fork()
     if pid == 0:
-        text = b""
         try:
-            if libc.unshare(0x10000000 | 0x00020000 | 0x20000000) == 0 and os.fork() == 0:
+            if libc.unshare(0x10000000 | 0x00020000 | 0x20000000) != 0:
+                os.write(write, b"unshare: " + os.strerror(ctypes.get_errno()).encode())
+            elif os.fork() == 0:
                 os.makedirs("/tmp/hostile-proc", exist_ok=True)
-                if libc.mount(b"proc", b"/tmp/hostile-proc", b"proc", 0, None) == 0:
-                    text = open("/tmp/hostile-proc/keys", "rb").read()[:300]
-                os.write(write, text)
+                if libc.mount(b"proc", b"/tmp/hostile-proc", b"proc", 0, None) != 0:
+                    os.write(write, b"mount proc: " + os.strerror(ctypes.get_errno()).encode())
+                else:
+                    os.write(write, b"nested /proc/keys: " + repr(open("/tmp/hostile-proc/keys", "rb").read()[:300]).encode())
         finally:
             os._exit(0)
     os.close(write)
     os.waitpid(pid, 0)
-    text = os.read(read, 400)
+    text = os.read(read, 500).decode()
     os.close(read)
-    return [f"nested /proc/keys: {text!r}"] if text.strip() else []
+    return text or "nested proc: no answer"
