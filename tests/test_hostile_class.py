@@ -28,6 +28,7 @@ import glob
 import hashlib
 import json
 import os
+import pwd
 import socket
 import subprocess
 import sys
@@ -42,7 +43,8 @@ from grader.gradebook.results import unseal
 
 from grader.exercises import get_exercise
 from samples.make_samples import solution_answers
-from tests import accounts
+from grader.isolation.slot_uids import SCAN, SlotUids
+from tests import accounts, kernel_keys
 from tests.helpers import ROOT, needs_bwrap
 from tests.servers import kill_all
 from tests.graded_class import (
@@ -85,6 +87,7 @@ REFUSED = {
     "flood_result",
     "reach_instructor",
     "plant_root",
+    "kernel_keys",
 }
 LEFT_BEHIND = {"leftover", "graded_after", "bind_ports"}
 # tests/hostile/limits/: a fork bomb in pick_device's ranks (its own later checks may fail for it: it gains nothing)
@@ -97,6 +100,7 @@ HONEST_PART = sum(c.points for c in EXERCISE.checks if c.task in ("pick_backend"
 HIDDEN_DATALOADER = sum(c.points for c in EXERCISE.checks if c.task == "make_dataloader" and c.hidden)
 # a line of train_one_epoch's answer: in the solution and in ada's notebook, not in the release nor any attacker's
 ANSWER_LINE = "totals[0] += loss.detach().double() * len(inputs)"
+KEY_SECRET = "hostile-class-kernel-key-secret-5b9e"  # the payload of a key the grading account plants
 SSH_KEY = "-----BEGIN OPENSSH PRIVATE KEY----- hostile-class-fake-key-1f2e3d -----END OPENSSH PRIVATE KEY-----"
 
 pytestmark = [
@@ -228,6 +232,7 @@ def graded(tmp_path_factory, request):
         os.chmod(os.path.join(home, ".ssh", "id_ed25519"), 0o600)  # the instructor's alone
         course = generated_course(os.path.join(home if account else str(base), "course"))
         listener, victim = Listener(), _victim(account)
+        planted = kernel_keys.plant(account, KEY_SECRET)  # in the grading account's own user keyring
         values = {
             "course": course.root,
             "repo": ROOT,
@@ -235,6 +240,7 @@ def graded(tmp_path_factory, request):
             "home": home,
             "port": listener.port,
             "victim": victim.pid if not account else _child_pid(victim),
+            "planted": planted,
         }
         good = solution_answers()
         for student in HONEST:
@@ -245,13 +251,16 @@ def graded(tmp_path_factory, request):
         if account:
             subprocess.run(["chown", "-R", f"{account}:{account}", home], check=True, timeout=60)
         before = _instructor_files(course.root)
+        keys_before = _keys_held(account)
         try:
             first = _grade(course.root, home, account, python)
             left_after_first = [p.info["cmdline"] for p in psutil.wait_procs(_left_running(), timeout=10)[1]]
             second = _grade(course.root, home, account, python)
             left_after_second = [p.info["cmdline"] for p in psutil.wait_procs(_left_running(), timeout=10)[1]]
             victim_alive = victim.poll() is None
+            keys_after = _keys_held(account)
         finally:
+            kernel_keys.invalidate(account, planted)
             kill_all(_left_running())  # only ever this class's processes: they carry the marker
             listener.close()
             victim.kill()
@@ -265,8 +274,15 @@ def graded(tmp_path_factory, request):
             "left": left_after_first + left_after_second,
             "received": listener.received,
             "victim_alive": victim_alive,
+            "keys": (keys_before, keys_after),
             "mode": request.param,
         }
+
+
+def _keys_held(account: str | None) -> dict[int, int]:
+    """How many kernel keys each slot uid (as root) or the grading account holds (/proc/key-users)."""
+    uids = range(SlotUids.start(), SlotUids.start() + SCAN) if account is None else [pwd.getpwnam(account).pw_uid]
+    return {uid: n for uid, n in kernel_keys.key_users().items() if uid in uids}
 
 
 def _child_pid(runner: subprocess.Popen) -> int:
@@ -347,6 +363,14 @@ def test_nothing_of_the_class_is_left_running(graded):
     assert not graded["left"], f"left running after grading: {graded['left']}"
 
 
+def test_no_job_leaves_a_kernel_key(graded):
+    """Kernel keys are in no namespace: after the run no slot uid (as root) holds a key, and the grading account
+    holds none but its own planted one (the seccomp filter keeps every job from adding, linking or reading one)."""
+    before, after = graded["keys"]
+    grown = {uid: n for uid, n in after.items() if n > before.get(uid, 0)}
+    assert not grown, f"uids holding more kernel keys after the run (uid: keys): {grown}"
+
+
 def test_the_network_is_unreachable(graded):
     assert not graded["received"], f"student code reached the test's server: {graded['received'][:3]}"
 
@@ -378,7 +402,7 @@ def test_no_secret_reaches_a_message_or_the_feedback(graded):
             with open(autograded) as f:
                 texts.append(f.read())
         text = "\n".join(texts)
-        found = [s for s in hidden + [SSH_KEY, ANSWER_LINE] if s in text]
+        found = [s for s in hidden + [SSH_KEY, KEY_SECRET, ANSWER_LINE] if s in text]
         if found:
             leaks[name] = found[:2]
     assert not leaks, f"secrets in an attacker's messages or feedback: {leaks}"
