@@ -123,3 +123,22 @@ def test_as_a_non_root_account_every_denied_call_fails_with_eperm(tmp_path):
     inside = json.loads(done.stdout.strip().splitlines()[-1])
     assert {name: inside[name] for name in DENIED} == {name: errno.EPERM for name in DENIED}, inside
     assert {inside[f] for f in ("/", "/etc", "/dev")} == {errno.EROFS}, inside
+
+
+def test_without_libseccomp_grade_stops_in_one_line(tmp_path):
+    """pyseccomp raises at import where libseccomp is missing; a module standing in for it does so here."""
+    from grader.gradebook import roundtrip
+    from samples.make_samples import solution_answers
+    from tests.graded_class import A, notebook_with, place, run_grade
+
+    course = roundtrip.make_course(str(tmp_path / "course"), [A])
+    roundtrip.release(course, A)
+    place(course, "ada", notebook_with(solution_answers()))
+    shadow = tmp_path / "shadow"
+    shadow.mkdir()
+    (shadow / "pyseccomp.py").write_text('raise RuntimeError("Unable to find libseccomp")\n')
+    done = run_grade(course.root, env=dict(os.environ, PYTHONPATH=str(shadow)))
+    assert done.returncode == 2, done.stdout + done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and "libseccomp" in lines[0] and "--no-sandbox" in lines[0], done.stderr
+    assert not os.path.exists(os.path.join(course.root, "graded"))

@@ -20,12 +20,16 @@ The command built for one grading worker, when the grader runs as root (the usua
                                                             one worker that runs its hidden checks)
             --ro-bind <private copy> /grading/submission.ipynb   that one submission, read-only
             --proc /proc --dev /dev                         the PID namespace's own /proc; a minimal /dev
+            --ro-bind EMPTY /proc/keys (and key-users)      kernel keys are in no namespace: listed nowhere
             --perms 1777 --size B --tmpfs /dev/shm          a private, size-limited /dev/shm
             --ro-bind /sys /sys                             read-only (NVML and NCCL's topology read it)
             --dev-bind /dev/nvidia* (nvidia-caps, -uvm)     the GPUs and the driver's libraries outside /usr,
             --ro-bind <driver library folders>              found when the grading run starts (gpu_nodes)
             --perms 1777 --size B --tmpfs /tmp              private, size-limited /tmp and HOME
             --perms 1777 --size B --tmpfs /home/grading
+            --remount-ro / --remount-ro /dev                the sandbox's own root and /dev, once every mount is made
+            --seccomp 3                                     denies the key calls and a few more (seccomp_filter.py);
+                                                            `sh -c 'exec "$@" 3<PROGRAM'` opens it for each sandbox
             --chdir /tmp
             setpriv --reuid=UID --regid=UID                 the worker runs as its job's own uid, which no
                     --clear-groups --inh-caps=-all          account, process or other job has (slot_uids.py; no
