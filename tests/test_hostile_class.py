@@ -8,15 +8,15 @@ with what it got, so the attempt shows in its own check message. The class is gr
 re-runs `make grade`: a forger left behind by the first run would be trusted by the second.
 
 The class is graded as root, and again as an ordinary instructor account the test makes (tests/accounts.py),
-its course, key and Python in its private home. A fork bomb (tests/hostile/limits/) joins the class, and
-reach_instructor goes for a process the grading account runs.
+its course, key and Python in its private home. A fork bomb (tests/hostile/limits/) joins the class,
+reach_instructor goes for a process the grading account runs, and kernel_keys for a kernel key it planted.
 
 Asserted: honest classmates get exactly full marks (every check), each attacker exactly the control's score (the
 raise_hidden attacker also loses the hidden make_dataloader check its raise fails), the instructor's files are
 unchanged byte for byte and the gradebook rows hold only the grader's scores (nbgrader's Gradebook API),
 nothing of the class is left running, the test's TCP server (standing in for the hub and PostgreSQL) got no
-connection, no hidden check source reaches a message or the autograded notebook, and each refused attempt is
-in the attacker's report.
+connection, no hidden check source (nor the planted key) reaches a message or the autograded notebook, each
+refused attempt is in the attacker's report, and no slot uid (nor the account) holds a kernel key it did not hold.
 
 HOSTILE_CLASS_GRADE_ARGS=--no-sandbox runs the same class unsandboxed: the test then fails, and which of its
 assertions fail is the README's list of what the sandbox alone defends (HOSTILE_CLASS_LEAVE_OUT=bind_ports
