@@ -69,3 +69,16 @@ def key_users() -> dict[int, int]:
             uid, rest = line.split(":", 1)
             found[int(uid)] = int(rest.split()[0])
     return found
+
+
+def held_by_class(account: str | None, slot_uids: range) -> dict[str, int]:
+    """What a class may have left in the kernel, to compare before and after a run. As root (account None): how many
+    keys each slot uid holds (/proc/key-users). As an account: the keys it may view that an attacker named
+    (`hostile-...`, /proc/keys read as the account); not a count of its keys, which runuser's own PAM session
+    changes (pam_keyinit revokes a session keyring that lingers for the kernel's gc_delay)."""
+    if account is None:
+        return {str(uid): n for uid, n in key_users().items() if uid in slot_uids}
+    done = subprocess.run(["runuser", "-u", account, "--", "cat", "/proc/keys"], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    lines = [" ".join(line.split()[8:]) for line in done.stdout.splitlines()]
+    return {line: 1 for line in lines if line.startswith("hostile-") and not line.startswith(PLANTED)}

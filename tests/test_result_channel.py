@@ -13,7 +13,6 @@ never blocking the others) is shown with a worker that floods its real channel.
 
 import json
 import os
-import pwd
 import subprocess
 import sys
 import time
@@ -44,11 +43,8 @@ def _course(root: str, planted: int = 0):
     return course
 
 
-def _keys_held(uids) -> dict[int, int]:
-    return {uid: n for uid, n in kernel_keys.key_users().items() if uid in uids}
-
-
-SLOT_RANGE = range(SlotUids.start(), SlotUids.start() + SCAN)
+def _keys_held(account: str | None = None) -> dict[str, int]:
+    return kernel_keys.held_by_class(account, range(SlotUids.start(), SlotUids.start() + SCAN))
 
 
 def _scores(course) -> dict:
@@ -74,10 +70,10 @@ def test_no_forged_result_as_root(tmp_path, nursery):
     course = _course(str(tmp_path / "course"))
     env = dict(os.environ, HOME=str(tmp_path), GRADER_NURSERY=nursery)
     env.pop("XDG_STATE_HOME", None)
-    keys_before = _keys_held(SLOT_RANGE)
+    keys_before = _keys_held()
     done = run_grade(course.root, env=env, timeout=1200)
     assert done.returncode == 0, done.stdout + done.stderr
-    assert _keys_held(SLOT_RANGE) == keys_before, "a slot uid holds a kernel key it did not hold before the run"
+    assert _keys_held() == keys_before, "a slot uid holds a kernel key it did not hold before the run"
     scores = _scores(course)
     scores["ada"] = (scores["ada"][0], "refused")  # ada attacks nothing
     assert scores == EXPECTED, done.stdout
@@ -94,8 +90,7 @@ def test_no_forged_result_as_a_non_root_instructor(tmp_path, nursery):
         planted = kernel_keys.plant(INSTRUCTOR, KEY_SECRET)  # the account's own key: no job may read it
         course = _course(os.path.join(home, "course"), planted)
         subprocess.run(["chown", "-R", f"{INSTRUCTOR}:{INSTRUCTOR}", home], check=True, timeout=60)
-        uid = pwd.getpwnam(INSTRUCTOR).pw_uid
-        keys_before = _keys_held([uid])
+        keys_before = _keys_held(INSTRUCTOR)
         env = [f"HOME={home}", f"PATH={os.path.dirname(python)}:/usr/bin:/bin"]
         env += [f"GRADER_NURSERY={nursery}"] if nursery else []
         done = subprocess.run(
@@ -107,7 +102,7 @@ def test_no_forged_result_as_a_non_root_instructor(tmp_path, nursery):
         )
         assert done.returncode == 0, done.stdout + done.stderr
         scores = _scores(course)
-        keys_after = _keys_held([uid])
+        keys_after = _keys_held(INSTRUCTOR)
         kernel_keys.invalidate(INSTRUCTOR, planted)
     assert keys_after == keys_before, "the account holds kernel keys it did not hold before the run"
     assert KEY_SECRET not in done.stdout + done.stderr + str(scores)

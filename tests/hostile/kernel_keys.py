@@ -29,6 +29,9 @@ def _attack():
     listed = [line for line in open("/proc/keys") if line.strip()]
     if listed:
         got.append(f"/proc/keys: {listed[:4]}")
+    for line in listed:  # a keyring of this uid outside the job (the account's own): a key linked there outlives it
+        if " keyring " in line and key > 0:
+            call(f"keyctl link into {line.split()[-2]}", keyctl, 8, key, int(line.split()[0], 16))
     nested = _nested_proc_keys(libc)
     (got if nested.startswith("nested /proc/keys: b'") and len(nested) > 23 else refused).append(nested)
     if got:
