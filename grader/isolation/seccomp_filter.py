@@ -65,11 +65,3 @@ def program() -> bytes:
         raise RuntimeError(f"libseccomp exported {len(data)} bytes, not a BPF program")
     return data
 
-
-def missing() -> str:
-    """Why no filter can be made here ('' when it can)."""
-    try:
-        program()
-    except (RuntimeError, OSError) as exc:
-        return str(exc)
-    return ""
