@@ -64,4 +64,3 @@ def program() -> bytes:
     if not data or len(data) % 8:  # struct sock_filter is 8 bytes
         raise RuntimeError(f"libseccomp exported {len(data)} bytes, not a BPF program")
     return data
-
