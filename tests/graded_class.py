@@ -139,10 +139,11 @@ def pick_device_attack(name: str, values: dict) -> str:
     )
 
 
-def attacker_notebook(name: str, course) -> dict:
+def attacker_notebook(name: str, course, planted: int = 0) -> dict:
     """A submission answering only pick_device, with `name`'s attack, for an attack that needs no more than the
-    course's root (no grader path, home, victim or listening port: those are the hostile class's own)."""
-    values = {"course": course.root, "repo": ROOT, "grader": "", "home": "", "port": 1}
+    course's root (no grader path, home, victim or listening port: those are the hostile class's own) and the serial
+    of a kernel key the grading account planted (kernel_keys)."""
+    values = {"course": course.root, "repo": ROOT, "grader": "", "home": "", "port": 1, "planted": planted}
     return notebook_with(
         {"pick_device_answer": pick_device_attack(name, dict(values, forged=repr(forged_result(name))))}
     )

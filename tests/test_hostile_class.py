@@ -8,15 +8,15 @@ with what it got, so the attempt shows in its own check message. The class is gr
 re-runs `make grade`: a forger left behind by the first run would be trusted by the second.
 
 The class is graded as root, and again as an ordinary instructor account the test makes (tests/accounts.py),
-its course, key and Python in its private home. A fork bomb (tests/hostile/limits/) joins the class, and
-reach_instructor goes for a process the grading account runs.
+its course, key and Python in its private home. A fork bomb (tests/hostile/limits/) joins the class,
+reach_instructor goes for a process the grading account runs, and kernel_keys for a kernel key it planted.
 
 Asserted: honest classmates get exactly full marks (every check), each attacker exactly the control's score (the
 raise_hidden attacker also loses the hidden make_dataloader check its raise fails), the instructor's files are
 unchanged byte for byte and the gradebook rows hold only the grader's scores (nbgrader's Gradebook API),
 nothing of the class is left running, the test's TCP server (standing in for the hub and PostgreSQL) got no
-connection, no hidden check source reaches a message or the autograded notebook, and each refused attempt is
-in the attacker's report.
+connection, no hidden check source (nor the planted key) reaches a message or the autograded notebook, each
+refused attempt is in the attacker's report, and no slot uid (nor the account) holds a kernel key it did not hold.
 
 HOSTILE_CLASS_GRADE_ARGS=--no-sandbox runs the same class unsandboxed: the test then fails, and which of its
 assertions fail is the README's list of what the sandbox alone defends (HOSTILE_CLASS_LEAVE_OUT=bind_ports
@@ -42,7 +42,8 @@ from grader.gradebook.results import unseal
 
 from grader.exercises import get_exercise
 from samples.make_samples import solution_answers
-from tests import accounts
+from grader.isolation.slot_uids import SCAN, SlotUids
+from tests import accounts, kernel_keys
 from tests.helpers import ROOT, needs_bwrap
 from tests.servers import kill_all
 from tests.graded_class import (
@@ -85,6 +86,7 @@ REFUSED = {
     "flood_result",
     "reach_instructor",
     "plant_root",
+    "kernel_keys",
 }
 LEFT_BEHIND = {"leftover", "graded_after", "bind_ports"}
 # tests/hostile/limits/: a fork bomb in pick_device's ranks (its own later checks may fail for it: it gains nothing)
@@ -97,6 +99,7 @@ HONEST_PART = sum(c.points for c in EXERCISE.checks if c.task in ("pick_backend"
 HIDDEN_DATALOADER = sum(c.points for c in EXERCISE.checks if c.task == "make_dataloader" and c.hidden)
 # a line of train_one_epoch's answer: in the solution and in ada's notebook, not in the release nor any attacker's
 ANSWER_LINE = "totals[0] += loss.detach().double() * len(inputs)"
+KEY_SECRET = "hostile-class-kernel-key-secret-5b9e"  # the payload of a key the grading account plants
 SSH_KEY = "-----BEGIN OPENSSH PRIVATE KEY----- hostile-class-fake-key-1f2e3d -----END OPENSSH PRIVATE KEY-----"
 
 pytestmark = [
@@ -229,6 +232,7 @@ def graded(tmp_path_factory, request):
         os.chmod(os.path.join(home, ".ssh", "id_ed25519"), 0o600)  # the instructor's alone
         course = generated_course(os.path.join(home if account else str(base), "course"))
         listener, victim = Listener(), _victim(account)
+        planted = kernel_keys.plant(account, KEY_SECRET)  # in the grading account's own user keyring
         values = {
             "course": course.root,
             "repo": ROOT,
@@ -236,6 +240,7 @@ def graded(tmp_path_factory, request):
             "home": home,
             "port": listener.port,
             "victim": victim.pid if not account else _child_pid(victim),
+            "planted": planted,
         }
         good = solution_answers()
         for student in HONEST:
@@ -246,13 +251,16 @@ def graded(tmp_path_factory, request):
         if account:
             subprocess.run(["chown", "-R", f"{account}:{account}", home], check=True, timeout=60)
         before = _instructor_files(course.root)
+        keys_before = _keys_held(account)
         try:
             first = _grade(course.root, home, account, python)
             left_after_first = [p.info["cmdline"] for p in psutil.wait_procs(_left_running(), timeout=10)[1]]
             second = _grade(course.root, home, account, python)
             left_after_second = [p.info["cmdline"] for p in psutil.wait_procs(_left_running(), timeout=10)[1]]
             victim_alive = victim.poll() is None
+            keys_after = _keys_held(account)
         finally:
+            kernel_keys.invalidate(account, planted)
             kill_all(_left_running())  # only ever this class's processes: they carry the marker
             listener.close()
             victim.kill()
@@ -266,8 +274,13 @@ def graded(tmp_path_factory, request):
             "left": left_after_first + left_after_second,
             "received": listener.received,
             "victim_alive": victim_alive,
+            "keys": (keys_before, keys_after),
             "mode": request.param,
         }
+
+
+def _keys_held(account: str | None) -> dict[str, int]:
+    return kernel_keys.held_by_class(account, range(SlotUids.start(), SlotUids.start() + SCAN))
 
 
 def _child_pid(runner: subprocess.Popen) -> int:
@@ -348,6 +361,15 @@ def test_nothing_of_the_class_is_left_running(graded):
     assert not graded["left"], f"left running after grading: {graded['left']}"
 
 
+def test_no_job_leaves_a_kernel_key(graded):
+    """Kernel keys are in no namespace: after the run no slot uid (as root) holds a key more than before, and the
+    grading account holds none an attacker made (the seccomp filter keeps every job from adding, linking or reading
+    one)."""
+    before, after = graded["keys"]
+    grown = {uid: n for uid, n in after.items() if n > before.get(uid, 0)}
+    assert not grown, f"kernel keys the class left (slot uid or key: how many): {grown}"
+
+
 def test_the_network_is_unreachable(graded):
     assert not graded["received"], f"student code reached the test's server: {graded['received'][:3]}"
 
@@ -379,7 +401,7 @@ def test_no_secret_reaches_a_message_or_the_feedback(graded):
             with open(autograded) as f:
                 texts.append(f.read())
         text = "\n".join(texts)
-        found = [s for s in hidden + [SSH_KEY, ANSWER_LINE] if s in text]
+        found = [s for s in hidden + [SSH_KEY, KEY_SECRET, ANSWER_LINE] if s in text]
         if found:
             leaks[name] = found[:2]
     assert not leaks, f"secrets in an attacker's messages or feedback: {leaks}"

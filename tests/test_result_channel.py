@@ -1,13 +1,14 @@
 """The grading worker's result channel is private, as root and as an ordinary instructor account.
 
-A class of 02_ddp_basics: ada answers everything, and two students answer nothing but pick_device, which attacks
-the channel from inside its ranks (tests/hostile/forge_result.py, flood_result.py): the forger reads the job's
-token from the worker's memory (/proc/PID/mem) and writes a full-marks result into every descriptor of the job
-that may be the channel, taken with pidfd_getfd (the resource tracker held it as fd 1); the flooder writes 256 MiB
-without a newline into them. Graded in every sandboxed mode (nurseries; GRADER_NURSERY=0, a bubblewrap sandbox
-per job), as root and as a fresh non-root account: ada gets full marks, both attackers 0, and each attack is
-refused inside the rank. The parent's own defence (a length limit, one job never blocking the others) is shown
-with a worker that floods its real channel.
+A class of 02_ddp_basics: ada answers everything, and three students answer nothing but pick_device, which attacks
+from inside its ranks (tests/hostile/forge_result.py, flood_result.py): the forger reads the job's token from
+the worker's memory (/proc/PID/mem) and writes a full-marks result into every descriptor of the job that may be the
+channel, taken with pidfd_getfd (the resource tracker held it as fd 1); the flooder writes 256 MiB without a newline
+into them; a third (tests/hostile/kernel_keys.py) adds, links and reads kernel keys, one the non-root account planted
+among them. Graded in every sandboxed mode (nurseries; GRADER_NURSERY=0, a bubblewrap sandbox per job), as root and as
+a fresh non-root account: ada gets full marks, the attackers 0, each attack is refused inside the rank, and no slot
+uid (nor the account) holds a kernel key it did not hold before. The parent's own defence (a length limit, one job
+never blocking the others) is shown with a worker that floods its real channel.
 """
 
 import json
@@ -22,22 +23,28 @@ import pytest
 from grader.exercises import get_exercise
 from grader.isolation.worker_pool import RESULT_LIMIT, Job, Workers, run_pool
 from samples.make_samples import solution_answers
-from tests import accounts
+from grader.isolation.slot_uids import SCAN, SlotUids
+from tests import accounts, kernel_keys
 from tests.helpers import ROOT, needs_bwrap
 from tests.graded_class import A, attacker_notebook, generated_course, grade_args, notebook_with, place, run_grade
 
 MAX = get_exercise(A).max_score
-ATTACKERS = ("forge_result", "flood_result")
+ATTACKERS = ("forge_result", "flood_result", "kernel_keys")
 INSTRUCTOR = "chanprof"
+KEY_SECRET = "result-channel-kernel-key-secret-3e7a"
 pytestmark = [pytest.mark.timeout(1500)]
 
 
-def _course(root: str):
+def _course(root: str, planted: int = 0):
     course = generated_course(root)
     place(course, "ada", notebook_with(solution_answers()))
     for name in ATTACKERS:
-        place(course, name, attacker_notebook(name, course))
+        place(course, name, attacker_notebook(name, course, planted))
     return course
+
+
+def _keys_held(account: str | None = None) -> dict[str, int]:
+    return kernel_keys.held_by_class(account, range(SlotUids.start(), SlotUids.start() + SCAN))
 
 
 def _scores(course) -> dict:
@@ -54,7 +61,7 @@ def _scores(course) -> dict:
     return found
 
 
-EXPECTED = {"ada": (MAX, "refused"), "forge_result": (0, "refused"), "flood_result": (0, "refused")}
+EXPECTED = {"ada": (MAX, "refused"), **{name: (0, "refused") for name in ATTACKERS}}
 
 
 @needs_bwrap
@@ -63,8 +70,10 @@ def test_no_forged_result_as_root(tmp_path, nursery):
     course = _course(str(tmp_path / "course"))
     env = dict(os.environ, HOME=str(tmp_path), GRADER_NURSERY=nursery)
     env.pop("XDG_STATE_HOME", None)
+    keys_before = _keys_held()
     done = run_grade(course.root, env=env, timeout=1200)
     assert done.returncode == 0, done.stdout + done.stderr
+    assert _keys_held() == keys_before, "a slot uid holds a kernel key it did not hold before the run"
     scores = _scores(course)
     scores["ada"] = (scores["ada"][0], "refused")  # ada attacks nothing
     assert scores == EXPECTED, done.stdout
@@ -78,8 +87,10 @@ def test_no_forged_result_as_a_non_root_instructor(tmp_path, nursery):
     with accounts.accounts([INSTRUCTOR]):
         home = accounts.home(INSTRUCTOR)
         python = accounts.instructor_python(os.path.join(home, "env"))
-        course = _course(os.path.join(home, "course"))
+        planted = kernel_keys.plant(INSTRUCTOR, KEY_SECRET)  # the account's own key: no job may read it
+        course = _course(os.path.join(home, "course"), planted)
         subprocess.run(["chown", "-R", f"{INSTRUCTOR}:{INSTRUCTOR}", home], check=True, timeout=60)
+        keys_before = _keys_held(INSTRUCTOR)
         env = [f"HOME={home}", f"PATH={os.path.dirname(python)}:/usr/bin:/bin"]
         env += [f"GRADER_NURSERY={nursery}"] if nursery else []
         done = subprocess.run(
@@ -91,6 +102,10 @@ def test_no_forged_result_as_a_non_root_instructor(tmp_path, nursery):
         )
         assert done.returncode == 0, done.stdout + done.stderr
         scores = _scores(course)
+        keys_after = _keys_held(INSTRUCTOR)
+        kernel_keys.invalidate(INSTRUCTOR, planted)
+    assert keys_after == keys_before, "the account holds kernel keys it did not hold before the run"
+    assert KEY_SECRET not in done.stdout + done.stderr + str(scores)
     scores["ada"] = (scores["ada"][0], "refused")
     assert scores == EXPECTED, done.stdout + done.stderr
     # no cgroup for an ordinary account here: said once, at start, in one line

@@ -87,6 +87,7 @@ def _reaper(args, data: bytes | None, result: int, job_line: int, last_cap: int,
     # writable: NVIDIA's driver names its threads through /proc/self/task/<tid>/comm in cuInit (a process writes
     # only its own files; /proc/sys stays the host root's, and the job holds no capability)
     ns.mount("proc", "/proc", "proc", ns.MS_NOSUID | ns.MS_NODEV | ns.MS_NOEXEC)
+    _hide_keys()
     ns.mount("tmpfs", sandbox.NURSERY_DIR, "tmpfs", ns.MS_RDONLY | _TMPFS | ns.MS_NOEXEC, "size=4k,mode=0")
     held = _hold_prefixes_under(("/tmp", sandbox.HOME))
     for folder in ("/tmp", sandbox.HOME, "/dev/shm"):
@@ -115,6 +116,17 @@ def _reaper(args, data: bytes | None, result: int, job_line: int, last_cap: int,
             return 1
         if pid == worker:
             return os.waitstatus_to_exitcode(status) & 0xFF
+
+
+def _hide_keys() -> None:
+    """/proc/keys and /proc/key-users read as empty, as in a sandbox of its own (sandbox._hide_keys says why), in
+    the job's /proc and in the nursery's copy of the host's: with both covered no proc mount of this namespace is
+    fully visible, so no namespace nested in the job can mount a proc of its own that shows them whole again."""
+    for proc in ("/proc", os.path.join(sandbox.NURSERY_DIR, "proc")):
+        for name in sandbox.KEY_FILES:
+            path = os.path.join(proc, os.path.relpath(name, "/proc"))
+            if os.path.exists(path):
+                ns.mount("/dev/null", path, None, ns.MS_BIND)
 
 
 def _read_only(path: str) -> None:

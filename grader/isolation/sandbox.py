@@ -20,12 +20,16 @@ The command built for one grading worker, when the grader runs as root (the usua
                                                             one worker that runs its hidden checks)
             --ro-bind <private copy> /grading/submission.ipynb   that one submission, read-only
             --proc /proc --dev /dev                         the PID namespace's own /proc; a minimal /dev
+            --ro-bind EMPTY /proc/keys (and key-users)      kernel keys are in no namespace: listed nowhere
             --perms 1777 --size B --tmpfs /dev/shm          a private, size-limited /dev/shm
             --ro-bind /sys /sys                             read-only (NVML and NCCL's topology read it)
             --dev-bind /dev/nvidia* (nvidia-caps, -uvm)     the GPUs and the driver's libraries outside /usr,
             --ro-bind <driver library folders>              found when the grading run starts (gpu_nodes)
             --perms 1777 --size B --tmpfs /tmp              private, size-limited /tmp and HOME
             --perms 1777 --size B --tmpfs /home/grading
+            --remount-ro / --remount-ro /dev                the sandbox's own root and /dev, once every mount is made
+            --seccomp 3                                     denies the key calls and a few more (seccomp_filter.py);
+                                                            `sh -c 'exec "$@" 3<PROGRAM'` opens it for each sandbox
             --chdir /tmp
             setpriv --reuid=UID --regid=UID                 the worker runs as its job's own uid, which no
                     --clear-groups --inh-caps=-all          account, process or other job has (slot_uids.py; no
@@ -74,6 +78,7 @@ import tempfile
 
 from grader.exercises.instructor import MASKED_ENV  # the public phase's marker: load_hidden imports none
 from grader.engine.processes import SANDBOXED as SANDBOXED_ENV
+from grader.isolation import seccomp_filter
 
 BWRAP = "bwrap"
 INSTALL_HINT = "apt-get install bubblewrap"
@@ -86,6 +91,8 @@ TMP_BYTES = 1 << 30  # /tmp and HOME, each (tmpfs: memory)
 _ETC = ["ld.so.cache", "passwd", "group", "nsswitch.conf", "localtime", "os-release"]
 HOSTNAME = "grading"
 NURSERY_DIR = "/run/nursery"  # a nursery's copy of the host's /proc (nursery.py, nursery_job.py); every job covers it
+SECCOMP_FD = 3  # where bwrap reads the seccomp filter's program (seccomp_filter.py)
+KEY_FILES = ("/proc/keys", "/proc/key-users")
 GRADER_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
@@ -104,6 +111,19 @@ def require() -> None:
             f"install it ({INSTALL_HINT}), or pass --no-sandbox to grade unsandboxed "
             "(only for a class you trust)"
         )
+    _seccomp_program()
+
+
+def _seccomp_program() -> str:
+    """The seccomp filter's compiled program, in a read-only file of ours (seccomp_filter.py)."""
+    try:
+        return _read_only_file("grader-seccomp-", seccomp_filter.program())
+    except (RuntimeError, OSError) as exc:
+        raise SandboxMissing(
+            f"grading runs each submission in a sandbox whose seccomp filter denies kernel keys, and it cannot be "
+            f"made here ({exc}): {seccomp_filter.INSTALL_HINT}, or pass --no-sandbox to grade unsandboxed "
+            "(only for a class you trust)"
+        ) from None
 
 
 def read_only_prefixes() -> list[str]:
@@ -123,11 +143,11 @@ def _parents(path: str) -> list[str]:
 
 
 @functools.lru_cache(maxsize=None)
-def _read_only_file(prefix: str, text: str) -> str:
+def _read_only_file(prefix: str, text: str | bytes) -> str:
     """A read-only file of ours on the host, bound into every sandbox; removed when the grader exits."""
     fd, path = tempfile.mkstemp(prefix=prefix)
-    with os.fdopen(fd, "w") as f:
-        f.write(text)
+    with os.fdopen(fd, "wb") as f:
+        f.write(text.encode() if isinstance(text, str) else text)
     os.chmod(path, 0o444)
     atexit.register(os.remove, path)
     return path
@@ -298,7 +318,8 @@ class Sandbox:
                 args += ["--symlink", os.readlink(f"/{link}"), f"/{link}"]
         args += _etc_binds(root, uid)
         args += _filesystem_binds(worker_argv, submission, masked)
-        args += ["--proc", "/proc", "--dev", "/dev", "--perms", "1777", "--size", str(TMP_BYTES), "--tmpfs", "/dev/shm"]
+        args += ["--proc", "/proc", *_hide_keys(), "--dev", "/dev"]
+        args += ["--perms", "1777", "--size", str(TMP_BYTES), "--tmpfs", "/dev/shm"]
         if os.path.isdir(SYS):
             args += ["--ro-bind", SYS, "/sys"]
         if nursery:  # each job mounts its own /proc and tmpfs here (nursery_job.py says why the host's /proc is needed)
@@ -317,15 +338,24 @@ class Sandbox:
             ]  # writable: see nursery_job.py
         for name in gpu_nodes():  # GPUs, when the machine has them
             args += ["--dev-bind", os.path.join(DEV, name), f"/dev/{name}"]
-        args += ["--chdir", "/tmp"]
+        # the sandbox's own root and /dev read-only once every mount is made (a nursery's jobs add their own)
+        args += ["--remount-ro", "/", "--remount-ro", "/dev", "--seccomp", str(SECCOMP_FD), "--chdir", "/tmp"]
         args += _drop_privileges(root, nursery, uid)
         args += worker_argv
         # RLIMIT_NPROC: a job of its own uid is bounded here; otherwise this is the budget of every job together, and
         # each job bounds itself to NPROC_PER_SANDBOX inside its own uid or user namespace (job_limits.py)
         nproc = NPROC_PER_SANDBOX * (1 if root and uid is not None else max(1, jobs) + 1)
         limits = [f"--nproc={nproc}", f"--data={DATA_BYTES}", f"--fsize={TMP_BYTES}", "--core=0"]
-        self.argv = ["prlimit", *limits, "--", *args]
+        # bwrap reads the filter from a descriptor: the shell opens our file there, afresh for each sandbox
+        self.argv = ["/bin/sh", "-c", f'exec "$@" {SECCOMP_FD}<"$0"', _seccomp_program(), "prlimit", *limits, "--"]
+        self.argv += args
         self.env = environment(masked)
+
+
+def _hide_keys() -> list[str]:
+    """/proc/keys and /proc/key-users read as empty files: kernel keys are in no namespace, and these list every
+    key the job's uid may view (a non-root instructor's own among them), by description."""
+    return [a for name in KEY_FILES if os.path.exists(name) for a in ("--ro-bind", _empty_file(), name)]
 
 
 def _etc_binds(root: bool, uid: int | None) -> list[str]:

@@ -9,8 +9,9 @@ A uid is a kernel-wide identity: two jobs of one uid may ptrace or signal each o
 see them, and RLIMIT_NPROC counts every process of a uid across the machine, so a fork bomb in one job took the
 processes of every other. The uids come from a fixed range (GRADER_SLOT_UIDS_FROM, default SLOT_UIDS_FROM) far
 above any account's and below 2**31; a uid is skipped if /etc/passwd or /etc/group names it, /etc/subuid or
-/etc/subgid hands it to someone's containers, a process runs as it, or another grading run holds its lock (an
-flock in LOCK_DIR, root's alone). Each job's gid is the same number, with no supplementary groups. A uid freed
+/etc/subgid hands it to someone's containers, a process runs as it, it holds a kernel key (/proc/key-users: a
+key outlives its uid's processes, and the sandbox's seccomp filter keeps jobs from adding any), or another grading
+run holds its lock (an flock in LOCK_DIR, root's alone). Each job's gid is the same number, with no supplementary groups. A uid freed
 is taken again last, so a job's processes are long gone (its PID namespace ended) before the uid serves again.
 """
 
@@ -25,7 +26,7 @@ from collections import deque
 
 SLOT_UIDS_FROM = 1_900_000_000
 LOCK_DIR = "/run/ddp-grader-uids"
-_SCAN = 4096  # uids looked at before giving up
+SCAN = 4096  # uids looked at before giving up
 
 
 def _sub_ranges() -> list[range]:
@@ -53,6 +54,21 @@ def _running_uids() -> set[int]:
                 found.update(int(u) for u in line.split()[1:])
             except (OSError, StopIteration):
                 pass
+    return found
+
+
+def key_holders() -> set[int]:
+    """The uids that hold kernel keys (/proc/key-users): keys are in no namespace and outlive every process of a uid,
+    so a uid that holds some (left by an older grader, or by anything else) is never a job's."""
+    found = set()
+    try:
+        with open("/proc/key-users") as f:
+            for line in f:
+                uid = line.split(":", 1)[0].strip()
+                if uid.isdigit():
+                    found.add(int(uid))
+    except OSError:  # a kernel without keys
+        pass
     return found
 
 
@@ -91,12 +107,12 @@ class SlotUids:
         return made
 
     def _acquire(self, count: int) -> None:
-        folder, subs, running = _lock_dir(), _sub_ranges(), _running_uids()
+        folder, subs, taken = _lock_dir(), _sub_ranges(), _running_uids() | key_holders()
         uid = self._next
         while count > 0:
-            if uid >= self.start() + _SCAN or uid >= 2**31 - 1:
+            if uid >= self.start() + SCAN or uid >= 2**31 - 1:
                 raise OSError(f"no free uid for a grading job in {self.start()}..{uid} (GRADER_SLOT_UIDS_FROM)")
-            if uid not in running and not _named(uid) and not any(uid in r for r in subs):
+            if uid not in taken and not _named(uid) and not any(uid in r for r in subs):
                 fd = os.open(
                     os.path.join(folder, str(uid)), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600
                 )
