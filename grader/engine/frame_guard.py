@@ -71,7 +71,8 @@ def _hook(event: str, args: tuple) -> None:
         return
     _state["inside"] = True
     try:
-        frame = _requester(sys._getframe(1), event)
+        here = inspect.currentframe()  # this hook's frame: the one that raised the event is next
+        frame = _requester(here.f_back if here is not None else None, event)
         if frame is None or _is_library(frame.f_code.co_filename):
             return
         what = args[1] if attribute else event
