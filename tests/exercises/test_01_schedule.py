@@ -139,6 +139,15 @@ ANSWERS = {
             kind = {"GPipe": ScheduleGPipe, "1F1B": Schedule1F1B}[schedule]
             runner = kind(stage, n_microbatches=n_microbatches - 1, loss_fn=loss_fn)"""
     + STEP,
+    # correct too: the other stages' layers moved to "meta" to free their memory (moved, never run)
+    "frees_other_stages": STAGE
+    + """
+            for i, layer in enumerate(model):
+                if i not in mine:
+                    layer.to("meta")
+            kind = {"GPipe": ScheduleGPipe, "1F1B": Schedule1F1B}[schedule]
+            runner = kind(stage, n_microbatches=n_microbatches, loss_fn=loss_fn)"""
+    + STEP,
     # a correct alternative: the schedules written by hand with send and recv, in torch's order
     "hand_written": """
         def pipeline_schedule(model, x, targets, loss_fn, n_microbatches, schedule):
@@ -197,12 +206,23 @@ ANSWERS = {
 }
 
 
+# The same tamper running a deep copy of the model: computing with a copy of a layer is running it.
+ANSWERS["never_pipelines_on_a_copy"] = ANSWERS["never_pipelines"].replace(
+    "            loss_fn(model(x), targets).backward()\n",
+    "            import copy\n"
+    "            twin = copy.deepcopy(model)\n"
+    "            loss_fn(twin(x), targets).backward()\n"
+    "            for p, q in zip(model.parameters(), twin.parameters()):\n"
+    "                p.grad = q.grad\n",
+)
+
+
 @pytest.fixture(scope="module")
 def reports():
     return graded_answers(EXERCISE, TASK, ANSWERS)
 
 
-@pytest.mark.parametrize("answer", ["solution", "hand_written"])
+@pytest.mark.parametrize("answer", ["solution", "hand_written", "frees_other_stages"])
 def test_solution_gets_full_marks(reports, answer):
     report, bad = reports[answer]
     assert bad == {}, bad
@@ -230,8 +250,9 @@ def test_copied_layers_are_told_they_are_copies(reports):
     assert "built from copies of its layers" in bad[ONE_F_ONE_B], bad
 
 
-def test_a_rank_that_never_pipelines_is_told_it_ran_the_whole_model(reports):
-    report, bad = reports["never_pipelines"]
+@pytest.mark.parametrize("tamper", ["never_pipelines", "never_pipelines_on_a_copy"])
+def test_a_rank_that_never_pipelines_is_told_it_ran_the_whole_model(reports, tamper):
+    report, bad = reports[tamper]
     assert report.score == 0 and set(bad) == {ONE_F_ONE_B, GPIPE, HIDDEN}, bad
     assert "ran every layer of the model" in bad[ONE_F_ONE_B], bad
     assert "not a pipeline" in bad[GPIPE], bad

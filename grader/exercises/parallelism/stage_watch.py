@@ -4,7 +4,8 @@ A `StageWatch` (a WatchedMode) sees every operator the student's step runs. It n
 each operator read (by the storages of the layers' parameters, so a detached alias, `F.linear(x, layer.weight)` or
 a clone counts too), and keeps a copy of every floating-point tensor the rank sends, in order, with its peer: the
 activations to the next stage, the gradients to the previous one. A rank that runs the whole model, or sends
-anything else than what its own layers computed, shows it here.
+anything else than what its own layers computed, shows it here. Copying or moving a layer (to "meta", to free it)
+is not running it; computing with the copy is.
 
 What it saw is also written, as it happens, to a file in a folder the parent reads (`note_path`): when the run then
 crashes (a stage holding the whole model fails in torch's matmul) the parent can still say why.
@@ -28,6 +29,11 @@ def _storage(t: torch.Tensor) -> int | None:
         return None
 
 
+# Operators that copy or move a tensor without computing with it: moving another stage's layers away (to "meta", to
+# free them) is not running them. Their outputs carry the layer on (a clone computed with later still counts).
+COPIES = frozenset({"_to_copy", "clone", "copy_", "detach", "alias", "lift_fresh", "lift_fresh_copy", "_copy_from"})
+
+
 class StageWatch(WatchedMode):
     def __init__(self, model: torch.nn.Module, note_path: str | None = None):
         super().__init__()
@@ -35,11 +41,20 @@ class StageWatch(WatchedMode):
             _storage(p): i for i, layer in enumerate(model) for p in layer.parameters() if _storage(p) is not None
         }
         self.used: set[int] = set()  # the layers whose parameters an operator read
+        # kept alive, the parameters and their copies: a freed storage's address must not name a layer later
+        self.copies: list[torch.Tensor] = [p for layer in model for p in layer.parameters()]
         self.sent: list[tuple[int, torch.Tensor]] = []  # (peer, a copy of the float tensor sent)
         self.note_path = note_path
 
     def dispatch(self, func, types, args, kwargs):
         seen = {self.layer_of.get(_storage(t)) for t in tensors_in(args) + tensors_in(kwargs)} - {None}
+        if seen and func._schema.name.split("::", 1)[1] in COPIES:
+            out = func(*args, **kwargs)
+            for t in tensors_in(out):
+                if _storage(t) is not None:
+                    self.layer_of.setdefault(_storage(t), min(seen))
+                    self.copies.append(t)
+            return out
         if seen - self.used:
             self.used |= seen
             self._note({"used": sorted(self.used)})
