@@ -4,7 +4,7 @@ the frames (grader/engine/frame_guard.py).
 A probe answers every task of every exercise: it walks up the frames from inside the student's call and records
 every grader frame's locals. Its walker is compiled under torch's file name, which is what gets past the frame
 guard (its documented limit): the checks' own order must then hold, each calling the student before it computes
-or loads what it compares with. Then a plain walk (the one issue 53 found in plan_memory) is refused and named,
+or loads what it compares with. Then a plain walk (the one an examiner found in plan_memory) is refused and named,
 and code that only prints or logs a traceback is not refused."""
 
 from __future__ import annotations
@@ -106,7 +106,8 @@ def test_plan_memorys_measurement_is_not_in_reach(walks):
     assert not near, near
 
 
-# Issue 53: the grader's own measurement read from a caller's frame, returned as the plan (5/5 before).
+# The grader's own measurement read from a caller's frame, returned as the plan (5/5 before the checks' order and the
+# frame guard).
 FRAME_WALK = """
 import sys
 

@@ -39,9 +39,16 @@ class FrameWalk(RuntimeError):
 
 
 def _library_roots() -> tuple[str, ...]:
+    """The standard library, this interpreter's site-packages, and the folder of every top-level package or module
+    loaded before the answers (torch and the grader, wherever they are installed: a student venv may find them in
+    another venv's site-packages)."""
     paths = sysconfig.get_paths()
-    roots = {paths.get(k) for k in ("stdlib", "platstdlib", "purelib", "platlib")}
-    roots |= set(site.getsitepackages()) | {os.path.dirname(os.path.dirname(os.path.abspath(__file__)))}
+    roots = {paths.get(k) for k in ("stdlib", "platstdlib", "purelib", "platlib")} | set(site.getsitepackages())
+    for name, module in list(sys.modules.items()):
+        where = getattr(module, "__file__", None)
+        if "." not in name and where:
+            package = getattr(module, "__path__", None)
+            roots.add(list(package)[0] if package else os.path.dirname(where))
     return tuple(os.path.realpath(r) + os.sep for r in roots if r)
 
 
