@@ -20,6 +20,7 @@ import importlib
 import json
 import sys
 
+from grader.answers_reachable import notice_once
 from grader.runner import run_checks
 from grader.exercises import UnknownExercise, exercise_ids, get_exercise
 from grader.submission import SubmissionError, read_submission
@@ -47,6 +48,9 @@ def _check(args) -> int:
     except (SubmissionError, UnknownExercise, ValueError) as exc:
         print(f"error: {exc.args[0] if exc.args else exc}", file=sys.stderr)
         return 2
+    notice = notice_once()
+    if notice:
+        print(notice, file=sys.stderr, flush=True)
     stream = None if args.json else (lambda r: print("\n".join(r.lines()), flush=True))
     report = run_checks(
         exercise, submission, task=args.task, world_size=args.world_size, timeout=args.timeout, on_result=stream

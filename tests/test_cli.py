@@ -6,11 +6,13 @@ never a hang, and the submission file is unchanged byte for byte.
 
 import hashlib
 import json
+import os
 import subprocess
 import sys
 
 import pytest
 
+from grader import answers_reachable
 from grader.exercises import get_exercise
 from tests.helpers import solution_notebook, solution_source
 
@@ -172,3 +174,23 @@ def test_commands_leave_slow_notebook_imports_to_those_that_use_them():
     proc = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=240)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.splitlines() == ["[]", "None True"]
+
+
+def test_check_says_once_that_readable_answers_make_its_scores_proof_of_nothing(tmp_path):
+    # the course checkout holds solutions/: the first check says so, the next ones do not
+    env = dict(os.environ, XDG_CACHE_HOME=str(tmp_path / "cache"))
+    run = ["check", EXERCISE, solution_notebook(EXERCISE), "--task", "pick_backend"]
+    first = subprocess.run([sys.executable, "-m", "grader", *run], capture_output=True, text=True, timeout=240, env=env)
+    assert first.returncode == 0, first.stderr
+    assert first.stderr.count("the course's answers are readable on this machine") == 1, first.stderr
+    assert "`make grade`" in first.stderr and "student install" in first.stderr
+    again = subprocess.run([sys.executable, "-m", "grader", *run], capture_output=True, text=True, timeout=240, env=env)
+    assert again.returncode == 0 and "answers are readable" not in again.stderr, again.stderr
+
+
+def test_no_notice_where_no_answers_are_readable(tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    assert answers_reachable.notice_once([tmp_path]) is None  # no solutions/ there
+    (tmp_path / "solutions").mkdir()
+    assert "readable" in answers_reachable.notice_once([tmp_path])
+    assert answers_reachable.notice_once([tmp_path]) is None  # once

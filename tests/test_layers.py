@@ -13,7 +13,7 @@ From the bottom:
   2 runner     grader.runner: run_checks, the one check runner; grader.shared_runs (one launch for the checks
                of a submission that ask for the same run).
   3 exercises  grader.exercises.*: the exercises, their checks and references, the shared check helpers.
-  4 tools      what people run: grader.gradebook.*, grader.isolation.*, grader.progress.*, grader.cli and __main__, grader.lessons.*,
+  4 tools      what people run: grader.gradebook.*, grader.isolation.*, grader.progress.*, grader.cli (answers_reachable) and __main__, grader.lessons.*,
                grader.notebook and notebook_display (the notebook's check()), grader.hints (its hint()), grader.code_digest,
                grader.points and points_preprocessor, grader.scaffold*, grader.student_build, grader.selfcheck,
                grader.gpucheck and gpucheck_facts, grader.demo, grader.translate.*.
@@ -47,6 +47,7 @@ LAYERS = {  # a module, or a package (all its modules): the longest match decide
     "grader.isolation": TOOLS,
     "grader.progress": TOOLS,
     "grader.cli": TOOLS,
+    "grader.answers_reachable": TOOLS,
     "grader.__main__": TOOLS,
     "grader.lessons": TOOLS,
     "grader.notebook": TOOLS,

@@ -12,7 +12,7 @@ the same object (replaced, wrapped or deleted) and raises `Tampered`.
 The engine verifies everything after the answers load and after the check's
 rank function returns; the check runner verifies the grader's own names after
 every call into student code. What this cannot stop, in-process, is code that
-reads or writes the grader's memory directly (ctypes, gc, frame hacks); the
+reads or writes the grader's memory directly (ctypes, gc; frame walks are refused by frame_guard.py); the
 parent side of each check recomputes its expectations itself, and the
 README says what is and is not defended.
 """
@@ -24,7 +24,7 @@ import importlib
 import sys
 import types
 
-from grader.engine import guard_list
+from grader.engine import frame_guard, guard_list
 
 _BUILTINS = vars(builtins)
 # Derived once per process, at import: the forkserver imports this before it forks the ranks.
@@ -237,6 +237,9 @@ class Guard:
         self._verify(self, when, grader_only)
 
     def _check(self, when: str, grader_only: bool) -> None:
+        walked = frame_guard.report()
+        if walked:
+            raise Tampered(walked)
         expected = self._grader if grader_only else self._all
         spaces = self._spaces(grader_only, self._plan)
         changed = []

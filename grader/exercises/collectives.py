@@ -132,6 +132,12 @@ def _sequence_cost(func, args, kwargs) -> int:
     return cost(size)
 
 
+def payload(func, args, kwargs) -> list:
+    """The tensors a dispatcher call of a collective puts in (for a send: what it sends)."""
+    named = _named(func, args, kwargs)
+    return next((_tensors(named[n]) for n in PAYLOAD_ARGS if n in named), [])
+
+
 def describe(func, args, kwargs, index: int, sequence: int = 1) -> Collective | None:
     """The Collective that a dispatcher call of `func` is, or None when it moves no data."""
     name = func._schema.name.split("::", 1)[1]
@@ -139,15 +145,15 @@ def describe(func, args, kwargs, index: int, sequence: int = 1) -> Collective | 
         return None
     kind = KINDS.get(name, name)
     named = _named(func, args, kwargs)
-    payload = [] if kind == "barrier" else next((_tensors(named[n]) for n in PAYLOAD_ARGS if n in named), [])
+    tensors = [] if kind == "barrier" else payload(func, args, kwargs)
     peer = next((named[n] for n in PEER_ARGS if isinstance(named.get(n), int)), None)
     declared = next((a for a in func._schema.arguments if a.name == "async_op"), None)  # left out: its default
     async_op = None if declared is None else bool(named.get("async_op", declared.default_value))
     return Collective(
         kind=kind,
-        nbytes=sum(t.numel() * t.element_size() for t in payload),
-        numel=sum(t.numel() for t in payload),
-        dtype=str(payload[0].dtype).removeprefix("torch.") if payload else "",
+        nbytes=sum(t.numel() * t.element_size() for t in tensors),
+        numel=sum(t.numel() for t in tensors),
+        dtype=str(tensors[0].dtype).removeprefix("torch.") if tensors else "",
         op=f"{func.namespace}.{name}",
         index=index,
         peer=peer,

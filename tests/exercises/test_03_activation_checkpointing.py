@@ -18,6 +18,7 @@ CALL = "        return checkpoint(self.block, x, use_reentrant=False)\n"
 WRAP = "        model.blocks[i] = Checkpointed(model.blocks[i])\n"
 ORDER = "    for i in sorted(range(len(saved)), key=lambda i: -saved[i]):  # the largest first: the fewest recomputed\n"
 STOP = "        if kept <= budget_bytes:\n"
+SAVED = "    saved = [2 * rows * block.fc1.out_features * block.fc1.weight.element_size() for block in model.blocks]\n"
 
 
 @pytest.mark.timeout(240)
@@ -80,6 +81,21 @@ MUTANTS = {
         {STOP: "        if kept <= 1.2 * budget_bytes:\n"},
         "checkpointing_frees_activations",
         "over the budget of 150000: checkpoint more blocks",
+    ),
+    # the bytes undercounted: the plan thinks everything fits, and is told the budget, not "no block checkpointed"
+    "one_activation_per_block": (
+        {SAVED: SAVED.replace("2 * rows", "rows")},
+        "checkpointing_frees_activations",
+        "over the budget of 150000: checkpoint more blocks (you checkpointed 0). Each block that is not "
+        "checkpointed keeps fc1's and GELU's outputs, 2 x rows x hidden x 4 bytes. You seem to count one "
+        "activation per block",
+    ),
+    "elements_not_bytes": (
+        {SAVED: SAVED.replace(" * block.fc1.weight.element_size()", "")},
+        "checkpointing_frees_activations",
+        "over the budget of 150000: checkpoint more blocks (you checkpointed 0). Each block that is not "
+        "checkpointed keeps fc1's and GELU's outputs, 2 x rows x hidden x 4 bytes. You seem to count "
+        "one activation per block, where each keeps two (fc1's output and GELU's), or elements, not bytes",
     ),
 }
 
@@ -149,7 +165,7 @@ def checkpoint_activations(model, rows, budget_bytes):
 @pytest.mark.timeout(240)
 @pytest.mark.parametrize(
     "code, phrase",
-    [(NO_CHECKPOINTING, "no block ran again in backward"), (NO_GRAD, "do not run the blocks under no_grad")],
+    [(NO_CHECKPOINTING, "over the budget of 150000"), (NO_GRAD, "do not run the blocks under no_grad")],
     ids=["model_unchanged", "blocks_under_no_grad"],
 )
 def test_laziest_answers_earn_nothing(code, phrase):
@@ -174,9 +190,25 @@ def checkpoint_activations(model, rows, budget_bytes):
 """
 
 
+# The task's rule (fit the budget after forward, fewest recomputed) with the other tie-break: keep the narrowest
+# blocks while they fit and checkpoint the rest. Three blocks, the same bytes kept as the solution's choice.
+NARROWEST_KEPT = """
+def checkpoint_activations(model, rows, budget_bytes):
+    saved = [2 * rows * block.fc1.out_features * 4 for block in model.blocks]
+    kept = 0
+    for i in sorted(range(len(saved)), key=lambda i: saved[i]):
+        if kept + saved[i] <= budget_bytes:
+            kept += saved[i]
+        else:
+            model.blocks[i] = Checkpointed(model.blocks[i])
+    return model
+"""
+
+
 @pytest.mark.timeout(240)
-def test_torchs_checkpoint_wrapper_gets_full_marks():
-    source = replace_definition(solution_source(EXERCISE), TASK, WITH_TORCHS_WRAPPER)
+@pytest.mark.parametrize("code", [WITH_TORCHS_WRAPPER, NARROWEST_KEPT], ids=["torchs_wrapper", "narrowest_kept"])
+def test_right_answers_written_otherwise_get_full_marks(code):
+    source = replace_definition(solution_source(EXERCISE), TASK, code)
     report = grade_source(EXERCISE, source, task=TASK, timeout=60)
     assert report.checks and any(c.hidden for c in report.checks), "\n".join(report.lines())
     assert report.score == report.max_score, "\n".join(report.lines())

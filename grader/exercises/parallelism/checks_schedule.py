@@ -5,9 +5,11 @@ keeps this rank's layers as a stage and runs one training step of the schedule o
 (torch.distributed.pipelining's ScheduleGPipe / Schedule1F1B, or messages of their own in the same order).
 
 The rank sends back what it measured: every parameter's gradient (None for another stage's layers), the losses
-it returned, and the point-to-point messages of the step as the dispatcher saw them (float payloads only: the
-stage's shape exchange sends integers first). The parent compares the gradients and losses with one process,
-and the order of forwards and backwards the messages show with the schedule's:
+it returned, the point-to-point messages of the step as the dispatcher saw them (float payloads only: the
+stage's shape exchange sends integers first), what it sent and which layers it ran (stage_watch.py). The parent
+checks first that each rank ran its own layers only and sent what they compute (schedule_traffic.py), then
+compares the gradients and losses with one process, and the order of forwards and backwards the messages show
+with the schedule's:
 
     F_i  this stage finished microbatch i's forward  (sent activation i on; the last stage: received it)
     B_i  this stage ran microbatch i's backward      (sent its input gradient back; the first stage: received it)
@@ -22,33 +24,25 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+import os
+
 from grader.checks import CheckFailed
 from grader.exercises.collectives import record_collectives
+from grader.exercises.dispatch_mode import SWITCHED_OFF
 from grader.exercises.parallelism import EXERCISE
 from grader.exercises.parallelism.host import host as _host
+from grader.exercises.parallelism.schedule_traffic import (
+    batch,
+    check_layers_used,
+    check_traffic,
+    layer_model,
+    layer_outputs,
+    stage_layers,
+)
+from grader.exercises.parallelism.stage_watch import StageWatch, read_notes
 
 SCHEDULE_TIMEOUT = 20.0  # a few dozen tiny messages; a mismatched send and receive waits for ever
 SCHEDULES = ("GPipe", "1F1B")
-
-
-def layer_model(seed: int, widths: list[int]) -> nn.Sequential:
-    """Linear layers of the given widths with Tanh between them: len(widths) - 1 linear layers."""
-    torch.manual_seed(seed)
-    layers = []
-    for i, (a, b) in enumerate(zip(widths, widths[1:])):
-        layers.append(nn.Linear(a, b))
-        if i < len(widths) - 2:
-            layers.append(nn.Tanh())
-    return nn.Sequential(*layers)
-
-
-def batch(seed: int, n: int, widths: list[int]):
-    g = torch.Generator().manual_seed(seed + 1)
-    return torch.randn(n, widths[0], generator=g), torch.randn(n, widths[-1], generator=g)
-
-
-def stage_layers(n_layers: int, rank: int, world_size: int) -> list[int]:
-    return torch.tensor_split(torch.arange(n_layers), world_size)[rank].tolist()
 
 
 def one_process(seed, widths, n, m) -> dict:
@@ -76,11 +70,15 @@ def _number(value):
     return None
 
 
-def _schedule_in_rank(ctx, student, seed, widths, n, m, schedule):
+def _schedule_in_rank(ctx, student, seed, widths, n, m, schedule, folder):
     model = layer_model(seed, widths).to(ctx.device)
     x, y = (t.to(ctx.device) for t in batch(seed, n, widths))
-    with record_collectives() as calls:
+    os.makedirs(folder, exist_ok=True)
+    watch = StageWatch(model, os.path.join(folder, f"rank{ctx.rank}"))
+    with record_collectives() as calls, watch:
         losses = student.task("pipeline_schedule")(model, x, y, nn.MSELoss(), m, schedule)
+        if not watch.on():
+            raise CheckFailed(f"rank {ctx.rank}: " + SWITCHED_OFF)
     if not isinstance(losses, (list, tuple)):
         raise CheckFailed(
             f"pipeline_schedule returned {type(losses).__name__} on rank {ctx.rank}; the contract asks "
@@ -91,6 +89,8 @@ def _schedule_in_rank(ctx, student, seed, widths, n, m, schedule):
         "loss_types": [type(v).__name__ for v in losses],
         "grads": {name: None if p.grad is None else _host(p.grad) for name, p in model.named_parameters()},
         "messages": [(c.kind, c.peer, c.dtype) for c in calls],
+        "used": sorted(watch.used),
+        "sent": watch.sent,
     }
 
 
@@ -119,8 +119,33 @@ def events(messages, rank: int, world_size: int) -> tuple[str, list[str]]:
 
 
 def run_schedule(g, world_size, widths, n, m, schedule, seed=41):
-    per_rank = g.run(_schedule_in_rank, seed, widths, n, m, schedule, world_size=world_size, timeout=SCHEDULE_TIMEOUT)
-    return per_rank, one_process(seed, widths, n, m)
+    """Every rank's measurements and one process's, once each rank ran its own layers only and sent what they
+    compute. A run that failed is first explained by what the ranks noted before it ended, where that names it."""
+    with g.folder() as folder:
+        args = (seed, widths, n, m, schedule, folder)
+        try:
+            per_rank = g.run(_schedule_in_rank, *args, world_size=world_size, timeout=SCHEDULE_TIMEOUT)
+        except CheckFailed:
+            notes = [read_notes(os.path.join(folder, f"rank{r}")) for r in range(world_size)]
+            check_layers_used([note["used"] for note in notes], widths)
+            first = next((shape for peer, shape in notes[0]["sent"] if peer == 1), None)
+            if first and first[0] != n // m:
+                raise CheckFailed(
+                    f"rank 0 sent microbatches of {first[0]} rows, where {n} rows in {m} microbatches make "
+                    f"{n // m}, and the run failed: pass n_microbatches to the schedule as it was given (not "
+                    "n_microbatches - 1)"
+                ) from None
+            raise
+    check_layers_used([got["used"] for got in per_rank], widths)
+    expected = one_process(seed, widths, n, m)
+    return per_rank, dict(expected, traffic=layer_outputs(seed, widths, n, m), n=n)
+
+
+def check_step(g, per_rank, expected, widths, m, schedule):
+    """The gradients and losses, the order of the messages, then what the messages carried."""
+    check_values(g, per_rank, expected, widths, m)
+    check_order(per_rank, schedule, m)
+    check_traffic(g, per_rank, expected["traffic"], widths, expected["n"])
 
 
 def check_values(g, per_rank, expected, widths, m):
@@ -128,6 +153,7 @@ def check_values(g, per_rank, expected, widths, m):
     n_layers = len(layer_model(0, widths))
     for rank, got in enumerate(per_rank):
         mine = {str(i) for i in stage_layers(n_layers, rank, world_size)}
+        ran = len(events(got["messages"], rank, world_size)[0]) == 2 * m
         for name, want in expected["grads"].items():
             have = got["grads"][name]
             if name.split(".")[0] not in mine:
@@ -137,6 +163,13 @@ def check_values(g, per_rank, expected, widths, m):
                         "keeps only its own layers (the stage's) and runs only them"
                     )
                 continue
+            if have is None and ran:
+                raise CheckFailed(
+                    f"rank {rank}: {name}, a layer of its stage, got no gradient, though the stage ran the "
+                    f"{m} microbatches' forwards and backwards: the stage was built from copies of its layers "
+                    "(copy.deepcopy, or new modules), which got the gradients instead. Build it from the "
+                    "model's own layers: a slice, model[first:last + 1], shares them"
+                )
             if have is None:
                 raise CheckFailed(
                     f"rank {rank}: {name}, a layer of its stage, got no gradient: the schedule's step "
@@ -158,9 +191,10 @@ def check_values(g, per_rank, expected, widths, m):
             )
         if last:
             if len(losses) != m or None in losses:
+                minus_one = " (n_microbatches - 1 passed to the schedule?)" if len(losses) == m - 1 else ""
                 raise CheckFailed(
                     f"the last rank returned {len(losses)} values ({', '.join(got['loss_types'][:3])}"
-                    f"); expected the {m} microbatches' losses, one number each: pass a list as the "
+                    f"); expected the {m} microbatches' losses, one number each{minus_one}: pass a list as the "
                     "step's losses= and return it"
                 )
             g.assert_close(
@@ -203,8 +237,7 @@ def schedule_1f1b_matches_one_process_in_its_order(g):
     """2 ranks, 1F1B, 4 microbatches of a 4-linear-layer model: gradients, losses and the order of the messages."""
     widths = [8, 12, 10, 6, 4]
     per_rank, expected = run_schedule(g, 2, widths, 8, 4, "1F1B")
-    check_values(g, per_rank, expected, widths, 4)
-    check_order(per_rank, "1F1B", 4)
+    check_step(g, per_rank, expected, widths, 4, "1F1B")
 
 
 @EXERCISE.check("pipeline_schedule", points=2)
@@ -212,5 +245,4 @@ def schedule_gpipe_matches_one_process_in_its_order(g):
     """2 ranks, GPipe, 4 microbatches: gradients, losses and the order of the messages."""
     widths = [8, 12, 10, 6, 4]
     per_rank, expected = run_schedule(g, 2, widths, 8, 4, "GPipe")
-    check_values(g, per_rank, expected, widths, 4)
-    check_order(per_rank, "GPipe", 4)
+    check_step(g, per_rank, expected, widths, 4, "GPipe")

@@ -9,7 +9,8 @@
     checks_fsdp2_build.py build_fsdp2_model (FSDP2 in practice: a tied model, units from a budget)
     checks_fsdp2.py       train_step_fsdp2
     checks_fsdp2_state.py export_full_state (FSDP2's full state on rank 0)
-    checks_checkpointing.py checkpoint_activations (selective activation checkpointing, from a budget)
+    checks_checkpointing.py checkpoint_activations (selective activation checkpointing, from a budget;
+                          checkpoint_budget.py: the budget's arithmetic and the miscounts it names)
     checks_memory_plan.py plan_memory (per-rank bytes of DDP, ZeRO-1, FSDP2; which strategy fits a budget)
 
 This file declares the exercise; its checks_*.py and hidden_*.py modules are found by

@@ -17,7 +17,9 @@ nothing. Each rule of the task text and its check:
 
 from __future__ import annotations
 
+import functools
 import numbers
+import random
 
 from grader.checks import CheckFailed
 from grader.exercises.syncbn_sharded import EXERCISE
@@ -44,14 +46,21 @@ def totals(spec: dict, world: int) -> dict[str, int]:
 
 
 def budgets(spec: dict, world: int) -> list[int]:
-    """Four budgets far from every boundary: FSDP2's alone fits, all fit, nothing fits, ZeRO-1's fits first."""
-    t = totals(spec, world)
-    return [
-        (t["zero1"] + t["fsdp2"]) // 2,
-        int(t["ddp"] * 1.15),
-        int(t["fsdp2"] * 0.85),
-        (t["ddp"] + t["zero1"]) // 2,
-    ]
+    """Four budgets far from every boundary: FSDP2's alone fits, all fit, nothing fits, ZeRO-1's fits first.
+    Each lies at a point of its gap drawn once per process, so that the budgets a rank holds do not tell the
+    totals (fixed fractions would: three budgets, three unknowns)."""
+    return list(_budgets(tuple(sorted(spec.items())), world))
+
+
+@functools.lru_cache(maxsize=None)  # the same budgets for both checks of a grading: one shared launch
+def _budgets(spec_items: tuple, world: int) -> tuple[int, ...]:
+    t, draw = totals(dict(spec_items), world), random.SystemRandom().uniform
+    return (
+        int(t["fsdp2"] + draw(0.3, 0.7) * (t["zero1"] - t["fsdp2"])),
+        int(t["ddp"] * draw(1.1, 1.25)),
+        int(t["fsdp2"] * draw(0.75, 0.9)),
+        int(t["zero1"] + draw(0.3, 0.7) * (t["ddp"] - t["zero1"])),
+    )
 
 
 def _answer(value) -> dict:
@@ -71,17 +80,19 @@ def _answer(value) -> dict:
 
 
 def _in_rank_plan(ctx, student, spec: dict, budget_list: list):
+    """The student's plans first, then the grader's measurement: nothing it compares with exists while the
+    student's code runs (a walk up the frames finds the task's inputs only)."""
     import torch
 
-    group = measuring_group()  # on the CPU whatever the plan: bytes do not depend on the device
-    measured = {kind: measure_state(ctx, spec, kind, group) for kind in STRATEGIES}
-    activations = measure_activations(ctx, spec)
+    activations = measure_activations(ctx, spec)  # an input of the task (activation_bytes), not an expectation
     plan = student.task("plan_memory")
     answers = []
     for budget in budget_list:
         with torch.device("meta"):
             model = planning_net(spec)
         answers.append(_answer(plan(model, ctx.world_size, activations, budget)))
+    group = measuring_group()  # on the CPU whatever the plan: bytes do not depend on the device
+    measured = {kind: measure_state(ctx, spec, kind, group) for kind in STRATEGIES}
     return {"measured": measured, "activations": activations, "answers": answers}
 
 
