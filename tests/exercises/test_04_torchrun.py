@@ -181,6 +181,22 @@ MUTANTS = {
         "waited for its future",
         "read_dist_env_names_a_missing_variable",
     ),
+    # Both stopped by the grader's watch of dcp.async_save at the call (problem.SAVES_ENV), within seconds: before,
+    # the first took 799 s and lost 1 point, the second got no verdict in 400 s.
+    "checkpoint_future_never_waited": (  # more than one save in flight: the public check enforces one
+        "train_script_checkpoints_while_training_goes_on",
+        "            pending.result()  # one checkpoint in flight at a time",
+        "            pass",
+        "while the future of the previous save had never been waited for",
+        "read_dist_env_names_a_missing_variable",
+    ),
+    "checkpoint_on_the_training_group": (
+        "train_script_checkpoints_while_training_goes_on",
+        ",\n                                 process_group=checkpoint_group)",
+        ")",
+        "without process_group=",
+        "read_dist_env_names_a_missing_variable",
+    ),
     "snapshot_written_in_place": (
         "train_script_replaces_the_snapshot_atomically",
         "    torch.save(obj, tmp)\n    os.replace(tmp, path)",
@@ -295,6 +311,42 @@ def test_the_marker_ignores_a_write_from_the_training_thread(tmp_path, monkeypat
     buffer.seek(0)
     loaded = torch.load(buffer, weights_only=True)  # the marker loads as plain data
     assert set(loaded) == {"body.0.weight", "body.0.bias", "body.2.weight", "body.2.bias", problem.EXTRA_STATE}
+
+
+def test_the_save_watch_stops_a_second_save_while_one_is_in_flight(tmp_path, monkeypatch):
+    import concurrent.futures
+
+    problem = _fresh_problem(tmp_path, monkeypatch)
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        watch = problem._SaveWatch(str(tmp_path), lambda *args, **kwargs: pool.submit(lambda: "metadata"))
+        waited = watch({})
+        assert waited.result(timeout=60) == "metadata"  # the training thread waits: the future resolves
+        never_waited = watch({})
+        concurrent.futures.wait([pool.submit(lambda: None)], timeout=60)  # its save is done, yet not waited for
+        with pytest.raises(RuntimeError, match="never been waited for"):
+            watch({})
+        assert not never_waited.done()
+    lines = (tmp_path / "rank0.saves").read_text().split()
+    assert lines[:4] == ["save", "1", "waited", "1"] and lines[-2:] == ["while-one-in-flight", "3"], lines
+
+
+@pytest.mark.parametrize(
+    "saves, phrase",
+    [
+        (
+            {"0": ["on-the-training-group 1"], "1": ["on-the-training-group 1"]},
+            "rank 0: dcp.async_save was called without",
+        ),
+        ({"0": ["save 1", "while-one-in-flight 2"]}, "save 2\\) while the future of the previous save had never"),
+    ],
+)
+def test_a_save_the_watch_stopped_is_named(saves, phrase):
+    from grader.checks import CheckFailed
+    from grader.exercises.torchrun.saves import check_saves
+
+    with pytest.raises(CheckFailed, match=phrase):
+        check_saves(saves)
+    check_saves({"0": ["save 1", "waited 1", "save 2", "waited 2", ""]})
 
 
 @pytest.mark.parametrize(

@@ -16,6 +16,7 @@ from grader.checks import CheckFailed
 from grader.exercises.torchrun import problem, reference, resumes, runs
 from grader.exercises.torchrun.resumes import where
 from grader.exercises.torchrun.messages import evidence, read_half_written
+from grader.exercises.torchrun.saves import check_saves
 from grader import tolerances
 
 from grader.exercises.torchrun import EXERCISE
@@ -55,6 +56,7 @@ def _scenario(g, scenario, *args) -> runs.ScriptRun:
         cache[key] = runs.with_retry(scenario, source, *args)
         if cache[key].retried:
             g.notes.append(f"{cache[key].retried}; the run was repeated (not counted)")
+    check_saves(cache[key].saves)  # a run the grader stopped at a save: that save's mistake, for every check
     return cache[key]
 
 
