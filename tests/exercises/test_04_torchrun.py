@@ -162,7 +162,14 @@ MUTANTS = {
         "train_script_resumes_after_a_killed_worker",
         'optimizer.load_state_dict(snapshot["optimizer"])',
         "pass",
-        "restore the optimizer state",
+        "when the optimizer starts afresh at the restart",  # its own message: not set_epoch's too
+        "read_dist_env_names_a_missing_variable",
+    ),
+    "set_epoch_counts_from_the_restart": (  # an uninterrupted run is right; the resumed epochs repeat 0, 1's order
+        "train_script_resumes_after_a_killed_worker",
+        "sampler.set_epoch(epoch)  # the true epoch",
+        "sampler.set_epoch(epoch - epochs_run)  # counted from the restart",
+        "sampler.set_epoch got the count of epochs since the restart",
         "read_dist_env_names_a_missing_variable",
     ),
     "every_node_saves": (
