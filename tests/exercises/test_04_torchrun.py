@@ -322,19 +322,26 @@ def test_the_marker_ignores_a_write_from_the_training_thread(tmp_path, monkeypat
 
 def test_the_save_watch_stops_a_second_save_while_one_is_in_flight(tmp_path, monkeypatch):
     import concurrent.futures
+    import time
 
     problem = _fresh_problem(tmp_path, monkeypatch)
     with concurrent.futures.ThreadPoolExecutor(1) as pool:
         watch = problem._SaveWatch(str(tmp_path), lambda *args, **kwargs: pool.submit(lambda: "metadata"))
         waited = watch({})
         assert waited.result(timeout=60) == "metadata"  # the training thread waits: the future resolves
+        polled = watch({})
+        deadline = time.monotonic() + 60  # a bound only
+        while not polled.done() and time.monotonic() < deadline:  # polling until done is waiting too
+            time.sleep(0.01)
+        assert polled.result(timeout=0) == "metadata"
         never_waited = watch({})
-        concurrent.futures.wait([pool.submit(lambda: None)], timeout=60)  # its save is done, yet not waited for
+        concurrent.futures.wait([pool.submit(lambda: None)], timeout=60)  # its save is done, yet never asked for
         with pytest.raises(RuntimeError, match="never been waited for"):
             watch({})
-        assert not never_waited.done()
+        assert never_waited._state != "FINISHED"
     lines = (tmp_path / "rank0.saves").read_text().split()
-    assert lines[:4] == ["save", "1", "waited", "1"] and lines[-2:] == ["while-one-in-flight", "3"], lines
+    assert lines[:8] == ["save", "1", "waited", "1", "save", "2", "waited", "2"], lines
+    assert lines[-2:] == ["while-one-in-flight", "4"], lines
 
 
 @pytest.mark.parametrize(

@@ -35,9 +35,9 @@ variable in its own runs (without them, forward does nothing extra):
   torch.distributed.checkpoint, and a copy the script imported before `import problem`): each call notes,
   in order, the save or the mistake that stops it, raising in the script at once. A save without
   process_group= (or on the default group) would run its collectives on DDP's group and hang; a save
-  started while the previous one's future was never waited for breaks "one save in flight". The future the
-  script gets resolves once the training thread waits for it (result(), wait()), so a script that never
-  waits is caught at its next save whatever the timing.
+  started while the previous one is still running, or was never asked for (result(), done(),
+  concurrent.futures.wait), breaks "one save in flight". The future the script gets resolves only once
+  the script asked for it, so a script that never waits is caught at its next save whatever the timing.
 - SEEN_ENV: each worker's model counts the samples its training forwards (grad
   enabled) took, so that the grader sees every worker train on its own shard: a
   script where rank 0 trains on every global batch alone, without DDP, reaches
@@ -252,6 +252,25 @@ WHILE_ONE_IN_FLIGHT = (
 )
 
 
+class _Given(concurrent.futures.Future):
+    """The future the script gets from a watched save: notes that the script asked it (result(), exception(),
+    done(): a wait, or a poll until done) before it resolves."""
+
+    asked = False
+
+    def done(self) -> bool:
+        self.asked = True
+        return super().done()
+
+    def result(self, timeout=None):
+        self.asked = True
+        return super().result(timeout)
+
+    def exception(self, timeout=None):
+        self.asked = True
+        return super().exception(timeout)
+
+
 class _SaveWatch:
     """dcp.async_save as the script calls it, watched (SAVES_ENV)."""
 
@@ -270,24 +289,26 @@ class _SaveWatch:
         if dist.is_available() and dist.is_initialized() and (group is None or group is dist.group.WORLD):
             self.note(f"on-the-training-group {self.count}")
             raise RuntimeError(ON_THE_TRAINING_GROUP)
-        if self.previous is not None and not self.previous.done():
+        if self.previous is not None and not (self.previous[1].asked and self.previous[0].done()):
             self.note(f"while-one-in-flight {self.count}")
             raise RuntimeError(WHILE_ONE_IN_FLIGHT)
         self.note(f"save {self.count}")
         future = self.real(*args, **kwargs)
         if not isinstance(future, concurrent.futures.Future):
             return future
-        self.previous = given = concurrent.futures.Future()
+        given = _Given()
+        self.previous = (future, given)
         threading.Thread(target=self._hand_over, args=(future, given, self.count), daemon=True).start()
         return given
 
-    def _hand_over(self, future, given, number: int) -> None:
-        """Resolve `given` like `future`, once the save is done and the training thread waits for it."""
+    def _hand_over(self, future, given: _Given, number: int) -> None:
+        """Resolve `given` like `future`, once the save is done and the script asked for it (or waits in
+        concurrent.futures.wait, seen on the training thread's stack)."""
         concurrent.futures.wait([future])
         main, deadline = threading.main_thread(), time.monotonic() + PAUSE_LIMIT_S  # liveness bound only
-        while main.is_alive() and time.monotonic() < deadline:
+        while main.is_alive() and time.monotonic() < deadline and not given.asked:
             if _waiting_for_a_future(sys._current_frames().get(main.ident)):
-                break
+                given.asked = True
             time.sleep(0.005)
         self.note(f"waited {number}")
         if future.exception() is not None:
