@@ -223,6 +223,16 @@ def test_mutant_fails_its_check(solution, name):
     assert phrase in failures[target], failures[target]
 
 
+def test_a_crash_before_the_kill_is_answered_with_the_workers_traceback_not_a_timeout(solution):
+    """Every attempt fails at its first snapshot (a folder that does not exist): the grader lets the restarted
+    attempt run instead of waiting for a step of the dead one until the run's time limit, and shows the error."""
+    source = mutate(solution, '    tmp = f"{path}.tmp"\n', '    tmp = f"no-such-folder/{path}.tmp"\n')
+    report = grade_checks(source, ["train_script_resumes_after_a_killed_worker"])
+    message = failed(report)["train_script_resumes_after_a_killed_worker"]
+    assert "Parent directory no-such-folder does not exist" in message and 'File "train.py", line' in message, message
+    assert "did not finish within its time limit" not in message, message
+
+
 MKSTEMP = (
     '    tmp = f"{path}.tmp"\n',
     "    import tempfile\n    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(os.path.abspath(path)))\n"

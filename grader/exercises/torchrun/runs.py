@@ -245,9 +245,17 @@ def killed(source: str, job: Job, epochs: int, every: int) -> ScriptRun:
     cmd = standalone_command("train.py", WORKERS, max_restarts=1)
     extra = {problem.PAUSE_STEP_ENV: paused, problem.SEEN_ENV: seen}
     with job.torchrun(cmd, directory, KILL_RUN_TIMEOUT_S, extra, script_args(epochs)) as proc:
+        restarted = problem.arrived(paused, 1, 0, "0")  # the second attempt's first step: torchrun restarted
         for attempt in (0, 1):
             forward = 0
-            while proc.wait_until(lambda: os.path.exists(problem.arrived(paused, attempt, forward, "0"))):
+            while proc.wait_until(
+                lambda: (
+                    os.path.exists(problem.arrived(paused, attempt, forward, "0"))
+                    or (attempt == 0 and os.path.exists(restarted))
+                )
+            ):
+                if not os.path.exists(problem.arrived(paused, attempt, forward, "0")):
+                    break  # the first attempt failed before the kill: let the restarted one run, unpaused
                 run.snapshots.append((attempt, forward, load(snapshot)))
                 if attempt == 0 and run.snapshot_as_acted is None and _logged(log):
                     run.snapshot_as_acted = run.snapshots[-1][2]  # the snapshot the log's first line came with
@@ -259,8 +267,8 @@ def killed(source: str, job: Job, epochs: int, every: int) -> ScriptRun:
                     break
                 open(problem.go(paused, attempt, forward), "w").close()
                 forward += 1
-            if not run.acted:
-                break  # the first attempt ended (or timed out) before the kill
+            if not run.acted and not os.path.exists(restarted):
+                break  # the first attempt ended (or timed out) before the kill, and none followed
         run.absorb(proc)
     run.seen = read_seen(seen)
     return run.collect(directory)
