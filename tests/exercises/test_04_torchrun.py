@@ -334,9 +334,17 @@ def test_the_save_watch_stops_a_second_save_while_one_is_in_flight(tmp_path, mon
     import concurrent.futures
     import time
 
+    import threading
+
     problem = _fresh_problem(tmp_path, monkeypatch)
+    written = threading.Semaphore(0)  # not concurrent.futures: a wait there would count as waiting for the save
+
+    def save():
+        written.release()
+        return "metadata"
+
     with concurrent.futures.ThreadPoolExecutor(1) as pool:
-        watch = problem._SaveWatch(str(tmp_path), lambda *args, **kwargs: pool.submit(lambda: "metadata"))
+        watch = problem._SaveWatch(str(tmp_path), lambda *args, **kwargs: pool.submit(save))
         waited = watch({})
         assert waited.result(timeout=60) == "metadata"  # the training thread waits: the future resolves
         polled = watch({})
@@ -345,7 +353,7 @@ def test_the_save_watch_stops_a_second_save_while_one_is_in_flight(tmp_path, mon
             time.sleep(0.01)
         assert polled.result(timeout=0) == "metadata"
         never_waited = watch({})
-        concurrent.futures.wait([pool.submit(lambda: None)], timeout=60)  # its save is done, yet never asked for
+        assert written.acquire(timeout=60) and written.acquire(timeout=60) and written.acquire(timeout=60)
         with pytest.raises(RuntimeError, match="never been waited for"):
             watch({})
         assert never_waited._state != "FINISHED"
