@@ -27,7 +27,7 @@ import sys
 from dataclasses import dataclass
 
 import torch
-from grader.exercises.dispatch_mode import TorchDispatchMode
+from grader.exercises.dispatch_mode import TorchDispatchMode, watching
 
 from grader.checks import CheckFailed
 
@@ -173,9 +173,10 @@ class _Recorder(TorchDispatchMode):
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
-        if _holds_dtensor(types):
+        if _holds_dtensor(types) and not watching():
             # DTensor's dispatch then runs with this mode still on the stack, so the collectives it issues on
-            # the local shards (a redistribution its placements need) reach it; run from here they would not
+            # the local shards (a redistribution its placements need) reach it; run from here they would not.
+            # Not under a WatchedMode (live bytes, allocations): it would then see DTensor's inner operators too
             return NotImplemented
         if args and args[0] is self.probe:
             self.probe_seen = True
