@@ -21,6 +21,7 @@ import json
 import sys
 
 from grader.answers_reachable import notice_once
+from grader.engine.background import sessions_end_on_signal
 from grader.runner import run_checks
 from grader.exercises import UnknownExercise, exercise_ids, get_exercise
 from grader.submission import SubmissionError, read_submission
@@ -52,9 +53,10 @@ def _check(args) -> int:
     if notice:
         print(notice, file=sys.stderr, flush=True)
     stream = None if args.json else (lambda r: print("\n".join(r.lines()), flush=True))
-    report = run_checks(
-        exercise, submission, task=args.task, world_size=args.world_size, timeout=args.timeout, on_result=stream
-    )
+    with sessions_end_on_signal():  # an interrupted check leaves no torchrun job behind (exercise 4)
+        report = run_checks(
+            exercise, submission, task=args.task, world_size=args.world_size, timeout=args.timeout, on_result=stream
+        )
     if args.json:
         print(json.dumps(report.to_json(), ensure_ascii=False))
     else:

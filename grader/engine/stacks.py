@@ -46,6 +46,15 @@ def _frame_line(filename: str, lineno: int, name: str, line: str | None) -> str:
     return f"{where}: {code}" if code else where
 
 
+_TRACEBACK_FILE = re.compile(r'File "([^"]+)"')
+
+
+def _verdict_or_name(kind: type) -> str:
+    """ "CheckFailed" for the grader's verdicts, its subclasses too (a rank's check that failed), else the name."""
+    is_verdict = any(c.__name__ == "CheckFailed" and c.__module__ == "grader.checks" for c in kind.__mro__)
+    return "CheckFailed" if is_verdict else kind.__name__
+
+
 def describe_exception(exc: BaseException) -> dict:
     """A picklable summary of an exception raised in a rank."""
     tb = traceback.TracebackException.from_exception(exc)
@@ -53,9 +62,9 @@ def describe_exception(exc: BaseException) -> dict:
         tb.stack.pop(0)  # the engine's own frame is noise for the student
     frames = list(tb.stack)
     student = [_frame_line(f.filename, f.lineno, f.name, f.line) for f in frames if is_student_file(f.filename)]
-    text = "".join(tb.format())
+    text = _TRACEBACK_FILE.sub(lambda m: f'File "{course_path(m[1])}"', "".join(tb.format()))
     return {
-        "type": type(exc).__name__,
+        "type": _verdict_or_name(type(exc)),
         "message": str(exc),
         "student_frames": student,
         "traceback": text,

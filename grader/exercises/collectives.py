@@ -4,8 +4,9 @@ Every spelling of a collective ends in one `c10d` operator of torch's dispatcher
 a name imported before any patch (`from torch.distributed import all_gather_into_tensor`),
 `all_gather_single` / `reduce_scatter_single`, `torch.distributed.distributed_c10d.<name>`,
 `async_op=True`, the autograd-aware `torch.distributed.nn.functional` versions (their backward too),
-the functional collectives (`_c10d_functional`), and DDP's own all-reduces. A TorchDispatchMode of
-our own sees each of them once, in call order, and patches nothing (the integrity guard stays quiet):
+the functional collectives (`_c10d_functional`), DDP's own all-reduces, and the redistributions DTensor
+makes for an operator on DTensors (an all-gather that a plan's placements call for). A TorchDispatchMode
+of our own sees each of them once, in call order, and patches nothing (the integrity guard stays quiet):
 
     with record_collectives() as calls:     # in a rank, around the student's call
         student_fn()
@@ -22,10 +23,11 @@ with `RecorderOff`: the body's end runs one operator that the recorder must see.
 from __future__ import annotations
 
 import contextlib
+import sys
 from dataclasses import dataclass
 
 import torch
-from grader.exercises.dispatch_mode import TorchDispatchMode
+from grader.exercises.dispatch_mode import TorchDispatchMode, watching
 
 from grader.checks import CheckFailed
 
@@ -119,6 +121,12 @@ def _named(func, args, kwargs) -> dict:
     return {a.name: v for a, v in zip(func._schema.arguments, args)} | dict(kwargs)
 
 
+def _holds_dtensor(types) -> bool:
+    """Whether the tensor subclasses among an operator's arguments (torch's `types`) include DTensor."""
+    DTensor = getattr(sys.modules.get("torch.distributed.tensor"), "DTensor", None)  # not imported: none exists
+    return DTensor is not None and any(issubclass(t, DTensor) for t in types)
+
+
 def _sequence_cost(func, args, kwargs) -> int:
     cost = SEQUENCE_COST.get(func._schema.name.split("::", 1)[1])
     if cost is None:
@@ -171,6 +179,11 @@ class _Recorder(TorchDispatchMode):
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
+        if _holds_dtensor(types) and not watching():
+            # DTensor's dispatch then runs with this mode still on the stack, so the collectives it issues on
+            # the local shards (a redistribution its placements need) reach it; run from here they would not.
+            # Not under a WatchedMode (live bytes, allocations): it would then see DTensor's inner operators too
+            return NotImplemented
         if args and args[0] is self.probe:
             self.probe_seen = True
         elif func.namespace in NAMESPACES:

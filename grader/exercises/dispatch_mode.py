@@ -23,6 +23,7 @@ __all__ = [
     "WatchedMode",
     "is_traceable_wrapper_subclass",
     "modes_on",
+    "watching",
     "tensors_in",
     "SWITCHED_OFF",
 ]
@@ -77,6 +78,11 @@ class WatchedMode(TorchDispatchMode):
         finally:
             self.probing = False
         return self.pinged
+
+
+def watching() -> bool:
+    """Whether a WatchedMode is entered on this thread (and not left): a measurement that sees every operator."""
+    return bool(_stack())
 
 
 def modes_on() -> bool:

@@ -6,6 +6,7 @@ import argparse
 import os
 import sys
 
+from grader.engine.background import sessions_end_on_signal
 from grader.gradebook.course import Course
 
 
@@ -18,18 +19,19 @@ def _grade(args) -> int:
 
     course = Course(os.path.abspath(args.root))
     try:
-        results = grade_assignment(
-            course,
-            args.assignment,
-            jobs=args.jobs,
-            timeout=args.timeout,
-            world_size=args.world_size,
-            progress=not args.quiet,
-            shard=args.shard,
-            sandbox=args.sandbox,
-            no_gpu=args.no_gpu,
-            require_limits=args.require_job_limits,
-        )
+        with sessions_end_on_signal():  # SIGTERM too unwinds to the pool's cleanup: no worker (or torchrun) stays
+            results = grade_assignment(
+                course,
+                args.assignment,
+                jobs=args.jobs,
+                timeout=args.timeout,
+                world_size=args.world_size,
+                progress=not args.quiet,
+                shard=args.shard,
+                sandbox=args.sandbox,
+                no_gpu=args.no_gpu,
+                require_limits=args.require_job_limits,
+            )
     except (NotReady, SandboxMissing, GpuUnusable) as exc:
         print(f"python -m grader grade: {exc}", file=sys.stderr)
         return 2

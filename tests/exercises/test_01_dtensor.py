@@ -41,6 +41,22 @@ ANSWERS = {
             return parallelize_module(mlp, mesh, {"gate": ColwiseParallel(output_layouts=Replicate()),
                                                   "up": ColwiseParallel(output_layouts=Replicate()),
                                                   "down": ColwiseParallel(output_layouts=Replicate())})""",
+    # down column-parallel on the hidden DTensor gate and up leave it: DTensor itself gathers the hidden
+    # activation inside down's matmul (no call of the student's), then the output (right numbers)
+    "down_column_on_dtensors": """
+        def parallelize_mlp(mlp, mesh):
+            from torch.distributed.tensor.parallel import PrepareModuleInput
+            parallelize_module(mlp, mesh, PrepareModuleInput(input_layouts=(Replicate(),),
+                                                             desired_input_layouts=(Replicate(),),
+                                                             use_local_output=False))
+            return parallelize_module(mlp, mesh, {"gate": ColwiseParallel(use_local_output=False),
+                                                  "up": ColwiseParallel(use_local_output=False),
+                                                  "down": ColwiseParallel(output_layouts=Replicate())})""",
+    # down column-parallel on the plain local shards gate and up return: down's matmul fails inside torch
+    "down_column_on_local_shards": """
+        def parallelize_mlp(mlp, mesh):
+            return parallelize_module(mlp, mesh, {"gate": ColwiseParallel(), "up": ColwiseParallel(),
+                                                  "down": ColwiseParallel(output_layouts=Replicate())})""",
     # the laziest answer: nothing parallelized (right numbers, no collective)
     "unchanged": """
         def parallelize_mlp(mlp, mesh):
@@ -132,7 +148,7 @@ TAMPERS = (
 @pytest.fixture(scope="module")
 def reports():
     # the mistakes' public checks only (they name the mistake); the solution and the lazy answer: all
-    mistakes = ("lesson_plan_extended", "all_column", "parallelized_copy")
+    mistakes = ("lesson_plan_extended", "all_column", "parallelized_copy", "down_column_on_local_shards")
     return graded_answers(EXERCISE, TASK, ANSWERS, lambda name: [VALUES, LAYOUT] if name in mistakes else None)
 
 
@@ -192,3 +208,25 @@ def test_a_parallelized_copy_is_told_to_parallelize_in_place(reports):
     report, bad = reports["parallelized_copy"]
     assert report.score == 0 and set(bad) == {VALUES, LAYOUT}
     assert all("not the mlp it was given" in message and "in place" in message for message in bad.values()), bad
+
+
+DOWN_COLUMN = "down.weight is placed Shard(dim=0)"
+
+
+def test_down_column_parallel_is_told_its_plan_not_accused_of_hiding_collectives(reports):
+    # DTensor's own all-gathers are the plan's, counted as such: the numbers are right, the plan is not
+    report, bad = reports["down_column_on_dtensors"]
+    assert set(bad) == {LAYOUT, HIDDEN} and report.score == 3, report.lines()
+    message = bad[LAYOUT]
+    assert message.startswith(f"rank 0: {DOWN_COLUMN}") and "expected Shard(dim=1)" in message, message
+    assert "the forward made all_gather (192 B), all_gather (64 B) and the backward made" in message, message
+    assert "(2 and 4 collective(s))" in message and "the extra all_gather" in message, message
+    assert "could not see" not in message and "Traceback" not in message
+
+
+def test_down_column_parallel_failing_inside_torch_is_told_its_plan(reports):
+    report, bad = reports["down_column_on_local_shards"]
+    assert report.score == 0 and set(bad) == {VALUES, LAYOUT}, report.lines()
+    for message in bad.values():
+        assert message.startswith(DOWN_COLUMN) and "With this plan the forward failed: RuntimeError" in message
+        assert "Traceback" not in message and "/" not in message, message

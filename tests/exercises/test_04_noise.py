@@ -170,3 +170,25 @@ def test_one_workers_traceback_is_shown_whole():
     one = BY_LINE.splitlines()
     alone = "\n".join([one[0], one[1], one[3], one[5]]) + "\n"
     assert messages.worker_traceback(alone + _AGENT) == alone.strip()
+
+
+# torch 2.13's torchrun prefixes a failed worker's lines with its rank; the cause (rank 1's) came first, the other
+# worker's echo of it (gloo's closed connection) after, then torchrun's summary
+PREFIXED = """[rank1]: Traceback (most recent call last):
+[rank1]:   File "/tmp/torchrun-check-x/run/train.py", line 40, in save_atomically
+[rank1]:     os.replace(tmp, path)
+[rank0]: Traceback (most recent call last):
+[rank1]: FileNotFoundError: [Errno 2] No such file or directory: 'snapshot.pt.tmp' -> 'snapshot.pt'
+[rank0]:   File "/tmp/torchrun-check-x/run/train.py", line 83, in main
+[rank0]:     problem.loss_fn(ddp_model(x), y).backward()
+[rank0]: RuntimeError: [pair.cc:553] Connection closed by peer [127.0.0.1]:18306. This is typically caused by a \
+remote worker crashing.
+E1206 03:49:43.200000 809 api.py:1002] failed (exitcode: 1) local_rank: 1 (pid: 869) of binary: python
+"""
+
+
+def test_a_workers_prefixed_traceback_is_shown_not_torchruns_summary():
+    shown = messages.evidence(PREFIXED + _AGENT)
+    assert "FileNotFoundError: [Errno 2] No such file or directory: 'snapshot.pt.tmp'" in shown, shown
+    assert 'File "train.py", line 40, in save_atomically' in shown and "/tmp/" not in shown, shown
+    assert "Connection closed by peer" not in shown and "ChildFailedError" not in shown, shown

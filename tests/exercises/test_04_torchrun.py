@@ -162,7 +162,14 @@ MUTANTS = {
         "train_script_resumes_after_a_killed_worker",
         'optimizer.load_state_dict(snapshot["optimizer"])',
         "pass",
-        "restore the optimizer state",
+        "when the optimizer starts afresh at the restart",  # its own message: not set_epoch's too
+        "read_dist_env_names_a_missing_variable",
+    ),
+    "set_epoch_counts_from_the_restart": (  # an uninterrupted run is right; the resumed epochs repeat 0, 1's order
+        "train_script_resumes_after_a_killed_worker",
+        "sampler.set_epoch(epoch)  # the true epoch",
+        "sampler.set_epoch(epoch - epochs_run)  # counted from the restart",
+        "sampler.set_epoch got the count of epochs since the restart",
         "read_dist_env_names_a_missing_variable",
     ),
     "every_node_saves": (
@@ -179,6 +186,22 @@ MUTANTS = {
         "process_group=checkpoint_group)  # returns once the state is copied",
         "process_group=checkpoint_group)\n        pending.result()",
         "waited for its future",
+        "read_dist_env_names_a_missing_variable",
+    ),
+    # Both stopped by the grader's watch of dcp.async_save at the call (problem.SAVES_ENV), within seconds: before,
+    # the first took 799 s and lost 1 point, the second got no verdict in 400 s.
+    "checkpoint_future_never_waited": (  # more than one save in flight: the public check enforces one
+        "train_script_checkpoints_while_training_goes_on",
+        "            pending.result()  # one checkpoint in flight at a time",
+        "            pass",
+        "while the future of the previous save had never been waited for",
+        "read_dist_env_names_a_missing_variable",
+    ),
+    "checkpoint_on_the_training_group": (
+        "train_script_checkpoints_while_training_goes_on",
+        ",\n                                 process_group=checkpoint_group)",
+        ")",
+        "without process_group=",
         "read_dist_env_names_a_missing_variable",
     ),
     "snapshot_written_in_place": (
@@ -198,6 +221,16 @@ def test_mutant_fails_its_check(solution, name):
     failures = failed(report)
     assert set(failures) == {target}, failures
     assert phrase in failures[target], failures[target]
+
+
+def test_a_crash_before_the_kill_is_answered_with_the_workers_traceback_not_a_timeout(solution):
+    """Every attempt fails at its first snapshot (a folder that does not exist): the grader lets the restarted
+    attempt run instead of waiting for a step of the dead one until the run's time limit, and shows the error."""
+    source = mutate(solution, '    tmp = f"{path}.tmp"\n', '    tmp = f"no-such-folder/{path}.tmp"\n')
+    report = grade_checks(source, ["train_script_resumes_after_a_killed_worker"])
+    message = failed(report)["train_script_resumes_after_a_killed_worker"]
+    assert "Parent directory no-such-folder does not exist" in message and 'File "train.py", line' in message, message
+    assert "did not finish within its time limit" not in message, message
 
 
 MKSTEMP = (
@@ -295,6 +328,57 @@ def test_the_marker_ignores_a_write_from_the_training_thread(tmp_path, monkeypat
     buffer.seek(0)
     loaded = torch.load(buffer, weights_only=True)  # the marker loads as plain data
     assert set(loaded) == {"body.0.weight", "body.0.bias", "body.2.weight", "body.2.bias", problem.EXTRA_STATE}
+
+
+def test_the_save_watch_stops_a_second_save_while_one_is_in_flight(tmp_path, monkeypatch):
+    import concurrent.futures
+    import time
+
+    import threading
+
+    problem = _fresh_problem(tmp_path, monkeypatch)
+    written = threading.Semaphore(0)  # not concurrent.futures: a wait there would count as waiting for the save
+
+    def save():
+        written.release()
+        return "metadata"
+
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        watch = problem._SaveWatch(str(tmp_path), lambda *args, **kwargs: pool.submit(save))
+        waited = watch({})
+        assert waited.result(timeout=60) == "metadata"  # the training thread waits: the future resolves
+        polled = watch({})
+        deadline = time.monotonic() + 60  # a bound only
+        while not polled.done() and time.monotonic() < deadline:  # polling until done is waiting too
+            time.sleep(0.01)
+        assert polled.result(timeout=0) == "metadata"
+        never_waited = watch({})
+        assert written.acquire(timeout=60) and written.acquire(timeout=60) and written.acquire(timeout=60)
+        with pytest.raises(RuntimeError, match="never been waited for"):
+            watch({})
+        assert never_waited._state != "FINISHED"
+    lines = (tmp_path / "rank0.saves").read_text().split()
+    assert lines[:8] == ["save", "1", "waited", "1", "save", "2", "waited", "2"], lines
+    assert lines[-2:] == ["while-one-in-flight", "4"], lines
+
+
+@pytest.mark.parametrize(
+    "saves, phrase",
+    [
+        (
+            {"0": ["on-the-training-group 1"], "1": ["on-the-training-group 1"]},
+            "rank 0: dcp.async_save was called without",
+        ),
+        ({"0": ["save 1", "while-one-in-flight 2"]}, "save 2\\) while the future of the previous save had never"),
+    ],
+)
+def test_a_save_the_watch_stopped_is_named(saves, phrase):
+    from grader.checks import CheckFailed
+    from grader.exercises.torchrun.saves import check_saves
+
+    with pytest.raises(CheckFailed, match=phrase):
+        check_saves(saves)
+    check_saves({"0": ["save 1", "waited 1", "save 2", "waited 2", ""]})
 
 
 @pytest.mark.parametrize(

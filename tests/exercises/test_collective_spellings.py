@@ -61,6 +61,14 @@ SPELLINGS = {
         "dist.all_to_all([torch.empty(4), torch.empty(4)], [t.clone(), t.clone()])\ndist.all_reduce_coalesced([t, o])",
         ["reduce", "gather", "scatter", "all_to_all", "all_reduce"],
     ),
+    # an operator on DTensors whose placements disagree: DTensor's dispatch gathers one of them by itself
+    "DTensor's own redistribution": (
+        "from torch.distributed.device_mesh import init_device_mesh\n"
+        "from torch.distributed.tensor import DTensor, Shard\nmesh = init_device_mesh('cpu', (2,))\n"
+        "a = DTensor.from_local(torch.ones(4, 2), mesh, [Shard(1)], run_check=False)\n"
+        "(a + DTensor.from_local(torch.ones(2, 4), mesh, [Shard(0)], run_check=False)).to_local()",
+        ["all_gather"],
+    ),
     "DDP": (
         "m = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(4, 1))\nm(t[None]).sum().backward()",
         None,

@@ -119,7 +119,7 @@ def _block_in_rank(ctx, student, seed, d, h, bias, shape):
     params = dict(model.named_parameters())
     layout = {name: _layout(p) for name, p in params.items()}
     with record_collectives() as forward:
-        y = model(x)
+        y = _forward_of_plan(model, x, layout, ctx.world_size)
     if isinstance(y, DTensor):
         raise CheckFailed(
             f"the block's forward returned a DTensor ({y.placements}); the contract asks for a plain "
@@ -144,6 +144,18 @@ def _block_in_rank(ctx, student, seed, d, h, bias, shape):
         "forward": [(c.kind, c.nbytes) for c in forward],
         "backward": [(c.kind, c.nbytes) for c in backward],
     }
+
+
+def _forward_of_plan(model, x, layout: dict, world_size: int):
+    """model(x); an error it raises, when the plan placed a parameter wrongly, said as that placement first."""
+    try:
+        return model(x)
+    except Exception as error:
+        placed = _layout_mistake(layout, world_size)
+        if placed is None:
+            raise
+        first = (str(error).strip().splitlines() or [""])[0]
+        raise CheckFailed(f"{placed}. With this plan the forward failed: {type(error).__name__}: {first}") from None
 
 
 def run_block(g, world_size, d, h, bias, shape, seed=31):
@@ -205,50 +217,69 @@ TWO_INPUT_REDUCES = (
 )
 
 
-def _collective_mistake(phase: str, calls) -> str | None:
+def _why(phase: str, calls) -> str | None:
+    """Why the collectives of one phase are not column-then-row's one all_reduce; None when they are."""
     found = [kind for kind, _ in calls]
     if found == ["all_reduce"]:
         return None
     if not found:
         return (
-            f"the {phase} made no collective: the block is not tensor-parallel (every rank computes all of "
-            "it); column-then-row makes one all_reduce in the forward (down's partial outputs) and one in "
-            "the backward (the input's gradient)"
+            "the block is not tensor-parallel (every rank computes all of it); column-then-row makes one "
+            "all_reduce in the forward (down's partial outputs) and one in the backward (the input's gradient)"
         )
     extra = [k for k in found if k != "all_reduce"]
     if extra:
-        why = (
+        return (
             f"the extra {', '.join(sorted(set(extra)))} gathers an activation or its gradient that "
             "column-then-row never needs: with gate and up column-parallel and down row-parallel, each rank "
             "feeds its own hidden features straight into its down shard"
         )
-    elif phase == "backward" and len(found) == 2:
-        why = TWO_INPUT_REDUCES
-    else:
-        why = "column-then-row needs exactly one all_reduce here"
+    if phase == "backward" and len(found) == 2:
+        return TWO_INPUT_REDUCES
+    return "column-then-row needs exactly one all_reduce here"
+
+
+def _collective_mistake(phase: str, calls) -> str | None:
+    why = _why(phase, calls)
+    if why is None:
+        return None
+    if not calls:
+        return f"the {phase} made no collective: {why}"
     return f"the {phase} made {_named(calls)}; {why}"
+
+
+def _layout_mistake(layout: dict, world_size: int) -> str | None:
+    """What the plan placed wrongly, in the contract's words; None when every placement is right."""
+    for name, (placement, meaning) in LAYOUT.items():
+        have, local = layout.get(name, ("missing", ()))
+        if have == "missing":
+            if name.endswith(".bias"):
+                continue  # the block of this check has no biases
+            raise CheckFailed(
+                f"the returned module has no parameter {name}: parallelize the block's gate, up "
+                "and down in place and return it"
+            )
+        if have != placement and world_size > 1:
+            held = f"placed {have}" if have else "a plain tensor (every rank holds all of it)"
+            return f"{name} is {held}, shape {local} on this rank; expected {placement}: {meaning}"
+    return None
 
 
 def check_communication(g, per_rank, world_size):
     for rank, got in enumerate(per_rank):
-        for phase in ("forward", "backward") if world_size > 1 else ():  # one rank has nothing to exchange
-            mistake = _collective_mistake(phase, got[phase])
-            if mistake:
-                raise CheckFailed(f"rank {rank}: {mistake}")
-        for name, (placement, meaning) in LAYOUT.items():
-            have, local = got["layout"].get(name, ("missing", ()))
-            if have == "missing":
-                if name.endswith(".bias"):
-                    continue  # the block of this check has no biases
-                raise CheckFailed(
-                    f"the returned module has no parameter {name}: parallelize the block's gate, up "
-                    "and down in place and return it"
-                )
-            if have != placement and world_size > 1:
-                held = f"placements ({have})" if have else "a plain tensor (every rank holds all of it)"
-                raise CheckFailed(
-                    f"rank {rank}: {name} is {held}, shape {local} on this rank; expected {placement}: {meaning}"
-                )
+        phases = ("forward", "backward") if world_size > 1 else ()  # one rank has nothing to exchange
+        whys = [why for why in (_why(phase, got[phase]) for phase in phases) if why]
+        placed = _layout_mistake(got["layout"], world_size)
+        if whys and placed:  # the placement first: it is what the extra collectives come from
+            forward, backward = got["forward"], got["backward"]
+            raise CheckFailed(
+                f"rank {rank}: {placed}. With this plan the forward made {_named(forward)} and the backward "
+                f"made {_named(backward)} ({len(forward)} and {len(backward)} collective(s)), where "
+                f"column-then-row makes one all_reduce in each: {whys[0]}"
+            )
+        mistake = next((m for m in (_collective_mistake(phase, got[phase]) for phase in phases) if m), placed)
+        if mistake:
+            raise CheckFailed(f"rank {rank}: {mistake}")
 
 
 @EXERCISE.check("parallelize_mlp", points=3)

@@ -106,7 +106,7 @@ def _in_rank_train(ctx, student, depth: int, seed: int):
         try:
             with record_collectives(on_call=lambda c: calls.append((c.kind, c.dtype, forwards[0]))):
                 norm = step_fn(model, opt, micro, MAX_NORM)
-        except CollectivesUnseen:  # clip_grad_norm_'s reduction runs inside DTensor's dispatch: counted below
+        except CollectivesUnseen:  # judged below: the collectives issued against the recorded ones
             pass
         except Exception as error:
             if forwards[0] < MICRO or any(kind == "reduce_scatter" for kind, _, _ in calls):

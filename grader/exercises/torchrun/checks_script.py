@@ -16,6 +16,7 @@ from grader.checks import CheckFailed
 from grader.exercises.torchrun import problem, reference, resumes, runs
 from grader.exercises.torchrun.resumes import where
 from grader.exercises.torchrun.messages import evidence, read_half_written
+from grader.exercises.torchrun.saves import check_saves
 from grader import tolerances
 
 from grader.exercises.torchrun import EXERCISE
@@ -55,6 +56,7 @@ def _scenario(g, scenario, *args) -> runs.ScriptRun:
         cache[key] = runs.with_retry(scenario, source, *args)
         if cache[key].retried:
             g.notes.append(f"{cache[key].retried}; the run was repeated (not counted)")
+    check_saves(cache[key].saves)  # a run the grader stopped at a save: that save's mistake, for every check
     return cache[key]
 
 
@@ -313,12 +315,34 @@ def train_script_resumes_after_a_killed_worker(g):
         _same(g, run.final, reference.reference_state(KILL_EPOCHS, run.seed, schedule=s)) for s in accepted
     ):
         return  # the right epoch, model and optimizer; the batch is judged by train_script_resumes_mid_epoch
+    what = "after a worker was killed: the final model"
+    if isinstance(run.final, dict):
+        _diagnose_resume(g, run.final, run.seed, run.kill_step, what)
     _check_state(
         g,
         run.final,
         KILL_EPOCHS,
         run.seed,
-        "after a worker was killed: the final model",
+        what,
         "the resumed run must continue exactly where the snapshot left off: restore the optimizer "
         "state (momentum) as well as the model, and call sampler.set_epoch(epoch) with the true epoch",
     )
+
+
+def _diagnose_resume(g, final: dict, seed: int, kill_step: int, what: str) -> None:
+    """The final model is a resume's from a snapshot before the kill with one thing lost: say which."""
+    for p in resumes.snapshots_before(kill_step):
+        if _same(g, final, reference.reference_state(KILL_EPOCHS, seed, fresh_optimizer_at=p)):
+            raise CheckFailed(
+                f"{what} is what training gives when the optimizer starts afresh at the restart (from "
+                f"{where(p)}, its momentum lost); the model, epochs and batches were right. Keep "
+                "optimizer.state_dict() in the snapshot and restore the optimizer state with "
+                "optimizer.load_state_dict(...) when resuming"
+            )
+        renumbered = resumes.epochs_renumbered(KILL_EPOCHS, p)
+        if _same(g, final, reference.reference_state(KILL_EPOCHS, seed, schedule=renumbered)):
+            raise CheckFailed(
+                f"{what} is what training gives when the epochs after the restart (from {where(p)}) are "
+                "shuffled as epochs 0, 1, ... again: sampler.set_epoch got the count of epochs since the "
+                "restart, not the epoch itself. Call sampler.set_epoch(epoch) with the true epoch"
+            )

@@ -25,7 +25,14 @@ import psutil
 
 import grader
 from grader.engine import kill_tree
-from grader.engine.background import FRESH_STORE_PER_ATTEMPT, TORCHRUN, children, poll_until, start_in_session
+from grader.engine.background import (
+    FRESH_STORE_PER_ATTEMPT,
+    TORCHRUN,
+    children,
+    forget,
+    poll_until,
+    start_in_session,
+)
 from grader.exercises.torchrun.probe import VARS as TORCHRUN_VARIABLES  # what torchrun sets in each worker
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(grader.__file__)))
@@ -115,6 +122,7 @@ class Torchrun:
             kill_tree(self.proc.pid)  # the agent and, found through it, its workers
         try:
             self.returncode = self.proc.wait(timeout=5)
+            forget(self.proc)
         except subprocess.TimeoutExpired:
             pass
 

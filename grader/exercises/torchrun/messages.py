@@ -19,8 +19,32 @@ HALF_WRITTEN_SIGNS = (
 )
 
 
+# torchrun prefixes each line a worker writes with its rank when the worker fails ("[rank1]: Traceback ...")
+_RANK_PREFIX = re.compile(r"^\[(?:default)?rank(\d+)\]:[ ]?", re.MULTILINE)
+# A worker's error caused by another worker's crash (gloo's closed connection): not the cause to show first
+CONSEQUENCE_SIGNS = ("Connection closed by peer", "remote worker crashing", "Connection reset by peer")
+
+
+def _streams(output: str) -> list[str]:
+    """The output, and each rank's own lines (torchrun's "[rankN]: " prefixes removed), in the order each rank's
+    first line came: a worker's traceback whose lines were prefixed reads as a plain traceback there."""
+    ranks: dict[str, list[str]] = {}
+    for line in output.splitlines():
+        prefix = _RANK_PREFIX.match(line)
+        if prefix:
+            ranks.setdefault(prefix[1], []).append(line[prefix.end() :])
+    return ["\n".join(lines) + "\n" for lines in ranks.values()] + [output]
+
+
 def worker_traceback(output: str, max_lines: int = 18) -> str:
-    """The first traceback of a worker (not torchrun's own ChildFailedError report)."""
+    """The first traceback of a worker (not torchrun's own ChildFailedError report), preferring one that is not
+    the echo of another worker's crash (gloo's "Connection closed by peer")."""
+    found = [block for stream in _streams(output) for block in _worker_tracebacks(stream, max_lines)]
+    causes = [block for block in found if not any(sign in block for sign in CONSEQUENCE_SIGNS)]
+    return (causes or found or [""])[0]
+
+
+def _worker_tracebacks(output: str, max_lines: int):
     for match in _TRACEBACK.finditer(output):
         block = match.group(0)
         if "torch/distributed/run.py" in block or "ChildFailedError" in block:
@@ -29,10 +53,10 @@ def worker_traceback(output: str, max_lines: int = 18) -> str:
         lines = [head] + [line for line in rest if line != TRACEBACK_HEAD]  # another worker's head, interleaved
         if len(lines) > max_lines:
             lines = lines[:2] + ["    ..."] + lines[-(max_lines - 3) :]
-        return "\n".join(lines)
-    return ""
+        yield "\n".join(lines)
 
 
+_JOB_FOLDER = re.compile(r'File "/[^"]*?/(?:run/(?:node\d/)?|python-site/)')
 _SCRIPT_FRAME = re.compile(r'^\s*File "(?:[^"]*/)?train\.py", line (\d+) in (\S+)', re.MULTILINE)
 
 
@@ -72,6 +96,7 @@ def evidence(output: str, timed_out: bool = False) -> str:
         prefix += f"where the workers were in your script when {'killed' if timed_out else 'they stopped'}: {said}\n"
     if not text:
         return prefix.strip()
+    text = _JOB_FOLDER.sub('File "', text)  # the grader's temporary folders say nothing to the student
     return prefix + "torchrun's output:\n" + "\n".join("    " + line for line in text.splitlines())
 
 

@@ -31,6 +31,13 @@ variable in its own runs (without them, forward does nothing extra):
   was found waiting for a future instead); then the write goes on and the checkpoint completes. The verdict
   is that sequence, never a measured time (the wait is bounded by PAUSE_LIMIT_S, for liveness only). The
   marker pickles as an empty OrderedDict (loadable with weights_only); the grader's reads drop it.
+- SAVES_ENV: a folder of the grader's. dcp.async_save is watched in every worker (the name in
+  torch.distributed.checkpoint, and a copy the script imported before `import problem`): each call notes,
+  in order, the save or the mistake that stops it, raising in the script at once. A save without
+  process_group= (or on the default group) would run its collectives on DDP's group and hang; a save
+  started while the previous one is still running, or was never asked for (result(), done(),
+  concurrent.futures.wait), breaks "one save in flight". The future the script gets resolves only once
+  the script asked for it, so a script that never waits is caught at its next save whatever the timing.
 - SEEN_ENV: each worker's model counts the samples its training forwards (grad
   enabled) took, so that the grader sees every worker train on its own shard: a
   script where rank 0 trains on every global batch alone, without DDP, reaches
@@ -40,6 +47,7 @@ variable in its own runs (without them, forward does nothing extra):
 from __future__ import annotations
 
 import collections
+import concurrent.futures
 import os
 import sys
 import threading
@@ -62,6 +70,7 @@ PAUSE_LIMIT_S = 120.0  # a paused worker never waits longer than this
 PAUSE_STEP_ENV = "TORCHRUN_EXERCISE_PAUSE_STEP"  # "<folder>", set by the grader
 SEEN_ENV = "TORCHRUN_EXERCISE_SEEN"  # a folder, set by the grader: rank<RANK>.seen gets one line per forward
 GATE_ENV = "TORCHRUN_EXERCISE_GATE"  # a folder, set by the grader: rank<RANK>.gate gets the held write's events
+SAVES_ENV = "TORCHRUN_EXERCISE_SAVES"  # a folder, set by the grader: rank<RANK>.saves gets the saves' events
 EXTRA_STATE = "_extra_state"  # the state_dict key of the marker (torch's name for a module's extra state)
 
 
@@ -231,3 +240,98 @@ class _StepPause:
         release, deadline = go(self.folder, self.attempt, forward), time.monotonic() + PAUSE_LIMIT_S
         while not os.path.exists(release) and time.monotonic() < deadline:
             time.sleep(0.005)
+
+
+ON_THE_TRAINING_GROUP = (
+    "the grader stopped this run: dcp.async_save was called without process_group= (or with the default "
+    "group), so its background save would run collectives on DDP's group; give it a gloo group of its own"
+)
+WHILE_ONE_IN_FLIGHT = (
+    "the grader stopped this run: dcp.async_save was called while the previous save's future had never "
+    "been waited for; wait for it (future.result()) before the next save: one save in flight at a time"
+)
+
+
+class _Given(concurrent.futures.Future):
+    """The future the script gets from a watched save: notes that the script asked it (result(), exception(),
+    done(): a wait, or a poll until done) before it resolves."""
+
+    asked = False
+
+    def done(self) -> bool:
+        self.asked = True
+        return super().done()
+
+    def result(self, timeout=None):
+        self.asked = True
+        return super().result(timeout)
+
+    def exception(self, timeout=None):
+        self.asked = True
+        return super().exception(timeout)
+
+
+class _SaveWatch:
+    """dcp.async_save as the script calls it, watched (SAVES_ENV)."""
+
+    def __init__(self, folder: str, real):
+        self.folder, self.real, self.previous, self.count = folder, real, None, 0
+
+    def note(self, line: str) -> None:
+        with open(os.path.join(self.folder, f"rank{os.environ.get('RANK', 'unknown')}.saves"), "a") as f:
+            f.write(line + "\n")
+
+    def __call__(self, *args, **kwargs):
+        import torch.distributed as dist
+
+        self.count += 1
+        group = kwargs.get("process_group")
+        if dist.is_available() and dist.is_initialized() and (group is None or group is dist.group.WORLD):
+            self.note(f"on-the-training-group {self.count}")
+            raise RuntimeError(ON_THE_TRAINING_GROUP)
+        if self.previous is not None and not (self.previous[1].asked and self.previous[0].done()):
+            self.note(f"while-one-in-flight {self.count}")
+            raise RuntimeError(WHILE_ONE_IN_FLIGHT)
+        self.note(f"save {self.count}")
+        future = self.real(*args, **kwargs)
+        if not isinstance(future, concurrent.futures.Future):
+            return future
+        given = _Given()
+        self.previous = (future, given)
+        threading.Thread(target=self._hand_over, args=(future, given, self.count), daemon=True).start()
+        return given
+
+    def _hand_over(self, future, given: _Given, number: int) -> None:
+        """Resolve `given` like `future`, once the save is done and the script asked for it (or waits in
+        concurrent.futures.wait, seen on the training thread's stack)."""
+        concurrent.futures.wait([future])
+        main, deadline = threading.main_thread(), time.monotonic() + PAUSE_LIMIT_S  # liveness bound only
+        while main.is_alive() and time.monotonic() < deadline and not given.asked:
+            if _waiting_for_a_future(sys._current_frames().get(main.ident)):
+                given.asked = True
+            time.sleep(0.005)
+        self.note(f"waited {number}")
+        if future.exception() is not None:
+            given.set_exception(future.exception())
+        else:
+            given.set_result(future.result())
+
+
+def _watch_saves() -> None:
+    folder = os.environ.get(SAVES_ENV)
+    if not folder:
+        return
+    import torch.distributed.checkpoint as dcp
+
+    real = dcp.async_save
+    if isinstance(real, _SaveWatch):
+        return
+    watch = _SaveWatch(folder, real)
+    dcp.async_save = watch
+    script = sys.modules.get("__main__")
+    for name, value in list(vars(script).items() if script is not None else ()):
+        if value is real:  # `from torch.distributed.checkpoint import async_save` before `import problem`
+            setattr(script, name, watch)
+
+
+_watch_saves()

@@ -38,7 +38,11 @@ def standalone_command(script: str, nproc_per_node: int, max_restarts: int = 0) 
 
 
 def reference_training(
-    epochs: int, seed: int, sampler_seed: int | None = None, schedule: tuple[tuple[int, int], ...] | None = None
+    epochs: int,
+    seed: int,
+    sampler_seed: int | None = None,
+    schedule: tuple[tuple[int, int], ...] | None = None,
+    fresh_optimizer_at: int | None = None,
 ) -> dict[str, torch.Tensor]:
     """The final model of the training script, trained in one process, for the run's `seed`
     (problem.SEED in the workers); `sampler_seed` replaces it in the sampler only (a diagnosis).
@@ -48,7 +52,8 @@ def reference_training(
     With a per-rank batch of GLOBAL_BATCH // world_size, DistributedSampler's
     strided split makes global step k see positions [k*G, (k+1)*G) of the
     epoch's permutation, whatever the world size: one process with batch G on
-    the same permutation takes the same steps (DDP averages the gradients).
+    the same permutation takes the same steps (DDP averages the gradients). `fresh_optimizer_at`: the step
+    (its index in the schedule) before which the optimizer starts afresh, as a resume that lost its state does.
     """
     model = problem.make_model(seed)
     optimizer = problem.make_optimizer(model)
@@ -58,7 +63,9 @@ def reference_training(
     )
     loader = DataLoader(dataset, batch_size=problem.GLOBAL_BATCH, sampler=sampler)
     batches: dict[int, list] = {}
-    for epoch, batch in uninterrupted(epochs) if schedule is None else schedule:
+    for step, (epoch, batch) in enumerate(uninterrupted(epochs) if schedule is None else schedule):
+        if step == fresh_optimizer_at:
+            optimizer = problem.make_optimizer(model)  # no momentum left
         if epoch not in batches:
             sampler.set_epoch(epoch)
             batches[epoch] = list(loader)
@@ -83,15 +90,19 @@ _cache: dict[tuple, dict[str, torch.Tensor]] = {}
 
 
 def reference_state(
-    epochs: int, seed: int, sampler_seed: int | None = None, schedule: tuple[tuple[int, int], ...] | None = None
+    epochs: int,
+    seed: int,
+    sampler_seed: int | None = None,
+    schedule: tuple[tuple[int, int], ...] | None = None,
+    fresh_optimizer_at: int | None = None,
 ) -> dict[str, torch.Tensor]:
-    key = (epochs, seed, sampler_seed, schedule)
+    key = (epochs, seed, sampler_seed, schedule, fresh_optimizer_at)
     if key not in _cache:
         if len(_cache) > 64:  # a new seed per run: keep a long-lived grading worker small
             _cache.clear()
         saved = {k: os.environ.pop(k) for k in (problem.PAUSE_ENV, problem.PAUSE_STEP_ENV) if k in os.environ}
         try:  # never pause the reference
-            _cache[key] = reference_training(epochs, seed, sampler_seed, schedule)
+            _cache[key] = reference_training(epochs, seed, sampler_seed, schedule, fresh_optimizer_at)
         finally:
             os.environ.update(saved)
     return _cache[key]

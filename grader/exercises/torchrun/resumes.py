@@ -58,6 +58,18 @@ def skipped_in_later_epochs(epochs: int, p: int) -> tuple:
     )
 
 
+def epochs_renumbered(epochs: int, p: int) -> tuple:
+    """Resumed at the right batch, but each resumed epoch shuffled as if it were the restart's first, second...
+    (sampler.set_epoch(epoch - epochs_run), or the loop's own count): the permutations of epochs 0, 1, ..."""
+    first = p // STEPS
+    return uninterrupted(epochs)[:p] + tuple((epoch - first, batch) for epoch, batch in uninterrupted(epochs)[p:])
+
+
+def snapshots_before(kill_step: int) -> range:
+    """The progress of every snapshot a resume in the kill's epoch may have started from."""
+    return range(kill_step // STEPS * STEPS, kill_step + 1)
+
+
 def faulty(epochs: int, kill_step: int) -> dict[str, tuple]:
     """Every faulty mid-epoch resume from a snapshot taken in the kill's epoch before the kill:
     what an epoch-level resume that loads model, optimizer and epoch right may still do."""

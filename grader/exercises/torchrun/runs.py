@@ -68,10 +68,13 @@ class Job:
     directory: str
     site: str
     seed: int  # problem.SEED in the workers; drawn per run, so no script can know it in advance
+    saves: str = ""  # problem.SAVES_ENV: where the workers note their dcp.async_save calls (outside `directory`)
 
     def env(self, extra: dict[str, str] | None = None) -> dict[str, str]:
+        watched = {problem.SAVES_ENV: self.saves} if self.saves else {}
         return isolation.isolated_env(
-            self.site, {problem.SEED_ENV: str(self.seed), **isolation.node_gpus(0, 1, WORKERS), **(extra or {})}
+            self.site,
+            {problem.SEED_ENV: str(self.seed), **watched, **isolation.node_gpus(0, 1, WORKERS), **(extra or {})},
         )
 
     def torchrun(
@@ -109,6 +112,7 @@ class ScriptRun:
     seen: dict[str, int] | None = None  # RANK -> samples its training forwards took (linked, killed)
     gate: dict[str, list[str]] | None = None  # linked: RANK -> the held checkpoint write's events (problem.GATE_ENV)
     loaded: object = None  # linked: what dcp_load.py loaded from the checkpoints, at LOAD_WORKERS ranks
+    saves: dict[str, list[str]] | None = None  # RANK -> its dcp.async_save calls' events (problem.SAVES_ENV)
 
     def complete(self) -> bool:
         """The run got as far as a loadable final model and a full log."""
@@ -172,14 +176,14 @@ def load(path: str):
     return loaded
 
 
-def read_gate(folder: str) -> dict[str, list[str]]:
-    """RANK -> the events problem.GATE_ENV's marker wrote there, in order."""
+def read_gate(folder: str, suffix: str = ".gate") -> dict[str, list[str]]:
+    """RANK -> the events problem.GATE_ENV's marker (or SAVES_ENV's watch, suffix ".saves") wrote there, in order."""
     events = {}
     for name in os.listdir(folder):
         path = os.path.join(folder, name)
-        if name.endswith(".gate") and stat.S_ISREG(os.lstat(path).st_mode):
+        if name.endswith(suffix) and stat.S_ISREG(os.lstat(path).st_mode):
             with open(path) as f:
-                events[name[len("rank") : -len(".gate")]] = f.read(1 << 16).split("\n")[:20]
+                events[name[len("rank") : -len(suffix)]] = f.read(1 << 16).split("\n")[:20]
     return events
 
 
@@ -241,9 +245,17 @@ def killed(source: str, job: Job, epochs: int, every: int) -> ScriptRun:
     cmd = standalone_command("train.py", WORKERS, max_restarts=1)
     extra = {problem.PAUSE_STEP_ENV: paused, problem.SEEN_ENV: seen}
     with job.torchrun(cmd, directory, KILL_RUN_TIMEOUT_S, extra, script_args(epochs)) as proc:
+        restarted = problem.arrived(paused, 1, 0, "0")  # the second attempt's first step: torchrun restarted
         for attempt in (0, 1):
             forward = 0
-            while proc.wait_until(lambda: os.path.exists(problem.arrived(paused, attempt, forward, "0"))):
+            while proc.wait_until(
+                lambda: (
+                    os.path.exists(problem.arrived(paused, attempt, forward, "0"))
+                    or (attempt == 0 and os.path.exists(restarted))
+                )
+            ):
+                if not os.path.exists(problem.arrived(paused, attempt, forward, "0")):
+                    break  # the first attempt failed before the kill: let the restarted one run, unpaused
                 run.snapshots.append((attempt, forward, load(snapshot)))
                 if attempt == 0 and run.snapshot_as_acted is None and _logged(log):
                     run.snapshot_as_acted = run.snapshots[-1][2]  # the snapshot the log's first line came with
@@ -255,8 +267,8 @@ def killed(source: str, job: Job, epochs: int, every: int) -> ScriptRun:
                     break
                 open(problem.go(paused, attempt, forward), "w").close()
                 forward += 1
-            if not run.acted:
-                break  # the first attempt ended (or timed out) before the kill
+            if not run.acted and not os.path.exists(restarted):
+                break  # the first attempt ended (or timed out) before the kill, and none followed
         run.absorb(proc)
     run.seen = read_seen(seen)
     return run.collect(directory)
@@ -346,9 +358,12 @@ def with_retry(scenario, source: str, *args) -> ScriptRun:
             site = isolation.build_site(root)
             directory = os.path.join(root, "run")  # the links folder stays outside the script's directory
             os.mkdir(directory)
-            job = Job(directory, site, random.SystemRandom().randrange(1, 2**31))
+            saves = os.path.join(root, "saves")
+            os.mkdir(saves)
+            job = Job(directory, site, random.SystemRandom().randrange(1, 2**31), saves)
             isolation.verify(directory, job.env())
             run = scenario(source, job, *args)
+            run.saves = read_gate(saves, ".saves")
         finally:
             shutil.rmtree(root, ignore_errors=True)
         run.retried, noise = noise, run.noise()
