@@ -11,7 +11,7 @@ From the bottom:
                check and the student's code), grader.submission (reading answers), grader.tolerances,
                grader.cells (nbgrader's cell metadata), grader.feedback_filter (what a result may say).
   2 runner     grader.runner: run_checks, the one check runner; grader.shared_runs (one launch for the checks
-               of a submission that ask for the same run).
+               of a submission that ask for the same run); grader.reasons (one reason per mistake).
   3 exercises  grader.exercises.*: the exercises, their checks and references, the shared check helpers.
   4 tools      what people run: grader.gradebook.*, grader.isolation.*, grader.progress.*, grader.cli (answers_reachable) and __main__, grader.lessons.*,
                grader.notebook and notebook_display (the notebook's check()), grader.hints (its hint()), grader.code_digest,
@@ -42,6 +42,7 @@ LAYERS = {  # a module, or a package (all its modules): the longest match decide
     "grader.feedback_filter": SEAM,
     "grader.runner": RUNNER,
     "grader.shared_runs": RUNNER,
+    "grader.reasons": RUNNER,
     "grader.exercises": EXERCISES,
     "grader.gradebook": TOOLS,
     "grader.isolation": TOOLS,

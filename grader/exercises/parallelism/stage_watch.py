@@ -48,7 +48,7 @@ class StageWatch(WatchedMode):
 
     def dispatch(self, func, types, args, kwargs):
         seen = {self.layer_of.get(_storage(t)) for t in tensors_in(args) + tensors_in(kwargs)} - {None}
-        if seen and func._schema.name.split("::", 1)[1] in COPIES:
+        if seen and func.name().split("::", 1)[1] in COPIES:
             out = func(*args, **kwargs)
             for t in tensors_in(out):
                 if _storage(t) is not None:
