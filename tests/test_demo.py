@@ -51,5 +51,5 @@ def test_only_gwen_is_flagged_in_the_class_report(ran):
     report = (ran / "reports" / f"{A}.md").read_text(encoding="utf-8")
     flagged = report.split("## Flagged", 1)[1].split("\n\n", 2)[1]
     assert re.findall(r"\*\*(\w+)\*\*", flagged) == ["gwen"], flagged
-    assert "make_dataloader" in flagged
+    assert "make\\_dataloader" in flagged  # the report escapes Markdown in what a check said
     assert (ran / "reports" / f"{A}.png").stat().st_size > 0

@@ -45,8 +45,8 @@ def warning(course_root: str) -> str | None:
     readable = []
     if reachable_by_others(course):
         readable.append((course, "solutions/, the gradebook, the submissions and graded/"))
-    if reachable_by_others(package) and not (readable and package.startswith(course + os.sep)):
-        readable.append((package, "the hidden checks (exercises/*/hidden_*.py)"))
+    if package.startswith(course + os.sep) and not readable and reachable_by_others(package):
+        readable.append((package, "the hidden checks (exercises/*/hidden_*.py)"))  # a grader elsewhere: its own install
     if not readable:
         return None
     shown = "; ".join(f"{p} ({stat.S_IMODE(os.stat(p).st_mode):04o}): {what}" for p, what in readable)
