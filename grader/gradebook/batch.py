@@ -163,7 +163,7 @@ def grade_assignment(
     # earlier results, read before any student code runs (a shard watches only its own students' files)
     store = ResultStore(course.results_dir(assignment), list(submissions) + list(refused) if shard else None, version)
     watched = course.instructor_files()  # nbgrader_config.py, the SQLite gradebook, its journal and WAL
-    owner = {f: s for s, path in submissions.items() for f in (path, timestamp_of(path))}
+    owner = {f: s for s, path in submissions.items() for f in (path, timestamp_of(path), secret_of(path))}
     snapshot = Snapshot(list(owner) + list(watched))  # all that is read of submitted/, once, before grading
     guard = _Guard(store, snapshot, owner, watched, sandbox)
     accepted = _earlier_results(store, snapshot, submissions, version, sandbox, guard)
@@ -209,7 +209,11 @@ def _class_results(assignment, submissions, refused, accepted, guard, snapshot, 
     for student, why in refused.items():
         results[student] = refused_result(student, assignment, why, sandbox)
     results.submitted = {
-        s: {f"{assignment}.ipynb": snapshot.content[p], TIMESTAMP: snapshot.content[timestamp_of(p)]}
+        s: {
+            f"{assignment}.ipynb": snapshot.content[p],
+            TIMESTAMP: snapshot.content[timestamp_of(p)],
+            SECRET: snapshot.content[secret_of(p)],
+        }
         for s, p in submissions.items()
     }
     return results
@@ -220,6 +224,13 @@ TIMESTAMP = "timestamp.txt"  # nbgrader's: when the submission was made (its lat
 
 def timestamp_of(notebook: str) -> str:
     return os.path.join(os.path.dirname(notebook), TIMESTAMP)
+
+
+SECRET = "submission_secret.txt"  # nbgrader's: release_feedback names a student's feedback by it
+
+
+def secret_of(notebook: str) -> str:
+    return os.path.join(os.path.dirname(notebook), SECRET)
 
 
 class GradedClass(dict):
