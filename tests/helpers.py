@@ -170,3 +170,12 @@ def live_with_marker(marker: str) -> list[psutil.Process]:
         for p in psutil.process_iter(["cmdline", "status"])
         if marker in (p.info["cmdline"] or []) and p.info["status"] != psutil.STATUS_ZOMBIE
     ]
+
+
+# exercise 2's save_checkpoint with a barrier only rank 0 reaches: a hang every message test of it shares
+BARRIER_ON_RANK_0_ONLY = """
+    def save_checkpoint(model, path):
+        if dist.get_rank() == 0:
+            torch.save(model.module.state_dict(), path)
+            dist.barrier()  # only rank 0 waits
+    """

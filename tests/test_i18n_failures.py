@@ -8,7 +8,7 @@ import re
 import pytest
 
 from grader import i18n
-from tests.helpers import failed, grade_source, mutate, replace_definition, solution_source
+from tests.helpers import BARRIER_ON_RANK_0_ONLY, failed, grade_source, mutate, replace_definition, solution_source
 
 EX = "02_ddp_basics"
 # Words of English prose that no Spanish sentence of ours holds (identifiers and code are taken out first).
@@ -51,13 +51,7 @@ def spanish(monkeypatch):
 
 
 def test_a_spanish_hang_has_no_english_sentence(spanish):
-    code = """
-    def save_checkpoint(model, path):
-        if dist.get_rank() == 0:
-            torch.save(model.module.state_dict(), path)
-            dist.barrier()  # only rank 0 waits
-    """
-    source = replace_definition(solution_source(EX), "save_checkpoint", code)
+    source = replace_definition(solution_source(EX), "save_checkpoint", BARRIER_ON_RANK_0_ONLY)
     report = grade_source(EX, source, task="save_checkpoint", timeout=5)
     messages = failed(report)
     assert len(messages) == len(report.checks) and any(c.hung for c in report.checks), "\n".join(report.lines())

@@ -2,7 +2,15 @@
 "Timed out waiting ...ms"; a rank busy in the student's own code is named, with where, and the others
 are said to wait for it. Real 2-rank runs of exercise 02."""
 
-from tests.helpers import failed, failure_of, grade_source, mutate, replace_definition, solution_source
+from tests.helpers import (
+    BARRIER_ON_RANK_0_ONLY,
+    failed,
+    failure_of,
+    grade_source,
+    mutate,
+    replace_definition,
+    solution_source,
+)
 
 EX = "02_ddp_basics"
 GLOO_TIMEOUT = "Timed out waiting"
@@ -113,13 +121,7 @@ def test_exercise_1_gradients_reduced_in_another_order_on_one_rank_name_the_stud
 
 
 def test_exercise_2_a_barrier_on_rank_0_only_names_the_students_line_once_per_task():
-    code = """
-    def save_checkpoint(model, path):
-        if dist.get_rank() == 0:
-            torch.save(model.module.state_dict(), path)
-            dist.barrier()  # only rank 0 waits
-    """
-    source = replace_definition(solution_source(EX), "save_checkpoint", code)
+    source = replace_definition(solution_source(EX), "save_checkpoint", BARRIER_ON_RANK_0_ONLY)
     report = grade_source(EX, source, task="save_checkpoint", timeout=5)
     bad = failed(report)
     assert len(bad) == len(report.checks) and report.score == 0
