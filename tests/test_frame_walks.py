@@ -160,3 +160,31 @@ def test_a_printed_traceback_is_not_refused():
     source = source[:at] + LOGS_A_TRACEBACK + source[at:]
     report = grade_source("01_parallelism", source, task="shard_indices")
     assert report.score == report.max_score, "\n".join(report.lines())
+
+
+FRAME_CYCLE_PROBE = """
+import gc, sys, traceback, weakref
+from grader.engine import frame_guard
+
+class Held:
+    pass
+
+def formats_a_stack():
+    held = Held()
+    traceback.extract_stack()  # the guard's hook runs (sys._getframe) and lets traceback.py through
+    return weakref.ref(held)
+
+frame_guard.install()
+gc.disable()  # only reference counts free things now: a cycle through a frame would keep `held`
+print("freed" if formats_a_stack()() is None else "kept")
+"""
+
+
+def test_the_guards_hook_keeps_no_callers_locals_alive():
+    # Its frame held by a local of its own was a cycle that kept every caller's locals (DDP's output, in
+    # plan_memory's measurement) alive until the next garbage collection: a measured 12288 bytes too many.
+    import subprocess
+    import sys
+
+    run = subprocess.run([sys.executable, "-c", FRAME_CYCLE_PROBE], capture_output=True, text=True, timeout=60)
+    assert run.stdout.strip() == "freed", run.stdout + run.stderr

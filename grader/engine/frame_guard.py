@@ -86,6 +86,7 @@ def _hook(event: str, args: tuple) -> None:
         refused.append(f"{what} (in {frame.f_code.co_name}, {os.path.basename(frame.f_code.co_filename)})")
     finally:
         _state["inside"] = False
+        here = frame = None  # a frame held by its own local is a cycle: it would keep every caller's locals alive
     raise FrameWalk(
         f"your code asked for the call stack's frames ({what}) while it was graded: the frames above your "
         "function are the grader's, and reading them is refused. Remove sys._getframe, inspect.currentframe, "

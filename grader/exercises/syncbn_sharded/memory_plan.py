@@ -20,6 +20,8 @@ patched optimizer, a wrapper changed at import) is told apart from a wrong estim
 
 from __future__ import annotations
 
+import gc
+
 import torch
 from torch import nn
 
@@ -122,6 +124,7 @@ def measure_state(ctx, spec: dict, kind: str, group) -> int:
         model, optimizer = _wrapped(kind, planning_net(spec), group)
         model(x).pow(2).mean().backward()
         optimizer.step()
+    gc.collect()  # what only a reference cycle still holds is garbage, not state: the count must not hang on gc's timing
     live = probe.live()
     del model, optimizer
     return live
