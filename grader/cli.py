@@ -115,6 +115,7 @@ def build_parser() -> argparse.ArgumentParser:
     demo.set_defaults(func=lambda args: __import__("grader.demo").demo.main(args.assignment))
     for module in OTHER_COMMANDS:  # each module adds its own subcommand(s)
         importlib.import_module(module).register(sub)
+    sub.metavar = "{" + ",".join(n for n in sub.choices if not n.startswith("_")) + "}"  # internal ones unlisted
     return parser
 
 

@@ -194,3 +194,18 @@ def test_no_notice_where_no_answers_are_readable(tmp_path, monkeypatch):
     (tmp_path / "solutions").mkdir()
     assert "readable" in answers_reachable.notice_once([tmp_path])
     assert answers_reachable.notice_once([tmp_path]) is None  # once
+
+
+def test_help_lists_every_public_command_and_no_internal_one():
+    import io
+    from contextlib import redirect_stdout
+
+    from grader.cli import build_parser
+
+    out = io.StringIO()
+    with redirect_stdout(out), pytest.raises(SystemExit):
+        build_parser().parse_args(["--help"])
+    text = out.getvalue()
+    assert "SUPPRESS" not in text and "_grade-worker" not in text, text
+    for command in ("check", "list", "demo", "grade", "report", "collect", "translate"):
+        assert command in text

@@ -9,7 +9,7 @@ import pytest
 from grader.engine import launcher, machine_faults, run_distributed
 from grader.engine.plan import plan_for
 from grader.engine.results import RankReport, RunResult
-from grader.isolation import sandbox
+from grader.isolation import sandbox_env
 
 SITE_NCCL = {
     "NCCL_IB_HCA": "mlx5_0",
@@ -24,11 +24,11 @@ SITE_NCCL = {
 def test_the_sandbox_runs_nccl_on_its_loopback_and_says_so_once(monkeypatch):
     for name, value in SITE_NCCL.items():
         monkeypatch.setenv(name, value)
-    env = sandbox.environment(masked=True)
+    env = sandbox_env.environment(masked=True)
     assert env["NCCL_SOCKET_IFNAME"] == "lo"
     assert not [n for n in env if n.startswith(("NCCL_IB_", "NCCL_NET"))], env
     assert env["NCCL_DEBUG"] == "INFO"  # what says nothing about the network is kept
-    notice = sandbox.nccl_env_notice()
+    notice = sandbox_env.nccl_env_notice()
     assert notice.startswith("grader: the sandbox has only the loopback network")
     assert "NCCL_IB_HCA" in notice and "NCCL_NET_PLUGIN" in notice and "NCCL_SOCKET_IFNAME=eth0" in notice
 
@@ -36,8 +36,8 @@ def test_the_sandbox_runs_nccl_on_its_loopback_and_says_so_once(monkeypatch):
 def test_without_site_nccl_variables_nothing_is_said(monkeypatch):
     for name in [n for n in __import__("os").environ if n.startswith("NCCL_")]:
         monkeypatch.delenv(name)
-    assert sandbox.nccl_env_notice() is None
-    assert sandbox.environment(masked=False)["NCCL_SOCKET_IFNAME"] == "lo"
+    assert sandbox_env.nccl_env_notice() is None
+    assert sandbox_env.environment(masked=False)["NCCL_SOCKET_IFNAME"] == "lo"
 
 
 def test_a_rank_that_never_became_ready_is_the_machines_failure():

@@ -273,12 +273,12 @@ def test_a_changed_english_message_turns_fuzzy_and_shows_in_english(lang, monkey
 def test_sandboxed_grading_passes_the_course_language_on_and_nothing_else(monkeypatch):
     """make grade's feedback is written inside the sandbox (or nursery job), whose environment is built from
     scratch: COURSE_LANG reaches it when it names a language, never an arbitrary value."""
-    from grader.isolation import sandbox
+    from grader.isolation import sandbox_env
 
     monkeypatch.setenv("COURSE_LANG", "es")
-    assert sandbox.environment(masked=True)["COURSE_LANG"] == "es"
+    assert sandbox_env.environment(masked=True)["COURSE_LANG"] == "es"
     for bad in ("../../etc", "es\nNBGRADER_DB_URL=x", "x" * 40):
         monkeypatch.setenv("COURSE_LANG", bad)
-        assert "COURSE_LANG" not in sandbox.environment(masked=False)
+        assert "COURSE_LANG" not in sandbox_env.environment(masked=False)
     monkeypatch.delenv("COURSE_LANG")
-    assert "COURSE_LANG" not in sandbox.environment(masked=False)
+    assert "COURSE_LANG" not in sandbox_env.environment(masked=False)

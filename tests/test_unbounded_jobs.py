@@ -15,7 +15,7 @@ import sys
 
 import pytest
 
-from grader.gradebook.batch import job_limits
+from grader.gradebook.grading_jobs import job_limits
 from grader.gradebook.course import Course
 from grader.isolation import memory_fit
 from grader.isolation.gpu_share import GpuShare
@@ -33,7 +33,7 @@ ASKED = 64  # more jobs than any host's memory holds at 6 GiB a process
 # What a grading run decides at start, run as a script: the jobs left of ASKED, the line it said, why no cgroup.
 DECIDE = f"""
 import contextlib, io, json
-from grader.gradebook.batch import job_limits
+from grader.gradebook.grading_jobs import job_limits
 from grader.gradebook.course import Course
 from grader.isolation.gpu_share import GpuShare
 share, said = GpuShare(0, 0, {ASKED}), io.StringIO()

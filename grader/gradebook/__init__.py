@@ -8,6 +8,7 @@
 - snapshot.py  what was submitted, read once, and proof it was not touched
 - batch.py     parallel, resumable grading outside the students' kernels; flags
                (where student code runs meanwhile, the sandbox and the workers: grader/isolation/)
+- grading_jobs.py the jobs of one run: GPUs shared out, a cgroup (or fewer jobs), a uid each, the worker pool
 - grade_job.py one submission graded in a worker (the public, hidden or both phases); the phases merged
 - results.py   graded/<assignment>/: written by the parent only, forgeries put back
 - inject.py    the results into nbgrader (from the snapshot's copy, never submitted/): autograded notebooks,

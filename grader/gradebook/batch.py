@@ -23,19 +23,14 @@ import sys
 
 from grader import cells
 from grader.code_digest import grader_digest
-from grader.engine.processes import adopting_orphans
-from grader.exercises import get_exercise
 from grader.gradebook import course_access
 from grader.gradebook.course import Course
+from grader.gradebook.grading_jobs import job_limits, run_workers, share_gpus, widest_run
+from grader.isolation import memory_fit, sandbox_env
 from grader.isolation import sandbox as sandboxes
-from grader.isolation import memory_fit
-from grader.isolation.cpu_bound import job_cpus
-from grader.isolation.job_limits import JobLimits
 from grader.isolation.gpu_gate import check_gpus
-from grader.isolation.gpu_share import GpuShare
-from grader.isolation.nursery_client import Nurseries, nursery_notice, use_nursery
-from grader.isolation.slot_uids import SlotUids
-from grader.isolation.worker_pool import Job, Workers, run_pool
+from grader.isolation.nursery_client import nursery_notice, use_nursery
+from grader.isolation.worker_pool import Job
 from grader.gradebook.preflight import check_ready
 from grader.gradebook.results import ResultStore
 from grader.gradebook.snapshot import Snapshot
@@ -175,7 +170,7 @@ def grade_assignment(
         if sandbox and queue:
             limits = job_limits(share, ranks, require_limits or memory_fit.required())
         desc = f"grading {assignment}" + ("" if sandbox else " (UNSANDBOXED)")
-        _run_workers(queue, worker_args, limits, share, on_result, guard, progress, len(submissions), desc)
+        run_workers(queue, worker_args, limits, share, on_result, guard, progress, len(submissions), desc)
         guard.tick(set())  # put back anything changed after the last tick (no one left to name)
     finally:
         if limits is not None:
@@ -193,7 +188,7 @@ def _say_up_front(course: Course, sandbox: bool) -> None:
     notices = [course_access.warning(course.root)]  # other accounts could read answers and results
     if sandbox:
         sandboxes.require()
-        notices += [nursery_notice(), sandboxes.nccl_env_notice()]
+        notices += [nursery_notice(), sandbox_env.nccl_env_notice()]
     for notice in filter(None, notices):
         print(notice, file=sys.stderr)
 
@@ -324,46 +319,6 @@ class _PhaseJoiner:
         return True
 
 
-def job_limits(share: GpuShare, ranks: int, required: bool) -> JobLimits:
-    """This run's cgroups (job_limits.py), each job's CPU quota sized to its widest run. Where there are none: the
-    start-up line says so, and --jobs drops to what the host's memory holds (memory_fit.py); or, required,
-    sandbox.SandboxMissing."""
-    limits = JobLimits.here(job_cpus(ranks), share.jobs)
-    if not limits.missing:
-        return limits
-    if required:
-        raise sandboxes.SandboxMissing(memory_fit.refusal(limits.missing))
-    asked, share.jobs = share.jobs, min(share.jobs, memory_fit.jobs_that_fit(ranks))
-    print(memory_fit.unbounded_notice(limits.missing, share.jobs, asked, ranks), file=sys.stderr)
-    return limits
-
-
-def _run_workers(queue, worker_args, limits, share, on_result, guard, progress, total, desc) -> None:
-    """The pool of share.jobs grading workers over the queue: sandboxed (limits not None: nurseries, a cgroup and,
-    as root, a uid per job) or not; everything it started is closed when it returns or raises."""
-    jobs, sandbox = share.jobs, limits is not None
-    uids = _slot_uids(jobs) if sandbox and queue and os.geteuid() == 0 else None
-    nurseries = Nurseries(worker_args, jobs + 2) if sandbox and queue and use_nursery() else None
-    workers = Workers(
-        worker_args,
-        (lambda argv, job, uid=None: sandboxes.Sandbox(argv, job.path, job.phase == "public", jobs + 1, uid=uid))
-        if sandbox
-        else None,
-        nurseries,
-        limits,
-        share if share.gpus else None,
-        uids,
-    )
-    try:
-        with adopting_orphans():  # what a submission left behind (double fork, setsid) dies with the run
-            run_pool(queue, workers, jobs, on_result, guard.flag, guard.tick, progress, total, desc)
-    finally:
-        if nurseries is not None:
-            nurseries.close()
-        if uids is not None:
-            uids.close()
-
-
 def _final_result(student: str, assignment: str, result: dict | None, guard, content: bytes, sandbox: bool) -> dict:
     """The stored result with the run's flags, the checks the notebook itself showed, plans and regrade."""
     if result is None:  # a worker died on it, or it changed while being graded
@@ -383,27 +338,6 @@ def _final_result(student: str, assignment: str, result: dict | None, guard, con
     result["plans"] = plans_of(result)
     result["regrade"] = any(c.get("unrunnable") for c in (result.get("report") or {}).get("checks") or [])
     return result
-
-
-def _slot_uids(jobs: int) -> SlotUids:
-    """As root, a uid of its own for each job running or starting (twice that: a freed one rests)."""
-    try:
-        return SlotUids.here(2 * (jobs + 2))
-    except OSError as exc:
-        raise sandboxes.SandboxMissing(f"cannot reserve a uid of its own for each grading job: {exc}") from None
-
-
-def share_gpus(gpus: int, assignment: str, world_size: int, jobs: int | None) -> GpuShare:
-    """How the GPUs CUDA counts where the ranks run are shared out among the jobs (jobs None: the default)."""
-    share = GpuShare.plan(gpus, world_size, widest_run(assignment, world_size), os.cpu_count() or 1, jobs)
-    if share.gpus:
-        print(f"grading on {share.describe()}", file=sys.stderr)  # up front, in one line
-    return share
-
-
-def widest_run(assignment: str, world_size: int) -> int:
-    """The ranks of the exercise's widest run (its hidden checks' 3), or the grading world size if wider."""
-    return max([world_size] + [c.world_size or 0 for c in get_exercise(assignment).checks])
 
 
 def plans_of(result: dict) -> list[str]:

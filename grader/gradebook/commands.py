@@ -162,7 +162,7 @@ def register(sub) -> None:
     report.add_argument("--out", default=None, help="folder for the report (default: COURSE/reports)")
     report.set_defaults(func=_report)
 
-    worker = sub.add_parser("_grade-worker", help=argparse.SUPPRESS)
+    worker = sub.add_parser("_grade-worker")  # internal: no help, so --help does not list it
     worker.add_argument("assignment")
     worker.add_argument("--timeout", type=float, default=30.0)
     worker.add_argument("--world-size", type=int, default=2)

@@ -6,6 +6,7 @@ The parent (grader/gradebook/batch.py) drives a pool of workers; each grades one
 - grading_worker.py one plain worker process (`python -m grader.isolation.grading_worker`), cold start per worker
 - result_channel.py the worker's two private descriptors to the parent: job lines in, results out
 - sandbox.py        the bubblewrap command a worker (or a nursery) runs in: no network, no answers, no classmates
+- sandbox_env.py    the environment a sandbox's processes inherit (Python's, the driver's, NCCL on the loopback)
 - seccomp_filter.py the system calls no sandboxed process may make (kernel keys, bpf, io_uring, ...), loaded by bwrap
 - nursery.py        one long-lived, torch-preloaded process per phase that forks each job (pays the cold start once)
 - nursery_client.py the parent's side of the nurseries: a job looks to worker_pool.py like a worker process

@@ -9,7 +9,7 @@ ctx.device: the run's hardware plan), never from the grader's torch.cuda.
     checks_training.py  wrap_model, make_dataloader, train_one_epoch
     checks_state.py     save_checkpoint, load_checkpoint, MiniDDP
     checks_practice.py  train_with_accumulation, train_uneven
-    checks_bucketed.py  BucketedDDP
+    checks_bucketed.py  BucketedDDP (its ranks run bucketed_runs.py)
 
 This file declares the exercise; its checks_*.py and hidden_*.py modules are found by
 grader.exercises.discover() (the contract is in grader/exercises/__init__.py).

@@ -52,6 +52,7 @@ import torch.distributed as dist
 from torch import nn
 
 from grader.checks import CheckFailed
+from grader.exercises import one_launch
 from grader.exercises.collectives import record_collectives
 from grader.exercises.syncbn_sharded import reference as ref
 from grader.exercises.syncbn_sharded import EXERCISE
@@ -182,7 +183,6 @@ PUBLIC_SCENARIOS = (
     (1, True, None, "adamw"),
 )
 PUBLIC_MEMORY_SEED = 4
-ONE_LAUNCH_TIMEOUT_S = 15.0
 
 
 def _in_rank_public(ctx, student):
@@ -197,7 +197,7 @@ def _public_launch(g) -> list | None:
     if g.hidden:  # a hidden check's runs are its own
         return None
     before = (g.hung, len(g.outputs), len(g.notes))
-    result = g.run_raw(_in_rank_public, timeout=min(g.timeout, ONE_LAUNCH_TIMEOUT_S), share_failure=True)
+    result = g.run_raw(_in_rank_public, timeout=min(g.timeout, one_launch.ONE_LAUNCH_TIMEOUT_S), share_failure=True)
     values = [r.value for r in result.ranks] if result.ok else []
     if result.ok and all(
         isinstance(v, dict)
