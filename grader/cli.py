@@ -37,6 +37,7 @@ OTHER_COMMANDS = [
     "grader.points",  # python -m grader points: the check cells' points, stamped from the checks
     "grader.scaffold",  # python -m grader new-exercise ID: a new exercise's package, notebook and tests
     "grader.translate.command",  # python -m grader translate [--status]: the course in es, nl, ja (locale/)
+    "grader.settings",  # python -m grader config: every setting with its help
 ]
 
 
