@@ -117,9 +117,8 @@ exercises: install
 # The tests a changed or new exercise must pass (CONTRIBUTING.md), without the rest of the suite.
 test-exercise: install $(VENV)/.installed-test
 	@test -n "$(filter $(ASSIGNMENT),$(ASSIGNMENTS))" || { echo "no exercise $(ASSIGNMENT): one of $(ASSIGNMENTS)"; exit 2; }
-	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile -q tests/exercises/test_$(ASSIGNMENT)*.py \
-	  tests/test_cells.py tests/test_hints.py tests/test_points.py tests/test_layers.py \
-	  tests/test_public_apis.py tests/test_independence.py
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile -q tests/exercises/test_$(ASSIGNMENT)*.py tests/test_points.py
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile -q -m fast tests  # all an exercise can break there
 	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile -q tests/exercises/test_lazy_answers.py \
 	  tests/test_translate.py tests/test_selfcheck_mistakes.py -k $(ASSIGNMENT)
 

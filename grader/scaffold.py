@@ -202,12 +202,26 @@ def plan(root: Path, exercise_id: str, task: str) -> dict[Path, str]:
     return files
 
 
+def with_course_row(readme: str, exercise_id: str, task: str) -> str:
+    """The README with the new exercise's row after the course table's last row (tests/test_docs.py reads it)."""
+    lines = readme.splitlines(keepends=True)
+    rows = [n for n, line in enumerate(lines) if re.match(r"\| \d+ \|", line)]
+    if not rows:
+        return readme
+    number = int(exercise_id.split("_", 1)[0])
+    row = f"| {number} | (its lesson, in lessons/) | `{exercise_id}` | `{task}`, and what else the exercise has you build |\n"
+    return "".join(lines[: rows[-1] + 1] + [row] + lines[rows[-1] + 1 :])
+
+
 def create(root: Path, exercise_id: str, task: str) -> list[Path]:
-    """Write the new exercise's files under root; on any failure, remove what this call wrote."""
+    """Write the new exercise's files under root and its row in the README's course table; on any failure, undo
+    what this call wrote."""
     root = Path(root)
     files = plan(root, exercise_id, task)
     written: list[Path] = []
     made: list[Path] = []
+    readme = root / "README.md"
+    readme_text = readme.read_text(encoding="utf-8") if readme.is_file() else None
     try:
         for relative, text in files.items():
             path = root / relative
@@ -218,7 +232,11 @@ def create(root: Path, exercise_id: str, task: str) -> list[Path]:
             with open(path, "x", encoding="utf-8") as f:  # "x": never replace a file that appeared meanwhile
                 written.append(path)
                 f.write(text)
+        if readme_text is not None:
+            readme.write_text(with_course_row(readme_text, exercise_id, task), encoding="utf-8")
     except BaseException:
+        if readme_text is not None:
+            readme.write_text(readme_text, encoding="utf-8")
         for path in reversed(written):
             path.unlink(missing_ok=True)
         for folder in reversed(made):

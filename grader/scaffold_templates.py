@@ -28,6 +28,7 @@ Found by convention (grader/exercises/__init__.py): this file declares the exerc
 modules hold its public checks, the hidden_*.py modules its hidden ones (never in a student build),
 reference.py the single-process references the checks compare with.
 """
+
 from grader.checks import Exercise
 
 # The tasks in the notebook's order; each has an answer cell and a check cell in solutions/$id/$id.ipynb.
@@ -43,6 +44,7 @@ student's answers loaded (`student.task("$task")`), and returns one value per ra
 (reference.py) and raises CheckFailed with the likely mistake: that message is what the student reads.
 The rules every check follows: grader/runner.py's docstring and CONTRIBUTING.md, "Adding a check".
 """
+
 from __future__ import annotations
 
 import torch
@@ -83,6 +85,7 @@ A hidden check's message is the parent's words only: what ranks sent is shown as
 raised or printed never reaches the student (CONTRIBUTING.md, "What students never receive"). Hidden
 inputs (edge cases, other world sizes) and references that are themselves an answer live here.
 """
+
 from __future__ import annotations
 
 from grader.exercises.$package import EXERCISE
@@ -107,6 +110,7 @@ correct answer computes, written without torch.distributed (one process, the who
 parent knows the expected result. Never the task's answer itself: a function a student could paste
 as the answer goes in a hidden_*.py module, and no function here is named after a task.
 """
+
 import torch
 
 
@@ -123,7 +127,8 @@ TEST = Template('''\
 """Exercise $id: the solution gets full marks, and each typical mistake fails the check that targets
 it, with a message naming it (real multi-process runs, like the grader). The untouched release scoring
 0 and the notebook's cells and points are tested for every exercise (tests/exercises/test_lazy_answers.py,
-tests/test_cells.py, tests/test_layout.py)."""
+tests/test_cells.py)."""
+
 from __future__ import annotations
 
 from grader.exercises import get_exercise
@@ -141,7 +146,8 @@ def test_solution_gets_full_marks():
 def test_returning_its_own_tensor_earns_nothing():
     # The laziest wrong answer: give back the input untouched.
     lazy = "def $task(tensor):\\n    return tensor\\n"
-    report = grade_source(EXERCISE, replace_definition(solution_source(EXERCISE), "$task", lazy), task="$task")
+    lazy_source = replace_definition(solution_source(EXERCISE), "$task", lazy)
+    report = grade_source(EXERCISE, lazy_source, task="$task")
     assert report.score == 0, "\\n".join(report.lines())
     assert "returned its own tensor" in failed(report)["returns_the_sum_over_ranks"]
 ''')

@@ -103,6 +103,22 @@ def test_the_python_files_compile_and_name_nothing_after_the_task(course):
     assert f'EXERCISE = Exercise("{ID}", tasks=["{TASK}"])' in declared
 
 
+def test_its_files_pass_the_linter_and_its_row_joins_the_readmes_course_table(course):
+    readme = (
+        "# Course\n\n| # | Lesson | Exercise | What |\n|---|---|---|---|\n| 2 | x | `02_ddp_basics` | y |\n\nMore.\n"
+    )
+    (course / "README.md").write_text(readme)
+    (course / "pyproject.toml").write_bytes((Path(ROOT) / "pyproject.toml").read_bytes())  # the course's ruff rules
+    create(course, ID, TASK)
+    ruff = [sys.executable, "-m", "ruff"]
+    for args in (["check", "--no-cache"], ["format", "--check", "--no-cache"]):
+        done = subprocess.run([*ruff, *args, *SCAFFOLDED], cwd=course, capture_output=True, text=True, timeout=120)
+        assert done.returncode == 0, done.stdout + done.stderr
+    rows = [line for line in (course / "README.md").read_text().splitlines() if line.startswith("| ")]
+    assert rows[-1].startswith(f"| {int(ID[:2])} |") and f"`{ID}`" in rows[-1] and f"`{TASK}`" in rows[-1]
+    assert (course / "README.md").read_text().endswith("\n\nMore.\n")
+
+
 # ------------------------------------------------------------------ what it refuses
 @pytest.mark.parametrize(
     "exercise_id, task, phrase",
