@@ -25,8 +25,7 @@ def rank_inputs(seed: int, rank: int, n: int, d: int, k: int, weights: list[floa
     g = torch.Generator().manual_seed(seed * 100 + rank + 1)
     x = torch.randn(n, d, generator=g)
     ids = torch.multinomial(torch.tensor(weights, dtype=torch.float32).expand(n, -1), k, replacement=False, generator=g)
-    gates = torch.rand(n, k, generator=g) + 0.25
-    gates = gates / gates.sum(1, keepdim=True)  # a softmax over the chosen experts: positive, summing to 1
+    gates = 0.2 + 0.8 * torch.rand(n, k, generator=g)  # the router's probabilities of its choices: not 1 for top-1
     return {"x": x, "ids": ids, "gates": gates, "probe": torch.randn(n, d, generator=g)}
 
 
