@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import torch
 
+from grader.exercises.collectives import arguments
 from grader.exercises.dispatch_mode import WatchedMode
 from grader.exercises.parallelism.host import host
 
@@ -18,14 +19,10 @@ SINGLE = {"alltoall_base_", "all_to_all_single"}  # one input tensor, split alon
 LISTED = {"alltoall_"}  # one input tensor per peer
 
 
-def _named(func, args, kwargs) -> dict:
-    return {a.name: v for a, v in zip(func._schema.arguments, args)} | dict(kwargs)
-
-
 def chunks(func, args, kwargs, world_size: int) -> list[torch.Tensor] | None:
     """The input of an all-to-all call, per peer; None for any other operator."""
     name = func.name().split("::", 1)[1]
-    named = _named(func, args, kwargs)
+    named = arguments(func, args, kwargs)
     if name in LISTED:
         return list(named["input_tensors"])
     if name not in SINGLE:
