@@ -144,6 +144,38 @@ ANSWERS["every_token_everywhere"] = """
             dist.all_to_all_single(back, out, [x.shape[0]] * world_size, sizes)
             return back.view(world_size, -1, d).sum(0)"""
 
+# rows padded to a capacity (the largest n * k) so that every split is even: zeros travel too
+ANSWERS["padded_to_capacity"] = """
+        def moe_layer(x, expert_ids, gates, experts):
+            from torch.distributed.nn.functional import all_to_all_single as exchange
+            W, E = dist.get_world_size(), len(experts)
+            n, k = expert_ids.shape
+            cap = torch.tensor([n * k])
+            dist.all_reduce(cap, op=dist.ReduceOp.MAX)
+            C = int(cap)
+            flat = expert_ids.reshape(-1)
+            order = torch.argsort(flat, stable=True)
+            token = torch.arange(n).repeat_interleave(k)[order]
+            dest = flat[order] // E
+            per_expert = torch.bincount(flat, minlength=E * W)
+            got = torch.empty_like(per_expert)
+            dist.all_to_all_single(got, per_expert)
+            send_n = per_expert.view(W, E).sum(1)
+            slot = torch.cat([torch.arange(int(c)) for c in send_n]) + dest * C
+            buf = x.new_zeros(W * C, x.shape[1]).index_copy(0, slot, x[token])
+            rows = exchange(x.new_empty(W * C, x.shape[1]), buf)
+            labels = torch.full((W * C,), -1)
+            for s in range(W):
+                lab = torch.arange(E).repeat_interleave(got.view(W, E)[s])
+                labels[s * C:s * C + len(lab)] = lab
+            outputs = rows.new_zeros(rows.shape)
+            for e in range(E):
+                m = labels == e
+                outputs[m] = experts[e](rows[m])
+            back = exchange(x.new_empty(W * C, x.shape[1]), outputs)
+            weighted = back[slot] * gates.reshape(-1)[order].unsqueeze(1)
+            return torch.zeros_like(x).index_add(0, token, weighted)"""
+
 RIGHT = ("solution", "another_design")
 
 
@@ -167,6 +199,7 @@ MISTAKES = {
     "gathers_experts": "moved floating-point data with all_gather",
     "every_token_everywhere": "only routed tokens move",
     "zeros": "never travelled to rank",
+    "padded_to_capacity": "not rows padded to a fixed capacity",
 }
 
 

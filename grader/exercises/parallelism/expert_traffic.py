@@ -5,7 +5,8 @@ Expert parallelism moves tokens to the experts, never experts (or whole batches)
 - in the forward, rank r sends rank s exactly the tokens it routed to one of s's experts: each as a row that
   begins or ends with the token (a design may append a gate or an index to the row), none of the others;
 - and no more floats than the routed rows and the outputs it returns, each with two numbers to spare, in the
-  forward and in the backward: no padding to a capacity, no copy of the batch or of the experts' weights.
+  forward and in the backward (and one count per expert, should a design send its counts as floats): no padding
+  to a capacity, no copy of the batch or of the experts' weights.
 """
 
 from __future__ import annotations
@@ -98,13 +99,14 @@ def routed_rows(inputs: list, setting: dict, rank: int) -> int:
 def check_volume(per_rank: list, inputs: list, setting: dict) -> None:
     d = setting["d"]
     for rank, got in enumerate(per_rank):
-        bound = routed_rows(inputs, setting, rank) * (d + SPARE)
+        counts = setting["world_size"] * setting["per_rank"]  # the counts, should a design send them as floats
+        bound = routed_rows(inputs, setting, rank) * (d + SPARE) + counts
         for phase in ("forward", "backward"):
             floats = _remote_floats(got[f"{phase}_sent"], rank)
             if floats > bound:
                 raise CheckFailed(
                     f"rank {rank} sent {floats} floating-point numbers to other ranks in the {phase}, where the "
-                    f"tokens it routed away and the outputs it returned make {bound // (d + SPARE)} rows of {d} "
-                    f"(at most {bound} numbers with a gate and an index each): only routed tokens move, not the "
+                    f"tokens it routed away and the outputs it returned make {routed_rows(inputs, setting, rank)} rows of {d} "
+                    f"(at most {bound} numbers with a gate and an index each, and the counts): only routed tokens move, not the "
                     "whole batch, not rows padded to a fixed capacity (even splits), not the experts' weights"
                 )
