@@ -23,7 +23,7 @@ from grader.exercises.collectives import record_collectives
 from grader.exercises.dispatch_mode import SWITCHED_OFF
 from grader.exercises.parallelism import EXERCISE
 from grader.exercises.parallelism.all_to_all_watch import AllToAllWatch
-from grader.exercises.parallelism.expert_setting import make_experts, one_process, rank_inputs
+from grader.exercises.parallelism.expert_setting import local_experts, one_process, rank_inputs
 from grader.exercises.parallelism.expert_traffic import check_collectives, check_dispatch, check_volume
 from grader.exercises.parallelism.host import host
 
@@ -40,9 +40,8 @@ def _grads(module: nn.Module) -> dict:
 
 
 def _moe_in_rank(ctx, student, setting):
-    rank, per_rank = ctx.rank, setting["per_rank"]
-    experts = make_experts(setting["seed"], per_rank * ctx.world_size, setting["d"], setting["hidden"])
-    mine = nn.ModuleList(experts[rank * per_rank : (rank + 1) * per_rank]).to(ctx.device)
+    rank = ctx.rank
+    mine = local_experts(setting, rank).to(ctx.device)  # no frame above the student's call holds the others
     n = setting["tokens"][rank]
     inp = {
         key: t.to(ctx.device)

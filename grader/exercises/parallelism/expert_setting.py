@@ -20,6 +20,13 @@ def make_experts(seed: int, n_experts: int, d: int, hidden: int) -> nn.ModuleLis
     return nn.ModuleList(nn.Sequential(nn.Linear(d, hidden), nn.Tanh(), nn.Linear(hidden, d)) for _ in range(n_experts))
 
 
+def local_experts(setting: dict, rank: int) -> nn.ModuleList:
+    """Rank's experts (the same weights as one process's experts rank * per_rank, ...)."""
+    per_rank = setting["per_rank"]
+    every = make_experts(setting["seed"], per_rank * setting["world_size"], setting["d"], setting["hidden"])
+    return nn.ModuleList(every[rank * per_rank : (rank + 1) * per_rank])
+
+
 def rank_inputs(seed: int, rank: int, n: int, d: int, k: int, weights: list[float]) -> dict:
     """Rank's tokens, the router's choice (ids, gates) and the loss's weights (probe)."""
     g = torch.Generator().manual_seed(seed * 100 + rank + 1)
