@@ -121,6 +121,11 @@ def _named(func, args, kwargs) -> dict:
     return {a.name: v for a, v in zip(func._schema.arguments, args)} | dict(kwargs)
 
 
+def arguments(func, args, kwargs) -> dict:
+    """A dispatcher call's arguments by their schema names (all_to_all_watch.py reads the split sizes)."""
+    return _named(func, args, kwargs)
+
+
 def _holds_dtensor(types) -> bool:
     """Whether the tensor subclasses among an operator's arguments (torch's `types`) include DTensor."""
     DTensor = getattr(sys.modules.get("torch.distributed.tensor"), "DTensor", None)  # not imported: none exists

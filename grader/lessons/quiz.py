@@ -94,6 +94,14 @@ QUIZZES: dict[str, dict[str, Question]] = {
                 "forward caps the micro-batches in flight at p, hence the activation memory (§4.3)."
             ),
         ),
+        "q9": Q(
+            "3b41eb107ab1",
+            "41955b2422c9384d",
+            N_(
+                "Only the tokens routed to other ranks' experts leave a rank: 3/4 of 1000 tokens of 4 KB = 3000 KB; "
+                "gathering every token everywhere would send 3 × 4000 KB (§4.4)."
+            ),
+        ),
     },
     "02_ddp_basics": {
         "q1": Q(

@@ -9,6 +9,9 @@ single-process reference (reference.py).
     checks_schedule.py     pipeline_schedule (GPipe and 1F1B: gradients, losses, the order of the messages;
                            stage_watch.py: the layers each rank ran and what it sent; schedule_traffic.py: those
                            against one process)
+    checks_experts.py      moe_layer (expert parallelism: tokens to their experts by all-to-all and back;
+                           all_to_all_watch.py: what each all-to-all carried; expert_traffic.py: that against
+                           the routing; expert_setting.py: the experts, the routing and one process)
 
 This file declares the exercise; its checks_*.py and hidden_*.py modules are found by
 grader.exercises.discover() (the contract is in grader/exercises/__init__.py).
@@ -26,6 +29,7 @@ EXERCISE = Exercise(
         "parallelize_mlp",
         "pipeline_step",
         "pipeline_schedule",
+        "moe_layer",
     ],
 )
 check = EXERCISE.check

@@ -84,4 +84,17 @@ HINTS = {
         "as `losses=` on the last rank (the schedule appends each microbatch's loss to it), with nothing on a "
         "middle rank. Return that list on the last rank and `[]` elsewhere.",
     ],
+    "moe_layer": [
+        "Draw it for 2 ranks and 4 tokens first: which rows leave each rank, for whom, and in which order they "
+        "arrive. A rank knows what it sends to each rank from its own `expert_ids`, but not what it will receive: "
+        "that depends on the others' routing. One small all-to-all of integers answers it before any token moves.",
+        "Put the (token, choice) pairs in the order of their destination: sorting the flattened `expert_ids` "
+        "groups them by expert, and so by rank, and the permutation the sort returns is what undoes it at the end. "
+        "`dist.all_to_all_single(out, inp, output_split_sizes, input_split_sizes)` takes Python lists of row "
+        "counts per rank; the counts you exchanged give both.",
+        "`dist.all_to_all_single` has no backward: wrap it in a `torch.autograd.Function` whose backward runs the "
+        "reverse all-to-all (the split sizes swapped), or use the autograd-aware one in "
+        "`torch.distributed.nn.functional`. Scale each returned row by its gate, then add it at its token's row "
+        "(`index_add`, differentiable): a token chose `k` experts, so `k` rows land on it.",
+    ],
 }

@@ -1,0 +1,12 @@
+"""Hidden checks of checks_experts.py (instructor only: a student build leaves this module out)."""
+
+from __future__ import annotations
+
+from grader.exercises.parallelism import EXERCISE
+from grader.exercises.parallelism.checks_experts import check_moe, setting_of
+
+
+@EXERCISE.check("moe_layer", points=1, hidden=True, world_size=3)
+def moe_three_ranks_top2_skewed(g):
+    """3 ranks, two experts each, top-2, 5, 8 and 3 tokens; most tokens choose rank 0's experts, expert 5 none."""
+    check_moe(g, setting_of(3, 2, 2, [5, 8, 3], [6.0, 4.0, 1.0, 0.5, 0.5, 0.0], d=5, hidden=7, seed=59))
