@@ -9,6 +9,8 @@ single-process reference (reference.py).
     checks_schedule.py     pipeline_schedule (GPipe and 1F1B: gradients, losses, the order of the messages;
                            stage_watch.py: the layers each rank ran and what it sent; schedule_traffic.py: those
                            against one process)
+    checks_context.py      ring_attention (causal attention over one sequence block per rank: the key/value blocks
+                           sent around the ring, the output against one process, the bytes held; causal_blocks.py)
 
 This file declares the exercise; its checks_*.py and hidden_*.py modules are found by
 grader.exercises.discover() (the contract is in grader/exercises/__init__.py).
@@ -26,6 +28,7 @@ EXERCISE = Exercise(
         "parallelize_mlp",
         "pipeline_step",
         "pipeline_schedule",
+        "ring_attention",
     ],
 )
 check = EXERCISE.check
