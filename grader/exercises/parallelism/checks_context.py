@@ -3,14 +3,15 @@
 Every rank gets the q, k, v of its own block and every block's length; the student's ring passes the key/value
 blocks to the next rank, world_size - 1 times, and merges each block's partial softmax into a running one. The rank
 sends back its output, the collectives the dispatcher saw, a copy of every float tensor it sent (stage_watch.py's
-StageWatch, with no layers to watch) and, in the memory check, the peak bytes of key/value-sized storages its code
-allocated (syncbn_sharded/live_bytes.py). The parent, which alone computes one process's causal attention
+StageWatch, with no layers to watch) and, in the memory check, the largest storage its code allocated and kept
+alive (syncbn_sharded/live_bytes.py). The parent, which alone computes one process's causal attention
 (causal_blocks.py), checks in this order:
 
     traffic   only point-to-point messages, to rank + 1 only, carrying this rank's own block then each block received,
               world_size - 1 of them (the values sent, whatever the packing: k and v apart, or cat/stack-ed)
     values    each rank's output against full causal attention; a mismatch is named by the typical mistake it equals
-    memory    (4 ranks) the key/value storage alive at once stays below the whole sequence's keys
+    memory    (4 ranks) no tensor allocated holds more than one block's keys and values: a ring may hold a few blocks
+              at once (the one merged, the one arriving, one a send still references), never one tensor of them all
 """
 
 from __future__ import annotations
@@ -25,17 +26,29 @@ from grader.exercises.parallelism import EXERCISE
 from grader.exercises.parallelism import causal_blocks as ref
 from grader.exercises.parallelism.host import host as _host
 from grader.exercises.parallelism.stage_watch import StageWatch
-from grader.exercises.syncbn_sharded.live_bytes import LiveBytes
+from grader.exercises.syncbn_sharded.live_bytes import LiveBytes, live_nbytes, storage_key
 
 RING_TIMEOUT = 15.0  # a few small blocks; a send that meets no receive waits for ever
 D, D_V = 32, 4  # keys wider than values: a key block outweighs every score or accumulator tensor of the merge
+
+
+class LargestStorage(LiveBytes):
+    """LiveBytes that also keeps the largest single storage seen alive (the persistent ones left out)."""
+
+    largest = 0
+
+    def sample(self) -> None:
+        super().sample()
+        kept = {storage_key(t) for t in self.persistent()}
+        sizes = [live_nbytes(weak) for key, weak in self.refs.items() if key not in kept]
+        self.largest = max([self.largest, *sizes])
 
 
 def _ring_in_rank(ctx, student, seed, sizes, measure):
     q, k, v = (t.to(ctx.device) for t in ref.blocks(seed, sizes, D, D_V)[ctx.rank])
     key_bytes = min(sizes) * D * 4
     # the caller's own block is not what the ring allocates: views of it (k.T) must not count
-    watch, memory = StageWatch(nn.Sequential()), LiveBytes(above=key_bytes // 2, persistent=lambda: (q, k, v))
+    watch, memory = StageWatch(nn.Sequential()), LargestStorage(above=key_bytes // 2, persistent=lambda: (q, k, v))
     with record_collectives() as calls, watch:
         if measure:
             with memory:
@@ -55,7 +68,7 @@ def _ring_in_rank(ctx, student, seed, sizes, measure):
         "out": _host(out),
         "kinds": [c.kind for c in calls],
         "sent": watch.sent,
-        "peak": memory.peak["forward"],
+        "largest": memory.largest,
     }
 
 
@@ -140,13 +153,16 @@ def check_values(g, per_rank, data) -> None:
 
 
 def check_memory(per_rank, data) -> None:
+    block = max(len(k) for _, k, _ in data) * (D + D_V) * 4  # one block's keys and values, packed or not
     whole = sum(len(k) for _, k, _ in data) * D * 4
     for rank, got in enumerate(per_rank):
-        if got["peak"] >= whole:
+        if got["largest"] > block:
+            everything = " (as much as the keys of the whole sequence)" if got["largest"] >= whole else ""
             raise CheckFailed(
-                f"rank {rank}'s code held {got['peak']} bytes of key/value-sized tensors at once, as much as the keys "
-                f"of the whole sequence ({whole} bytes): it collected every block (a list or a torch.cat of them) "
-                "instead of merging each as it arrives. Keep only the block you compute with and the one arriving"
+                f"rank {rank}'s code allocated a tensor of {got['largest']} bytes{everything}, where one block's keys "
+                f"and values take at most {block}: it collected several blocks into one tensor (a torch.cat or stack "
+                "of the blocks received, an all_gather_into_tensor) instead of merging each block as it arrives. "
+                "Keep only the block you compute with and the one arriving"
             )
 
 
