@@ -94,6 +94,14 @@ QUIZZES: dict[str, dict[str, Question]] = {
                 "forward caps the micro-batches in flight at p, hence the activation memory (§4.3)."
             ),
         ),
+        "q9": Q(
+            "4cab156ca376",
+            "684a9ae3c176b729",
+            N_(
+                "Rank r's queries see r whole blocks and half of their own, (r + 1/2) block² pairs: 7.5 against 0.5, "
+                "15 times; a zig-zag or striped layout evens it out (§6b)."
+            ),
+        ),
     },
     "02_ddp_basics": {
         "q1": Q(
