@@ -13,7 +13,7 @@ from grader.lessons import quiz
 from tests.helpers import ROOT
 
 KEY = {  # the plain key (the package stores salted hashes only)
-    "01_data_vs_model_parallelism": "cbcdbadcc",
+    "01_data_vs_model_parallelism": "cbcdbadca",
     "02_ddp_basics": "cdabbccdab",
     "03_syncbn_and_sharded_state": "bdcabadbcdc",
     "04_torchrun": "cbdabdacc",

@@ -96,7 +96,7 @@ QUIZZES: dict[str, dict[str, Question]] = {
         ),
         "q9": Q(
             "4cab156ca376",
-            "684a9ae3c176b729",
+            "bc7c328ca2601e98",
             N_(
                 "Rank r's queries see r whole blocks and half of their own, (r + 1/2) block² pairs: 7.5 against 0.5, "
                 "15 times; a zig-zag or striped layout evens it out (§6b)."
