@@ -75,21 +75,22 @@ def variants(data, rank: int) -> dict[str, torch.Tensor]:
 
 
 def unrescaled(data, rank: int) -> torch.Tensor:
-    """The online softmax without its correction, over the visible blocks in ring order (own, rank - 1, ...)."""
+    """The online softmax without its correction, blocks met in ring order (own, rank - 1, ...): each key's weight is
+    taken against the largest score seen up to its block (in that order), never against the final one."""
     sizes = [len(q) for q, _, _ in data]
     starts = _starts(sizes)
     q = data[rank][0]
     q_pos = starts[rank] + torch.arange(sizes[rank])
-    row_max = torch.full((len(q), 1), -math.inf)
-    numer, denom = torch.zeros(len(q), data[0][2].shape[-1]), torch.zeros(len(q), 1)
-    for source in range(rank, -1, -1):
-        _, k, v = data[source]
-        k_pos = starts[source] + torch.arange(sizes[source])
-        scores = (q @ k.T / math.sqrt(q.shape[-1])).masked_fill(k_pos[None, :] > q_pos[:, None], -math.inf)
-        row_max = torch.maximum(row_max, scores.amax(-1, keepdim=True))
-        p = torch.exp(scores - row_max)
-        numer, denom = numer + p @ v, denom + p.sum(-1, keepdim=True)
-    return numer / denom
+    keys = torch.cat([k for _, k, _ in data[: rank + 1]])
+    values = torch.cat([v for _, _, v in data[: rank + 1]])
+    owner = torch.cat([torch.full((n,), j) for j, n in enumerate(sizes[: rank + 1])])
+    scores = (q @ keys.T / math.sqrt(q.shape[-1])).masked_fill(
+        torch.arange(len(keys))[None, :] > q_pos[:, None], -math.inf
+    )
+    block_max = torch.stack([scores[:, owner == b].amax(-1) for b in range(rank + 1)], dim=-1)
+    seen_max = block_max.flip(-1).cummax(-1).values.flip(-1)  # blocks rank..b have been met when b arrives
+    weights = torch.exp(scores - seen_max[:, owner])
+    return weights @ values / weights.sum(-1, keepdim=True)
 
 
 def forwarded(rank: int, world_size: int, steps: int) -> list[int]:
