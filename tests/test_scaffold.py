@@ -245,9 +245,9 @@ def python(copy: Path, *args: str, timeout: float = 300) -> subprocess.Completed
     return run(copy, str(copy / ".venv" / "bin" / "python"), *args, timeout=timeout)
 
 
-def make(copy: Path, *args: str) -> subprocess.CompletedProcess:
+def make(copy: Path, *args: str, timeout: float = 300) -> subprocess.CompletedProcess:
     # -o: the copy shares this venv (a link), already installed: make must never reinstall into it
-    return run(copy, "make", "-o", ".venv/.installed", *args)
+    return run(copy, "make", "-o", ".venv/.installed", "-o", ".venv/.installed-test", *args, timeout=timeout)
 
 
 def ok(done: subprocess.CompletedProcess) -> str:
@@ -313,9 +313,10 @@ def filled(scaffolded):
     return copy, digest_before
 
 
+@pytest.mark.timeout(1800)  # make test-exercise runs the fast tier in the copy, on one worker
 def test_the_tests_contributing_names_pass_for_the_filled_exercise(filled):
     copy, _ = filled
-    done = make(copy, "test-exercise", f"ASSIGNMENT={ID}", "TEST_WORKERS=0")
+    done = make(copy, "test-exercise", f"ASSIGNMENT={ID}", "TEST_WORKERS=0", timeout=1500)  # the fast tier too
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
 
 

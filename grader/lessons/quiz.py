@@ -102,6 +102,14 @@ QUIZZES: dict[str, dict[str, Question]] = {
                 "gathering every token everywhere would send 3 × 4000 KB (§4.4)."
             ),
         ),
+        "q10": Q(
+            "4cab156ca376",
+            "bc7c328ca2601e98",
+            N_(
+                "Rank r's queries see r whole blocks and half of their own, (r + 1/2) block² pairs: 7.5 against 0.5, "
+                "15 times; a zig-zag or striped layout evens it out (§6b)."
+            ),
+        ),
     },
     "02_ddp_basics": {
         "q1": Q(

@@ -12,6 +12,8 @@ single-process reference (reference.py).
     checks_experts.py      moe_layer (expert parallelism: tokens to their experts by all-to-all and back;
                            all_to_all_watch.py: what each all-to-all carried; expert_traffic.py: that against
                            the routing; expert_setting.py: the experts, the routing and one process)
+    checks_context.py      ring_attention (causal attention over one sequence block per rank: the key/value blocks
+                           sent around the ring, the output against one process, the bytes held; causal_blocks.py)
 
 This file declares the exercise; its checks_*.py and hidden_*.py modules are found by
 grader.exercises.discover() (the contract is in grader/exercises/__init__.py).
@@ -30,6 +32,7 @@ EXERCISE = Exercise(
         "pipeline_step",
         "pipeline_schedule",
         "moe_layer",
+        "ring_attention",
     ],
 )
 check = EXERCISE.check

@@ -97,4 +97,16 @@ HINTS = {
         "`torch.distributed.nn.functional`. Scale each returned row by its gate, then add it at its token's row "
         "(`index_add`, differentiable): a token chose `k` experts, so `k` rows land on it.",
     ],
+    "ring_attention": [
+        "Solve it on paper for 2 ranks first: which key blocks does rank 0 need, which does rank 1? A block of a "
+        "later rank is entirely in the future of every query here, a block of an earlier rank entirely in the past; "
+        "only the own block needs a triangle. Global positions (the block's start plus the local index) decide.",
+        "Softmax over keys that arrive in pieces: keep per query row a running maximum, a running sum of exponentials "
+        "and a running weighted sum of values. When a new block raises the maximum, what must happen to the two sums "
+        "gathered so far so that they stay relative to the new maximum? Divide only once, at the end.",
+        "The ring: at each of the world_size - 1 steps send the block you hold to (rank + 1) % world_size and receive "
+        "the next one from (rank - 1) % world_size; the sender's length is in block_sizes, so the receive buffer "
+        "can be allocated. `dist.isend` then `dist.recv` (then wait on the send), or `dist.batch_isend_irecv` with "
+        "`dist.P2POp`, do not deadlock; blocking sends on every rank first do.",
+    ],
 }

@@ -1,0 +1,14 @@
+"""Hidden checks of checks_context.py (instructor only: a student build leaves this module out)."""
+
+from __future__ import annotations
+
+from grader.exercises.parallelism import EXERCISE
+from grader.exercises.parallelism.checks_context import check_traffic, check_values, run_ring
+
+
+@EXERCISE.check("ring_attention", points=1, hidden=True, world_size=3)
+def ring_three_ranks_uneven_blocks(g):
+    """3 ranks, blocks of 5, 9 and 3 (the receive buffers follow the sender's length)."""
+    per_rank, data = run_ring(g, [5, 9, 3], seed=11)
+    check_traffic(g, per_rank, data)
+    check_values(g, per_rank, data)
