@@ -150,7 +150,7 @@ def group_ranks(named: dict) -> tuple[int, ...] | None:
     try:
         group = named.get("process_group")
         if group is None and isinstance(named.get("group_name"), str):
-            group = c10d._resolve_process_group(named["group_name"])
+            group = next((pg for pg in list(c10d._world.pg_map) if pg.group_name == named["group_name"]), None)
         if isinstance(group, torch.ScriptObject):
             group = dist.ProcessGroup.unbox(group)
         return None if group is None else tuple(dist.get_process_group_ranks(group))

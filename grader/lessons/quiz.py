@@ -269,7 +269,7 @@ QUIZZES: dict[str, dict[str, Question]] = {
         ),
         "q12": Q(
             "46bc41df85ba",
-            "989cad8c6b2a2c34",
+            "ade0f8422d67fcfd",
             N_(
                 "The all-gathers and reduce-scatters stay inside each node; across nodes runs only the all-reduce "
                 "of each GPU's gradient shard, among the 4 GPUs (one per node) that hold the same shard (§6c, HSDP)."
