@@ -92,6 +92,7 @@ class Collective:
     peer: int | None = None  # send/recv: the other rank within the group (None: any source)
     async_op: bool | None = None  # the call's async_op (None: an operator without one, e.g. functional ones)
     sequence: int = 1  # how far the call moves its group's sequence number (gloo: SEQUENCE_COST)
+    ranks: tuple[int, ...] | None = None  # the global ranks of the call's process group (None: not found)
 
 
 class CollectivesUnseen(CheckFailed):
@@ -145,6 +146,23 @@ def _sequence_cost(func, args, kwargs) -> int:
     return cost(size)
 
 
+def group_ranks(named: dict) -> tuple[int, ...] | None:
+    """The global ranks of a dispatcher call's process group: c10d operators pass the group as a ScriptObject,
+    functional collectives by its name."""
+    import torch.distributed as dist
+    from torch.distributed import distributed_c10d as c10d
+
+    try:
+        group = named.get("process_group")
+        if group is None and isinstance(named.get("group_name"), str):
+            group = next((pg for pg in list(c10d._world.pg_map) if pg.group_name == named["group_name"]), None)
+        if isinstance(group, torch.ScriptObject):
+            group = dist.ProcessGroup.unbox(group)
+        return None if group is None else tuple(dist.get_process_group_ranks(group))
+    except Exception:  # a group torch no longer knows: the call is still recorded
+        return None
+
+
 def payload(func, args, kwargs) -> list:
     """The tensors a dispatcher call of a collective puts in (for a send: what it sends)."""
     named = _named(func, args, kwargs)
@@ -172,6 +190,7 @@ def describe(func, args, kwargs, index: int, sequence: int = 1) -> Collective | 
         peer=peer,
         async_op=async_op,
         sequence=sequence,
+        ranks=group_ranks(named),
     )
 
 

@@ -283,6 +283,14 @@ QUIZZES: dict[str, dict[str, Question]] = {
                 "FSDP2 (8 + 20 GB): the first that fits in the order DDP, ZeRO-1, FSDP2 (§6d)."
             ),
         ),
+        "q12": Q(
+            "46bc41df85ba",
+            "ade0f8422d67fcfd",
+            N_(
+                "The all-gathers and reduce-scatters stay inside each node; across nodes runs only the all-reduce "
+                "of each GPU's gradient shard, among the 4 GPUs (one per node) that hold the same shard (§6c, HSDP)."
+            ),
+        ),
     },
     "04_torchrun": {
         "q1": Q(

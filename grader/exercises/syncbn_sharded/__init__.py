@@ -12,6 +12,8 @@
     checks_checkpointing.py checkpoint_activations (selective activation checkpointing, from a budget;
                           checkpoint_budget.py: the budget's arithmetic and the miscounts it names)
     checks_memory_plan.py plan_memory (per-rank bytes of DDP, ZeRO-1, FSDP2; which strategy fits a budget)
+    checks_hsdp.py        build_hsdp_model (HSDP: FSDP2 on a 2-D mesh from a machine description;
+                          hsdp_groups.py: the groups each collective ran on, against the nodes)
 
 This file declares the exercise; its checks_*.py and hidden_*.py modules are found by
 grader.exercises.discover() (the contract is in grader/exercises/__init__.py).
@@ -36,6 +38,7 @@ EXERCISE = Exercise(
         "export_full_state",
         "checkpoint_activations",
         "plan_memory",
+        "build_hsdp_model",
     ],
 )
 check = EXERCISE.check

@@ -136,4 +136,14 @@ HINTS = {
         "DDP splits nothing; ZeRO-1 splits only the optimizer state; FSDP2 splits all three. Then try the "
         "strategies in the order they communicate, least first, and keep the first that fits the budget.",
     ],
+    "build_hsdp_model": [
+        "Draw the machine as a table: one row per node, one column per position within a node. The ranks of a "
+        "row share the fast link; the ranks of a column hold the same shard on different nodes. Which of the two "
+        "should all-gather every layer's parameters, and which only needs to average gradients once per step?",
+        "init_device_mesh fills its table with ranks 0, 1, 2, ... in order, whatever the nodes are. A "
+        "`DeviceMesh` can instead be given the table itself (a tensor or nested list of global ranks) and names "
+        "for its dimensions; every rank builds the same table.",
+        "Dimension 0 of the mesh is the one fully_shard replicates over, dimension 1 the one it shards over. "
+        "Pass the whole 2-D mesh (not a slice of it) to fully_shard, for each block and then the root.",
+    ],
 }
