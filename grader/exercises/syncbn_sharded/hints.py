@@ -128,12 +128,13 @@ HINTS = {
         "attribute and calls `torch.utils.checkpoint.checkpoint` on it with `use_reentrant=False`.",
     ],
     "plan_memory": [
-        "Write the three strategies as columns and parameters, gradients, Adam's state and activations as rows: "
-        "which of the four does each strategy keep whole on every rank, and which does it split over the ranks?",
-        "Everything here is fp32: a parameter takes 4 bytes, its gradient 4 more, Adam's two moments 8. Count "
-        "bytes from the parameters' shapes (`numel()` times `element_size()`), which a meta model has. The "
-        "activations belong to this rank's batch: no strategy splits them.",
-        "DDP splits nothing; ZeRO-1 splits only the optimizer state; FSDP2 splits all three. Then try the "
-        "strategies in the order they communicate, least first, and keep the first that fits the budget.",
+        "Make a table: the three strategies as columns; as rows, everything a rank keeps after the step "
+        "(parameters, gradients, DDP's buckets, each piece of optimizer state) and the activations. For each cell: "
+        "how many bytes per parameter, and is it whole on every rank or split over the ranks?",
+        "Bytes depend on the dtype: a meta model still has each parameter's `numel()` and `element_size()`. Which "
+        "rows follow the parameters' dtype, and which are fp32 whatever it is? With DDP's defaults, is a gradient "
+        "stored once or twice?",
+        "ZeRO-1 splits what the optimizer owns, all of it; FSDP2 splits every row but the activations and has no "
+        "buckets. Check your table against the lesson's measured run (another optimizer, the same method).",
     ],
 }
