@@ -121,11 +121,12 @@ HINTS = {
     "checkpoint_activations": [
         "Two questions: how many bytes does each block keep for backward when it is not checkpointed, and which "
         "blocks, once checkpointed, bring the total under the budget with the fewest of them?",
-        "A block keeps two tensors of `rows x hidden` elements, where `hidden` is its first layer's output size; "
-        "multiply by the bytes of one element. Taking the blocks that keep the most first reaches the budget "
-        "soonest; stop as soon as what is left fits.",
-        "To checkpoint block `i`, assign a wrapper into `model.blocks[i]` that keeps the original block as an "
-        "attribute and calls `torch.utils.checkpoint.checkpoint` on it with `use_reentrant=False`.",
+        "The blocks differ: what decides how much one of them keeps, and how much its recomputation saves? If two "
+        "plans both fit, one recomputing 3 blocks and one 4, which blocks does the first one pick? Try it on paper "
+        "with the sizes of the public check's model before you code it.",
+        "The lesson picks the checkpointed blocks inside its own model's forward. Here the model's forward is fixed: "
+        "what can take a block's place in `model.blocks` so that calling it runs that block under checkpointing, "
+        "with the same parameters? Reread the task text on `use_reentrant`.",
     ],
     "plan_memory": [
         "Make a table: the three strategies as columns; as rows, everything a rank keeps after the step "
