@@ -103,8 +103,9 @@ HINTS = {
     ],
     "train_step_fsdp2": [
         "Accumulate as in exercise 2, but FSDP2's switch is a method of the model, not a context manager: "
-        "`set_requires_gradient_sync`, off for every micro-batch but the last, on for the last. Divide each "
-        "micro-batch's loss by their number before its backward.",
+        "`set_requires_gradient_sync`, off for every micro-batch but the last, on for the last. Then the loss: "
+        "`mse_loss` is a mean over its micro-batch's rows; what mean must the step follow, and what is a row of a "
+        "2-row micro-batch worth next to a row of a 6-row one?",
         "Clip after the loop and before stepping: `torch.nn.utils.clip_grad_norm_` over `model.parameters()` "
         "understands DTensor gradients and returns the norm of the whole gradient (itself a DTensor). Never clip "
         "`.to_local()` shards: each rank would get its own, smaller norm.",
