@@ -86,6 +86,17 @@ SOLUTIONS = solution_blocks()
 LESSONS = lesson_runs()
 
 
+def test_every_task_of_every_exercise_is_compared():
+    # each task the grader knows has an answer block scanned here, and none is exempt from the comparison
+    from grader.exercises import get_exercise
+
+    for exercise in sorted({task.split("/")[0] for task in SOLUTIONS}):
+        tasks = set(get_exercise(exercise).tasks)
+        scanned = {task.split("/", 1)[1] for task in SOLUTIONS if task.startswith(exercise + "/")}
+        assert tasks <= scanned, (exercise, sorted(tasks - scanned))
+    assert not KNOWN_COPIES
+
+
 def test_the_scan_sees_every_exercise_and_lesson():
     exercises = {os.path.basename(p) for p in glob.glob(os.path.join(ROOT, "solutions", "*")) if os.path.isdir(p)}
     assert {task.split("/")[0] for task in SOLUTIONS} == exercises

@@ -77,7 +77,7 @@ def strategy_fit(measured: dict, predicted: dict, activations: int, budgets: dic
     names = list(measured)
     state = [measured[n] / scale for n in names]
     _, ax = plt.subplots(figsize=(8, 3.2))
-    ax.bar(names, state, color="tab:blue", label="parameters + gradients + Adam (measured)")
+    ax.bar(names, state, color="tab:blue", label="parameters, gradients, buckets, optimizer (measured)")
     ax.bar(names, [activations / scale] * len(names), bottom=state, color="tab:orange", label="activations (measured)")
     ax.scatter(
         names,

@@ -34,7 +34,7 @@ UNTIED = (
 POLICY = "MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)"
 INIT = "    model.init_weights()\n    return model\n"
 SYNC = "        model.set_requires_gradient_sync(i == len(micro_batches) - 1)  # reduce-scatter only in the last backward\n"
-SCALE = "loss = nn.functional.mse_loss(model(x), y) / len(micro_batches)"
+SCALE = "loss = nn.functional.mse_loss(model(x), y) * (len(x) / rows)"
 CLIP = (
     "    norm = torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)  # a DTensor: the norm over every shard\n"
     "    optimizer.step()\n    optimizer.zero_grad()\n    return norm.full_tensor().item()\n"
@@ -83,7 +83,7 @@ GRADINGS = {
         ],
         {
             "fsdp2_units_and_mixed_precision": "(one per block, and the root)",
-            "fsdp2_step_clips_global_norm": "scale each micro-batch's loss",
+            "fsdp2_step_clips_global_norm": "must count by its share of the rows",
             "fsdp2_export_full_state_on_rank0": "keyed by parameter number",
         },
     ),
@@ -139,6 +139,10 @@ GRADINGS = {
             )
         ],
         {"fsdp2_step_clips_global_norm": "Call clip_grad_norm_ before optimizer.step()"},
+    ),
+    "micro-batches of different sizes weighted equally": (
+        [(SCALE, "loss = nn.functional.mse_loss(model(x), y) / len(micro_batches)")],
+        {"fsdp2_step_clips_global_norm": "you weight every micro-batch's loss the same"},
     ),
     "only the first micro-batch syncs": (
         [(SYNC, SYNC.replace("i == len(micro_batches) - 1", "i == 0"))],

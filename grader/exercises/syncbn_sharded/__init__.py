@@ -11,7 +11,9 @@
     checks_fsdp2_state.py export_full_state (FSDP2's full state on rank 0)
     checks_checkpointing.py checkpoint_activations (selective activation checkpointing, from a budget;
                           checkpoint_budget.py: the budget's arithmetic and the miscounts it names)
-    checks_memory_plan.py plan_memory (per-rank bytes of DDP, ZeRO-1, FSDP2; which strategy fits a budget)
+    checks_memory_plan.py plan_memory (per-rank bytes of DDP, ZeRO-1, FSDP2, in fp32 and in bf16 with fp32 master
+                          copies; which strategy fits a budget; memory_plan.py measures, master_weights.py is the
+                          mixed-precision optimizer, memory_mistakes.py names the usual miscounts)
     checks_hsdp.py        build_hsdp_model (HSDP: FSDP2 on a 2-D mesh from a machine description;
                           hsdp_groups.py: the groups each collective ran on, against the nodes)
 

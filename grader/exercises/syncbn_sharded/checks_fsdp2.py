@@ -7,7 +7,7 @@ rule of the task text and its check:
 
 | train_step_fsdp2(model, optimizer, micro_batches, max_norm)    | verified by                                 |
 |----------------------------------------------------------------|---------------------------------------------|
-| loss of each micro-batch / len(micro_batches), backward        | fsdp2_step_clips_global_norm (parameters    |
+| each micro-batch's loss by its share of the rows, backward     | fsdp2_step_clips_global_norm (parameters    |
 |                                                                | equal one big-batch step)                   |
 | gradient sync off before the last micro-batch, on for the last | fsdp2_accumulation_syncs_once (one          |
 |                                                                | reduce-scatter per unit, after the last     |
@@ -31,7 +31,8 @@ from grader.exercises.syncbn_sharded.fsdp2_model import DIM, OUT, TinyTransforme
 
 BF16_TOL = (5e-2, 2e-2)  # (rtol, atol): bf16 compute against the fp32 reference
 SEED, DEPTH = 1, 3
-MICRO, ROWS, STEPS, LR = 3, 4, 2, 0.1
+MICRO_ROWS, STEPS, LR = (2, 6, 4), 2, 0.1  # micro-batches of different sizes: a step is the mean over rows
+MICRO = len(MICRO_ROWS)
 # The one collective the dispatcher cannot see: clip_grad_norm_'s reduction of the norm, which DTensor issues
 # inside its own dispatch (measured: one per step on torch 2.13, gloo); a second allows a full_tensor() of the norm.
 UNSEEN_PER_STEP = 2
@@ -43,7 +44,8 @@ MAX_NORM = 0.05  # below every step's gradient norm here (reference_training ass
 
 def batch(step: int, rank: int, micro: int) -> tuple[torch.Tensor, torch.Tensor]:
     g = torch.Generator().manual_seed(1000 * step + 10 * rank + micro)
-    return torch.randn(ROWS, DIM, generator=g), torch.randn(ROWS, OUT, generator=g)
+    rows = MICRO_ROWS[micro]
+    return torch.randn(rows, DIM, generator=g), torch.randn(rows, OUT, generator=g)
 
 
 def plain_model(depth: int, seed: int) -> nn.Module:
@@ -53,14 +55,19 @@ def plain_model(depth: int, seed: int) -> nn.Module:
 
 
 @lru_cache(maxsize=None)
-def reference_training(depth: int, seed: int, world: int) -> tuple[list, dict]:
-    """One process, STEPS big-batch steps (every rank's micro-batches), clipped: (norms, parameters)."""
+def reference_training(depth: int, seed: int, world: int, by_rows: bool = True) -> tuple[list, dict]:
+    """One process, STEPS big-batch steps (every rank's micro-batches), clipped: (norms, parameters). by_rows=False:
+    the mistake of weighting each micro-batch's mean loss equally, whatever its size."""
     model = plain_model(depth, seed)
     opt = torch.optim.SGD(model.parameters(), lr=LR)
     norms = []
     for step in range(STEPS):
-        xs, ys = zip(*(batch(step, r, m) for r in range(world) for m in range(MICRO)))
-        nn.functional.mse_loss(model(torch.cat(xs)), torch.cat(ys)).backward()
+        pairs = [batch(step, r, m) for r in range(world) for m in range(MICRO)]
+        if by_rows:
+            xs, ys = zip(*pairs)
+            nn.functional.mse_loss(model(torch.cat(xs)), torch.cat(ys)).backward()
+        else:
+            sum(nn.functional.mse_loss(model(x), y) for x, y in pairs).div(len(pairs)).backward()
         norms.append(torch.nn.utils.clip_grad_norm_(model.parameters(), MAX_NORM).item())
         assert norms[-1] > 2 * MAX_NORM, "the reference must clip, or a missing clip would pass"
         opt.step()
@@ -205,6 +212,13 @@ def verify_clipped_training(g, results, depth: int, seed: int) -> None:
                     "with other gradients than clipped ones. Call clip_grad_norm_ before "
                     "optimizer.step() (it scales the gradients the step then uses)"
                 )
+            equal = reference_training(depth, seed, len(results), by_rows=False)[0][step]
+            if abs(norm - exp) > 1e-4 * exp and abs(norm - equal) <= 1e-4 * equal:
+                raise CheckFailed(
+                    f"rank {rank}, step {step + 1}: the returned norm is {norm:.6g}, the global gradient norm is "
+                    f"{exp:.6g}: you weight every micro-batch's loss the same (/ len(micro_batches)), but they "
+                    f"differ in size ({', '.join(map(str, MICRO_ROWS))} rows): the step is the mean over every row"
+                )
             if abs(norm - exp) > 1e-4 * exp:
                 local = norm < exp * 0.999
                 raise CheckFailed(
@@ -215,8 +229,8 @@ def verify_clipped_training(g, results, depth: int, seed: int) -> None:
                         "torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm) on the DTensor "
                         "gradients: it reduces the norm over every shard"
                         if local
-                        else ": scale each micro-batch's loss by 1/len(micro_batches), and return the norm "
-                        "before clipping"
+                        else ": each micro-batch's loss must count by its share of the rows (the step is the "
+                        "mean over every row), and return the norm before clipping"
                     )
                 )
         for name, exp in params.items():
@@ -224,8 +238,8 @@ def verify_clipped_training(g, results, depth: int, seed: int) -> None:
                 got["params"][name],
                 exp,
                 f"rank {rank}: {name} after {STEPS} steps",
-                "each step must equal one clipped SGD step on the whole batch: loss / len(micro_batches),"
-                " one gradient sync, clip_grad_norm_(model.parameters(), max_norm), optimizer.step()",
+                "each step must equal one clipped SGD step on the mean loss over every row of the whole batch, "
+                "one gradient sync, clip_grad_norm_(model.parameters(), max_norm), optimizer.step()",
             )
 
 

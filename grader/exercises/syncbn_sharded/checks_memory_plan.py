@@ -1,18 +1,22 @@
 """03_syncbn_sharded: plan_memory (which strategy fits a per-rank memory budget).
 
-The ranks measure, with the grader's own code, the bytes a rank holds after one Adam step under DDP, ZeRO-1 and
-FSDP2, and the activations of one forward (memory_plan.py); then they call the student's plan_memory on the same
-model built on the meta device, once per budget. Both checks judge that one launch (the same run, shared by the
-runner). The parent first compares the measurement with the formulas: a measurement the answers disturbed pays
-nothing. Each rule of the task text and its check:
+The ranks call the student's plan_memory on the model built on the meta device, once per budget, for two cases:
+fp32 parameters with Adam, and bf16 parameters with fp32 master copies and moments (memory_plan.py,
+master_weights.py). Then they measure, with the grader's own code, the bytes a rank holds after one step under DDP
+(default buckets), ZeRO-1 and FSDP2 in each case, and the activations of one forward. Every check judges that one
+launch (the same run, shared by the runner). The parent first compares the measurement with the formulas: a
+measurement the answers disturbed pays nothing. Each rule of the task text and its check:
 
 | plan_memory(model, world_size, activation_bytes, budget_bytes)   | verified by                               |
 |------------------------------------------------------------------|-------------------------------------------|
-| per-rank bytes of fp32 parameters + gradients + Adam state +     | memory_estimates_match_measured (each     |
-| activations, for "ddp", "zero1", "fsdp2", within 5% of measured  | strategy, each rank; the usual mistakes   |
-|                                                                  | named)                                    |
-| "choice": the first of ddp, zero1, fsdp2 whose measured bytes    | memory_choice_fits_budget (four budgets:  |
-| fit the budget, None when none does                              | each strategy's, and one nothing fits)    |
+| per-rank bytes of fp32 parameters + gradients + DDP's buckets +  | memory_estimates_match_measured (each     |
+| Adam state + activations, for "ddp", "zero1", "fsdp2", within 5% | strategy, each rank; the usual mistakes   |
+| of measured                                                      | named)                                    |
+| the same for bf16 parameters, gradients and buckets with fp32    | memory_estimates_mixed_precision          |
+| master copies and moments                                        |                                           |
+| "choice": the first of ddp, zero1, fsdp2 whose measured bytes    | memory_choice_fits_budget (four budgets   |
+| fit the budget, None when none does                              | per case: each strategy's, and one        |
+|                                                                  | nothing fits)                             |
 """
 
 from __future__ import annotations
@@ -30,14 +34,18 @@ from grader.exercises.syncbn_sharded.memory_plan import (
     expected_state,
     measure_activations,
     measure_state,
+    bytes_per_parameter,
     measuring_group,
+    mixed_precision,
     parameter_count,
     planning_net,
 )
+from grader.exercises.syncbn_sharded.memory_mistakes import mistakes
 
 ESTIMATE_RTOL = 0.05  # of the measured bytes: Adam's step counters and rounding are far below it
 MEASURE_RTOL = 0.01  # the grader's measurement against its formulas
 SPEC = {"width": 48, "layers": 6, "rows": 64, "seed": 3}
+CASES = (SPEC, mixed_precision(SPEC))  # fp32 Adam; bf16 parameters with fp32 master copies and moments
 
 
 def totals(spec: dict, world: int) -> dict[str, int]:
@@ -79,146 +87,68 @@ def _answer(value) -> dict:
     return out
 
 
-def _in_rank_plan(ctx, student, spec: dict, budget_list: list):
-    """The student's plans first, then the grader's measurement: nothing it compares with exists while the
-    student's code runs (a walk up the frames finds the task's inputs only)."""
+def _in_rank_plan(ctx, student, specs: list, budget_lists: list):
+    """The student's plans first (every case, every budget), then the grader's measurement: nothing it compares with
+    exists while the student's code runs (a walk up the frames finds the task's inputs only)."""
     import torch
 
-    activations = measure_activations(ctx, spec)  # an input of the task (activation_bytes), not an expectation
     plan = student.task("plan_memory")
-    answers = []
-    for budget in budget_list:
-        with torch.device("meta"):
-            model = planning_net(spec)
-        answers.append(_answer(plan(model, ctx.world_size, activations, budget)))
+    cases = []
+    for spec, budget_list in zip(specs, budget_lists):
+        activations = measure_activations(ctx, spec)  # an input of the task (activation_bytes), not an expectation
+        answers = []
+        for budget in budget_list:
+            with torch.device("meta"):
+                model = planning_net(spec)
+            answers.append(_answer(plan(model, ctx.world_size, activations, budget)))
+        cases.append({"activations": activations, "answers": answers})
     group = measuring_group()  # on the CPU whatever the plan: bytes do not depend on the device
-    measured = {kind: measure_state(ctx, spec, kind, group) for kind in STRATEGIES}
-    return {"measured": measured, "activations": activations, "answers": answers}
+    for spec, case in zip(specs, cases):
+        case["measured"] = {kind: measure_state(ctx, spec, kind, group) for kind in STRATEGIES}
+    return cases
 
 
-def run_plan(g, spec: dict = SPEC) -> list:
-    results = g.run(_in_rank_plan, spec, budgets(spec, g.world_size))
-    world = len(results)
-    state, activations = expected_state(spec, world), expected_activations(spec)
-    for rank, got in enumerate(results):
-        ok = isinstance(got, dict) and isinstance(got.get("measured"), dict) and isinstance(got.get("answers"), list)
-        ok = ok and all(isinstance(got["measured"].get(k), int) for k in STRATEGIES)
-        ok = ok and isinstance(got.get("activations"), int) and len(got["answers"]) == len(budgets(spec, world))
-        ok = ok and all(
-            isinstance(a, dict) and (set(a) == {"type"} or set(a) == {*STRATEGIES, "choice"}) for a in got["answers"]
-        )
-        if not ok:
-            raise CheckFailed(
-                f"rank {rank} did not send back the grader's measurement: the grader's code in the ranks was changed"
-            )
-        measured = dict(got["measured"], activations=got["activations"])
-        for kind, want in dict(state, activations=activations).items():
-            if abs(measured[kind] - want) > MEASURE_RTOL * want:
+def _well_formed(got, n_budgets: int) -> bool:
+    ok = isinstance(got, dict) and isinstance(got.get("measured"), dict) and isinstance(got.get("answers"), list)
+    ok = ok and all(isinstance(got["measured"].get(k), int) for k in STRATEGIES)
+    ok = ok and isinstance(got.get("activations"), int) and len(got["answers"]) == n_budgets
+    return ok and all(
+        isinstance(a, dict) and (set(a) == {"type"} or set(a) == {*STRATEGIES, "choice"}) for a in got["answers"]
+    )
+
+
+def run_plan(g, specs: tuple = CASES) -> list[list[dict]]:
+    """One launch for every case: per case (in the order of `specs`), each rank's measurement and answers."""
+    world = g.world_size
+    results = g.run(_in_rank_plan, list(specs), [budgets(spec, world) for spec in specs])
+    by_case = []
+    for index, spec in enumerate(specs):
+        state, activations = expected_state(spec, world), expected_activations(spec)
+        case = [got[index] if isinstance(got, list) and len(got) == len(specs) else None for got in results]
+        for rank, got in enumerate(case):
+            if not _well_formed(got, len(budgets(spec, world))):
                 raise CheckFailed(
-                    f"rank {rank}: the grader measured {measured[kind]} bytes for {NAMES.get(kind, kind)}, where "
-                    f"its model of the run predicts {want}: something in your answers changed how torch keeps "
-                    "memory (a patched optimizer, wrapper or allocation). Define plan_memory only, and leave "
-                    "torch as it is"
+                    f"rank {rank} did not send back the grader's measurement: the grader's code in the ranks was "
+                    "changed"
                 )
-    return results
+            measured = dict(got["measured"], activations=got["activations"])
+            for kind, want in dict(state, activations=activations).items():
+                if abs(measured[kind] - want) > MEASURE_RTOL * want:
+                    raise CheckFailed(
+                        f"rank {rank}: the grader measured {measured[kind]} bytes for {NAMES.get(kind, kind)}, "
+                        f"where its model of the run predicts {want}: something in your answers changed how torch "
+                        "keeps memory (a patched optimizer, wrapper or allocation). Define plan_memory only, and "
+                        "leave torch as it is"
+                    )
+        by_case.append(case)
+    return by_case
 
 
-def _mistakes(kind: str, psi: int, world: int, act: int, state: int) -> list[tuple[float, str]]:
-    """(what a typical mistake estimates, what to say) for one strategy."""
-    full, shard = 4 * psi, 4 * psi / world
-    out = _activation_and_unit_mistakes(world, act, state)
-    if kind in ("ddp", "zero1"):
-        out.append(
-            (
-                state + full + act,
-                "you count DDP's buckets beside the gradients: the runs use gradient_as_bucket_view=True, so the "
-                "gradients are views into the buckets (4 bytes per parameter, not 8)",
-            )
-        )
-    by_kind = {"ddp": _ddp_mistakes, "zero1": _zero1_mistakes, "fsdp2": _fsdp2_mistakes}
-    return out + by_kind[kind](full, shard, act)
-
-
-def _activation_and_unit_mistakes(world: int, act: int, state: int) -> list[tuple[float, str]]:
-    return [
-        (
-            state,
-            "the activations are left out: add activation_bytes (they are per rank and sharded by none of the "
-            "three strategies)",
-        ),
-        (
-            state + act / world,
-            "the activations are divided by the world size: each rank keeps those of its own "
-            "batch, whatever the strategy",
-        ),
-        ((state + act) / 4, "you seem to count elements, not bytes: an fp32 value takes 4 bytes"),
-        (
-            state / 4 + act,
-            "you seem to count the parameters, gradients and Adam's moments as elements: an fp32 value takes 4 bytes",
-        ),
-    ]
-
-
-def _ddp_mistakes(full: float, shard: float, act: int) -> list[tuple[float, str]]:
-    return [
-        (
-            3 * full + act,
-            "16 bytes per parameter under DDP, you count 12: the gradients (4 bytes per "
-            "parameter, on every rank) are the usual part to forget",
-        ),
-        (
-            2 * full + act,
-            "Adam keeps two fp32 moments per parameter (8 bytes), beside the parameter and its gradient",
-        ),
-    ]
-
-
-def _zero1_mistakes(full: float, shard: float, act: int) -> list[tuple[float, str]]:
-    return [
-        (
-            full + 2 * shard + act,
-            "ZeRO-1 without the gradients: every rank still holds a full gradient (4 "
-            "bytes per parameter), as under DDP",
-        ),
-        (  # parameters or gradients sharded: the same number
-            shard + full + 2 * shard + act,
-            "ZeRO-1 shards only the optimizer state: every rank keeps all the parameters and all the "
-            "gradients, as under DDP (sharding the gradients too is ZeRO-2); only Adam's moments are split, "
-            "8Ψ/N",
-        ),
-        (
-            4 * shard + act,
-            "ZeRO-1 shards only the optimizer state: every rank keeps all the parameters (and "
-            "gradients) as under DDP; what you estimated is FSDP2's",
-        ),
-        (
-            4 * full + act,
-            "ZeRO-1's optimizer state is not divided by the world size: each rank keeps Adam's "
-            "moments of 1/N of the parameters",
-        ),
-    ]
-
-
-def _fsdp2_mistakes(full: float, shard: float, act: int) -> list[tuple[float, str]]:
-    return [
-        (
-            4 * full + act,
-            "FSDP2's estimate is not divided by the world size: each rank keeps 1/N of the "
-            "parameters, of the gradients and of Adam's moments",
-        ),
-        (3 * shard + act, "FSDP2 without the gradients: each rank keeps its shard of the gradients too"),
-        (
-            full + 3 * shard + act,
-            "FSDP2 shards the parameters too: between steps each rank keeps only its 1/N of them",
-        ),
-    ]
-
-
-def _likely(kind: str, estimate: float, psi: int, world: int, act: int, state: int) -> str:
+def _likely(kind: str, estimate: float, psi: int, p: int, world: int, act: int, state: int) -> str:
     """The message of the typical mistake nearest to the estimate, if one is within the tolerance."""
     near = [
         (abs(estimate - wrong) / max(wrong, 1), message)
-        for wrong, message in _mistakes(kind, psi, world, act, state)
+        for wrong, message in mistakes(kind, psi, p, world, act, state)
         if abs(estimate - wrong) <= ESTIMATE_RTOL * max(wrong, 1)
     ]
     return min(near)[1] if near else ""
@@ -241,12 +171,12 @@ def verify_estimates(results: list, spec: dict) -> None:
             measured = state + act
             if abs(estimate - measured) <= ESTIMATE_RTOL * measured:
                 continue
-            likely = _likely(kind, estimate, psi, world, act, state)
+            likely = _likely(kind, estimate, psi, bytes_per_parameter(spec)[0], world, act, state)
             raise CheckFailed(
-                f"rank {rank}: {NAMES[kind]}: you estimated {estimate:.0f} bytes per rank, the grader measured "
-                f"{measured} ({state} of parameters, gradients and Adam state after a step, {act} of activations; "
-                f"Ψ = {psi} parameters, {world} ranks; within {ESTIMATE_RTOL:.0%} passes)"
-                + (f": {likely}" if likely else "")
+                f"rank {rank}: {NAMES[kind]} with {spec.get('precision', 'fp32')} parameters: you estimated "
+                f"{estimate:.0f} bytes per rank, the grader measured {measured} ({state} of parameters, gradients, "
+                f"buckets and optimizer state after a step, {act} of activations; Ψ = {psi} parameters, {world} "
+                f"ranks; within {ESTIMATE_RTOL:.0%} passes)" + (f": {likely}" if likely else "")
             )
 
 
@@ -280,19 +210,27 @@ def verify_choices(results: list, spec: dict) -> None:
                     "parameters in forward and again in backward)"
                 )
             raise CheckFailed(
-                f"rank {rank}: for a budget of {budget} bytes per rank you chose {choice!r}, expected {want!r} "
+                f"rank {rank}, {spec.get('precision', 'fp32')} parameters: for a budget of {budget} bytes per rank "
+                f"you chose {choice!r}, expected {want!r} "
                 f"(measured per rank: {need}): {why}"
             )
 
 
 @EXERCISE.check("plan_memory", points=2)
 def memory_estimates_match_measured(g):
-    """Each strategy's estimate within 5% of the bytes measured on a real run (2 ranks, Adam, fp32)."""
-    verify_estimates(run_plan(g), SPEC)
+    """fp32 parameters and Adam: each strategy's estimate within 5% of the bytes measured on a real run (2 ranks,
+    DDP's default buckets)."""
+    verify_estimates(run_plan(g)[0], CASES[0])
+
+
+@EXERCISE.check("plan_memory", points=2)
+def memory_estimates_mixed_precision(g):
+    """bf16 parameters, fp32 master copies and moments: each estimate within 5% of the bytes measured (2 ranks)."""
+    verify_estimates(run_plan(g)[1], CASES[1])
 
 
 @EXERCISE.check("plan_memory", points=2)
 def memory_choice_fits_budget(g):
-    """For four budgets, the strategy cheapest in communication whose measured bytes fit, or None."""
-    results = run_plan(g)
-    verify_choices(results, SPEC)
+    """For four budgets per precision, the strategy cheapest in communication whose measured bytes fit, or None."""
+    for results, spec in zip(run_plan(g), CASES):
+        verify_choices(results, spec)

@@ -103,8 +103,9 @@ HINTS = {
     ],
     "train_step_fsdp2": [
         "Accumulate as in exercise 2, but FSDP2's switch is a method of the model, not a context manager: "
-        "`set_requires_gradient_sync`, off for every micro-batch but the last, on for the last. Divide each "
-        "micro-batch's loss by their number before its backward.",
+        "`set_requires_gradient_sync`, off for every micro-batch but the last, on for the last. Then the loss: "
+        "`mse_loss` is a mean over its micro-batch's rows; what mean must the step follow, and what is a row of a "
+        "2-row micro-batch worth next to a row of a 6-row one?",
         "Clip after the loop and before stepping: `torch.nn.utils.clip_grad_norm_` over `model.parameters()` "
         "understands DTensor gradients and returns the norm of the whole gradient (itself a DTensor). Never clip "
         "`.to_local()` shards: each rank would get its own, smaller norm.",
@@ -121,20 +122,22 @@ HINTS = {
     "checkpoint_activations": [
         "Two questions: how many bytes does each block keep for backward when it is not checkpointed, and which "
         "blocks, once checkpointed, bring the total under the budget with the fewest of them?",
-        "A block keeps two tensors of `rows x hidden` elements, where `hidden` is its first layer's output size; "
-        "multiply by the bytes of one element. Taking the blocks that keep the most first reaches the budget "
-        "soonest; stop as soon as what is left fits.",
-        "To checkpoint block `i`, assign a wrapper into `model.blocks[i]` that keeps the original block as an "
-        "attribute and calls `torch.utils.checkpoint.checkpoint` on it with `use_reentrant=False`.",
+        "The blocks differ: what decides how much one of them keeps, and how much its recomputation saves? If two "
+        "plans both fit, one recomputing 3 blocks and one 4, which blocks does the first one pick? Try it on paper "
+        "with the sizes of the public check's model before you code it.",
+        "The lesson picks the checkpointed blocks inside its own model's forward. Here the model's forward is fixed: "
+        "what can take a block's place in `model.blocks` so that calling it runs that block under checkpointing, "
+        "with the same parameters? Reread the task text on `use_reentrant`.",
     ],
     "plan_memory": [
-        "Write the three strategies as columns and parameters, gradients, Adam's state and activations as rows: "
-        "which of the four does each strategy keep whole on every rank, and which does it split over the ranks?",
-        "Everything here is fp32: a parameter takes 4 bytes, its gradient 4 more, Adam's two moments 8. Count "
-        "bytes from the parameters' shapes (`numel()` times `element_size()`), which a meta model has. The "
-        "activations belong to this rank's batch: no strategy splits them.",
-        "DDP splits nothing; ZeRO-1 splits only the optimizer state; FSDP2 splits all three. Then try the "
-        "strategies in the order they communicate, least first, and keep the first that fits the budget.",
+        "Make a table: the three strategies as columns; as rows, everything a rank keeps after the step "
+        "(parameters, gradients, DDP's buckets, each piece of optimizer state) and the activations. For each cell: "
+        "how many bytes per parameter, and is it whole on every rank or split over the ranks?",
+        "Bytes depend on the dtype: a meta model still has each parameter's `numel()` and `element_size()`. Which "
+        "rows follow the parameters' dtype, and which are fp32 whatever it is? With DDP's defaults, is a gradient "
+        "stored once or twice?",
+        "ZeRO-1 splits what the optimizer owns, all of it; FSDP2 splits every row but the activations and has no "
+        "buckets. Check your table against the lesson's measured run (another optimizer, the same method).",
     ],
     "build_hsdp_model": [
         "Draw the machine as a table: one row per node, one column per position within a node. The ranks of a "
