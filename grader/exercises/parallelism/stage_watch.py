@@ -13,6 +13,7 @@ crashes (a stage holding the whole model fails in torch's matmul) the parent can
 
 from __future__ import annotations
 
+import gc
 import json
 
 import torch
@@ -76,15 +77,43 @@ class StageWatch(WatchedMode):
             pass
 
 
+def built_stages(model: torch.nn.Module) -> list[list[int]]:
+    """[stage index, number of stages, first layer, last layer] of each torch PipelineStage this rank built over
+    the model's own layers (found among live objects: a diagnosis of which stages a rank held, even when the
+    schedule then failed). A hand-written schedule builds none."""
+    from torch.distributed.pipelining.stage import _PipelineStageBase
+
+    index_of = {id(layer): i for i, layer in enumerate(model)}
+    found = []
+    for obj in gc.get_objects():
+        if isinstance(obj, _PipelineStageBase) and isinstance(getattr(obj, "submod", None), torch.nn.Module):
+            layers = sorted(index_of[id(m)] for m in obj.submod.modules() if id(m) in index_of)
+            if layers:
+                found.append([int(obj.stage_index), int(obj.num_stages), layers[0], layers[-1]])
+    return sorted(found)
+
+
+def note_stages(path: str, model: torch.nn.Module) -> None:
+    """Appends the stages this rank built to its notes."""
+    try:
+        with open(path, "a") as f:
+            f.write(json.dumps({"stages": built_stages(model)}) + "\n")
+    except OSError:
+        pass
+
+
 def read_notes(path: str) -> dict:
-    """What a rank's StageWatch noted before its run ended, however it ended: the layers it used, the shapes sent."""
-    notes = {"used": [], "sent": []}
+    """What a rank's StageWatch noted before its run ended, however it ended: the layers it used, the shapes sent,
+    the pipeline stages it built."""
+    notes = {"used": [], "sent": [], "stages": []}
     try:
         with open(path) as f:
             for line in f:
                 record = json.loads(line)
                 if "used" in record:
                     notes["used"] = record["used"]
+                elif "stages" in record:
+                    notes["stages"] = record["stages"]
                 else:
                     notes["sent"].append(record["sent"])
     except (OSError, ValueError):
