@@ -96,7 +96,7 @@ def test_stages_side_by_side_are_told_round_robin(reports):
 def test_one_stage_per_rank_is_named(reports):
     report, bad = reports["one_stage"]
     assert report.score == 0 and set(bad) == ALL, bad
-    assert "a single stage per rank" in bad[FOUR], bad
+    assert "built a single stage" in bad[FOUR] and "One stage per rank" in bad[FOUR], bad
 
 
 def test_a_changed_microbatch_count_is_named(reports):

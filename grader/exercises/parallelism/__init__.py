@@ -6,9 +6,9 @@ single-process reference (reference.py).
     checks_tensor.py       ColumnParallelLinear
     checks_dtensor.py      parallelize_mlp (DeviceMesh and DTensor: column-then-row, collectives counted)
     checks_pipeline.py     pipeline_step; pipeline_diagnosis.py names a failed pipeline's likely mistake
-    checks_schedule.py     pipeline_schedule (GPipe and 1F1B: gradients, losses, the order of the messages;
-                           stage_watch.py: the layers each rank ran and what it sent; schedule_traffic.py: those
-                           against one process)
+    checks_schedule.py     pipeline_schedule (interleaved 1F1B, 2 stages per rank: gradients, losses;
+                           stage_watch.py: the stages and layers each rank ran and what it sent;
+                           schedule_traffic.py: those against one process, in interleaved.py's order)
 
 This file declares the exercise; its checks_*.py and hidden_*.py modules are found by
 grader.exercises.discover() (the contract is in grader/exercises/__init__.py).
