@@ -6,9 +6,9 @@ single-process reference (reference.py).
     checks_tensor.py       ColumnParallelLinear
     checks_dtensor.py      parallelize_mlp (DeviceMesh and DTensor: column-then-row, collectives counted)
     checks_pipeline.py     pipeline_step; pipeline_diagnosis.py names a failed pipeline's likely mistake
-    checks_schedule.py     pipeline_schedule (GPipe and 1F1B: gradients, losses, the order of the messages;
-                           stage_watch.py: the layers each rank ran and what it sent; schedule_traffic.py: those
-                           against one process)
+    checks_schedule.py     pipeline_schedule (interleaved 1F1B, 2 stages per rank: gradients, losses;
+                           stage_watch.py: the stages and layers each rank ran and what it sent;
+                           schedule_traffic.py: those against one process, in interleaved.py's order)
     checks_experts.py      moe_layer (expert parallelism: tokens to their experts by all-to-all and back;
                            all_to_all_watch.py: what each all-to-all carried; expert_traffic.py: that against
                            the routing; expert_setting.py: the experts, the routing and one process)

@@ -8,14 +8,15 @@ from grader.exercises.parallelism import EXERCISE
 
 # make selfcheck grades the solution with this line replaced: its task must score less than full marks.
 EXERCISE.typical_mistake = (
-    '{"GPipe": ScheduleGPipe, "1F1B": Schedule1F1B}[schedule]',
-    "ScheduleGPipe  # whatever schedule says",
+    "for index in (rank, rank + world_size):",
+    "for index in (2 * rank, 2 * rank + 1):  # neighbouring stages on one rank",
 )
 
 
 @EXERCISE.check("pipeline_schedule", points=1, hidden=True, world_size=3)
-def schedule_three_stages_uneven(g):
-    """3 ranks, 1F1B, 6 microbatches of 12 samples, 5 layers split 2 + 2 + 1 (a middle stage receives and sends)."""
-    widths = [6, 9, 7, 5]
-    per_rank, expected = run_schedule(g, 3, widths, 12, 6, "1F1B")
-    check_step(g, per_rank, expected, widths, 6, "1F1B")
+def interleaved_schedule_three_ranks_uneven(g):
+    """3 ranks, 6 stages, 6 microbatches of 12 samples, 11 layers split 2 + 2 + 2 + 2 + 2 + 1 (middle ranks
+    receive and send both ways)."""
+    widths = [6, 9, 7, 5, 8, 6, 4]
+    per_rank, expected = run_schedule(g, 3, widths, 12, 6)
+    check_step(g, per_rank, expected, widths, 6)

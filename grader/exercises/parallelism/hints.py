@@ -73,16 +73,15 @@ HINTS = {
         "its buffers from the header with `torch.empty(size_tensor.tolist(), device=targets.device)`.",
     ],
     "pipeline_schedule": [
-        "Three pieces: this rank's layers as a module (which indices does the contract give rank r?), a stage that "
-        "wraps them and knows its index among the stages, and a schedule object chosen by name that drives the "
-        "stage through the microbatches. Only the first stage gets the batch and only the last the targets.",
-        "`torch.distributed.pipelining` has `PipelineStage(module, stage_index, num_stages, device)` and the "
-        "schedules `ScheduleGPipe` and `Schedule1F1B`, both built from a stage, `n_microbatches=` and `loss_fn=`. "
-        "Slicing an `nn.Sequential` (`model[a:b]`) gives a new Sequential that holds the same layer objects, so "
-        "their gradients land in `model`.",
-        "A schedule's `step` is called on every rank: with the input on rank 0, with `target=` and a list passed "
-        "as `losses=` on the last rank (the schedule appends each microbatch's loss to it), with nothing on a "
-        "middle rank. Return that list on the last rank and `[]` elsewhere.",
+        "Draw the pipeline first: with p ranks and 2 stages each, which stage follows stage p - 1, and on which "
+        "rank does it run? Number the stages in the order a microbatch visits them, then write down which "
+        "numbers land on rank r. Which rank feeds the input, and which one ends with the loss?",
+        "A schedule in `torch.distributed.pipelining` that accepts several stages per rank takes a list of "
+        "this rank's stages (in increasing stage index), not one stage; each stage still needs its own index "
+        "and the total number of stages, which is no longer the world size. Slicing the model keeps its layers.",
+        "`step` runs on every rank. Only the rank holding stage 0 passes the input; a list passed as `losses=` "
+        "fills where the last stage lives. Keep `n_microbatches` as given: the interleaved order is planned "
+        "in rounds of microbatches, and the checks compare every message with that plan.",
     ],
     "moe_layer": [
         "Draw it for 2 ranks and 4 tokens first: which rows leave each rank, for whom, and in which order they "

@@ -13,6 +13,7 @@ crashes (a stage holding the whole model fails in torch's matmul) the parent can
 
 from __future__ import annotations
 
+import gc
 import json
 
 import torch
@@ -31,6 +32,8 @@ def _storage(t: torch.Tensor) -> int | None:
 
 # Operators that copy or move a tensor without computing with it: moving another stage's layers away (to "meta", to
 # free them) is not running them. Their outputs carry the layer on (a clone computed with later still counts).
+STAGE_MODULE = "torch.distributed.pipelining."
+
 COPIES = frozenset({"_to_copy", "clone", "copy_", "detach", "alias", "lift_fresh", "lift_fresh_copy", "_copy_from"})
 
 
@@ -76,15 +79,45 @@ class StageWatch(WatchedMode):
             pass
 
 
+def built_stages(model: torch.nn.Module) -> list[list[int]]:
+    """[stage index, number of stages, first layer, last layer] of each torch PipelineStage this rank built over
+    the model's own layers (found among live objects: a diagnosis of which stages a rank held, even when the
+    schedule then failed). A hand-written schedule builds none."""
+    index_of = {id(layer): i for i, layer in enumerate(model)}
+    found = []
+    for obj in gc.get_objects():
+        # torch's stage classes, known by their module (no import: the grader's import guard watches what it imports)
+        module = getattr(type(obj), "__module__", None)
+        if not isinstance(module, str) or not module.startswith(STAGE_MODULE) or not hasattr(obj, "stage_index"):
+            continue
+        if isinstance(getattr(obj, "submod", None), torch.nn.Module):
+            layers = sorted(index_of[id(m)] for m in obj.submod.modules() if id(m) in index_of)
+            if layers:
+                found.append([int(obj.stage_index), int(obj.num_stages), layers[0], layers[-1]])
+    return sorted(found)
+
+
+def note_stages(path: str, model: torch.nn.Module) -> None:
+    """Appends the stages this rank built to its notes."""
+    try:
+        with open(path, "a") as f:
+            f.write(json.dumps({"stages": built_stages(model)}) + "\n")
+    except OSError:
+        pass
+
+
 def read_notes(path: str) -> dict:
-    """What a rank's StageWatch noted before its run ended, however it ended: the layers it used, the shapes sent."""
-    notes = {"used": [], "sent": []}
+    """What a rank's StageWatch noted before its run ended, however it ended: the layers it used, the shapes sent,
+    the pipeline stages it built."""
+    notes = {"used": [], "sent": [], "stages": []}
     try:
         with open(path) as f:
             for line in f:
                 record = json.loads(line)
                 if "used" in record:
                     notes["used"] = record["used"]
+                elif "stages" in record:
+                    notes["stages"] = record["stages"]
                 else:
                     notes["sent"].append(record["sent"])
     except (OSError, ValueError):
