@@ -5,7 +5,7 @@ import sys
 
 from grader import selfcheck
 from grader.checks import CheckResult, Report
-from grader.engine.plan import current_plan
+from grader.engine.plan import current_plan, visible_gpus
 from grader.exercises import MODULES
 from tests.helpers import ROOT
 
@@ -23,7 +23,19 @@ def test_selfcheck_passes_on_this_hardware_and_prints_the_plans():
         assert any(exercise_id in line and "solution" in line for line in graded), exercise_id
         assert any(exercise_id in line and "untouched release" in line and " 0/" in line for line in graded)
         assert any(exercise_id in line and "typical mistake in" in line for line in graded), exercise_id
+        assert_sandboxed_pass_says_its_plans(graded, exercise_id)
     assert "every score as expected" in proc.stdout
+
+
+def assert_sandboxed_pass_says_its_plans(graded: list[str], exercise_id: str) -> None:
+    """The solution graded through make grade's own path: each run on a plan this hardware should give.
+    (Read from the CLI's run above, which grades it anyway, rather than from a second make grade.)"""
+    line = next(line for line in graded if exercise_id in line and "sandboxed (make grade)" in line)
+    assert line.startswith("ok ") and "ran on: " in line, line
+    for plan in line.split("ran on: ")[1].split("; "):
+        assert plan in selfcheck.expected_plans(exercise_id, visible_gpus()), line
+    if visible_gpus() == 0 and exercise_id == "02_ddp_basics":  # its hidden checks run 3 ranks
+        assert "2 ranks, gloo on CPU (no GPU visible)" in line and "3 ranks, gloo on CPU (no GPU visible)" in line
 
 
 def test_selfcheck_fails_when_a_solution_loses_points(monkeypatch, capsys):
