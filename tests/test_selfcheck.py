@@ -4,6 +4,8 @@ import re
 import subprocess
 import sys
 
+import pytest
+
 from grader import selfcheck
 from grader.checks import CheckResult, Report
 from grader.engine.plan import current_plan, visible_gpus
@@ -11,6 +13,7 @@ from grader.exercises import MODULES, get_exercise
 from tests.helpers import ROOT
 
 
+@pytest.mark.timeout(1500)  # 376 s in CI; it starts first, beside the serial unit (tests/conftest.py LONG_UNITS)
 def test_selfcheck_passes_on_this_hardware_and_prints_the_plans():
     proc = subprocess.run(
         [sys.executable, "-m", "grader", "selfcheck"], capture_output=True, text=True, timeout=3600, cwd=ROOT
