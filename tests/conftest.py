@@ -9,6 +9,11 @@ The unit is a scope of xdist's own file scheduler, chosen through xdist's schedu
 `xdist_group` marks do not group under pytest 9.2: they rewrite a node id attribute pytest no longer reads.)
 Without `-n` only the order changes.
 
+Units are handed out longest first, so that both workers end together: the units the last CI run showed
+slow (LONG_UNITS), then the others by their number of tests. xdist's own order (most tests first, its
+`--loadscope-reorder`) is turned off: it sent a unit of 2 tests that runs 6 minutes (test_selfcheck.py)
+to the end of the queue, where one worker ran it alone while the other had nothing left.
+
 Two tiers: every test is marked `fast` or `slow` here, by file. `make test-fast` runs the fast tier (`-m fast`): the
 structural tests of every layer (imports, public APIs, the guard list, cells, hints, tolerances, the hardware plan,
 the docs, function length) and one real 2-rank grading of a task per exercise plus the CLI (tests/test_smoke.py).
@@ -56,6 +61,26 @@ FAST_FILES = {
 }
 
 
+# Units slow for their number of tests, slowest first: the sum of their tests in the last CI run's
+# --durations=30 (seconds, 2 workers on 2 cores; the serial unit's files summed). Update when it changes.
+LONG_UNITS = {
+    SERIAL_UNIT: 710,
+    "tests/test_selfcheck.py": 376,
+    "tests/exercises/test_04_torchrun.py": 181,
+    "tests/test_instructor_workflow.py": 172,
+    "tests/test_job_limits.py": 139,
+    "tests/test_result_channel.py": 116,
+    "tests/exercises/test_04_resume.py": 108,
+    "tests/exercises/test_04_isolation.py": 106,
+    "tests/test_teardown_and_gpu.py": 73,
+    "tests/test_demo.py": 53,
+    "tests/test_student_install.py": 52,
+    "tests/test_scaffold.py": 47,
+    "tests/exercises/test_lazy_answers.py": 46,
+    "tests/test_gradebook_late.py": 35,
+}
+
+
 def unit_of(nodeid: str) -> str:
     """The scheduling unit of a test: its file, or the one serial unit."""
     path = nodeid.split("::", 1)[0]
@@ -70,7 +95,23 @@ def pytest_xdist_make_scheduler(config, log):
         def _split_scope(self, nodeid: str) -> str:  # xdist's documented way to choose the scope
             return unit_of(nodeid)
 
+    config.option.loadscopereorder = False  # the units go in collection order, which sorts them longest first
     return FilesAndOneSerialUnit(config, log)
+
+
+def longest_first(items) -> None:
+    """Sort the items unit by unit (stable within a unit): LONG_UNITS first, then by number of tests."""
+    sizes: dict[str, int] = {}
+    for item in items:
+        sizes[unit_of(item.nodeid)] = sizes.get(unit_of(item.nodeid), 0) + 1
+    slowest = list(LONG_UNITS)
+    items.sort(key=lambda item: _rank(unit_of(item.nodeid), slowest, sizes))
+
+
+def _rank(unit: str, slowest: list[str], sizes: dict[str, int]) -> tuple[int, int, str]:
+    if unit in LONG_UNITS:
+        return 0, slowest.index(unit), unit
+    return 1, -sizes[unit], unit
 
 
 def pytest_configure(config):
@@ -83,4 +124,4 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         fast = os.path.basename(item.nodeid.split("::", 1)[0]) in FAST_FILES
         item.add_marker(pytest.mark.fast if fast else pytest.mark.slow)
-    items.sort(key=lambda item: unit_of(item.nodeid) != SERIAL_UNIT)  # stable: the longest unit starts first
+    longest_first(items)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import functools
 import json
 import os
 import re
@@ -78,6 +79,13 @@ def grade_source(
             f.write(source)
         submission = read_python_file(path)
         return run_checks(exercise, submission, task=task, world_size=world_size, timeout=timeout)
+
+
+@functools.cache
+def graded_once(exercise_id: str, source: str, checks: tuple[str, ...]) -> Report:
+    """grade_source's report on `source` with the named checks, graded once per test process: the tests of a file
+    that grade the same mutant with the same checks share that grading (they read the report, never change it)."""
+    return grade_source(exercise_id, source, checks=list(checks))
 
 
 def graded_counting_launches(exercise_id: str, source: str, task: str | None, hidden: bool) -> tuple[Report, list]:

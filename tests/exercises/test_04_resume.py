@@ -12,7 +12,7 @@ from __future__ import annotations
 import pytest
 
 from grader.exercises.torchrun import problem, reference, resumes, runs
-from tests.helpers import failed, grade_source, mutate, solution_source
+from tests.helpers import failed, grade_source, graded_once, mutate, solution_source
 
 ID = "04_torchrun"
 KILL_CHECKS = ["train_script_resumes_after_a_killed_worker", "train_script_resumes_mid_epoch"]
@@ -51,10 +51,15 @@ MISTAKES = {  # name -> (solution text, mutant text, phrase of the mid-epoch che
 }
 
 
+def graded_mistake(name: str):
+    """The crash run's report on the solution with MISTAKES[name] put in, shared by the tests that grade it."""
+    return graded_once(ID, mutate(solution_source(ID), *MISTAKES[name][:2]), tuple(KILL_CHECKS))
+
+
 @pytest.mark.parametrize("name", sorted(MISTAKES))
 def test_a_mid_epoch_mistake_keeps_the_epoch_resume_and_fails_the_mid_epoch_check(name):
     old, new, phrase = MISTAKES[name]
-    report = grade_source(ID, mutate(solution_source(ID), old, new), checks=KILL_CHECKS)
+    report = graded_mistake(name)
     messages = failed(report)
     assert set(messages) == {"train_script_resumes_mid_epoch"}, "\n".join(report.lines())
     assert phrase in messages["train_script_resumes_mid_epoch"], messages
@@ -73,9 +78,7 @@ PEEKING = (
 
 def test_a_script_reading_its_environment_for_the_kill_step_gains_nothing():
     report = grade_source(ID, mutate(solution_source(ID), *PEEKING), checks=KILL_CHECKS)
-    twin = grade_source(
-        ID, mutate(solution_source(ID), *MISTAKES["snapshots_only_at_epoch_ends"][:2]), checks=KILL_CHECKS
-    )
+    twin = graded_mistake("snapshots_only_at_epoch_ends")  # graded above: one crash run per script
     assert report.score <= twin.score == 3, "\n".join(report.lines() + twin.lines())
     assert "not only at epoch ends" in failed(report)["train_script_resumes_mid_epoch"]
 
@@ -85,7 +88,9 @@ def test_the_same_file_gets_the_same_score_every_time():
     which scored 4 to 9 of 9 under drawn kills) gets the same score and message in repeated gradings."""
     assert runs.KILL_STEP == 7 and not hasattr(runs, "kill_steps")
     source = mutate(solution_source(ID), *MISTAKES["skips_batches_run_in_every_later_epoch"][:2])
-    reports = [grade_source(ID, source, checks=KILL_CHECKS) for _ in range(3)]
+    # three gradings of one file: the mistake's test above made the first (graded_once), two more here
+    reports = [graded_mistake("skips_batches_run_in_every_later_epoch")]
+    reports += [grade_source(ID, source, checks=KILL_CHECKS) for _ in range(2)]
     assert len({(r.score, tuple(sorted(failed(r).items()))) for r in reports}) == 1, [r.lines() for r in reports]
 
 
