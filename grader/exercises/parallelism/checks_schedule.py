@@ -240,7 +240,7 @@ def schedule_1f1b_matches_one_process_in_its_order(g):
     check_step(g, per_rank, expected, widths, 4, "1F1B")
 
 
-@EXERCISE.check("pipeline_schedule", points=2)
+@EXERCISE.check("pipeline_schedule", points=2, depends_on=("schedule_1f1b_matches_one_process_in_its_order",))
 def schedule_gpipe_matches_one_process_in_its_order(g):
     """2 ranks, GPipe, 4 microbatches: gradients, losses and the order of the messages."""
     widths = [8, 12, 10, 6, 4]

@@ -13,7 +13,13 @@ EXERCISE.typical_mistake = (
 )
 
 
-@EXERCISE.check("pipeline_schedule", points=1, hidden=True, world_size=3)
+@EXERCISE.check(
+    "pipeline_schedule",
+    points=1,
+    hidden=True,
+    world_size=3,
+    depends_on=("schedule_1f1b_matches_one_process_in_its_order", "schedule_gpipe_matches_one_process_in_its_order"),
+)
 def schedule_three_stages_uneven(g):
     """3 ranks, 1F1B, 6 microbatches of 12 samples, 5 layers split 2 + 2 + 1 (a middle stage receives and sends)."""
     widths = [6, 9, 7, 5]

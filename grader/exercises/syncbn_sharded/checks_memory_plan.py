@@ -291,7 +291,7 @@ def memory_estimates_match_measured(g):
     verify_estimates(run_plan(g), SPEC)
 
 
-@EXERCISE.check("plan_memory", points=2)
+@EXERCISE.check("plan_memory", points=2, depends_on=("memory_estimates_match_measured",))
 def memory_choice_fits_budget(g):
     """For four budgets, the strategy cheapest in communication whose measured bytes fit, or None."""
     results = run_plan(g)

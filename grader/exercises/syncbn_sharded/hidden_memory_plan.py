@@ -13,7 +13,13 @@ SPEC = {"width": 36, "layers": 9, "rows": 40, "seed": 8}
 EXERCISE.typical_mistake = ('"zero1": params + grads + adam // world_size', '"zero1": params + grads + adam')
 
 
-@EXERCISE.check("plan_memory", points=1, hidden=True, world_size=3)
+@EXERCISE.check(
+    "plan_memory",
+    points=1,
+    hidden=True,
+    world_size=3,
+    depends_on=("memory_estimates_match_measured", "memory_choice_fits_budget"),
+)
 def memory_plan_with_three_ranks(g):
     """Three ranks, another model: the estimates within 5% of the measured bytes, and the four choices."""
     results = run_plan(g, SPEC)
