@@ -15,12 +15,6 @@ from grader.exercises.torchrun import EXERCISE
     hidden=True,
     feedback="Hidden: the last epoch's checkpoint, loaded at 3 ranks (the script must wait for its "
     "last save before it exits).",
-    depends_on=(
-        "train_script_matches_single_process",
-        "train_script_resumes_after_a_killed_worker",
-        "train_script_resumes_mid_epoch",
-        "train_script_checkpoints_while_training_goes_on",
-    ),
 )
 def train_script_completes_its_last_checkpoint(g):
     """The checkpoint after the last epoch is complete (its future waited for before exit) and loads at 3 ranks
