@@ -59,10 +59,13 @@ test-fast: install $(VENV)/.installed-test
 # Student and instructor on one laptop: each exercise is (re)released to the local exchange
 # (.nbgrader/exchange, or $NBGRADER_EXCHANGE) when it changed, so that Nbgrader > Assignment List
 # fetches it (into ddp-course/<id>/) and submits it; Validate sits in each notebook's toolbar;
-# Nbgrader > Formgrader is the instructor's side (collect, autograde, feedback). The file browser opens in
-# ddp-course/ and does not list solutions/ nor the grader's hidden tests (deploy/lab/jupyter_server_config.py).
+# Nbgrader > Formgrader is the instructor's side (collect, autograde, feedback). The lab opens on
+# welcome/ (its COURSE_LANG version); the file browser does not list solutions/ nor the grader's hidden tests
+# (deploy/lab/jupyter_server_config.py).
 # COURSE_LANG=es (nl, ja): an exercise translated into that language is released from translated/<lang>/ instead.
 EXCHANGE = $(or $(NBGRADER_EXCHANGE),$(CURDIR)/.nbgrader/exchange)
+# The page the lab opens on: where the lessons are, how to fetch, check, hint, see progress and submit.
+WELCOME = welcome/$(if $(filter es nl ja,$(COURSE_LANG)),$(COURSE_LANG)/)welcome.ipynb
 lab: install
 	@for a in $(ASSIGNMENTS); do \
 	  test -d exercises/$$a || continue; \
@@ -74,7 +77,7 @@ lab: install
 	@$(BIN)/python -m grader.gradebook.course_access $(CURDIR)  # one line if other accounts can read the answers
 	NBGRADER_CACHE=$(or $(NBGRADER_CACHE),$(CURDIR)/.nbgrader/cache) \
 	  $(BIN)/jupyter lab --ServerApp.root_dir=$(CURDIR) --config=deploy/lab/jupyter_server_config.py \
-	  --LabApp.default_url=/lab/tree/ddp-course $(if $(filter 0,$(shell id -u)),--allow-root)
+	  --LabApp.default_url=/lab/tree/$(WELCOME) $(if $(filter 0,$(shell id -u)),--allow-root)
 
 bench: install
 	$(BIN)/python benchmarks/bench_engine.py

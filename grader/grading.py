@@ -165,7 +165,7 @@ class Grading:
         )  # no GPU: no CUDA context just to load
         self.rank_texts += rank_texts(result)
         value = result.ranks[0].value if result.ok else None
-        if result.ok and isinstance(value, dict) and set(value) == {"defined", "problems"}:
+        if result.ok and isinstance(value, dict) and set(value) == {"defined", "problems", "unreached"}:
             self.load_report = LoadReport(**value)
         elif result.ok:
             self.load_failure = _("loading your answers sent back something that is not the grader's report")

@@ -239,6 +239,9 @@ def _not_runnable(check: Check, grading: Grading, hung_in: str | None) -> tuple[
         return grading.load_failure, "load_failed"
     if check.task not in grading.load_report.defined:
         message = _("`{task}` is not defined in your answers", task=check.task)
+        stopped = grading.load_report.unreached.get(check.task)
+        if stopped:  # its own cell raised: that error is the reason, whatever else raised
+            return message + _(": the cell that defines it stopped before it ({why})", why=stopped), "not_defined"
         if grading.load_report.problems:
             message += _("; while loading them: {problems}", problems="; ".join(grading.load_report.problems))
         return message, "not_defined"

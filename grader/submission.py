@@ -14,6 +14,7 @@ Reading never executes student code and never writes to the submission.
 
 from __future__ import annotations
 
+import ast
 import io
 import json
 import linecache
@@ -47,6 +48,7 @@ class LoadReport:
 
     defined: list[str]
     problems: list[str] = field(default_factory=list)  # cell errors, in order
+    unreached: dict[str, str] = field(default_factory=dict)  # name -> why its cell stopped before defining it
 
 
 _MAGIC = re.compile(r"^(\s*)([%!].*)$", re.MULTILINE)
@@ -84,19 +86,33 @@ class SourceSubmission(Submission):
         module.__dict__["__builtins__"] = __builtins__
         # @dataclass (and typing) look their class's module up in sys.modules.
         sys.modules[module.__name__] = module
-        problems = []
+        problems, unreached = [], {}
         for cell in self.cells:
             try:
                 code = compile(_strip_magics(cell.source), cell.filename, "exec")
             except SyntaxError as exc:
                 problems.append(f"{cell.filename} has a syntax error at line {exc.lineno}: {exc.msg}")
+                unreached.update(dict.fromkeys(top_level_definitions(cell.source), problems[-1]))
                 continue
             try:
                 exec(code, module.__dict__)
             except BaseException as exc:  # SystemExit too: the rest of the answers still load
                 problems.append(f"{cell.filename} raised {type(exc).__name__}: {exc}")
+                unreached.update(dict.fromkeys(top_level_definitions(cell.source), problems[-1]))
         names = [n for n in module.__dict__ if not n.startswith("__")]
-        return types.SimpleNamespace(**{n: module.__dict__[n] for n in names}), LoadReport(names, problems)
+        unreached = {n: why for n, why in unreached.items() if n not in names}  # defined later after all: fine
+        return types.SimpleNamespace(**{n: module.__dict__[n] for n in names}), LoadReport(names, problems, unreached)
+
+
+def top_level_definitions(source: str) -> list[str]:
+    """The functions and classes a cell defines at its top level, by its syntax alone (none if it does not parse):
+    a task missing after that cell raised is one the error stopped."""
+    try:
+        tree = ast.parse(_strip_magics(source))
+    except SyntaxError:
+        found = re.findall(r"^(?:async\s+)?(?:def|class)\s+(\w+)", source, re.MULTILINE)
+        return found
+    return [n.name for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))]
 
 
 def _cell_names() -> dict[str, str]:
@@ -142,13 +158,20 @@ def _kernel_dumps(obj) -> bytes:
 class PickledSubmission(Submission):
     """Objects taken from a live kernel, serialized by value."""
 
-    def __init__(self, blobs: dict[str, bytes], problems: list[str], sources: dict[str, list[str]] | None = None):
+    def __init__(
+        self,
+        blobs: dict[str, bytes],
+        problems: list[str],
+        sources: dict[str, list[str]] | None = None,
+        unreached: dict[str, str] | None = None,
+    ):
         self.blobs = blobs
         self.problems = problems
         self.sources = sources or {}
+        self.unreached = unreached or {}
 
     def known_definitions(self) -> LoadReport:
-        return LoadReport(list(self.blobs), list(self.problems))
+        return LoadReport(list(self.blobs), list(self.problems), dict(self.unreached))
 
     def register_sources(self) -> None:
         for name, lines in self.sources.items():
@@ -184,7 +207,25 @@ def from_namespace(namespace: dict, names: list[str]) -> PickledSubmission:
                 f"`{name}` cannot be sent to the worker processes ({exc}); "
                 "does it refer to an open file, a lock or a process group?"
             )
-    return PickledSubmission(blobs, problems, sources=sources)
+    missing = [name for name in names if name not in namespace]
+    return PickledSubmission(blobs, problems, sources=sources, unreached=_stopped_cells(missing, sources))
+
+
+def _stopped_cells(missing: list[str], sources: dict[str, list[str]]) -> dict[str, str]:
+    """name -> why: a kernel cell that defines the missing name ran but stopped before it (its error, when it is
+    the kernel's last one)."""
+    last = getattr(sys, "last_value", None)  # IPython keeps the last error a cell raised
+    where = set()
+    tb = getattr(last, "__traceback__", None)
+    while tb is not None:
+        where.add(_KernelPickler.names.get(tb.tb_frame.f_code.co_filename))
+        tb = tb.tb_next
+    why = {}
+    for cell, lines in sources.items():  # oldest first: the newest run of a cell wins
+        for name in set(missing) & set(top_level_definitions("".join(lines))):
+            error = f"{type(last).__name__}: {last}" if cell in where else None
+            why[name] = f"{cell} raised {error}" if error else f"{cell} stopped with an error"
+    return why
 
 
 def read_notebook(path: str) -> SourceSubmission:

@@ -58,6 +58,7 @@ FAST_FILES = {
     "test_samples.py",
     "test_selfcheck_mistakes.py",
     "test_04_noise.py",
+    "test_welcome.py",
 }
 
 

@@ -294,6 +294,19 @@ def test_a_student_fetches_checks_and_submits_in_jupyterlab(lab, course, browser
         check.scroll_into_view_if_needed()
         _shot(page, "04-check-fail")
 
+        # a hint now: the one of the check that failed comes first (a cell the student adds below the check)
+        check.locator(".jp-InputArea-editor").click()
+        page.keyboard.press("Escape")  # command mode: b adds a cell below, Enter edits it
+        page.keyboard.press("b")
+        page.keyboard.press("Enter")
+        page.keyboard.insert_text('hint("make_dataloader")')
+        page.locator(".jp-NotebookPanel .jp-CodeCell .jp-InputArea", has_text='hint("make_dataloader")').wait_for()
+        page.keyboard.press("Shift+Enter")
+        asked = _code_cell(page, 'hint("make_dataloader")').locator(".jp-OutputArea")
+        expect(asked).to_contain_text("gives each rank its own share of the indices", timeout=60_000)
+        expect(asked).to_contain_text("dataloader_shards_disjoint_and_cover")
+        _shot(page, "04b-hint-of-the-failed-check")
+
         # save, then submit from the Assignments tab
         save_from_file_menu(
             page, lambda: NO_SAMPLER in fetched_nb.read_text(), f"{COURSE_ID}/{EXERCISE}/{EXERCISE}.ipynb"

@@ -89,6 +89,19 @@ def test_no_hint_holds_an_answer_cells_code(exercise_id):
 
 
 @pytest.mark.parametrize("exercise_id", exercise_ids())
+def test_every_public_check_carries_a_hint_of_its_own(exercise_id):
+    """hint(task) after a failed check begins with that check's hint: each check a student sees has one."""
+    from grader.exercises import get_exercise
+
+    checks = get_exercise(exercise_id).checks
+    mine = check_hints(exercise_id)
+    missing = [c.name for c in checks if not c.hidden and c.name not in mine]
+    assert not missing, f"{exercise_id}: no CHECK_HINTS entry for {missing} (its hints.py)"
+    assert not set(mine) - {c.name for c in checks}, f"{exercise_id}: hints for unknown checks"
+    assert all(len(h.strip()) >= 40 for h in mine.values())
+
+
+@pytest.mark.parametrize("exercise_id", exercise_ids())
 def test_hints_are_not_in_the_notebooks(exercise_id):
     """Kept out of the student's view until asked: no hint's text is in the release or the solution."""
     text = "".join(

@@ -149,3 +149,35 @@ def test_no_overview_inside_a_copy_nbgrader_grades(tmp_path, capsys, monkeypatch
     monkeypatch.chdir(graded)
     show_progress()
     assert "not run in a submitted or graded one" in capsys.readouterr().out
+
+
+def test_the_overview_says_it_grades_the_saved_notebook_and_shows_saves_and_submissions(tmp_path, monkeypatch):
+    """No grading run: rows as course_progress makes them, with a submission in nbgrader's cache (make lab's)."""
+    from grader.progress.grade import AssignmentProgress, TaskProgress
+    from grader.progress.view import _ProgressView, text_report
+
+    course = tmp_path / "home" / "me" / "ddp-course"
+    notebook = student_copy(str(course / EXERCISE))
+    cache = tmp_path / "cache"
+    (cache / "ddp-course" / f"me+{EXERCISE}+2026-12-06 08:01:02.123456 UTC").mkdir(parents=True)
+    (cache / "other-course" / "me+01_parallelism+2026-12-07 09:00:00.000000 UTC").mkdir(parents=True)
+    (cache / "ddp-course" / f"me+{EXERCISE}+2026-12-05 07:00:00.000000 UTC").mkdir(parents=True)  # an older one
+    monkeypatch.setenv("NBGRADER_CACHE", str(cache))
+    rows = [
+        AssignmentProgress(EXERCISE, notebook, [TaskProgress("setup", "pass", 1, 1, 1, 1)]),
+        AssignmentProgress("01_parallelism", str(course / "01_parallelism" / "01_parallelism.ipynb")),
+    ]
+    rows[1].tasks = [TaskProgress("shard_indices", "todo")]
+    report = text_report(rows, str(course))
+    assert "saved notebooks" not in report and "as saved in ddp-course, not on your kernel" in report, report
+    assert "check() in the kernel may differ" in report
+    assert str(tmp_path) not in report, report  # paths relative to the course
+    assert f"{EXERCISE}/{EXERCISE}.ipynb" in report
+    assert "submitted 2026-12-06 08:01:02 UTC" in report, report  # the latest, of this course only
+    assert report.count("not submitted") == 1 and "2026-12-07" not in report, report
+    saved = __import__("time").strftime("%Y-%m-%d %H:%M", __import__("time").localtime(os.path.getmtime(notebook)))
+    assert f"saved {saved}" in report
+    view = _ProgressView(str(course), 2)
+    view.rows, view.done = rows, True
+    page = view._repr_html_()
+    assert "submitted 2026-12-06 08:01:02 UTC" in page and "not on your kernel" in page and str(tmp_path) not in page

@@ -42,12 +42,12 @@ def test_the_file_browser_lists_no_answers_but_the_formgrader_still_opens_them()
     assert model["type"] == "notebook"
 
 
-def test_make_lab_uses_that_config_and_opens_in_the_fetched_course_folder():
+def test_make_lab_uses_that_config_and_opens_on_the_welcome_page():
     with open(os.path.join(ROOT, "Makefile")) as f:
         makefile = f.read()
     lab = re.search(r"^lab:.*?(?=^\S)", makefile, re.S | re.M)[0]
     assert "--config=deploy/lab/jupyter_server_config.py" in lab
-    assert "--LabApp.default_url=/lab/tree/ddp-course" in lab and "mkdir -p ddp-course" in lab
+    assert "--LabApp.default_url=/lab/tree/$(WELCOME)" in lab and "mkdir -p ddp-course" in lab  # tests/test_welcome.py
     with open(os.path.join(ROOT, "nbgrader_config.py")) as f:
         assert 'course_id = "ddp-course"' in f.read()  # where nbgrader's Assignment List fetches to
 

@@ -258,7 +258,6 @@ def test_a_translated_exercise_points_to_the_lesson_in_its_language(lang):
         named = set(re.findall(r"`lessons/([\w.-]+\.ipynb)`", "".join(_markdown(english))))
         built = "".join(_markdown(target(english, lang)))
         for lesson in named:
-            assert f"`lessons/{lang}/{lesson}`" in built, (
-                f"{target(english, lang)} does not name lessons/{lang}/{lesson}"
-            )
+            link = f"[`lessons/{lang}/{lesson}`](../../lessons/{lang}/{lesson})"  # from <folder>/<id>/<id>.ipynb
+            assert link in built, f"{target(english, lang)} does not link lessons/{lang}/{lesson}"
             assert os.path.exists(os.path.join(ROOT, "lessons", lang, lesson)), f"lessons/{lang}/{lesson} is not built"

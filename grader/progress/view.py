@@ -6,6 +6,7 @@ import html
 import json
 import os
 import sys
+import time
 from dataclasses import asdict
 
 from grader.exercises import exercise_ids
@@ -13,6 +14,7 @@ from grader.i18n import N_, _, ngettext
 from grader.lessons.quiz import lesson_scores, quiz_report
 from grader.progress.find import GRADED_COPY, find_root
 from grader.progress.grade import AssignmentProgress, course_progress
+from grader.progress.submitted import last_submitted
 
 LEGEND = N_("✓ passes   ✗ fails (run its check cell to see why)   · not started   (n hints) hints you revealed")
 NO_NOTEBOOK = N_("no notebook found (fetch it from the Assignments tab)")
@@ -26,6 +28,16 @@ def _relative(path: str | None, root: str) -> str:
         return _("no notebook found")
     rel = os.path.relpath(path, root)
     return path if rel.startswith("..") else rel
+
+
+def submission_state(row: AssignmentProgress, root: str) -> str:
+    """When the notebook graded here was saved, and whether and when the assignment was submitted."""
+    when = last_submitted(root, row.assignment)
+    submitted = _("submitted {time}", time=when) if when else _("not submitted")
+    if row.notebook is None or not os.path.isfile(row.notebook):
+        return submitted
+    saved = time.strftime("%Y-%m-%d %H:%M", time.localtime(os.path.getmtime(row.notebook)))
+    return _("saved {time}", time=saved) + " · " + submitted
 
 
 def hints_note(used: int) -> str:
@@ -44,7 +56,7 @@ def text_rows(row: AssignmentProgress, root: str, width: int = 100) -> list[str]
         max_points=row.max_points,
         notebook=_relative(row.notebook, root),
     )
-    lines, line = [head], "  "
+    lines, line = [head, "  " + submission_state(row, root)], "  "
     for t in row.tasks:
         item = f"  {MARKS[t.status]} {t.task}{hints_note(t.hints)}"
         if len(line) + len(item) > width:
@@ -62,7 +74,11 @@ def text_report(rows: list[AssignmentProgress], root: str) -> str:
 
 
 def heading(root: str) -> str:
-    return _("Your progress: the visible checks, run on your saved notebooks under {root}", root=root)
+    return _(
+        "Your progress: the visible checks, run on the notebooks as saved in {course}, not on your kernel: save first "
+        "(an unsaved change is not counted here, so check() in the kernel may differ)",
+        course=os.path.basename(root.rstrip(os.sep)) or root,
+    )
 
 
 class _ProgressView:
@@ -112,6 +128,8 @@ class _ProgressView:
                         max_points=row.max_points,
                     )
                 )
+                + "<br>"
+                + html.escape(submission_state(row, self.root))
                 + f"</span></td><td style='text-align:left'>{chips}</td></tr>"
             )
         if not self.done:
@@ -126,7 +144,7 @@ class _ProgressView:
             "<div class='grader-progress'><table style='border-collapse:collapse'>"
             + "".join(body)
             + f"</table><div style='color:#888;font-size:smaller'>{html.escape(_(LEGEND))} · "
-            + html.escape(_("visible checks of your saved notebooks under {root}", root=self.root))
+            + html.escape(heading(self.root))
             + "</div></div>"
         )
 

@@ -45,7 +45,8 @@ def _lines(text: str) -> list[str]:
     return text.splitlines(keepends=True)
 
 
-LESSON_PATH = re.compile(r"`lessons/([\w.-]+\.ipynb)`")  # a lesson named in an exercise's text
+# a lesson named in an exercise's text, as inline code or already as a link (an exercise sits in <folder>/<id>/)
+LESSON_PATH = re.compile(r"\[?`lessons/([\w.-]+\.ipynb)`(?:\]\(\.\./\.\./lessons/[\w.-]+\.ipynb\))?")
 
 
 def translated_notebook(english_path: str, lang: str, locale_dir: str = LOCALE, catalog=None) -> tuple[dict, int]:
@@ -63,7 +64,7 @@ def translated_notebook(english_path: str, lang: str, locale_dir: str = LOCALE, 
         if cell["cell_type"] == "markdown":
             text, kept = translate("".join(cell["source"]), find)
             if release:  # an exercise points to the lesson in its own language (lessons/<lang>/ is built too)
-                text = LESSON_PATH.sub(lambda m: f"`lessons/{lang}/{m.group(1)}`", text)
+                text = LESSON_PATH.sub(lambda m: f"[`lessons/{lang}/{m[1]}`](../../lessons/{lang}/{m[1]})", text)
             cell["source"] = _lines(text)
             english += kept
     if english:

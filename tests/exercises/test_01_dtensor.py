@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.helpers import graded_answers
+from tests.helpers import assert_one_reason, graded_answers
 
 EXERCISE, TASK = "01_parallelism", "parallelize_mlp"
 VALUES, LAYOUT, HIDDEN = (
@@ -181,7 +181,7 @@ def test_unparallelized_block_earns_nothing(reports, lazy):
     report, bad = reports[lazy]
     assert report.score == 0 and set(bad) == {VALUES, LAYOUT, HIDDEN}
     assert "not parallelized" in bad[VALUES]
-    assert "made no collective" in bad[LAYOUT]
+    assert_one_reason(report, VALUES)  # the layout's check points to it
 
 
 def test_the_twin_of_the_tampers_is_told_its_extra_all_gather(reports):
@@ -201,13 +201,15 @@ def test_hiding_collectives_from_the_recorder_scores_no_more_than_the_twin(repor
         "hide_gathers_popping_the_mode": "turned off the grader's collective recorder",
         "hide_gathers_editing_the_record": "moved data where the grader could not see them",
     }[tamper]
-    assert all(said in bad[name] for name in (VALUES, LAYOUT)), bad  # a hidden check does not show its text
+    assert said in bad[VALUES], bad  # a hidden check does not show its text
+    assert said in bad[LAYOUT] or f"`{VALUES}`" in bad[LAYOUT], bad  # said again (a tamper) or pointed to
 
 
 def test_a_parallelized_copy_is_told_to_parallelize_in_place(reports):
     report, bad = reports["parallelized_copy"]
     assert report.score == 0 and set(bad) == {VALUES, LAYOUT}
-    assert all("not the mlp it was given" in message and "in place" in message for message in bad.values()), bad
+    assert "not the mlp it was given" in bad[VALUES] and "in place" in bad[VALUES], bad
+    assert_one_reason(report, VALUES)
 
 
 DOWN_COLUMN = "down.weight is placed Shard(dim=0)"
@@ -227,6 +229,7 @@ def test_down_column_parallel_is_told_its_plan_not_accused_of_hiding_collectives
 def test_down_column_parallel_failing_inside_torch_is_told_its_plan(reports):
     report, bad = reports["down_column_on_local_shards"]
     assert report.score == 0 and set(bad) == {VALUES, LAYOUT}, report.lines()
-    for message in bad.values():
-        assert message.startswith(DOWN_COLUMN) and "With this plan the forward failed: RuntimeError" in message
-        assert "Traceback" not in message and "/" not in message, message
+    message = bad[VALUES]
+    assert message.startswith(DOWN_COLUMN) and "With this plan the forward failed: RuntimeError" in message
+    assert "Traceback" not in message and "/" not in message, message
+    assert_one_reason(report, VALUES)

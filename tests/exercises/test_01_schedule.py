@@ -11,7 +11,7 @@ from torch.distributed.pipelining.schedules import ScheduleInterleaved1F1B, _Com
 from grader.checks import CheckFailed
 from grader.exercises.parallelism.interleaved import compute_order, expected_sends
 from grader.exercises.parallelism.schedule_traffic import check_traffic, layer_outputs, rank_layers
-from tests.helpers import graded_answers
+from tests.helpers import assert_one_reason, graded_answers
 
 EXERCISE, TASK = "01_parallelism", "pipeline_schedule"
 FOUR, SIX, HIDDEN = (
@@ -91,18 +91,21 @@ def test_stages_side_by_side_are_told_round_robin(reports):
     report, bad = reports["contiguous"]
     assert report.score == 0 and set(bad) == ALL, bad
     assert "side by side" in bad[FOUR] and "round-robin" in bad[FOUR], bad
+    assert_one_reason(report, FOUR)  # the later checks point to it: one mistake, one reason
 
 
 def test_one_stage_per_rank_is_named(reports):
     report, bad = reports["one_stage"]
     assert report.score == 0 and set(bad) == ALL, bad
     assert "built a single stage" in bad[FOUR] and "One stage per rank" in bad[FOUR], bad
+    assert_one_reason(report, FOUR)  # the later checks point to it: one mistake, one reason
 
 
 def test_a_changed_microbatch_count_is_named(reports):
     report, bad = reports["ranks_as_microbatches"]
     assert report.score == 0 and set(bad) == ALL, bad
     assert "the schedule ran 2 microbatches" in bad[FOUR] and "nor the number of ranks" in bad[FOUR], bad
+    assert_one_reason(report, FOUR)  # the later checks point to it: one mistake, one reason
 
 
 def test_copied_layers_are_told_they_are_copies(reports):

@@ -15,9 +15,11 @@ from tests.helpers import (
     ROOT,
     assert_lazy_answer_earns_nothing,
     failed,
+    failure_of,
     grade_source,
     graded_counting_launches,
     mutate,
+    replace_definition,
     solution_source,
 )
 
@@ -259,9 +261,14 @@ def plan_memory(model, world_size, activation_bytes, budget_bytes):
         ),
         (CONSTANTS, "you estimated 1000000 bytes"),
         (PATCHED_ADAM, "changed how torch keeps memory"),
-        (ANYTHING, "'choice' is a value of type Anything"),
+        (ANYTHING, "you estimated 0 bytes"),  # the choice's check points to the estimates' (one reason)
     ],
     ids=["zero", "constants", "patched_adam", "equal_to_anything"],
 )
 def test_laziest_answers_earn_nothing(code, phrase):
     assert_lazy_answer_earns_nothing(EXERCISE, TASK, code, phrase)
+
+
+def test_a_choice_equal_to_anything_is_named_by_its_own_check():
+    source = replace_definition(solution_source(EXERCISE), TASK, ANYTHING)
+    assert "'choice' is a value of type Anything" in failure_of(EXERCISE, source, TASK, CHOICE, timeout=60)

@@ -9,6 +9,7 @@ from grader.engine.plan import current_plan
 from grader.exercises import get_exercise
 from grader.submission import read_notebook
 from tests.helpers import (
+    assert_one_reason,
     failed,
     grade_source,
     mutate,
@@ -243,6 +244,7 @@ def test_typical_mistake_fails_with_a_targeted_message(task, old, new, check_nam
     assert phrase in messages[check_name], messages[check_name]
     wrongly_failed = [name for name in unaffected if name in messages]
     assert not wrongly_failed, "\n".join(report.lines())
+    assert_one_reason(report, check_name)  # the checks whose expectation rests on it point to it
 
 
 @pytest.mark.timeout(120)  # the check's own short timeout catches the deadlock; the default 30 s each would not fit

@@ -289,7 +289,7 @@ def ring_sums_in_place(g):
         _check_ring_sum(g, g.world_size, length)
 
 
-@EXERCISE.check("ring_all_reduce", points=2)
+@EXERCISE.check("ring_all_reduce", points=2, depends_on=("ring_sums_in_place",))
 def ring_passes_chunks_to_neighbours(g):
     """The grader's world size (2), length 10: sends only to the next rank, one chunk of about numel/N per message."""
     per_rank = _check_ring_sum(g, g.world_size, 10)

@@ -290,7 +290,7 @@ def dtensor_block_matches_one_process(g):
     check_values(g, per_rank, expected)
 
 
-@EXERCISE.check("parallelize_mlp", points=3)
+@EXERCISE.check("parallelize_mlp", points=3, depends_on=("dtensor_block_matches_one_process",))
 def dtensor_block_is_column_then_row(g):
     """The grader's world size (2): the shards' placements, and one all_reduce in the forward and one in the backward."""
     per_rank, _ = run_block(g, g.world_size, 8, HIDDEN, False, (4, 8))

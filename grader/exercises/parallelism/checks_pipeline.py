@@ -117,7 +117,7 @@ def pipeline_loss_matches(g):
     _check_pipeline_loss(g, per_rank, expected, "mlp", 8)
 
 
-@EXERCISE.check("pipeline_step", points=3, world_size=2)
+@EXERCISE.check("pipeline_step", points=3, world_size=2, depends_on=("pipeline_loss_matches",))
 def pipeline_gradients_match(g):
     """2 stages, 8 samples, MSELoss: both stages' gradients equal the unsplit model's."""
     per_rank, expected = _run_pipeline(g, "mlp", 8)

@@ -200,7 +200,7 @@ def interleaved_schedule_matches_one_process(g):
     check_step(g, per_rank, expected, widths, 4)
 
 
-@EXERCISE.check("pipeline_schedule", points=2)
+@EXERCISE.check("pipeline_schedule", points=2, depends_on=("interleaved_schedule_matches_one_process",))
 def interleaved_schedule_in_three_rounds(g):
     """2 ranks, 2 stages each, 6 microbatches (3 rounds of 2): gradients, losses and every message."""
     widths = [8, 12, 10, 6, 4]

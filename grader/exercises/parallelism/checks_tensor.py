@@ -134,7 +134,7 @@ def column_parallel_forward(g):
     _check_column_forward(g, per_rank, expected)
 
 
-@EXERCISE.check("ColumnParallelLinear", points=3)
+@EXERCISE.check("ColumnParallelLinear", points=3, depends_on=("column_parallel_forward",))
 def column_parallel_shard_gradients(g):
     """The grader's world size (2): each shard's weight and bias gradients equal its rows of the full layer's gradients."""
     per_rank, expected = _run_column(g, g.world_size, 4, 6, (5, 4))
@@ -142,7 +142,9 @@ def column_parallel_shard_gradients(g):
     _check_column_shard_grads(g, per_rank, expected, g.world_size)
 
 
-@EXERCISE.check("ColumnParallelLinear", points=2)
+@EXERCISE.check(
+    "ColumnParallelLinear", points=2, depends_on=("column_parallel_forward", "column_parallel_shard_gradients")
+)
 def column_parallel_input_gradient(g):
     """The grader's world size (2): the input gradient is the full layer's, on every rank."""
     per_rank, expected = _run_column(g, g.world_size, 4, 6, (5, 4))

@@ -6,7 +6,13 @@ from grader.exercises.parallelism import EXERCISE
 from grader.exercises.parallelism.checks_dtensor import run_block, check_values, check_communication
 
 
-@EXERCISE.check("parallelize_mlp", points=1, hidden=True, world_size=3)
+@EXERCISE.check(
+    "parallelize_mlp",
+    points=1,
+    hidden=True,
+    world_size=3,
+    depends_on=("dtensor_block_matches_one_process", "dtensor_block_is_column_then_row"),
+)
 def dtensor_block_three_ranks_biases_3d(g):
     """3 ranks, SwiGLU 6 -> 12 -> 6 with biases (gate's and up's sharded, down's replicated), a 3-D input (2, 3, 6).
 

@@ -13,7 +13,13 @@ EXERCISE.typical_mistake = (
 )
 
 
-@EXERCISE.check("pipeline_schedule", points=1, hidden=True, world_size=3)
+@EXERCISE.check(
+    "pipeline_schedule",
+    points=1,
+    hidden=True,
+    world_size=3,
+    depends_on=("interleaved_schedule_matches_one_process", "interleaved_schedule_in_three_rounds"),
+)
 def interleaved_schedule_three_ranks_uneven(g):
     """3 ranks, 6 stages, 6 microbatches of 12 samples, 11 layers split 2 + 2 + 2 + 2 + 2 + 1 (middle ranks
     receive and send both ways)."""

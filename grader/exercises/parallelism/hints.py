@@ -109,3 +109,60 @@ HINTS = {
         "`dist.P2POp`, do not deadlock; blocking sends on every rank first do.",
     ],
 }
+
+# The hint of the check that failed: hint(task) shows it first, once per failure, then the task's ladder
+# (grader/hints.py). Each public check carries one; it names the mistake's idea, not the code.
+CHECK_HINTS = {
+    "shards_are_disjoint_covering_balanced": (
+        "Three properties at once: no sample in two shares, every sample in some share, and share sizes that "
+        "differ by at most one. Work the case the message names by hand, for every rank."
+    ),
+    "averaged_gradients_match_full_batch": (
+        "After your function every rank must hold the mean over ranks of each gradient, in `param.grad` itself: "
+        "a sum is world_size times too large, and the weights must not change."
+    ),
+    "ring_sums_in_place": (
+        "Only point-to-point messages are allowed, and the result must land in the tensor you were given: work on "
+        "views of it, never on a copy, and never call a collective."
+    ),
+    "ring_passes_chunks_to_neighbours": (
+        "A ring sends each rank's messages only to the next rank, and each message is one chunk of about "
+        "numel / world_size elements, not the whole tensor: 2 (N - 1) steps in all."
+    ),
+    "column_parallel_forward": (
+        "Each rank keeps only its own block of output rows of the weight and bias (the same split as "
+        "`torch.tensor_split` of the output features), and the forward returns the full output on every rank."
+    ),
+    "column_parallel_shard_gradients": (
+        "The gather of the output must be differentiable, and its backward must keep only this rank's columns of "
+        "the output gradient, neither dropping the gradient nor summing it over ranks."
+    ),
+    "column_parallel_input_gradient": (
+        "Each rank's input gradient covers only its own output columns: the input needs an autograd step whose "
+        "forward changes nothing and whose backward adds the gradients of all ranks."
+    ),
+    "dtensor_block_matches_one_process": (
+        "The sharded block must compute exactly the one-process block: check which weights are split by output "
+        "features and which by input features, and that the input is the same on every rank."
+    ),
+    "dtensor_block_is_column_then_row": (
+        "The first projections are split by columns (`ColwiseParallel`) and the last one by rows "
+        "(`RowwiseParallel`): then the block needs one all-reduce in forward and one in backward, no more."
+    ),
+    "pipeline_loss_matches": (
+        "Rank 0 runs its stage and sends the activation (its shape first); rank 1 receives it, makes it require a "
+        "gradient, computes the loss with the given `loss_fn` and returns it; rank 0 returns None."
+    ),
+    "pipeline_gradients_match": (
+        "The backward crosses ranks too: rank 1 sends the gradient of the activation it received back, and rank "
+        "0 runs backward from its own output with that gradient."
+    ),
+    "schedule_1f1b_matches_one_process_in_its_order": (
+        "The `schedule` argument must choose the schedule class: 1F1B interleaves forwards and backwards after a "
+        "warm-up, so its messages come in another order than GPipe's."
+    ),
+    "schedule_gpipe_matches_one_process_in_its_order": (
+        "GPipe runs every micro-batch's forward, then every backward: losses and gradients must equal one process "
+        "on the whole batch. Check how the stage of this rank and the loss function are given to the schedule."
+    ),
+}

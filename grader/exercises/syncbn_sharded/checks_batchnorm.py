@@ -201,13 +201,13 @@ def training_output_matches_one_batchnorm(g):
     _verify_bn_outputs(g, *_bn_case(g, BN_TAIL, g.world_size))
 
 
-@EXERCISE.check("DistributedBatchNorm", points=3)
+@EXERCISE.check("DistributedBatchNorm", points=3, depends_on=("training_output_matches_one_batchnorm",))
 def gradients_match_one_batchnorm(g):
     """Input gradients on every rank, and the weight and bias gradients summed over ranks."""
     _verify_bn_backward(g, *_bn_case(g, BN_TAIL, g.world_size))
 
 
-@EXERCISE.check("DistributedBatchNorm", points=2)
+@EXERCISE.check("DistributedBatchNorm", points=2, depends_on=("training_output_matches_one_batchnorm",))
 def running_stats_and_eval_match(g):
     """running_mean and the unbiased running_var after each step; the eval forward uses them."""
     _verify_bn_running_stats(g, *_bn_case(g, BN_TAIL, g.world_size))

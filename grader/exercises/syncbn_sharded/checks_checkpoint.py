@@ -215,7 +215,7 @@ def checkpoint_complete_and_written_once(g):
     _verify_checkpoint_written(_run_checkpoint(g, resume=False, held_write=True))
 
 
-@EXERCISE.check("save_sharded_checkpoint", points=1.5)
+@EXERCISE.check("save_sharded_checkpoint", points=1.5, depends_on=("checkpoint_complete_and_written_once",))
 def resume_matches_uninterrupted_run(g):
     """Fresh model and ZeroRedundancyOptimizer load the checkpoint; the next step equals an uninterrupted run."""
     _verify_resume(g, _run_checkpoint(g, resume=True))

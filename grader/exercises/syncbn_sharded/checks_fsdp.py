@@ -309,7 +309,7 @@ def fsdp_matches_unsharded_training(g):
         verify_training(g, results, 1, odd)
 
 
-@EXERCISE.check("MiniFSDP", points=2)
+@EXERCISE.check("MiniFSDP", points=2, depends_on=("fsdp_matches_unsharded_training",))
 def fsdp_bf16_compute_fp32_masters(g):
     """compute_dtype=bfloat16: the inner layers compute in bf16 (their outputs); the shards stay fp32; the result is
     within bf16 tolerance of the fp32 reference."""

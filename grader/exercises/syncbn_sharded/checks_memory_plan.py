@@ -229,7 +229,7 @@ def memory_estimates_mixed_precision(g):
     verify_estimates(run_plan(g)[1], CASES[1])
 
 
-@EXERCISE.check("plan_memory", points=2)
+@EXERCISE.check("plan_memory", points=2, depends_on=("memory_estimates_match_measured",))
 def memory_choice_fits_budget(g):
     """For four budgets per precision, the strategy cheapest in communication whose measured bytes fit, or None."""
     for results, spec in zip(run_plan(g), CASES):

@@ -299,7 +299,7 @@ def saved_by_two_loaded_by_three_continues(g):
     round_trip(g, 2, 3)
 
 
-@EXERCISE.check("load_resharded", points=1)
+@EXERCISE.check("load_resharded", points=1, depends_on=("saved_by_two_loaded_by_three_continues",))
 def saved_by_two_loaded_by_one_continues(g):
     """The same, loaded by a single rank (FSDP2 over a mesh of one)."""
     round_trip(g, 2, 1)

@@ -101,7 +101,7 @@ def every_parameter_owned_once(g):
         _verify_everyone_owns(*case)
 
 
-@EXERCISE.check("partition_parameters", points=2)
+@EXERCISE.check("partition_parameters", points=2, depends_on=("every_parameter_owned_once",))
 def balanced_by_element_count(g):
     """The busiest and the idlest rank differ by at most one largest parameter."""
     for case in _partition_cases(g, ref.PARTITION_CASES):
@@ -245,7 +245,7 @@ def matches_unsharded_adam(g):
     _require_sharded_step(results)
 
 
-@EXERCISE.check("ShardedOptimizer", points=1)
+@EXERCISE.check("ShardedOptimizer", points=1, depends_on=("matches_unsharded_adam",))
 def matches_unsharded_sgd_momentum(g):
     """The same with SGD(momentum=0.9): one state tensor per parameter instead of two."""
     results = g.run(_in_rank_sharded, "sgd_momentum", SHARDED_STEPS)

@@ -106,7 +106,7 @@ def every_batchnorm_becomes_syncbn(g):
     _verify_structure(g.run(_in_rank_convert, False)[0])
 
 
-@EXERCISE.check("convert_to_sync_bn", points=0.5)
+@EXERCISE.check("convert_to_sync_bn", points=0.5, depends_on=("every_batchnorm_becomes_syncbn",))
 def weights_and_running_stats_kept(g):
     """The converted model's state_dict equals the original's."""
     _verify_state_kept(g.run(_in_rank_convert, False)[0])

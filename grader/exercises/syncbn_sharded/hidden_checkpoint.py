@@ -10,7 +10,13 @@ from grader.exercises.syncbn_sharded.checks_checkpoint import (
 )  # noqa: F401
 
 
-@EXERCISE.check("save_sharded_checkpoint", points=1, hidden=True, world_size=3)
+@EXERCISE.check(
+    "save_sharded_checkpoint",
+    points=1,
+    hidden=True,
+    world_size=3,
+    depends_on=("checkpoint_complete_and_written_once", "resume_matches_uninterrupted_run"),
+)
 def checkpoint_with_three_ranks(g):
     """Three ranks: written once, complete, and resumes exactly."""
     results = _run_checkpoint(g, resume=True, world_size=3, held_write=True)

@@ -12,7 +12,13 @@ from grader.exercises.syncbn_sharded.checks_checkpointing import (
 from grader.exercises.syncbn_sharded import EXERCISE
 
 
-@EXERCISE.check(TASK, points=1, hidden=True, world_size=3)
+@EXERCISE.check(
+    TASK,
+    points=1,
+    hidden=True,
+    world_size=3,
+    depends_on=("checkpointing_keeps_gradients", "checkpointing_frees_activations"),
+)
 def checkpointing_with_three_ranks(g):
     """Three ranks, another model and budget: gradients, one recompute per checkpointed block, the budget met
     with the fewest recomputed."""

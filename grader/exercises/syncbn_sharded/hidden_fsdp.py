@@ -8,7 +8,20 @@ from grader.exercises.syncbn_sharded.fsdp_traffic import verify_traffic
 from grader.exercises.syncbn_sharded import EXERCISE
 
 
-@EXERCISE.check("MiniFSDP", points=1, hidden=True, world_size=3)
+@EXERCISE.check(
+    "MiniFSDP",
+    points=1,
+    hidden=True,
+    world_size=3,
+    depends_on=(
+        "fsdp_matches_unsharded_training",
+        "fsdp_bf16_compute_fp32_masters",
+        "fsdp_parameters_are_sharded",
+        "fsdp_traffic_is_gathers_and_reduce_scatters",
+        "fsdp_gather_full_params_keys_and_shapes",
+        "fsdp_frees_full_parameters",
+    ),
+)
 def fsdp_with_three_ranks(g):
     """Three ranks, odd sizes (padding), fp32 and bf16: training, memory, traffic, full parameters freed."""
     results = run_fsdp(g, 5, True)

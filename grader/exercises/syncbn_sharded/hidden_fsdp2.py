@@ -14,7 +14,13 @@ DEPTH, SEED = 4, 5
 TIED_MODEL = {"widths": (21, 39, 15, 27, 12, 33, 21), "vocab": 48, "seed": 5, "budget": 3000}
 
 
-@EXERCISE.check("build_fsdp2_model", points=1, hidden=True, world_size=3)
+@EXERCISE.check(
+    "build_fsdp2_model",
+    points=1,
+    hidden=True,
+    world_size=3,
+    depends_on=("fsdp2_build_sharded_from_meta", "fsdp2_units_and_mixed_precision"),
+)
 def fsdp2_build_with_three_ranks(g):
     """Three ranks, seven blocks, another budget: sharded from meta, tied, initialized, the fewest units within
     the budget, bf16 gathers, fp32 reduction."""
@@ -23,7 +29,13 @@ def fsdp2_build_with_three_ranks(g):
     verify_units_and_precision(g, results, TIED_MODEL)
 
 
-@EXERCISE.check("train_step_fsdp2", points=1, hidden=True, world_size=3)
+@EXERCISE.check(
+    "train_step_fsdp2",
+    points=1,
+    hidden=True,
+    world_size=3,
+    depends_on=("fsdp2_accumulation_syncs_once", "fsdp2_step_clips_global_norm"),
+)
 def fsdp2_step_with_three_ranks(g):
     """Three ranks, four blocks: one sync per step, the global norm, clipped big-batch SGD."""
     results = run_train(g, DEPTH, SEED)
@@ -31,7 +43,9 @@ def fsdp2_step_with_three_ranks(g):
     verify_clipped_training(g, results, DEPTH, SEED)
 
 
-@EXERCISE.check("export_full_state", points=1, hidden=True, world_size=3)
+@EXERCISE.check(
+    "export_full_state", points=1, hidden=True, world_size=3, depends_on=("fsdp2_export_full_state_on_rank0",)
+)
 def fsdp2_export_with_three_ranks(g):
     """Three ranks: rank 0 holds the full state, ranks 1 and 2 nothing."""
     verify_export(g, g.run(_in_rank_export, DEPTH, SEED), DEPTH, SEED)

@@ -18,7 +18,13 @@ EXERCISE.typical_mistake = (
 )
 
 
-@EXERCISE.check("plan_memory", points=1, hidden=True, world_size=3)
+@EXERCISE.check(
+    "plan_memory",
+    points=1,
+    hidden=True,
+    world_size=3,
+    depends_on=("memory_estimates_match_measured", "memory_choice_fits_budget"),
+)
 def memory_plan_with_three_ranks(g):
     """Three ranks, another model, fp32 and bf16: the estimates within 5% of the measured bytes, and the choices."""
     for results, spec in zip(run_plan(g, CASES), CASES):

@@ -19,7 +19,12 @@ HIDDEN_PARTITION_CASES = [
 ]
 
 
-@EXERCISE.check("partition_parameters", points=1, hidden=True)
+@EXERCISE.check(
+    "partition_parameters",
+    points=1,
+    hidden=True,
+    depends_on=("every_parameter_owned_once", "balanced_by_element_count"),
+)
 def more_ranks_than_parameters(g):
     """world_size 1, ranks that own nothing, equal sizes."""
     for case in _partition_cases(g, HIDDEN_PARTITION_CASES):
@@ -27,7 +32,18 @@ def more_ranks_than_parameters(g):
         _verify_balance(*case)
 
 
-@EXERCISE.check("ShardedOptimizer", points=1, hidden=True, world_size=3)
+@EXERCISE.check(
+    "ShardedOptimizer",
+    points=1,
+    hidden=True,
+    world_size=3,
+    depends_on=(
+        "matches_unsharded_adam",
+        "matches_unsharded_sgd_momentum",
+        "optimizer_state_is_sharded",
+        "zero_grad_clears_every_gradient",
+    ),
+)
 def sharded_with_three_ranks(g):
     """Three ranks: Adam results and state sharding."""
     results = g.run(_in_rank_sharded, "adam", SHARDED_STEPS)

@@ -12,7 +12,16 @@ from grader.exercises.syncbn_sharded.checks_syncbn import (
 )  # noqa: F401
 
 
-@EXERCISE.check("convert_to_sync_bn", points=0.5, hidden=True)
+@EXERCISE.check(
+    "convert_to_sync_bn",
+    points=0.5,
+    hidden=True,
+    depends_on=(
+        "every_batchnorm_becomes_syncbn",
+        "weights_and_running_stats_kept",
+        "sync_bn_trains_under_nccl_with_2_gpus",
+    ),
+)
 def model_that_is_a_batchnorm(g):
     """A model that is itself a BatchNorm layer comes back as an nn.SyncBatchNorm."""
     result = g.run(_in_rank_convert, True)[0]
@@ -20,7 +29,9 @@ def model_that_is_a_batchnorm(g):
     _verify_state_kept(result)
 
 
-@EXERCISE.check("global_batch_stats", points=1, hidden=True, world_size=3)
+@EXERCISE.check(
+    "global_batch_stats", points=1, hidden=True, world_size=3, depends_on=("stats_of_the_concatenated_batch",)
+)
 def stats_with_three_ranks(g):
     """Three ranks holding 4, 1 and 6 samples of a 3-d input."""
     tails = [(5,)]

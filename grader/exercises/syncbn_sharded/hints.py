@@ -150,3 +150,139 @@ HINTS = {
         "Pass the whole 2-D mesh (not a slice of it) to fully_shard, for each block and then the root.",
     ],
 }
+
+# The hint of the check that failed: hint(task) shows it first, once per failure, then the task's ladder
+# (grader/hints.py). Each public check carries one; it names the mistake's idea, not the code.
+CHECK_HINTS = {
+    "every_batchnorm_becomes_syncbn": (
+        "Every BatchNorm layer, however deeply nested, must become a SyncBatchNorm, and nothing else may change: "
+        "let PyTorch walk the module tree rather than replacing layers by hand."
+    ),
+    "weights_and_running_stats_kept": (
+        "The converted model must keep the trained state: weights, biases and running statistics. A freshly "
+        "built SyncBatchNorm starts from defaults; the conversion copies them."
+    ),
+    "sync_bn_trains_under_nccl_with_2_gpus": (
+        "Under NCCL the converted model must run real SyncBatchNorm layers on each rank's GPU: return the "
+        "converted module, and do not move or rebuild it yourself."
+    ),
+    "stats_of_the_concatenated_batch": (
+        "Shards of different sizes: add up per-channel sums, sums of squares and counts over ranks, then derive "
+        "the mean and the biased variance of all samples together, and let the gradient cross ranks too."
+    ),
+    "training_output_matches_one_batchnorm": (
+        "In training, normalize with the statistics of the whole batch over all ranks (not this rank's), then "
+        "scale by the weight and shift by the bias, broadcast over every dimension but the channels."
+    ),
+    "gradients_match_one_batchnorm": (
+        "The statistics depend on every rank's samples, so their gradient must flow back across ranks: the "
+        "communication in forward needs a matching one in backward."
+    ),
+    "running_stats_and_eval_match": (
+        "Running statistics move by `momentum` with the global batch's mean and its unbiased variance (global "
+        "count), without gradients; in eval mode they, not the batch, normalize the input."
+    ),
+    "every_parameter_owned_once": (
+        "Every parameter index belongs to exactly one rank, no rank stays idle while there are enough parameters, "
+        "and every rank computes the same answer (no randomness, no rank-dependent order)."
+    ),
+    "balanced_by_element_count": (
+        "Balance the number of elements, not of tensors: place large parameters first, each on the rank that "
+        "holds the fewest elements so far."
+    ),
+    "matches_unsharded_adam": (
+        "Each rank steps only the parameters it owns; afterwards every parameter must be sent from its owner to "
+        "all ranks, in the same order everywhere, so all replicas agree again."
+    ),
+    "matches_unsharded_sgd_momentum": (
+        "The wrapper must work for any optimizer class and its keyword arguments: pass them through unchanged to "
+        "the inner optimizer built over the owned parameters."
+    ),
+    "optimizer_state_is_sharded": (
+        "The inner optimizer must be built over this rank's parameters only: then its state covers about 1/N of "
+        "the model, and no state is duplicated on another rank."
+    ),
+    "zero_grad_clears_every_gradient": (
+        "`zero_grad` must clear the gradients of every parameter, also those that another rank owns and steps."
+    ),
+    "fsdp_matches_unsharded_training": (
+        "Sharded training must equal one process on the whole batch: gather full parameters before use, "
+        "reduce-scatter the gradients and divide them by the world size, and step only the shards."
+    ),
+    "fsdp_bf16_compute_fp32_masters": (
+        "With a compute dtype, gather and compute in that dtype, but keep the shards and the optimizer's values in "
+        "fp32: cast on the way in, and bring the gradient back to fp32 for the shard."
+    ),
+    "fsdp_parameters_are_sharded": (
+        "After a step each rank must hold only its shard (about 1/N of each parameter, with its optimizer state), "
+        "and the wrapped module no full parameter of its own."
+    ),
+    "fsdp_traffic_is_gathers_and_reduce_scatters": (
+        "Parameters travel by all-gather and gradients by reduce-scatter, every step; an all-reduce moves N times "
+        "more gradient than each rank needs."
+    ),
+    "fsdp_gather_full_params_keys_and_shapes": (
+        "`gather_full_params` returns fp32 tensors with the names and shapes of the original module's "
+        "`named_parameters()`: cut the padding off before reshaping."
+    ),
+    "fsdp_frees_full_parameters": (
+        "A gathered parameter must not outlive its layer's forward, and autograd must not keep it for backward: "
+        "let it save a small token and gather the parameter again when backward needs it."
+    ),
+    "checkpoint_complete_and_written_once": (
+        "Collectives on every rank, the file write on rank 0 only, and a wait on every rank so that none returns "
+        "before the file is complete."
+    ),
+    "resume_matches_uninterrupted_run": (
+        "The checkpoint must hold the model and the full optimizer state (consolidated from every rank), so that a "
+        "fresh job continues exactly like an uninterrupted one."
+    ),
+    "checkpoint_has_every_shard_and_adam_state": (
+        "Every rank saves its own shards with the distributed checkpoint API, model and optimizer together, keyed "
+        "so that a job of another size can find them."
+    ),
+    "saved_by_two_loaded_by_three_continues": (
+        "Load into state dicts taken from this job's model and optimizer, then hand both back: filling the "
+        "dictionaries alone changes neither the weights nor Adam's state."
+    ),
+    "saved_by_two_loaded_by_one_continues": (
+        "A load must work with any world size, one rank included: nothing in it may assume the saving job's "
+        "number of ranks."
+    ),
+    "fsdp2_build_sharded_from_meta": (
+        "Build on the meta device, shard, then allocate only the shards and initialize them: no full weight may "
+        "exist on any rank, and the tied weight must stay one parameter."
+    ),
+    "fsdp2_units_and_mixed_precision": (
+        "Group blocks into as few units as the memory budget allows (each unit's gathered bf16 bytes within it), "
+        "with a mixed-precision policy that gathers in bf16 and reduces in fp32."
+    ),
+    "fsdp2_accumulation_syncs_once": (
+        "Turn gradient synchronization off for every micro-batch but the last one, so that each unit "
+        "reduce-scatters once per step."
+    ),
+    "fsdp2_step_clips_global_norm": (
+        "Clip once per step, after the last backward and before the optimizer step, by the norm of the whole "
+        "gradient over all ranks, and return that norm."
+    ),
+    "fsdp2_export_full_state_on_rank0": (
+        "Every rank takes part in gathering the full state, but only rank 0 keeps it: full tensors, offloaded to "
+        "the CPU; the other ranks return nothing."
+    ),
+    "checkpointing_keeps_gradients": (
+        "Checkpointing must not change the gradients: recompute each checkpointed block exactly once in backward, "
+        "and use the non-reentrant variant so that DDP's hooks still run."
+    ),
+    "checkpointing_frees_activations": (
+        "Choose which blocks to checkpoint from the budget: keep the activations that fit, recompute only as many "
+        "blocks as needed to stay within it."
+    ),
+    "memory_estimates_match_measured": (
+        "Count bytes per rank for each strategy: parameters, gradients and Adam's two moments. Which of them does "
+        "each strategy divide by the world size, and which does every rank keep whole?"
+    ),
+    "memory_choice_fits_budget": (
+        "Among the strategies whose bytes fit the budget, pick the one that communicates least; none when no "
+        "strategy fits. Rank them by communication first, memory second."
+    ),
+}

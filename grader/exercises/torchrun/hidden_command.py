@@ -7,7 +7,7 @@ from grader.exercises.torchrun import EXERCISE
 from grader.exercises.torchrun.checks_command import _call_torchrun_command, _check_ranks, built_commands
 
 
-@EXERCISE.check("torchrun_command", points=1, hidden=True)
+@EXERCISE.check("torchrun_command", points=1, hidden=True, depends_on=("torchrun_command_runs_one_node",))
 def torchrun_command_runs_two_nodes(g):
     """torchrun_command(script, 1, nnodes=2, node_rank=0/1, rdzv_endpoint='127.0.0.1:PORT'): two
     agents started with these commands form one job of two workers. Without an endpoint,
@@ -26,7 +26,7 @@ def torchrun_command_runs_two_nodes(g):
         _check_ranks(probe.records(), 2, output, timed_out, "the two node commands")
 
 
-@EXERCISE.check("torchrun_command", points=1, hidden=True)
+@EXERCISE.check("torchrun_command", points=1, hidden=True, depends_on=("torchrun_command_runs_one_node",))
 def torchrun_command_restarts(g):
     """torchrun_command(script, 2, max_restarts=1): when a worker fails once, torchrun starts
     the group again (TORCHELASTIC_RESTART_COUNT 1)."""

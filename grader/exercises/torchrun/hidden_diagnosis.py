@@ -35,6 +35,7 @@ EXERCISE.typical_mistake = ("behind = min(newest, key=newest.get)", "behind = ma
     hidden=True,
     feedback="Hidden hung jobs: 2 to 16 ranks, any rank behind (rank 0 included), buffers that keep "
     "only the newest entries, and a rank that never called a collective (empty entries).",
+    depends_on=("diagnose_hang_names_the_rank_behind",),
 )
 def diagnose_hang_on_unseen_hangs(g):
     """Six hung jobs drawn at this grading: 2 to 16 ranks, full ring buffers, rank 0 behind once, and a rank

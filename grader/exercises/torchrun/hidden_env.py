@@ -16,7 +16,12 @@ from grader.exercises.torchrun.checks_env import (
 )  # noqa: F401
 
 
-@EXERCISE.check("read_dist_env", points=0.5, hidden=True)
+@EXERCISE.check(
+    "read_dist_env",
+    points=0.5,
+    hidden=True,
+    depends_on=("read_dist_env_on_torchrun_workers", "read_dist_env_names_a_missing_variable"),
+)
 def read_dist_env_on_two_nodes(g):
     """Two torchrun agents (--nnodes=2, one worker each) on 127.0.0.1: the worker of node 1
     has RANK 1 but LOCAL_RANK 0, WORLD_SIZE 2 but LOCAL_WORLD_SIZE 1."""
@@ -27,7 +32,12 @@ def read_dist_env_on_two_nodes(g):
         _check_probe_records(probe.records(), [(0, 0), (1, 0)], output, timed_out, "a 2-node run")
 
 
-@EXERCISE.check("read_dist_env", points=0.5, hidden=True)
+@EXERCISE.check(
+    "read_dist_env",
+    points=0.5,
+    hidden=True,
+    depends_on=("read_dist_env_on_torchrun_workers", "read_dist_env_names_a_missing_variable"),
+)
 def read_dist_env_reads_its_argument(g):
     """A mapping that is not os.environ (rank 5 of 8, restart 2) is read exactly, into a dataclass;
     without TORCHELASTIC_RESTART_COUNT (a plain launcher) restart_count is 0."""

@@ -50,3 +50,40 @@ HINTS = {
         "there, and which ranks recorded a call with that number? Its name is the one they recorded, unchanged.",
     ],
 }
+
+# The hint of the check that failed: hint(task) shows it first, once per failure, then the task's ladder
+# (grader/hints.py). Each public check carries one; it names the mistake's idea, not the code.
+CHECK_HINTS = {
+    "read_dist_env_on_torchrun_workers": (
+        "Read every value from the mapping you are given, not from the process's own environment, and keep "
+        "`RANK` (the whole job) apart from `LOCAL_RANK` (this node); all but the address are integers."
+    ),
+    "read_dist_env_names_a_missing_variable": (
+        "When a variable is missing, raise an error that names it and says to launch with torchrun, instead of "
+        "letting a bare `KeyError` escape."
+    ),
+    "torchrun_command_runs_one_node": (
+        "The command must start torchrun with this very Python, give one option per list item, and end with the "
+        "script; one node without an endpoint needs the standalone rendezvous."
+    ),
+    "train_script_matches_single_process": (
+        "Run the plain training first: each rank its share of every global batch, the sampler told the epoch, "
+        "the log written once per epoch by rank 0, the final model saved without DDP's prefix."
+    ),
+    "train_script_resumes_after_a_killed_worker": (
+        "After a restart every rank must load the snapshot before wrapping the model and continue in the epoch "
+        "where the kill happened, not from the start."
+    ),
+    "train_script_resumes_mid_epoch": (
+        "The snapshot must say how many batches of its epoch were done, be taken often enough, and the restart "
+        "must skip exactly those batches of that epoch."
+    ),
+    "train_script_checkpoints_while_training_goes_on": (
+        "The asynchronous save returns at once: let training go on, and wait for its result only where the next "
+        "save or the end of the script needs it; its collectives need a process group of their own."
+    ),
+    "diagnose_hang_names_the_rank_behind": (
+        "Compare each rank's newest entry: is the rank the others wait for the one that got furthest, or the one "
+        "that got least far? Its missing collective is the one the others recorded after its last."
+    ),
+}
