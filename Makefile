@@ -3,7 +3,7 @@
 #   make test    the whole test suite (what CI runs)
 #   make test-fast  the fast tier: every layer, one real run per exercise, the linter (under 2 minutes)
 #   make lab     JupyterLab on the course
-#   make bench   benchmarks (engine vs fresh torchrun; make grade vs plain nbgrader autograde; a hung task; a spinner)
+#   make bench   benchmarks (engine vs fresh torchrun; a warm 4-rank check; make grade vs plain nbgrader autograde; a hung task; a spinner)
 #   make grade   autograde every collected submission of ASSIGNMENT, in parallel, into the gradebook
 #                (each in a bubblewrap sandbox; SANDBOX=0 for none)
 #   make report  the class report of ASSIGNMENT (markdown and a PNG plot)
@@ -81,6 +81,7 @@ lab: install
 
 bench: install
 	$(BIN)/python benchmarks/bench_engine.py
+	$(BIN)/python benchmarks/bench_four_ranks.py
 	$(BIN)/python benchmarks/bench_grading.py
 	$(BIN)/python benchmarks/bench_notebook.py
 	$(BIN)/python benchmarks/bench_hang.py

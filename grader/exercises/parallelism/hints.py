@@ -157,12 +157,28 @@ CHECK_HINTS = {
         "The backward crosses ranks too: rank 1 sends the gradient of the activation it received back, and rank "
         "0 runs backward from its own output with that gradient."
     ),
-    "schedule_1f1b_matches_one_process_in_its_order": (
-        "The `schedule` argument must choose the schedule class: 1F1B interleaves forwards and backwards after a "
-        "warm-up, so its messages come in another order than GPipe's."
+    "interleaved_schedule_matches_one_process": (
+        "Count the stages first: the model is cut into twice as many stages as ranks, and each rank holds two of "
+        "them, dealt round-robin, not side by side. Which stage indices does rank 0 hold with 2 ranks?"
     ),
-    "schedule_gpipe_matches_one_process_in_its_order": (
-        "GPipe runs every micro-batch's forward, then every backward: losses and gradients must equal one process "
-        "on the whole batch. Check how the stage of this rank and the loss function are given to the schedule."
+    "interleaved_schedule_in_three_rounds": (
+        "The same schedule with more micro-batches: the number of micro-batches comes from the argument, not "
+        "from the number of ranks or stages."
+    ),
+    "moe_two_ranks_one_expert_each_matches_one_process": (
+        "Follow one token: which rank holds its expert, where does its row sit in what that rank receives, and "
+        "how does the result find its way back to the token's own row, scaled by its gate?"
+    ),
+    "moe_rank_without_tokens": (
+        "A rank may receive no token at all: every collective must still be called on every rank, with split "
+        "sizes of zero where nothing moves, and the result must keep the input's shape."
+    ),
+    "ring_two_ranks_matches_causal_attention": (
+        "Compare with one process on paper: which key positions may each query see, counted over the whole "
+        "sequence? When a new block raises a row's maximum, what must happen to what was summed so far?"
+    ),
+    "ring_four_ranks_never_holds_every_block": (
+        "A ring passes one block at a time: keep running sums, and let each received block go once it is merged "
+        "and passed on, rather than collecting the blocks into one tensor."
     ),
 }

@@ -223,7 +223,7 @@ def memory_estimates_match_measured(g):
     verify_estimates(run_plan(g)[0], CASES[0])
 
 
-@EXERCISE.check("plan_memory", points=2)
+@EXERCISE.check("plan_memory", points=2, depends_on=("memory_estimates_match_measured",))
 def memory_estimates_mixed_precision(g):
     """bf16 parameters, fp32 master copies and moments: each estimate within 5% of the bytes measured (2 ranks)."""
     verify_estimates(run_plan(g)[1], CASES[1])

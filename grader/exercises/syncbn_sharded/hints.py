@@ -285,4 +285,16 @@ CHECK_HINTS = {
         "Among the strategies whose bytes fit the budget, pick the one that communicates least; none when no "
         "strategy fits. Rank them by communication first, memory second."
     ),
+    "memory_estimates_mixed_precision": (
+        "Count each tensor a rank keeps with its own dtype: what is bf16 here (parameters, gradients, DDP's "
+        "buckets), what stays fp32 (the master copy, the two moments), and which of them each strategy shards."
+    ),
+    "hsdp_groups_follow_the_nodes": (
+        "Write down the groups of each mesh dimension for the nodes given: the shard dimension's groups must be "
+        "the nodes themselves, the replicate dimension's one rank of each node. Which dimension comes first?"
+    ),
+    "hsdp_step_matches_one_process": (
+        "The groups may be right and the step still wrong: compare the order of ranks within each node with the "
+        "order torch numbers a group's members in."
+    ),
 }
