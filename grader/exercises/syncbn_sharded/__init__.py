@@ -12,6 +12,8 @@
     checks_checkpointing.py checkpoint_activations (selective activation checkpointing, from a budget;
                           checkpoint_budget.py: the budget's arithmetic and the miscounts it names)
     checks_memory_plan.py plan_memory (per-rank bytes of DDP, ZeRO-1, FSDP2; which strategy fits a budget)
+    checks_step_time.py   plan_layout (the α-β step time and MFU of (dp, tp, pp) layouts; the fastest that fits;
+                          step_time.py: the model and the mistakes it names)
 
 This file declares the exercise; its checks_*.py and hidden_*.py modules are found by
 grader.exercises.discover() (the contract is in grader/exercises/__init__.py).
@@ -36,6 +38,7 @@ EXERCISE = Exercise(
         "export_full_state",
         "checkpoint_activations",
         "plan_memory",
+        "plan_layout",
     ],
 )
 check = EXERCISE.check

@@ -136,4 +136,14 @@ HINTS = {
         "DDP splits nothing; ZeRO-1 splits only the optimizer state; FSDP2 splits all three. Then try the "
         "strategies in the order they communicate, least first, and keep the first that fits the budget.",
     ],
+    "plan_layout": [
+        "Write the layout's cost as a sum of terms you can check one by one: the compute time with its bubble, "
+        "then one term per axis that communicates (data, tensor, pipeline), each a number of collectives times "
+        "the cost of one on that axis's link. A layout with an axis of size 1 pays nothing on it.",
+        "Which link an axis uses depends only on the ranks of its groups: list each group's ranks from the "
+        "numbering (tp fastest, then pp, then dp) and see whether their nodes (rank // gpus_per_node) differ. "
+        "Sizes in the model are bytes: 4 per fp32 value.",
+        "The choice uses the memory first: keep the indices whose memory fits, then take the one with the "
+        "smallest step among them (`min` with a `key`), or None when the list is empty.",
+    ],
 }
