@@ -139,7 +139,18 @@ def verify_choices(results: list, scenarios: list) -> None:
             raise CheckFailed(
                 f"rank {rank}, scenario {number + 1}: you chose {choice!r}: "
                 + _why(choice, right, plans, lays, cluster)
+                + _own_numbers(choice, answer["plans"], cluster["memory"])
             )
+
+
+def _own_numbers(choice, plans: list, memory: float) -> str:
+    """A wrong choice that is the right one for the student's own numbers: the fault is in those numbers."""
+    if any(isinstance(v, str) for p in plans for v in p.values()):
+        return ""
+    fits = [i for i, p in enumerate(plans) if p["memory"] <= memory]
+    if choice != (min(fits, key=lambda i: plans[i]["step"]) if fits else None):
+        return ""
+    return " (your choice is the right one for your own numbers: those differ from the model's, see the other checks)"
 
 
 def _why(choice, right: set, plans: list, lays: list, cluster: dict) -> str:
