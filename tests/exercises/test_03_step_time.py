@@ -2,14 +2,18 @@
 untouched release and lazy answers earn nothing; each typical mistake fails its check with a message that names it;
 right answers written otherwise get full marks; a tie accepts either layout."""
 
+import ast
 import os
+from pathlib import Path
 
 import pytest
 
 from grader.exercises import get_exercise
 from grader.exercises.syncbn_sharded import checks_step_time as public
 from grader.exercises.syncbn_sharded import hidden_step_time as hidden_module
-from grader.exercises.syncbn_sharded.step_time import MISTAKES, costs, fastest_that_fits
+from grader.exercises.syncbn_sharded import step_time_expected
+from grader.exercises.syncbn_sharded.hidden_step_time_model import costs, expected, fastest_that_fits
+from grader.exercises.syncbn_sharded.step_time_mistakes import MISTAKES
 from grader.runner import run_checks
 from grader.submission import read_notebook
 from tests.helpers import (
@@ -56,15 +60,52 @@ def test_every_named_mistake_changes_some_number_of_the_public_scenarios():
         ), name
 
 
+def test_stored_public_numbers_are_the_hidden_models():
+    # the public checks compare with stored numbers: they must be the model's, to the last bit
+    assert step_time_expected.EXPECTED == expected(public.SCENARIOS, public.RTOL)
+    assert [sorted(c) for c in _choices(public.SCENARIOS)] == [s["right"] for s in step_time_expected.EXPECTED]
+    stored = {name for s in step_time_expected.EXPECTED for name in s["mistakes"]}
+    assert stored == set(MISTAKES)  # every mistake a message names has its numbers stored
+
+
+def test_stored_numbers_are_data_only():
+    # the student build holds step_time_expected.py: a literal, no formula a student could call
+    tree = ast.parse(Path(step_time_expected.__file__).read_text())
+    docstring, assign = tree.body
+    assert isinstance(docstring, ast.Expr) and isinstance(assign, ast.Assign), ast.dump(tree)[:200]
+    assert ast.literal_eval(assign.value) == step_time_expected.EXPECTED
+
+
+def _hidden_module(dotted: str) -> bool:
+    last = dotted.split(".")[-1]
+    return last.startswith("hidden_") and (Path(ROOT) / (dotted.replace(".", "/") + ".py")).is_file()
+
+
+def test_no_public_module_imports_a_hidden_one():
+    grader = Path(ROOT) / "grader"
+    importing = []
+    for path in grader.rglob("*.py"):
+        if path.name.startswith("hidden_"):
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module:  # a module, or a name of one
+                names = [node.module, *(f"{node.module}.{a.name}" for a in node.names)]
+            else:
+                names = [a.name for a in node.names] if isinstance(node, ast.Import) else []
+            if any(n.startswith("grader.") and _hidden_module(n) for n in names):
+                importing.append(f"{path.relative_to(grader)}:{node.lineno}")
+    assert not importing, importing
+
+
 def test_a_tie_accepts_either_layout():
     model, cluster, batch, lays = public.SCENARIOS[0]
     twice = [lays[7], lays[0], dict(lays[7])]
     scenario = [(model, cluster, batch, twice)]
     plans = [{q: v for q, v in costs(model, cluster, batch, lay).items()} for lay in twice]
     for choice in (0, 2):
-        public.verify_choices([[{"plans": plans, "choice": choice}]], scenario)
+        public.verify_choices([[{"plans": plans, "choice": choice}]], scenario, expected(scenario, public.RTOL))
     with pytest.raises(Exception, match="the memory is ignored"):
-        public.verify_choices([[{"plans": plans, "choice": 1}]], scenario)
+        public.verify_choices([[{"plans": plans, "choice": 1}]], scenario, expected(scenario, public.RTOL))
 
 
 @pytest.mark.timeout(240)

@@ -13,7 +13,8 @@
                           checkpoint_budget.py: the budget's arithmetic and the miscounts it names)
     checks_memory_plan.py plan_memory (per-rank bytes of DDP, ZeRO-1, FSDP2; which strategy fits a budget)
     checks_step_time.py   plan_layout (the α-β step time and MFU of (dp, tp, pp) layouts; the fastest that fits;
-                          step_time.py: the model and the mistakes it names)
+                          step_time_expected.py: the model's numbers, stored; step_time_mistakes.py:
+                          the mistakes it names; hidden_step_time_model.py: the model)
 
 This file declares the exercise; its checks_*.py and hidden_*.py modules are found by
 grader.exercises.discover() (the contract is in grader/exercises/__init__.py).

@@ -1,8 +1,10 @@
 """03_syncbn_sharded: plan_layout (the step time and MFU of (dp, tp, pp) layouts, and the fastest that fits).
 
 Pure arithmetic, graded through the ranks like any task: each rank calls the student's plan_layout on the
-scenarios below and sends back plain numbers; the parent computes the α-β model of step_time.py only after the
-runs are over, and compares. The three checks judge the same launch (the runner shares it). Each rule of the task
+scenarios below and sends back plain numbers; the parent compares them, after the runs, with the numbers of the
+task's α-β model stored in step_time_expected.py (plain data: the model itself is the answer, so it lives in
+hidden_step_time_model.py, which the student build leaves out), and names a mistake whose stored numbers match
+(step_time_mistakes.py). The three checks judge the same launch (the runner shares it). Each rule of the task
 text and its check:
 
 | plan_layout(model, cluster, batch, layouts)                       | verified by                               |
@@ -20,7 +22,8 @@ import numbers
 
 from grader.checks import CheckFailed
 from grader.exercises.syncbn_sharded import EXERCISE
-from grader.exercises.syncbn_sharded.step_time import MISTAKES, costs, fastest_that_fits
+from grader.exercises.syncbn_sharded.step_time_expected import EXPECTED
+from grader.exercises.syncbn_sharded.step_time_mistakes import MISTAKES
 
 RTOL = 1e-6  # relative: the model is exact arithmetic, only the order of operations differs
 TIMES = ("compute", "comm", "step", "mfu")
@@ -97,11 +100,11 @@ def describe(lay: dict) -> str:
     return f"(dp={lay['dp']}, tp={lay['tp']}, pp={lay['pp']}{', sharded' if lay['sharded'] else ''})"
 
 
-def _likely(scenario, lay: dict, quantity: str, value: float) -> str:
-    model, cluster, batch, _ = scenario
+def _likely(mistakes: dict, index: int, quantity: str, value: float) -> str:
+    """The message of a named mistake whose stored number for this layout and quantity is the student's."""
     for name, message in MISTAKES.items():
-        wrong = costs(model, cluster, batch, lay, name)[quantity]
-        if abs(value - wrong) <= RTOL * abs(wrong):
+        wrong = mistakes.get(name, [{}] * (index + 1))[index].get(quantity)
+        if wrong is not None and abs(value - wrong) <= RTOL * abs(wrong):
             return message
     if quantity == "step":
         return "the step is compute + comm: the model assumes no overlap"
@@ -110,30 +113,29 @@ def _likely(scenario, lay: dict, quantity: str, value: float) -> str:
     return ""
 
 
-def verify(results: list, scenarios: list, quantities: tuple) -> None:
+def verify(results: list, scenarios: list, quantities: tuple, expected: list = EXPECTED) -> None:
+    """expected: per scenario, the model's numbers (step_time_expected.py's shape)."""
     for rank, answers in enumerate(results):
-        for number, (scenario, answer) in enumerate(zip(scenarios, answers)):
-            model, cluster, batch, lays = scenario
-            for lay, got in zip(lays, answer["plans"]):
-                want = costs(model, cluster, batch, lay)
+        for number, (scenario, answer, stored) in enumerate(zip(scenarios, answers, expected, strict=True)):
+            for index, (lay, got) in enumerate(zip(scenario[3], answer["plans"])):
+                want = stored["plans"][index]
                 for q in quantities:
                     if isinstance(got[q], str):
                         raise CheckFailed(f"rank {rank}: '{q}' of layout {describe(lay)} is {got[q]}, not a number")
                     if abs(got[q] - want[q]) <= RTOL * abs(want[q]):
                         continue
-                    likely = _likely(scenario, lay, q, got[q])
+                    likely = _likely(stored["mistakes"], index, q, got[q])
                     raise CheckFailed(
                         f"rank {rank}, scenario {number + 1}, layout {describe(lay)}: your '{q}' is {got[q]:.6g}, "
                         f"the α-β model of the task gives {want[q]:.6g}" + (f": {likely}" if likely else "")
                     )
 
 
-def verify_choices(results: list, scenarios: list) -> None:
+def verify_choices(results: list, scenarios: list, expected: list = EXPECTED) -> None:
     for rank, answers in enumerate(results):
-        for number, (scenario, answer) in enumerate(zip(scenarios, answers)):
-            model, cluster, batch, lays = scenario
-            plans = [costs(model, cluster, batch, lay) for lay in lays]
-            right, choice = fastest_that_fits(plans, cluster["memory"], RTOL), answer["choice"]
+        for number, (scenario, answer, stored) in enumerate(zip(scenarios, answers, expected, strict=True)):
+            _, cluster, _, lays = scenario
+            plans, right, choice = stored["plans"], set(stored["right"]), answer["choice"]
             if choice in right or (choice is None and not right):
                 continue
             raise CheckFailed(

@@ -1,4 +1,5 @@
-"""The α-β model of a training step that the layout task's text states, and the usual ways to get it wrong.
+"""The α-β model of a training step that the layout task's text states, and the usual ways to get it wrong
+(instructor only: it is the answer of plan_layout, so it never ships in the student build).
 
 A layout is a dict (dp, tp, pp, sharded): dp data-parallel copies (sharding their state as FSDP does when
 `sharded`), each split by tp (tensor parallel) and pp (pipeline stages). Every number follows the conventions the
@@ -13,37 +14,23 @@ task text states, so that a right answer is unique up to float rounding:
 - memory (task 14's formulas): 16 bytes of state per parameter a rank holds (divided by dp when sharded), plus the
   activations of min(pp, m) micro-batches of its layers, divided by tp.
 
-A mistake (MISTAKES) is the same model with one convention broken: a student's number that matches one is told
-which.
+A mistake (step_time_mistakes.MISTAKES) is the same model with one convention broken: a student's number that
+matches one is told which. The public checks compare with numbers of this model stored as plain data
+(step_time_expected.py, rewritten by `python -m grader.exercises.syncbn_sharded.hidden_step_time_model`);
+tests/exercises/test_03_step_time.py keeps them equal; the hidden check calls expected() itself.
 """
 
 from __future__ import annotations
 
+import json
+import sys
+from pathlib import Path
+
+from grader.exercises.syncbn_sharded.step_time_mistakes import MISTAKES
+
 FP32 = 4
 STATE_BYTES = 16  # fp32 parameter, gradient and Adam's two moments: task 14's DDP count per parameter
 TP_ALL_REDUCES_PER_LAYER = 4  # Megatron: 2 in forward (attention, MLP), 2 in backward
-MISTAKES = {
-    "elements_not_bytes": "you seem to count elements, not bytes, in the communication: an fp32 value is 4 bytes",
-    "all_reduce_as_gather": "a ring all-reduce moves 2(k−1)/k·B bytes per rank (a reduce-scatter, then an "
-    "all-gather), not (k−1)/k·B",
-    "all_reduce_no_factor": "a ring all-reduce moves 2(k−1)/k·B bytes per rank, not B: the 2(k−1)/k factor is missing",
-    "no_latency": "the α terms are left out: each of a ring's 2(k−1) steps (k−1 for a gather or scatter) and each "
-    "send pays the link's latency α",
-    "tp_link_swapped": "tensor parallelism is charged on the wrong link: a TP group within one node uses the "
-    "intra-node α and β, one that spans nodes the inter-node ones",
-    "no_bubble": "the pipeline bubble is forgotten: with pp stages and m micro-batches the compute takes "
-    "(m + pp − 1)/m times the ideal",
-    "bubble_not_scaled": "the bubble is (pp − 1)/(m + pp − 1) of the pipelined time: the compute is the ideal "
-    "times (m + pp − 1)/m",
-    "fsdp_as_all_reduce": "a sharded layout gathers the parameters for forward and again for backward, and "
-    "reduce-scatters the gradients: 3 collectives of (k−1)/k·B, not one all-reduce",
-    "tp_once_per_step": "tensor parallelism all-reduces activations in every micro-batch: 4 per layer "
-    "(2 in forward, 2 in backward) for each of the m micro-batches",
-    "activations_all_micro_batches": "a rank keeps the activations of min(pp, m) micro-batches (1F1B), not of all m",
-    "activations_not_split_by_tp": "tensor parallelism splits the activations too: divide them by tp",
-    "state_not_split": "the model state is split over tp · pp (and over dp when sharded): 16 bytes per parameter "
-    "this rank holds",
-}
 
 
 def _link(layout: dict, dim: str, cluster: dict, mistake: str) -> dict:
@@ -133,3 +120,65 @@ def fastest_that_fits(plans: list[dict], memory_per_device: float, rtol: float) 
         return set()
     best = min(plans[i]["step"] for i in fits)
     return {i for i in fits if plans[i]["step"] <= best * (1 + rtol)}
+
+
+def _differs(value: float, want: float, rtol: float) -> bool:
+    return abs(value - want) > rtol * abs(want)
+
+
+def expected(scenarios: list, rtol: float) -> list[dict]:
+    """Per scenario, what the checks compare with, as plain data: each layout's quantities ("plans"), the right
+    choices ("right", sorted), and per named mistake each layout's quantities that it changes ("mistakes")."""
+    out = []
+    for model, cluster, batch, lays in scenarios:
+        plans = [costs(model, cluster, batch, lay) for lay in lays]
+        mistakes = {}
+        for name in MISTAKES:
+            wrong = [costs(model, cluster, batch, lay, name) for lay in lays]
+            changed = [{q: v for q, v in w.items() if _differs(v, p[q], rtol)} for w, p in zip(wrong, plans)]
+            if any(changed):
+                mistakes[name] = changed
+        right = sorted(fastest_that_fits(plans, cluster["memory"], rtol))
+        out.append({"plans": plans, "right": right, "mistakes": mistakes})
+    return out
+
+
+def render_expected(scenarios: list, rtol: float) -> str:
+    """The text of step_time_expected.py: the public scenarios' numbers, data only."""
+    head = (
+        '"""What plan_layout\'s public checks compare with: for each scenario of checks_step_time.SCENARIOS, each\n'
+        "layout's numbers, the right choices, and the numbers of each named mistake (only those it changes).\n\n"
+        "Plain data, written by `python -m grader.exercises.syncbn_sharded.hidden_step_time_model` (as is);\n"
+        'tests/exercises/test_03_step_time.py checks that the hidden model still gives them."""\n\n'
+    )
+    lines = ["# kept compact: a layout's numbers a line", "# fmt: off", "EXPECTED = ["]
+    for stored in expected(scenarios, rtol):
+        lines += ["    {", f'        "right": {stored["right"]},', '        "plans": [']
+        lines += [f"            {json.dumps(plan)}," for plan in stored["plans"]]
+        lines += ["        ],", '        "mistakes": {']
+        for name, changed in stored["mistakes"].items():
+            lines += [
+                f'            "{name}": [',
+                *_packed([json.dumps(c) for c in changed], " " * 16),
+                "            ],",
+            ]
+        lines += ["        },", "    },"]
+    return head + "\n".join([*lines, "]", "# fmt: on", ""])
+
+
+def _packed(items: list[str], indent: str, width: int = 118) -> list[str]:
+    """The items, comma-separated, as few to a line as fit in width."""
+    lines = [indent]
+    for item in items:
+        if len(lines[-1]) + len(item) + 2 > width and lines[-1].strip():
+            lines.append(indent)
+        lines[-1] += f"{item}, "
+    return [line.rstrip() for line in lines]
+
+
+if __name__ == "__main__":
+    from grader.exercises.syncbn_sharded.checks_step_time import RTOL, SCENARIOS
+
+    target = Path(__file__).with_name("step_time_expected.py")
+    target.write_text(render_expected(SCENARIOS, RTOL))
+    print(f"wrote {target}", file=sys.stderr)
