@@ -15,7 +15,7 @@ from tests.helpers import ROOT
 KEY = {  # the plain key (the package stores salted hashes only)
     "01_data_vs_model_parallelism": "cbcdbadcba",
     "02_ddp_basics": "cdabbccdab",
-    "03_syncbn_and_sharded_state": "bdcabadbcdca",
+    "03_syncbn_and_sharded_state": "bdcabadbcdcaa",
     "04_torchrun": "cbdabdacc",
 }
 
@@ -51,8 +51,9 @@ def test_the_key_is_not_in_the_package_or_the_notebook(lesson):
 
 def test_the_key_is_balanced_so_a_constant_guess_earns_little():
     for lesson in KEY:
+        most = -(-len(KEY[lesson]) // 4)  # a quarter of the questions, rounded up
         for letter in "abcd":
-            assert quiz.score(lesson, {q: letter for q in key_dict(lesson)}).right <= 3, (lesson, letter)
+            assert quiz.score(lesson, {q: letter for q in key_dict(lesson)}).right <= most, (lesson, letter)
 
 
 def quick_check_options(lesson):

@@ -291,6 +291,14 @@ QUIZZES: dict[str, dict[str, Question]] = {
                 "of each GPU's gradient shard, among the 4 GPUs (one per node) that hold the same shard (§6c, HSDP)."
             ),
         ),
+        "q13": Q(
+            "dec6fd8f5819",
+            "c3ed0298c79e37dd",
+            N_(
+                "A ring all-reduce is a reduce-scatter and then an all-gather: each rank sends 2(k−1)/k·B = 1.75 GB, "
+                "at 5 ps per byte 8.75 ms, and about the same on 16 or 64 GPUs (§6e)."
+            ),
+        ),
     },
     "04_torchrun": {
         "q1": Q(

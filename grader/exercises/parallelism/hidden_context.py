@@ -6,7 +6,13 @@ from grader.exercises.parallelism import EXERCISE
 from grader.exercises.parallelism.checks_context import check_traffic, check_values, run_ring
 
 
-@EXERCISE.check("ring_attention", points=1, hidden=True, world_size=3)
+@EXERCISE.check(
+    "ring_attention",
+    points=1,
+    hidden=True,
+    world_size=3,
+    depends_on=("ring_two_ranks_matches_causal_attention", "ring_four_ranks_never_holds_every_block"),
+)
 def ring_three_ranks_uneven_blocks(g):
     """3 ranks, blocks of 5, 9 and 3 (the receive buffers follow the sender's length)."""
     per_rank, data = run_ring(g, [5, 9, 3], seed=11)

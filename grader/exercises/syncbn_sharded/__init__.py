@@ -16,6 +16,9 @@
                           mixed-precision optimizer, memory_mistakes.py names the usual miscounts)
     checks_hsdp.py        build_hsdp_model (HSDP: FSDP2 on a 2-D mesh from a machine description;
                           hsdp_groups.py: the groups each collective ran on, against the nodes)
+    checks_step_time.py   plan_layout (the α-β step time and MFU of (dp, tp, pp) layouts; the fastest that fits;
+                          step_time_expected.py: the model's numbers, stored; step_time_mistakes.py:
+                          the mistakes it names; hidden_step_time_model.py: the model)
 
 This file declares the exercise; its checks_*.py and hidden_*.py modules are found by
 grader.exercises.discover() (the contract is in grader/exercises/__init__.py).
@@ -41,6 +44,7 @@ EXERCISE = Exercise(
         "checkpoint_activations",
         "plan_memory",
         "build_hsdp_model",
+        "plan_layout",
     ],
 )
 check = EXERCISE.check

@@ -10,7 +10,13 @@ from grader.exercises.syncbn_sharded.hsdp_groups import verify_groups
 OTHER = SPEC | {"nodes": ((0, 2), (1, 3)), "width": 12, "depth": 2, "seed": 9}
 
 
-@EXERCISE.check("build_hsdp_model", points=1, hidden=True, world_size=4)
+@EXERCISE.check(
+    "build_hsdp_model",
+    points=1,
+    hidden=True,
+    world_size=4,
+    depends_on=("hsdp_groups_follow_the_nodes", "hsdp_step_matches_one_process"),
+)
 def hsdp_with_interleaved_nodes(g):
     """Nodes [0, 2] and [1, 3]: the groups follow them, and one step equals one process's."""
     results = run_hsdp(g, OTHER)

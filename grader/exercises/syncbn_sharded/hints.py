@@ -149,6 +149,16 @@ HINTS = {
         "Dimension 0 of the mesh is the one fully_shard replicates over, dimension 1 the one it shards over. "
         "Pass the whole 2-D mesh (not a slice of it) to fully_shard, for each block and then the root.",
     ],
+    "plan_layout": [
+        "Write the layout's cost as a sum of terms you can check one by one: the compute time with its bubble, "
+        "then one term per axis that communicates (data, tensor, pipeline), each a number of collectives times "
+        "the cost of one on that axis's link. A layout with an axis of size 1 pays nothing on it.",
+        "Which link an axis uses depends only on the ranks of its groups: list each group's ranks from the "
+        "numbering (tp fastest, then pp, then dp) and see whether their nodes (rank // gpus_per_node) differ. "
+        "Sizes in the model are bytes: 4 per fp32 value.",
+        "The choice uses the memory first: keep the indices whose memory fits, then take the one with the "
+        "smallest step among them (`min` with a `key`), or None when the list is empty.",
+    ],
 }
 
 # The hint of the check that failed: hint(task) shows it first, once per failure, then the task's ladder
@@ -296,5 +306,16 @@ CHECK_HINTS = {
     "hsdp_step_matches_one_process": (
         "The groups may be right and the step still wrong: compare the order of ranks within each node with the "
         "order torch numbers a group's members in."
+    ),
+    "layout_times_follow_the_alpha_beta_model": (
+        "Take one layout and one term at a time, as the task states them: the compute with its bubble, then each "
+        "axis's collective, its bytes, its k, and which link (inside or across nodes) its groups use."
+    ),
+    "layout_memory_follows_the_plan": (
+        "Memory per device follows task 14's count: which parts are split by which axis, and how many micro-batches "
+        "of activations a pipeline stage holds at once."
+    ),
+    "layout_choice_is_the_fastest_that_fits": (
+        "Among the layouts whose memory fits the device, the smallest step time; when none fits, say so."
     ),
 }
