@@ -99,7 +99,12 @@ SETTINGS = (
         "nbgrader's gradebook database (PostgreSQL on a hub)",
         "grader/gradebook/roundtrip.py",
     ),
-    Setting("NBGRADER_CACHE", ".nbgrader/cache", "make lab's nbgrader cache, one per course", "Makefile", MAKE),
+    Setting(
+        "NBGRADER_CACHE",
+        ".nbgrader/cache (make lab)",
+        "nbgrader's cache of submissions: make lab's, one per course; show_progress() reads submission times there",
+        "grader/progress/submitted.py",
+    ),
     Setting(
         "ASSIGNMENT", "02_ddp_basics", "the exercise make grade, report, collect and selfcheck act on", "Makefile", MAKE
     ),
