@@ -42,6 +42,7 @@ SERIAL_UNIT = "serial-system"
 # The fast tier: under 2 minutes together on a 2-core machine (CONTRIBUTING.md, "Two test tiers").
 FAST_FILES = {
     "test_settings.py",
+    "test_maps.py",
     "test_layers.py",
     "test_public_apis.py",
     "test_guard_list.py",

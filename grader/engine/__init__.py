@@ -9,6 +9,14 @@
 - preload.py:   what the forkserver imports once (processes.preload: the public checks, named by their loader)
 - stacks.py:    tracebacks and hung stacks, the student's frames first
 - background.py: a command (torchrun) in a session of its own, bounded: lesson 4's launcher, exercise 4's runner
+- flight.py:    every collective of a rank and where it was called (torch's Flight Recorder), read on request
+- divergence.py, source_lines.py: where the ranks' collectives stopped pairing, and the line of code quoted
+- frame_guard.py: inside a rank, the student's code is refused the call stack's frames (the grader's)
+- guard_list.py, preload_watched.py: what the integrity guard watches, derived from the grader's code; imported
+                once by the forkserver
+- forked_forkserver.py: the ranks' forkserver as a fork of this process; huge_pages.py: 2 MiB pages for it
+- cuda_count.py, cuda_probe.py, cuda_watch.py: how many GPUs CUDA counts (in a child), what a rank sees of CUDA,
+                and (tests only) every call into CUDA
 """
 
 from grader.engine import cuda_watch

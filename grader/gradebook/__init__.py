@@ -19,4 +19,5 @@
 - vetted_collect.py, collect.py  every collect: only a student's own plain files, never forged, postdated or backdated
 - report.py    the class report (which DDP mistakes the class makes most)
 - roundtrip.py the whole loop: release, fetch, submit, collect, grade, feedback, export
+- commands.py  python -m grader grade | report (and the internal _grade-worker)
 """

@@ -14,7 +14,8 @@ and the checks' code, so a second look is instant until something changes.
 Hidden checks are not run: they are the instructor's.
 
 Modules: find.py (the notebooks), grade.py (the visible checks of started tasks),
-cache.py (verdicts by answers and grader digest), view.py (text and notebook views).
+cache.py (verdicts by answers and grader digest), view.py (text and notebook views), submitted.py (when the student last submitted, from nbgrader's
+cache).
 """
 
 from grader.progress.find import candidates, find_root, pick_notebook

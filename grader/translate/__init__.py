@@ -10,6 +10,8 @@ fuzzy, as with gettext's msgmerge). The build (`build.py`) writes `lessons/<lang
 `translated/<lang>/<id>/<id>.ipynb` (an exercise's release, an nbgrader release directory): code cells,
 outputs and metadata are the English notebook's, byte for byte; an entry that is fuzzy or missing is
 shown in English, and the notebook then opens with a one-line note saying so.
+command.py is `python -m grader translate`; grader_catalog.py extracts the grader's own messages
+(grader/i18n.py) into grader/locale/.
 """
 
 LANGUAGES = ("es", "nl", "ja")

@@ -20,6 +20,11 @@
                           step_time_expected.py: the model's numbers, stored; step_time_mistakes.py:
                           the mistakes it names; hidden_step_time_model.py: the model)
 
+Helpers of the checks: common.py (comparisons under the runs' backend), fsdp2_model.py (the model the FSDP2 tasks
+shard), fsdp2_probe.py (which full-size tensors a call allocated), fsdp_memory.py and fsdp_traffic.py (MiniFSDP:
+freed parameters, what was communicated), live_bytes.py (peak bytes alive, by what exists), reshard_metadata.py
+(what a DCP checkpoint lacks, from its metadata).
+
 This file declares the exercise; its checks_*.py and hidden_*.py modules are found by
 grader.exercises.discover() (the contract is in grader/exercises/__init__.py).
 """

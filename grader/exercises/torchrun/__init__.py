@@ -11,6 +11,13 @@ Student code (the functions, and `train_script` as a value) runs only in ranks
 or in torchrun workers; the checks here run torchrun as subprocesses from the
 parent side, each in a fresh directory, every wait bounded.
 
+Helpers of the checks: command.py (reading a torchrun command line), runs.py (the training-script scenarios),
+problem.py (the model, data and hyperparameters the script trains), probe.py and probes.py (the grader's own worker
+script and its runs), resumes.py (how far a snapshot got), saves.py (what async_save calls say), dcp_load.py
+(loading the script's checkpoints at another world size), isolation.py (a Python for the student's job in which
+no grader module imports), messages.py (torchrun's output made into short evidence). Public checks:
+checks_env.py, checks_command.py, checks_script.py, checks_script_async.py, checks_resume.py, checks_diagnosis.py.
+
 This file declares the exercise; its checks_*.py and hidden_*.py modules are found by
 grader.exercises.discover() (the contract is in grader/exercises/__init__.py).
 """
