@@ -261,3 +261,12 @@ def test_a_translated_exercise_points_to_the_lesson_in_its_language(lang):
             link = f"[`lessons/{lang}/{lesson}`](../../lessons/{lang}/{lesson})"  # from <folder>/<id>/<id>.ipynb
             assert link in built, f"{target(english, lang)} does not link lessons/{lang}/{lesson}"
             assert os.path.exists(os.path.join(ROOT, "lessons", lang, lesson)), f"lessons/{lang}/{lesson} is not built"
+
+
+def test_every_english_exercise_links_its_lesson():
+    for english in sorted(glob.glob(os.path.join(ROOT, "exercises", "*", "*.ipynb"))):
+        text = "".join(_markdown(english))
+        links = re.findall(r"\[`lessons/([\w.-]+\.ipynb)`\]\(\.\./\.\./lessons/([\w.-]+\.ipynb)\)", text)
+        assert links, f"{os.path.relpath(english, ROOT)} links no lesson (a link, not only the path in code)"
+        for named, target_name in links:
+            assert named == target_name and os.path.exists(os.path.join(ROOT, "lessons", named)), (english, named)
