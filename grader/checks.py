@@ -78,9 +78,10 @@ class Exercise:
     side_by_side: the checks of one task may run at once in the notebook (their ranks
     mostly wait); False for checks that are CPU-heavy themselves (real torchrun agents).
     judged_by_bench: `make bench` holds its warm check time to about a second.
-    typical_mistake: (a line of the solution's answers, what a student typically writes instead), set by the
-    exercise's hidden module since it quotes the answer (None in a student build); `make selfcheck` grades the
-    solution so changed and expects the line's task to score less than its full marks (grader/selfcheck.py).
+    typical_mistakes: [(a line of the solution's answers, what a student typically writes instead), ...], at most
+    one per task, appended by the exercise's hidden modules since they quote the answer (none in a student build);
+    `make selfcheck` grades the solution so changed, each alone, and expects the line's task to score less than its
+    full marks (grader/selfcheck.py).
     """
 
     def __init__(self, exercise_id: str, tasks: list[str], side_by_side: bool = True, judged_by_bench: bool = True):
@@ -88,7 +89,7 @@ class Exercise:
         self.tasks = list(tasks)
         self.side_by_side = side_by_side
         self.judged_by_bench = judged_by_bench
-        self.typical_mistake: tuple[str, str] | None = None
+        self.typical_mistakes: list[tuple[str, str]] = []
         self.checks: list[Check] = []
 
     @property

@@ -93,7 +93,7 @@ from grader.exercises.$package.checks_$snake import answer_in_rank, judge_sums
 
 # make selfcheck grades the solution with this line of its answers replaced: the task must lose points;
 # it quotes the answer, so it lives here, out of the student build (tests/test_selfcheck_mistakes.py).
-EXERCISE.typical_mistake = ("dist.all_reduce(total)", "pass  # no all_reduce: each rank keeps its own")
+EXERCISE.typical_mistakes.append(("dist.all_reduce(total)", "pass  # no all_reduce: each rank keeps its own"))
 
 
 @EXERCISE.check("$task", points=1, hidden=True, world_size=3)

@@ -51,12 +51,16 @@ def cases(exercise_id: str):
     yield "solution", "full", lambda: run_checks(exercise, read_notebook(solution))
     if os.path.isfile(_release(exercise_id)):
         yield "untouched release", "zero", lambda: run_checks(exercise, read_notebook(_release(exercise_id)))
-    if exercise.typical_mistake:
-        old, new = exercise.typical_mistake
+    source = "\n\n".join(c.source for c in read_notebook(solution).cells) if exercise.typical_mistakes else ""
+    for old, new in exercise.typical_mistakes:
         task = mistaken_task(exercise, old)
-        source = "\n\n".join(c.source for c in read_notebook(solution).cells)
+        mistaken = source.replace(old, new, 1)
         # only the mistaken task's checks: its score below its full marks is the verdict
-        yield f"typical mistake in {task}", "less", lambda: _grade_source(exercise, source.replace(old, new, 1), task)
+        yield (
+            f"typical mistake in {task}",
+            "less",
+            lambda mistaken=mistaken, task=task: _grade_source(exercise, mistaken, task),
+        )
 
 
 def mistaken_task(exercise, line: str) -> str:
@@ -70,7 +74,7 @@ def mistaken_task(exercise, line: str) -> str:
 
 
 class StaleMistake(ValueError):
-    """An exercise's typical_mistake names a line its solution no longer holds: fix the declaration."""
+    """One of an exercise's typical_mistakes names a line its solution no longer holds: fix the declaration."""
 
 
 def as_expected(expectation: str, score: float, max_score: float) -> bool:
@@ -91,10 +95,10 @@ def main(exercises: list[str] | None = None) -> int:
 
 def _grade_cases(exercise_id: str) -> int:
     """Grade one exercise's cases, a line each; returns how many were not as expected."""
-    if not get_exercise(exercise_id).typical_mistake:
+    if not get_exercise(exercise_id).typical_mistakes:
         print(
             f"--  {exercise_id:<20} no typical mistake to grade: "
-            "set EXERCISE.typical_mistake in one of its hidden_*.py modules"
+            "append one to EXERCISE.typical_mistakes in a hidden_*.py module"
         )
     try:
         graded = list(cases(exercise_id))

@@ -210,7 +210,7 @@ HIDDEN = f'''"""{ID}: {TASK}, hidden: three ranks."""
 from grader.exercises.{PACKAGE} import EXERCISE
 from grader.exercises.{PACKAGE}.checks_{TASK} import answer_in_rank, judge_means
 
-EXERCISE.typical_mistake = ("return total / dist.get_world_size()", "return total  # the sum")
+EXERCISE.typical_mistakes.append(("return total / dist.get_world_size()", "return total  # the sum"))
 
 
 @EXERCISE.check("{TASK}", points=1.5, hidden=True, world_size=3)

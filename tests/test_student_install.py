@@ -129,7 +129,7 @@ def test_student_install_holds_no_answers(student):
         "import json; from grader.exercises import MODULES, get_exercise\n"
         "print(json.dumps({e: {'tasks': get_exercise(e).tasks, 'hidden': sum(c.hidden for c in "
         "get_exercise(e).checks), 'points': get_exercise(e).max_score, "
-        "'mistake': get_exercise(e).typical_mistake} for e in MODULES}))"
+        "'mistakes': get_exercise(e).typical_mistakes} for e in MODULES}))"
     )
     seen = _run([str(python), "-c", probe], 300, cwd=out.parent)
     assert seen.returncode == 0, seen.stderr
@@ -137,7 +137,7 @@ def test_student_install_holds_no_answers(student):
     for exercise_id in MODULES:
         exercise = get_exercise(exercise_id)
         public = sum(c.points for c in exercise.checks_for(hidden=False))
-        assert registry[exercise_id] == {"tasks": exercise.tasks, "hidden": 0, "points": public, "mistake": None}
+        assert registry[exercise_id] == {"tasks": exercise.tasks, "hidden": 0, "points": public, "mistakes": []}
 
 
 def _grade(python: Path, exercise_id: str, notebook: Path, cwd: Path) -> dict:

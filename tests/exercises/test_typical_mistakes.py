@@ -1,4 +1,4 @@
-"""Each exercise's typical mistake (EXERCISE.typical_mistake, what make selfcheck grades): one check states the
+"""Each typical mistake of an exercise (EXERCISE.typical_mistakes, what make selfcheck grades): one check states the
 reason, the other failed checks only point to it, and the next hint(task) begins with that check's hint."""
 
 from __future__ import annotations
@@ -15,12 +15,16 @@ from tests.helpers import assert_one_reason, failed, grade_source, mutate, solut
 EXERCISES = {"01_parallelism": False, "03_syncbn_sharded": True, "04_torchrun": True}
 
 
-@pytest.mark.parametrize("exercise_id", list(EXERCISES))
-def test_typical_mistake_has_one_reason_and_its_hint_comes_first(exercise_id, tmp_path, monkeypatch, capsys):
+MISTAKES = [(e, old, new) for e in EXERCISES for old, new in get_exercise(e).typical_mistakes]
+
+
+@pytest.mark.parametrize(
+    "exercise_id, old, new", MISTAKES, ids=[f"{e}-{mistaken_task(get_exercise(e), o)}" for e, o, _ in MISTAKES]
+)
+def test_typical_mistake_has_one_reason_and_its_hint_comes_first(exercise_id, old, new, tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path))  # the hint counts of this test only
     monkeypatch.delenv("NBGRADER_EXECUTION", raising=False)
     exercise = get_exercise(exercise_id)
-    old, new = exercise.typical_mistake
     task = mistaken_task(exercise, old)
     checks = [c.name for c in exercise.checks_for(task, hidden=None if EXERCISES[exercise_id] else False)]
     source = mutate(solution_source(exercise_id), old, new)

@@ -17,7 +17,7 @@ one_launch.declare("train_one_epoch", ((_in_rank_train, ()),), hidden=True, worl
 
 
 # make selfcheck grades the solution with this line replaced: its task must score less than full marks.
-EXERCISE.typical_mistake = ("loader.sampler.set_epoch(epoch)", "pass  # no set_epoch")
+EXERCISE.typical_mistakes.append(("loader.sampler.set_epoch(epoch)", "pass  # no set_epoch"))
 
 
 @EXERCISE.check(

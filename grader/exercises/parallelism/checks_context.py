@@ -174,7 +174,7 @@ def ring_two_ranks_matches_causal_attention(g):
     check_values(g, per_rank, data)
 
 
-@EXERCISE.check("ring_attention", points=2, world_size=4)
+@EXERCISE.check("ring_attention", points=2, world_size=4, depends_on=("ring_two_ranks_matches_causal_attention",))
 def ring_four_ranks_never_holds_every_block(g):
     """4 ranks, blocks of 8: messages, output, and the key/value bytes alive at once on each rank."""
     per_rank, data = run_ring(g, [8, 8, 8, 8], measure=True)

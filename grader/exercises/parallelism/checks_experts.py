@@ -175,7 +175,7 @@ def moe_two_ranks_one_expert_each_matches_one_process(g):
     check_moe(g, setting_of(2, 1, 1, [7, 5], [1.0, 1.0]))
 
 
-@EXERCISE.check("moe_layer", points=2)
+@EXERCISE.check("moe_layer", points=2, depends_on=("moe_two_ranks_one_expert_each_matches_one_process",))
 def moe_rank_without_tokens(g):
     """2 ranks, two experts each, top-2: every token chooses rank 0's two experts, rank 1 receives nothing."""
     check_moe(g, setting_of(2, 2, 2, [6, 4], [1.0, 2.0, 0.0, 0.0]))

@@ -5,6 +5,14 @@ from __future__ import annotations
 from grader.exercises.parallelism import EXERCISE
 from grader.exercises.parallelism.checks_context import check_traffic, check_values, run_ring
 
+# make selfcheck's mistake for this task: blocks merged without rescaling what was summed under the old maximum.
+EXERCISE.typical_mistakes.append(
+    (
+        "correction = torch.exp(running_max - new_max)  # rescale what was gathered under the old maximum",
+        "correction = torch.ones_like(running_max)  # nothing rescaled",
+    )
+)
+
 
 @EXERCISE.check(
     "ring_attention",

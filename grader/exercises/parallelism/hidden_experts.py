@@ -5,6 +5,11 @@ from __future__ import annotations
 from grader.exercises.parallelism import EXERCISE
 from grader.exercises.parallelism.checks_experts import check_moe, setting_of
 
+# make selfcheck's mistake for this task: the gates forgotten when the outputs come back.
+EXERCISE.typical_mistakes.append(
+    ("weighted = back * gates.reshape(-1)[order].unsqueeze(1)", "weighted = back  # the gates forgotten")
+)
+
 
 @EXERCISE.check(
     "moe_layer",

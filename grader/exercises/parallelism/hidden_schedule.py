@@ -7,9 +7,11 @@ from grader.exercises.parallelism import EXERCISE
 
 
 # make selfcheck grades the solution with this line replaced: its task must score less than full marks.
-EXERCISE.typical_mistake = (
-    "for index in (rank, rank + world_size):",
-    "for index in (2 * rank, 2 * rank + 1):  # neighbouring stages on one rank",
+EXERCISE.typical_mistakes.append(
+    (
+        "for index in (rank, rank + world_size):",
+        "for index in (2 * rank, 2 * rank + 1):  # neighbouring stages on one rank",
+    )
 )
 
 

@@ -9,6 +9,14 @@ from grader.exercises.syncbn_sharded.hsdp_groups import verify_groups
 # Interleaved nodes whose replicate pairs (0-1, 2-3) are init_device_mesh's shard pairs: rank order fails here.
 OTHER = SPEC | {"nodes": ((0, 2), (1, 3)), "width": 12, "depth": 2, "seed": 9}
 
+# make selfcheck's mistake for this task: the nodes' ranks left in the order given.
+EXERCISE.typical_mistakes.append(
+    (
+        "layout = torch.tensor([sorted(node) for node in nodes], dtype=torch.int)",
+        "layout = torch.tensor(nodes, dtype=torch.int)",
+    )
+)
+
 
 @EXERCISE.check(
     "build_hsdp_model",

@@ -12,9 +12,11 @@ CASES = (SPEC, mixed_precision(SPEC))
 
 
 # make selfcheck grades the solution with this line replaced: its task must score less than full marks.
-EXERCISE.typical_mistake = (
-    '"zero1": replicated + optimizer / world_size',
-    '"zero1": replicated + optimizer',
+EXERCISE.typical_mistakes.append(
+    (
+        '"zero1": replicated + optimizer / world_size',
+        '"zero1": replicated + optimizer',
+    )
 )
 
 

@@ -15,13 +15,13 @@ from grader.exercises.syncbn_sharded.checks_step_time import (
 )
 from grader.exercises.syncbn_sharded.hidden_step_time_model import expected
 
-# The line of the solution a student typically writes otherwise: the ring all-reduce without its 2(k−1)/k factor.
-# EXERCISE.typical_mistake is plan_memory's (one per exercise, for make selfcheck); this one is graded by
-# tests/exercises/test_03_step_time.py.
+# The line of the solution a student typically writes otherwise: the ring all-reduce without its 2(k−1)/k factor
+# (make selfcheck grades it; tests/exercises/test_03_step_time.py names it).
 TYPICAL_MISTAKE = (
     'return 2 * (k - 1) / k * nbytes * link["beta"] + 2 * (k - 1) * link["alpha"]',
     'return nbytes * link["beta"] + 2 * (k - 1) * link["alpha"]',
 )
+EXERCISE.typical_mistakes.append(TYPICAL_MISTAKE)
 
 MODEL = {"params": 3e9, "layers": 24, "hidden": 3072, "activation_bytes": 3 * 2**16}
 BATCH = {"tokens": 2**19, "micro_batches": 16}

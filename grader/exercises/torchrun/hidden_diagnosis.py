@@ -26,7 +26,7 @@ def unseen_hangs(rng: random.Random) -> list[Hang]:
 
 
 # make selfcheck grades the solution with this line replaced: its task must score less than full marks.
-EXERCISE.typical_mistake = ("behind = min(newest, key=newest.get)", "behind = max(newest, key=newest.get)")
+EXERCISE.typical_mistakes.append(("behind = min(newest, key=newest.get)", "behind = max(newest, key=newest.get)"))
 
 
 @EXERCISE.check(
