@@ -75,7 +75,8 @@ def test_a_linked_table_of_contents_whose_links_resolve(path):
     contents = source(cells[0])
     assert "**Contents**" in contents
     links = re.findall(r"\]\(#([^)]+)\)", contents)
-    assert links == [f"s{n}" for n in headings], "the table of contents lists every section, in order"
+    sections = [link for link in links if re.fullmatch(r"s\d+[a-z]?", link)]  # a subsection's link may sit beside
+    assert sections == [f"s{n}" for n in headings], "the table of contents lists every section, in order"
     for target in re.findall(r"\]\(#([^)]+)\)", markdown):
         assert target in anchors, f"a link to #{target}, which no heading carries"
 

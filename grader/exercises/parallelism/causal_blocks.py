@@ -12,13 +12,17 @@ import math
 import torch
 
 
-def blocks(seed: int, sizes: list[int], d: int, d_v: int) -> list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
-    """(q, k, v) of each rank's block; scores spread wide enough that the running maximum moves between blocks."""
+def blocks(
+    seed: int, sizes: list[int], d: int, d_v: int, device="cpu"
+) -> list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
+    """(q, k, v) of each rank's block, on `device` (drawn on the CPU: the same numbers on every machine); scores
+    spread wide enough that the running maximum moves between blocks."""
     g = torch.Generator().manual_seed(seed)
-    return [
+    drawn = [
         (2 * torch.randn(n, d, generator=g), 2 * torch.randn(n, d, generator=g), torch.randn(n, d_v, generator=g))
         for n in sizes
     ]
+    return [tuple(t.to(device) for t in block) for block in drawn]
 
 
 def _starts(sizes: list[int]) -> list[int]:

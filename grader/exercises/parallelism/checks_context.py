@@ -45,7 +45,7 @@ class LargestStorage(LiveBytes):
 
 
 def _ring_in_rank(ctx, student, seed, sizes, measure):
-    q, k, v = (t.to(ctx.device) for t in ref.blocks(seed, sizes, D, D_V)[ctx.rank])
+    q, k, v = ref.blocks(seed, sizes, D, D_V, device=ctx.device)[ctx.rank]
     key_bytes = min(sizes) * D * 4
     # the caller's own block is not what the ring allocates: views of it (k.T) must not count
     watch, memory = StageWatch(nn.Sequential()), LargestStorage(above=key_bytes // 2, persistent=lambda: (q, k, v))

@@ -43,10 +43,7 @@ def _moe_in_rank(ctx, student, setting):
     rank = ctx.rank
     mine = local_experts(setting, rank).to(ctx.device)  # no frame above the student's call holds the others
     n = setting["tokens"][rank]
-    inp = {
-        key: t.to(ctx.device)
-        for key, t in rank_inputs(setting["seed"], rank, n, setting["d"], setting["k"], setting["weights"]).items()
-    }
+    inp = rank_inputs(setting["seed"], rank, n, setting["d"], setting["k"], setting["weights"], device=ctx.device)
     x, gates = inp["x"].requires_grad_(), inp["gates"].requires_grad_()
     watch = AllToAllWatch(ctx.world_size)
     with record_collectives() as forward, watch:

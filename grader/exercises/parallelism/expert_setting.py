@@ -27,13 +27,15 @@ def local_experts(setting: dict, rank: int) -> nn.ModuleList:
     return nn.ModuleList(every[rank * per_rank : (rank + 1) * per_rank])
 
 
-def rank_inputs(seed: int, rank: int, n: int, d: int, k: int, weights: list[float]) -> dict:
-    """Rank's tokens, the router's choice (ids, gates) and the loss's weights (probe)."""
+def rank_inputs(seed: int, rank: int, n: int, d: int, k: int, weights: list[float], device="cpu") -> dict:
+    """Rank's tokens, the router's choice (ids, gates) and the loss's weights (probe), on `device` (drawn on the
+    CPU: the same numbers on every machine)."""
     g = torch.Generator().manual_seed(seed * 100 + rank + 1)
     x = torch.randn(n, d, generator=g)
     ids = torch.multinomial(torch.tensor(weights, dtype=torch.float32).expand(n, -1), k, replacement=False, generator=g)
     gates = 0.2 + 0.8 * torch.rand(n, k, generator=g)  # the router's probabilities of its choices: not 1 for top-1
-    return {"x": x, "ids": ids, "gates": gates, "probe": torch.randn(n, d, generator=g)}
+    drawn = {"x": x, "ids": ids, "gates": gates, "probe": torch.randn(n, d, generator=g)}
+    return {key: t.to(device) for key, t in drawn.items()}
 
 
 def owner(expert: int, per_rank: int) -> int:

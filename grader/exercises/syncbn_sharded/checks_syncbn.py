@@ -54,7 +54,8 @@ def _verify_structure(result: dict) -> None:
                 raise CheckFailed(f"{where} was a {cls} and became a {new_cls}: only BatchNorm layers change")
             continue
         if new_cls != "SyncBatchNorm":
-            nested = "." in name
+            # a submodule's BatchNorm left while others were converted: the walk was not recursive
+            nested = "." in name and any(c == "SyncBatchNorm" for c, *_ in after.values())
             raise CheckFailed(
                 f"{where} is still a {new_cls}"
                 + (
