@@ -26,7 +26,10 @@ INIT = Template('''\
 
 Found by convention (grader/exercises/__init__.py): this file declares the exercise, the checks_*.py
 modules hold its public checks, the hidden_*.py modules its hidden ones (never in a student build),
-reference.py the single-process references the checks compare with.
+reference.py the single-process references the checks compare with. Every other module is named here
+(tests/test_maps.py):
+
+    checks_$snake.py  $task
 """
 
 from grader.checks import Exercise
@@ -169,6 +172,12 @@ HINTS = {
         "`dist.all_reduce` sums in place, into the tensor you pass it: give it a copy, so that the caller's "
         "input stays as it was.",
     ],
+}
+
+# Each public check's own hint: after that check failed, hint(task) shows it first (tests/test_hints.py wants one
+# per public check, a nudge, never the answer's code).
+CHECK_HINTS = {
+    "returns_the_sum_over_ranks": "Every rank must return the same tensor: the sum of every rank's input.",
 }
 ''')
 

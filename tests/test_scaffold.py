@@ -302,6 +302,13 @@ def filled(scaffolded):
     (copy / "grader" / "exercises" / PACKAGE / f"checks_{TASK}.py").write_text(CHECKS)
     (copy / "grader" / "exercises" / PACKAGE / f"hidden_{TASK}.py").write_text(HIDDEN)
     (copy / "tests" / "exercises" / f"test_{ID}.py").write_text(TEST)
+    hints = copy / "grader" / "exercises" / PACKAGE / "hints.py"  # the new check's own hint, as CONTRIBUTING says
+    hints.write_text(
+        hints.read_text().replace(
+            '"returns_the_sum_over_ranks": "Every rank must return the same tensor: the sum of every rank\'s input."',
+            '"returns_the_mean_over_ranks": "Every rank must return the same tensor: the mean of every rank\'s input."',
+        )
+    )
     out = ok(make(copy, "exercises", f"ASSIGNMENTS={ID}"))
     assert f"{TASK}_check has 3 points, its checks give 4.5 (public 3 + hidden 1.5)" in out
     assert f"{ID}: generating exercises/{ID}" in out
