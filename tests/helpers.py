@@ -43,6 +43,14 @@ def mutate(source: str, old: str, new: str) -> str:
     return source.replace(old, new, 1)
 
 
+def mutated_solution(exercise_id: str, changes: dict[str, str]) -> str:
+    """The solution's answers with each `old: new` of changes applied (each old found exactly once)."""
+    source = solution_source(exercise_id)
+    for old, new in changes.items():
+        source = mutate(source, old, new)
+    return source
+
+
 def replace_definition(source: str, name: str, code: str) -> str:
     """The solution with the top-level function or class `name` replaced by `code` (a whole
     wrong answer, e.g. the laziest one)."""

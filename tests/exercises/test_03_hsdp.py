@@ -11,11 +11,11 @@ from grader.exercises import get_exercise
 from grader.runner import run_checks
 from grader.submission import read_notebook
 from tests.helpers import (
+    mutated_solution,
     ROOT,
     failed,
     grade_source,
     graded_counting_launches,
-    mutate,
     replace_definition,
     solution_source,
 )
@@ -79,19 +79,12 @@ def build_hsdp_model(model, nodes, device_type):
 """
 
 
-def _source(changes: dict) -> str:
-    source = solution_source(EXERCISE)
-    for old, new in changes.items():
-        source = mutate(source, old, new)
-    return source
-
-
 @pytest.fixture(scope="module")
 def graded():
     """Every source graded once, in one process (one forkserver): public checks unless the name says hidden."""
     runs = {name: graded_counting_launches(EXERCISE, solution_source(EXERCISE), TASK, h) for name, h in SOLUTION}
     runs |= {
-        name: (grade_source(EXERCISE, _source(c), checks=CHECKS, timeout=60), None)
+        name: (grade_source(EXERCISE, mutated_solution(EXERCISE, c), checks=CHECKS, timeout=60), None)
         for name, (c, _, _) in MUTANTS.items()
     }
     runs |= {

@@ -12,13 +12,13 @@ from grader.exercises.syncbn_sharded.memory_plan import expected_state, mixed_pr
 from grader.runner import run_checks
 from grader.submission import read_notebook
 from tests.helpers import (
+    mutated_solution,
     ROOT,
     assert_lazy_answer_earns_nothing,
     failed,
     failure_of,
     grade_source,
     graded_counting_launches,
-    mutate,
     replace_definition,
     solution_source,
 )
@@ -186,18 +186,11 @@ MUTANTS = {
 }
 
 
-def _source(changes: dict) -> str:
-    source = solution_source(EXERCISE)
-    for old, new in changes.items():
-        source = mutate(source, old, new)
-    return source
-
-
 @pytest.fixture(scope="module")
 def graded():
     """Each mutant graded once on the public checks."""
     return {
-        name: grade_source(EXERCISE, _source(changes), task=TASK, timeout=60, checks=CHECKS)
+        name: grade_source(EXERCISE, mutated_solution(EXERCISE, changes), task=TASK, timeout=60, checks=CHECKS)
         for name, (changes, _, _) in MUTANTS.items()
     }
 

@@ -17,12 +17,12 @@ from grader.exercises.syncbn_sharded.step_time_mistakes import MISTAKES
 from grader.runner import run_checks
 from grader.submission import read_notebook
 from tests.helpers import (
+    mutated_solution,
     ROOT,
     assert_lazy_answer_earns_nothing,
     failed,
     grade_source,
     graded_counting_launches,
-    mutate,
     solution_source,
 )
 
@@ -204,18 +204,11 @@ MUTANTS = {
 }
 
 
-def _source(changes: dict) -> str:
-    source = solution_source(EXERCISE)
-    for old, new in changes.items():
-        source = mutate(source, old, new)
-    return source
-
-
 @pytest.fixture(scope="module")
 def graded():
     """Each mutant graded once on the public checks."""
     return {
-        name: grade_source(EXERCISE, _source(changes), task=TASK, timeout=60, checks=CHECKS)
+        name: grade_source(EXERCISE, mutated_solution(EXERCISE, changes), task=TASK, timeout=60, checks=CHECKS)
         for name, (changes, _, _) in MUTANTS.items()
     }
 
