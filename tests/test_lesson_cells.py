@@ -137,6 +137,7 @@ def test_the_drawing_helpers_are_read_from_grader_lessons():
     assert {"collectives", "allreduce_cost", "elastic_lanes", "gpipe_schedules"} <= helpers["plots_more"]
     assert "backward_timeline" in helpers["plots"] and "sync_strategies" in helpers["plots_practice"]
     assert {"checkpoint_peaks", "fsdp_timeline"} <= helpers["plots_memory"]
+    assert "expert_traffic" in helpers["plots_moe"] and "_loads" in helpers["plots_moe"], "drawn into by its caller"
     assert "timeline" in helpers["trace"] and "lanes" not in helpers["trace"], "trace.lanes only reads a file"
     assert not helpers["launch"] and not helpers["show"] and not helpers["timing"]
 
