@@ -9,10 +9,12 @@ from grader.exercises.syncbn_sharded.checks_reshard import round_trip
 from grader.exercises.syncbn_sharded import EXERCISE
 
 HIDDEN_STEPS = 4
-# The typical mistake: the scheduler's state loaded into a copy (its state_dict()) that nothing reads back.
-EXERCISE.typical_mistakes.append(
-    ('"scheduler": scheduler, "step": 0}', '"scheduler": scheduler.state_dict(), "step": 0}')
-)
+# The typical mistakes: the lesson's save as it stands (model and optimizer only); the scheduler's state loaded
+# into a copy (its state_dict()) that nothing reads back.
+EXERCISE.typical_mistakes += [
+    ('"optim": optim_state, "scheduler": scheduler.state_dict(), "step": step}', '"optim": optim_state}'),
+    ('"scheduler": scheduler, "step": 0}', '"scheduler": scheduler.state_dict(), "step": 0}'),
+]
 
 
 def reference_save(model, optimizer, scheduler, step, path: str) -> None:
