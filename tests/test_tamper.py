@@ -156,11 +156,11 @@ _fsdp.fully_shard = lambda module, **kwargs: module  # nothing sharded: a gather
         "SOLUTION"
         + """
 _solution_load_resharded = load_resharded
-def load_resharded(model, optimizer, path):
+def load_resharded(*args):
     from torch.distributed.fsdp import FSDPModule
     _real = FSDPModule.unshard
     FSDPModule.unshard = lambda self, *a, **k: _real(self, *a, **k)
-    return _solution_load_resharded(model, optimizer, path)
+    return _solution_load_resharded(*args)
 """,
         "load_resharded",
     ),

@@ -19,11 +19,18 @@ from tests.helpers import (
 )
 
 EXERCISE = "03_syncbn_sharded"
-SAVE = '    dcp.save({"model": model_state, "optim": optim_state}, checkpoint_id=path)\n'
+SAVE = "    dcp.save(resumable, checkpoint_id=path)\n"
 LOAD = (
-    '    state = {"model": model_state, "optim": optim_state}\n'
-    "    dcp.load(state, checkpoint_id=path)  # a collective\n"
-    '    set_state_dict(model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optim"])\n'
+    '    resumed = {"model": model_state, "optim": optim_state, "scheduler": scheduler, "step": 0}\n'
+    "    dcp.load(resumed, checkpoint_id=path)\n"
+    '    set_state_dict(model, optimizer, model_state_dict=resumed["model"], optim_state_dict=resumed["optim"])\n'
+)
+RETURN = '    return resumed["step"]\n'
+LOAD_TEMPLATES = "    model_state, optim_state = get_state_dict(model, optimizer)\n    resumed = {"
+SAVE_STATES = "    model_state, optim_state = get_state_dict(model, optimizer)  # this rank's shards, keyed by names\n"
+FULL_STATE = (
+    "    from torch.distributed.checkpoint.state_dict import StateDictOptions\n"
+    "    model_state, optim_state = get_state_dict(model, optimizer, options=StateDictOptions(full_state_dict=True))\n"
 )
 
 
@@ -58,9 +65,9 @@ def test_the_checks_of_load_resharded_share_one_save_and_confirm_a_failure_with_
     # finds no checkpoint in the shared folder, and its own save and load decide: full marks.
     tidy = mutate(
         solution_source(EXERCISE),
-        LOAD,
-        LOAD + "    torch.distributed.barrier()\n"
-        "    if torch.distributed.get_rank() == 0:\n        __import__('shutil').rmtree(path)\n",
+        RETURN,
+        "    torch.distributed.barrier()\n"
+        "    if torch.distributed.get_rank() == 0:\n        __import__('shutil').rmtree(path)\n" + RETURN,
     )
     report, launched = graded_counting_launches(EXERCISE, tidy, "load_resharded", hidden=False)
     assert report.score == report.max_score, "\n".join(report.lines())
@@ -75,62 +82,91 @@ def test_the_checks_of_load_resharded_share_one_save_and_confirm_a_failure_with_
     assert not _leftovers(private_tmp), "a checkpoint folder was left in the temporary directory"
 
 
+RESUMABLE = (
+    '    resumable = {"model": model_state, "optim": optim_state, "scheduler": scheduler.state_dict(), "step": step}\n'
+)
+SAVED = "checkpoint_has_every_shard_and_adam_state"  # the public check of save_and_reshard
+LOADED = "saved_by_two_loaded_by_three_continues"  # the first public check of load_resharded
+
+
 # (task, old, new, the check that must fail, a phrase of its message)
 MUTANTS = [
     (
         "save_and_reshard",
         SAVE,
         '    torch.save({"model": model.state_dict(), "optim": optimizer.state_dict()}, path)\n',
-        "checkpoint_has_every_shard_and_adam_state",
+        SAVED,
         "torch.save of the full state cannot be resharded",
     ),
+    # the lesson's save as it stands: model and optimizer only
     (
         "save_and_reshard",
-        SAVE,
-        '    dcp.save({"model": model_state}, checkpoint_id=path)\n',
-        "checkpoint_has_every_shard_and_adam_state",
-        "the optimizer state is missing",
+        RESUMABLE,
+        '    resumable = {"model": model_state, "optim": optim_state}\n',
+        SAVED,
+        "no 'step' entry",
     ),
     (
         "save_and_reshard",
-        SAVE,
-        '    dcp.save({"model": model.state_dict(), "optim": optimizer.state_dict()}, checkpoint_id=path)\n',
-        "checkpoint_has_every_shard_and_adam_state",
+        SAVE_STATES,
+        "    model_state, optim_state = model.state_dict(), optimizer.state_dict()\n",
+        SAVED,
         "keyed by parameter number",
+    ),
+    (
+        "save_and_reshard",
+        '"step": step}',
+        '"step": 0}',
+        SAVED,
+        "the saved 'step' is 0, but the training had done 3 steps",
     ),
     # A load that restores only the model: Adam's moments stay those of a fresh optimizer.
     (
         "load_resharded",
-        LOAD,
-        '    dcp.load({"model": model_state}, checkpoint_id=path)\n',
-        "saved_by_two_loaded_by_three_continues",
+        LOAD + RETURN,
+        '    dcp.load({"model": model_state, "scheduler": scheduler}, checkpoint_id=path)\n    return 3\n',
+        LOADED,
         "the optimizer state was not restored",
     ),
     # model.state_dict() and a fresh optimizer.state_dict() with plain load_state_dict: no Adam state at all.
     (
         "load_resharded",
-        LOAD,
+        LOAD + RETURN,
         (
-            '    state = {"model": model.state_dict(), "optim": optimizer.state_dict()}\n'
+            '    state = {"model": model.state_dict(), "optim": optimizer.state_dict(), "scheduler": scheduler, '
+            '"step": 0}\n'
             "    dcp.load(state, checkpoint_id=path)\n"
             '    model.load_state_dict(state["model"])\n'
             '    optimizer.load_state_dict(state["optim"])\n'
+            '    return state["step"]\n'
         ),
-        "saved_by_two_loaded_by_three_continues",
+        LOADED,
         "the optimizer state was not restored",
     ),
     # Full (gathered) state dicts are copies with 2 or more ranks (with one, measured: they share the parameters'
     # storage, so that load works): without set_state_dict, dcp.load fills only the copies.
     (
         "load_resharded",
-        "    model_state, optim_state = get_state_dict(model, optimizer)\n    state = {",
-        (
-            "    from torch.distributed.checkpoint.state_dict import StateDictOptions\n"
-            "    model_state, optim_state = get_state_dict(model, optimizer, "
-            "options=StateDictOptions(full_state_dict=True))\n    state = {"
-        ),
-        "saved_by_two_loaded_by_three_continues",
+        LOAD_TEMPLATES,
+        FULL_STATE + "    resumed = {",
+        LOADED,
         None,
+    ),
+    # the scheduler's state loaded into a copy that nothing reads back (EXERCISE.typical_mistakes)
+    (
+        "load_resharded",
+        '"scheduler": scheduler, "step": 0}',
+        '"scheduler": scheduler.state_dict(), "step": 0}',
+        LOADED,
+        "the LR scheduler was not restored: after loading it has counted 0 step(s), the saved one 3",
+    ),
+    # the step kept in a variable of its own: dcp.load replaces the dictionary's entry, not the variable
+    (
+        "load_resharded",
+        LOAD + RETURN,
+        "    step = 0\n" + LOAD.replace('"step": 0}', '"step": step}') + "    return step\n",
+        LOADED,
+        "load_resharded returned 0, but the checkpoint holds step 3",
     ),
 ]
 
@@ -140,11 +176,7 @@ MUTANTS = [
 def test_typical_mistake_fails_with_a_targeted_message(task, old, new, check_name, phrase):
     source = mutate(solution_source(EXERCISE), old, new)
     if phrase is None:  # the forgotten set_state_dict: the weights stay the fresh model's
-        source = mutate(
-            source,
-            '    set_state_dict(model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optim"])\n',
-            "",
-        )
+        source = mutate(source, LOAD.splitlines(keepends=True)[-1], "")
         phrase = "the weights are still the fresh model's"
     report = grade_source(EXERCISE, source, checks=[check_name])
     messages = failed(report)
@@ -161,14 +193,15 @@ def test_saving_on_rank_0_only_deadlocks_and_says_so():
     assert "rank 0 hung" in message, message  # the ranks' stacks, as for consolidate_state_dict
 
 
-SAVED = "checkpoint_has_every_shard_and_adam_state"  # the public check of save_and_reshard
-
-
 @pytest.mark.timeout(240)
 def test_save_without_the_optimizer_names_the_missing_state_once():
     # What fails is the save: its check says so, without blaming a load ("keyed by parameter number"), and the
     # hidden crossings (which load with the grader's own function) point to it.
-    source = mutate(solution_source(EXERCISE), SAVE, '    dcp.save({"model": model_state}, checkpoint_id=path)\n')
+    source = mutate(
+        solution_source(EXERCISE),
+        RESUMABLE,
+        '    resumable = {"model": model_state, "scheduler": scheduler.state_dict(), "step": step}\n',
+    )
     report = grade_source(EXERCISE, source, task="save_and_reshard")
     messages = failed(report)
     assert set(messages) == {c.name for c in report.checks}, "\n".join(report.lines())
@@ -181,13 +214,7 @@ def test_save_without_the_optimizer_names_the_missing_state_once():
 def test_gathered_save_names_the_sharding_rule():
     # get_state_dict(..., full_state_dict=True): loadable anywhere, but every rank gathers the whole model, which
     # the text forbids ("this rank's shards, nothing gathered")
-    source = mutate(
-        solution_source(EXERCISE),
-        "    model_state, optim_state = get_state_dict(model, optimizer)\n    # A collective",
-        "    from torch.distributed.checkpoint.state_dict import StateDictOptions\n"
-        "    model_state, optim_state = get_state_dict(model, optimizer, "
-        "options=StateDictOptions(full_state_dict=True))\n    # A collective",
-    )
+    source = mutate(solution_source(EXERCISE), SAVE_STATES, FULL_STATE)
     report = grade_source(EXERCISE, source, task="save_and_reshard")
     assert report.score == 0, "\n".join(report.lines())
     message = failed(report)[SAVED]
@@ -199,9 +226,9 @@ def test_gathered_save_names_the_sharding_rule():
 def test_loading_on_rank_0_only_deadlocks_and_says_so():
     source = mutate(
         solution_source(EXERCISE),
-        LOAD,
+        LOAD + RETURN,
         "    if torch.distributed.get_rank() == 0:\n"
-        + "".join("    " + line for line in LOAD.splitlines(keepends=True)),
+        + "".join("    " + line for line in (LOAD + RETURN).splitlines(keepends=True)),
     )
     report = grade_source(EXERCISE, source, checks=["saved_by_two_loaded_by_three_continues"])
     message = failed(report)["saved_by_two_loaded_by_three_continues"]
@@ -210,25 +237,26 @@ def test_loading_on_rank_0_only_deadlocks_and_says_so():
 
 
 STUB = """
-def {name}(model, optimizer, path):
+def {name}({args}):
     # YOUR CODE HERE
     raise NotImplementedError()
 """
+SAVE_ARGS, LOAD_ARGS = "model, optimizer, scheduler, step, path", "model, optimizer, scheduler, path"
 
 LAZY = [
-    ("save_and_reshard", STUB.format(name="save_and_reshard"), "not implemented yet"),
-    ("save_and_reshard", "def save_and_reshard(model, optimizer, path):\n    pass", "no DCP checkpoint at `path`"),
+    ("save_and_reshard", STUB.format(name="save_and_reshard", args=SAVE_ARGS), "not implemented yet"),
+    ("save_and_reshard", f"def save_and_reshard({SAVE_ARGS}):\n    pass", "no DCP checkpoint at `path`"),
     (
         "save_and_reshard",
         """
-     def save_and_reshard(model, optimizer, path):
+     def save_and_reshard(model, optimizer, scheduler, step, path):
          if torch.distributed.get_rank() == 0:
              torch.save(model.state_dict(), path)
      """,
         "is one file, not a DCP checkpoint folder",
     ),
-    ("load_resharded", STUB.format(name="load_resharded"), "not implemented yet"),
-    ("load_resharded", "def load_resharded(model, optimizer, path):\n    pass", "still the fresh model's"),
+    ("load_resharded", STUB.format(name="load_resharded", args=LOAD_ARGS), "not implemented yet"),
+    ("load_resharded", f"def load_resharded({LOAD_ARGS}):\n    return 3", "still the fresh model's"),
 ]
 
 

@@ -213,6 +213,20 @@ LAZY = [
      """,
         "one rank's shard",
     ),
+    # lesson 3 §9's load as it stands, given the task's signature: model and Adam come back, the scheduler and the
+    # step do not (the lesson's lines are not the answer)
+    (
+        "03_syncbn_sharded",
+        "load_resharded",
+        """
+     def load_resharded(model, optimizer, scheduler, path):
+         model_state, optim_state = get_state_dict(model, optimizer)
+         state = {"model": model_state, "optim": optim_state}
+         dcp.load(state, checkpoint_id=path)
+         set_state_dict(model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optim"])
+     """,
+        "the LR scheduler was not restored",
+    ),
     # 04_torchrun (each check starts real torchrun agents: only the two cheapest lazy answers)
     (
         "04_torchrun",

@@ -5,7 +5,8 @@
     checks_sharding.py    partition_parameters, ShardedOptimizer
     checks_fsdp.py        MiniFSDP (FSDP by hand)
     checks_checkpoint.py  save_sharded_checkpoint
-    checks_reshard.py     save_and_reshard, load_resharded (DCP with FSDP2)
+    checks_reshard.py     save_and_reshard, load_resharded (DCP with FSDP2, Adam, an LR warm-up and the step:
+                          resumed exactly on another world size; reshard_training.py: that training)
     checks_fsdp2_build.py build_fsdp2_model (FSDP2 in practice: a tied model, units from a budget)
     checks_fsdp2.py       train_step_fsdp2
     checks_fsdp2_state.py export_full_state (FSDP2's full state on rank 0)

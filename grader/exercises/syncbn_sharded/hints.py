@@ -75,20 +75,20 @@ HINTS = {
         "`dist.barrier`, so none returns before the file exists.",
     ],
     "save_and_reshard": [
-        "Do not gather the model onto one rank: with `torch.distributed.checkpoint` each rank writes its own "
-        "shards, and the metadata lets a job with another world size find its pieces. Every rank calls the save.",
-        "`get_state_dict` (in `torch.distributed.checkpoint.state_dict`) takes the model and the optimizer and "
-        "returns both state dicts (shards, optimizer keyed by names); `dcp.save` takes one dictionary holding both "
-        'under the keys "model" and "optim", and the folder as `checkpoint_id`.',
+        "List what a resumed job needs to take its next step exactly as the stopped one would: which of those are "
+        "sharded tensors, which are plain numbers? The lesson's save handles the first kind; DCP also writes the "
+        "second kind (an int, a float, a list in a dictionary), once, as small pickled values.",
+        "One dictionary holds the whole layout and one collective call writes it, on every rank. The scheduler "
+        "gives its state the way an optimizer does; nothing of the model or the optimizer needs gathering first.",
     ],
     "load_resharded": [
-        "DCP loads in place: it needs state dicts of the right layout for this job's shards to fill. Where do you "
-        "get such dictionaries from a fresh model and optimizer?",
-        "Take them from `get_state_dict(model, optimizer)`, put them under the same keys as the save, and let "
-        "`dcp.load` fill that dictionary (every rank calls it, with the folder as `checkpoint_id`).",
-        "Filling the dictionaries does not change the model yet: hand both back with `set_state_dict`, using its "
-        "keyword arguments `model_state_dict=` and `optim_state_dict=`, so that Adam's moments and step count are "
-        "restored too.",
+        "DCP loads in place: it needs a dictionary of this job's layout to fill. Where does a fresh model, "
+        "optimizer and scheduler give you such templates, and which value in it cannot be changed in place?",
+        "After the load, ask of each entry: did the object it came from change, or only a copy in the dictionary? "
+        "The lesson hands the model's and the optimizer's state back; the scheduler needs the same, and the step "
+        "is wherever dcp.load put it.",
+        "An object with both `state_dict()` and `load_state_dict()` (DCP's `Stateful`) can stand in the dictionary "
+        "itself: DCP then asks it for its state before loading and gives it back after. An LR scheduler is one.",
     ],
     "build_fsdp2_model": [
         "Start from the lesson's `build()`: meta device, shard, `to_empty`, `init_weights()`. Two things change: "
@@ -248,12 +248,12 @@ CHECK_HINTS = {
         "fresh job continues exactly like an uninterrupted one."
     ),
     "checkpoint_has_every_shard_and_adam_state": (
-        "Every rank saves its own shards with the distributed checkpoint API, model and optimizer together, keyed "
-        "so that a job of another size can find them."
+        "Every rank saves its own shards with the distributed checkpoint API, in the task's layout: the model and "
+        "the optimizer keyed so that a job of another size can find them, the scheduler's state and the step too."
     ),
     "saved_by_two_loaded_by_three_continues": (
-        "Load into state dicts taken from this job's model and optimizer, then hand both back: filling the "
-        "dictionaries alone changes neither the weights nor Adam's state."
+        "Load into templates of this job's layout, then make sure each object changed, not only the dictionary: "
+        "the weights, Adam's state, the scheduler's count, and the step you return."
     ),
     "saved_by_two_loaded_by_one_continues": (
         "A load must work with any world size, one rank included: nothing in it may assume the saving job's "

@@ -1,11 +1,14 @@
 """03_syncbn_sharded, save_and_reshard: what a DCP checkpoint lacks, read from the metadata it wrote.
 
 Parent side, no rank code: the folder is read with FileSystemReader, so the verdict rests on what was
-written, not on anything a rank reports.
+written, not on anything a rank reports. The step and the scheduler's count are small pickled values (DCP writes a
+non-tensor value as torch.save bytes, once): they are read back with torch.load(weights_only=True), which
+unpickles numbers, strings and containers only.
 """
 
 from __future__ import annotations
 
+import io
 import os
 
 import torch
@@ -17,8 +20,9 @@ def _covered(meta) -> int:
     return sum(int(torch.Size(c.sizes).numel()) for c in getattr(meta, "chunks", []))
 
 
-def checkpoint_problems(folder: str, world_size: int) -> list[str]:
-    """What a DCP checkpoint of {'model': ..., 'optim': ...} from get_state_dict lacks (from its metadata)."""
+def checkpoint_problems(folder: str, world_size: int, steps: int) -> list[str]:
+    """What a DCP checkpoint of {'model', 'optim', 'scheduler', 'step'} lacks (from its metadata), saved after
+    `steps` steps."""
     from torch.distributed.checkpoint import FileSystemReader
 
     if os.path.isfile(folder):
@@ -40,6 +44,7 @@ def checkpoint_problems(folder: str, world_size: int) -> list[str]:
     expected = {name: p.shape for name, p in ref.mlp().named_parameters()}
     problems, optim_named = _layout_problems(entries, expected, world_size)
     problems += _entry_problems(entries, expected, optim_named)
+    problems += _resume_problems(folder, md, steps)
     files = {info.relative_path for info in md.storage_data.values()}
     if not problems and len(files) < world_size:
         problems.append(
@@ -108,4 +113,44 @@ def _entry_problems(entries: dict, expected: dict, optim_named: bool) -> list[st
                 )
         if optim_named and f"optim.state.{name}.step" not in entries:
             problems.append(f"optim.state.{name}.step is missing: Adam's step counts belong to its state")
+    return problems
+
+
+_UNREAD = object()  # a value that could not be read back here (a tensor, a transformed or unusual entry)
+
+
+def _value(folder: str, md, key: str):
+    """The non-tensor value DCP saved under `key`, or _UNREAD."""
+    from torch.distributed.checkpoint.metadata import BytesStorageMetadata, MetadataIndex
+
+    info = md.storage_data.get(MetadataIndex(key))
+    if not isinstance(md.state_dict_metadata.get(key), BytesStorageMetadata) or info is None:
+        return _UNREAD
+    name = info.relative_path
+    if getattr(info, "transform_descriptors", None) or os.path.basename(name) != name or info.length > 1 << 20:
+        return _UNREAD
+    try:
+        with open(os.path.join(folder, name), "rb") as file:
+            file.seek(info.offset)
+            return torch.load(io.BytesIO(file.read(info.length)), weights_only=True)
+    except Exception:  # noqa: BLE001  not a value this reader understands: the load checks judge it
+        return _UNREAD
+
+
+def _resume_problems(folder: str, md, steps: int) -> list[str]:
+    """The 'step' and 'scheduler' entries: present, and saved at the step the training reached."""
+    entries, problems = md.state_dict_metadata, []
+    if "step" not in entries:
+        problems.append(f"no 'step' entry: save the number of steps done ({steps}, an int) under 'step'")
+    elif (step := _value(folder, md, "step")) is not _UNREAD and step != steps:
+        problems.append(f"the saved 'step' is {step!r}, but the training had done {steps} steps")
+    if not any(key.startswith("scheduler.") for key in entries):
+        problems.append(
+            "no 'scheduler' entry: without the LR scheduler's state (its state_dict()) a resumed job restarts "
+            "its warm-up"
+        )
+    elif "scheduler.last_epoch" not in entries:
+        problems.append("'scheduler' holds no last_epoch: save the scheduler's own state_dict()")
+    elif (count := _value(folder, md, "scheduler.last_epoch")) is not _UNREAD and count != steps:
+        problems.append(f"the saved scheduler has counted {count!r} steps, the training {steps}")
     return problems
