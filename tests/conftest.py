@@ -43,6 +43,7 @@ SERIAL_UNIT = "serial-system"
 FAST_FILES = {
     "test_settings.py",
     "test_maps.py",
+    "test_dcp_metadata_reader.py",
     "test_layers.py",
     "test_public_apis.py",
     "test_guard_list.py",

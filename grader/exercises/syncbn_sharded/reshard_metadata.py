@@ -1,8 +1,11 @@
 """03_syncbn_sharded, save_and_reshard: what a DCP checkpoint lacks, read from the metadata it wrote.
 
-Parent side, no rank code: the folder is read with FileSystemReader, so the verdict rests on what was
-written, not on anything a rank reports. The step and the scheduler's count are small pickled values (DCP writes a
-non-tensor value as torch.save bytes, once): they are read back with torch.load(weights_only=True), which
+Parent side, no rank code: the verdict rests on what was written, not on anything a rank reports. The student's
+code wrote every byte of the folder, so nothing in it is trusted: `.metadata` is a pickle, read here by an
+unpickler that builds DCP's own metadata classes, torch.Size and dtypes and nothing else (FileSystemReader's
+plain pickle.load would run whatever the file names, in the grading parent). Files are opened only as regular
+files inside the folder, never through a link. The step and the scheduler's count are small pickled values (DCP
+writes a non-tensor value as torch.save bytes, once): they are read back with torch.load(weights_only=True), which
 unpickles numbers, strings and containers only.
 """
 
@@ -10,6 +13,8 @@ from __future__ import annotations
 
 import io
 import os
+import pickle
+import stat
 
 import torch
 
@@ -20,11 +25,60 @@ def _covered(meta) -> int:
     return sum(int(torch.Size(c.sizes).numel()) for c in getattr(meta, "chunks", []))
 
 
+METADATA_MAX_BYTES = 16 << 20  # a 2-layer MLP's metadata is a few KB
+_DCP_MODULES = ("torch.distributed.checkpoint.metadata", "torch.distributed.checkpoint.filesystem")
+
+
+class UnsafeMetadata(Exception):
+    """The .metadata file is not DCP metadata this reader builds safely."""
+
+
+class _MetadataUnpickler(pickle.Unpickler):
+    """Builds DCP's metadata classes, torch.Size, dtypes and layouts; refuses every other global."""
+
+    def find_class(self, module: str, name: str):
+        if module in _DCP_MODULES and not name.startswith("__"):
+            found = super().find_class(module, name)
+            if isinstance(found, type):
+                return found
+        if (module, name) in {("torch", "Size"), ("torch.serialization", "_get_layout"), ("pathlib", "PosixPath")}:
+            return super().find_class(module, name)
+        if module == "torch" and isinstance(getattr(torch, name, None), torch.dtype):
+            return getattr(torch, name)
+        raise UnsafeMetadata(f"{module}.{name}")
+
+
+def read_regular(folder: str, name: str, limit: int) -> bytes:
+    """The bytes of `folder/name`, a regular file (not a link) of at most `limit` bytes."""
+    fd = os.open(os.path.join(folder, name), os.O_RDONLY | os.O_NOFOLLOW | getattr(os, "O_NONBLOCK", 0))
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode) or info.st_size > limit:
+            raise UnsafeMetadata(f"{name} is not a regular file of at most {limit} bytes")
+        with os.fdopen(fd, "rb", closefd=False) as file:
+            return file.read(limit + 1)
+    finally:
+        os.close(fd)
+
+
+def read_metadata(folder: str):
+    """The checkpoint's DCP Metadata, unpickled safely (UnsafeMetadata when it is anything else)."""
+    from torch.distributed.checkpoint.metadata import Metadata
+
+    try:
+        metadata = _MetadataUnpickler(io.BytesIO(read_regular(folder, ".metadata", METADATA_MAX_BYTES))).load()
+    except UnsafeMetadata:
+        raise
+    except Exception as exc:  # noqa: BLE001  truncated or not a pickle: not metadata DCP wrote
+        raise UnsafeMetadata(type(exc).__name__) from None
+    if not isinstance(metadata, Metadata) or not isinstance(metadata.state_dict_metadata, dict):
+        raise UnsafeMetadata(type(metadata).__name__)
+    return metadata
+
+
 def checkpoint_problems(folder: str, world_size: int, steps: int) -> list[str]:
     """What a DCP checkpoint of {'model', 'optim', 'scheduler', 'step'} lacks (from its metadata), saved after
     `steps` steps."""
-    from torch.distributed.checkpoint import FileSystemReader
-
     if os.path.isfile(folder):
         return [
             (
@@ -39,7 +93,13 @@ def checkpoint_problems(folder: str, world_size: int, steps: int) -> list[str]:
                 "rank, not torch.save"
             )
         ]
-    md = FileSystemReader(folder).read_metadata()
+    try:
+        md = read_metadata(folder)
+    except (UnsafeMetadata, OSError):
+        return [
+            "the .metadata file at `path` is not metadata that dcp.save wrote: save with dcp.save(state, "
+            "checkpoint_id=path) on every rank and leave its files as they are"
+        ]
     entries = md.state_dict_metadata
     expected = {name: p.shape for name, p in ref.mlp().named_parameters()}
     problems, optim_named = _layout_problems(entries, expected, world_size)
@@ -127,12 +187,13 @@ def _value(folder: str, md, key: str):
     if not isinstance(md.state_dict_metadata.get(key), BytesStorageMetadata) or info is None:
         return _UNREAD
     name = info.relative_path
-    if getattr(info, "transform_descriptors", None) or os.path.basename(name) != name or info.length > 1 << 20:
+    if not isinstance(name, str) or os.path.basename(name) != name or getattr(info, "transform_descriptors", None):
+        return _UNREAD
+    if not isinstance(info.length, int) or not isinstance(info.offset, int) or info.length > 1 << 20:
         return _UNREAD
     try:
-        with open(os.path.join(folder, name), "rb") as file:
-            file.seek(info.offset)
-            return torch.load(io.BytesIO(file.read(info.length)), weights_only=True)
+        data = read_regular(folder, name, 64 << 20)[info.offset : info.offset + info.length]
+        return torch.load(io.BytesIO(data), weights_only=True)
     except Exception:  # noqa: BLE001  not a value this reader understands: the load checks judge it
         return _UNREAD
 
