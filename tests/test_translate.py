@@ -270,3 +270,27 @@ def test_every_english_exercise_links_its_lesson():
         assert links, f"{os.path.relpath(english, ROOT)} links no lesson (a link, not only the path in code)"
         for named, target_name in links:
             assert named == target_name and os.path.exists(os.path.join(ROOT, "lessons", named)), (english, named)
+
+
+def test_a_fuzzy_entrys_former_english_survives_a_rewrite_and_goes_when_it_is_translated(tmp_path):
+    from grader.translate.catalogs import read, render
+
+    path = tmp_path / "lesson.po"
+    path.write_bytes(
+        b'msgid ""\nmsgstr ""\n"Content-Type: text/plain; charset=UTF-8\\n"\n\n'
+        b'#, fuzzy\n#| msgid "old \\"text\\""\nmsgid "new text"\nmsgstr "nuevo"\n'
+    )
+    for _ in range(2):  # babel alone reads `#|` as a comment and writes `# | msgid` from then on
+        path.write_bytes(render(read(str(path), "es")))
+        text = path.read_text()
+        assert '#| msgid "old \\"text\\""' in text and "# |" not in text, text
+    path.write_text(text.replace("#, fuzzy\n", ""))  # a translator confirmed it and left the old line
+    assert "#|" not in render(read(str(path), "es")).decode()
+
+
+def test_no_catalog_holds_a_former_english_as_a_comment():
+    for path in glob.glob(os.path.join(ROOT, "locale", "*", "LC_MESSAGES", "*.po")) + glob.glob(
+        os.path.join(ROOT, "grader", "locale", "*", "LC_MESSAGES", "*.po")
+    ):
+        with open(path, encoding="utf-8") as f:
+            assert not any(line.startswith("# |") for line in f), f"{path}: run make translations"

@@ -11,10 +11,11 @@ from __future__ import annotations
 import io
 import json
 import os
+import re
 from dataclasses import dataclass
 
 from babel.messages.catalog import Catalog
-from babel.messages.pofile import read_po, write_po
+from babel.messages.pofile import read_po, unescape, write_po
 
 from grader.translate.segments import entries
 
@@ -76,7 +77,25 @@ def read(path: str, lang: str) -> Catalog:
         notebook = os.path.basename(path)[:-3]
         return new_catalog(lang, HEADER.replace("{notebook}", notebook))
     with open(path, "rb") as f:
-        return read_po(f, locale=lang)
+        return previous_ids_restored(read_po(f, locale=lang))
+
+
+_QUOTED = re.compile(r'"(?:[^"\\]|\\.)*"')
+
+
+def previous_ids_restored(catalog: Catalog) -> Catalog:
+    """Babel writes a fuzzy entry's former English as `#| msgid "…"` but reads it back as a translator comment
+    `| msgid "…"`, which it then writes as `# | msgid …` on every later run, fuzzy or not. Such comments are turned
+    back into the entry's previous_id while it is fuzzy, and dropped once it is not."""
+    for message in catalog:
+        previous = [c for c in message.user_comments if c.startswith("|")]
+        if not previous:
+            continue
+        message.user_comments = [c for c in message.user_comments if not c.startswith("|")]
+        text = " ".join(c[1:].strip() for c in previous)
+        if message.fuzzy and not message.previous_id and text.startswith("msgid "):
+            message.previous_id = ["".join(unescape(q) for q in _QUOTED.findall(text[len("msgid ") :]))]
+    return catalog
 
 
 def render(catalog: Catalog, line_numbers: bool = True, format_flags: bool = False) -> bytes:

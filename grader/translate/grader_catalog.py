@@ -47,7 +47,7 @@ def read(lang: str) -> Catalog:
     path = po_path(lang)
     if os.path.exists(path):
         with open(path, "rb") as f:
-            return read_po(f, locale=lang, domain=DOMAIN)
+            return catalogs.previous_ids_restored(read_po(f, locale=lang, domain=DOMAIN))
     return new_catalog(lang, HEADER, domain=DOMAIN)
 
 
