@@ -98,7 +98,7 @@ def graded_once(exercise_id: str, source: str, checks: tuple[str, ...]) -> Repor
 
 def graded_counting_launches(exercise_id: str, source: str, task: str | None, hidden: bool) -> tuple[Report, list]:
     """The checks of `task` (None: every task), public or hidden, graded on `source`, and the rank function of each
-    launch they made, in order (the shared launches of grader/exercises/one_launch.py show as `_in_rank_parts`)."""
+    launch they made, in order (a launch of several declared runs, grader/shared_runs.py, shows as `_in_rank_parts`)."""
     from grader import shared_runs
 
     launched = []

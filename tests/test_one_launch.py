@@ -1,12 +1,13 @@
-"""grader/exercises/one_launch.py in real ranks: each part starts from the random state the rank started with, and
-a part whose ranks fall out of step (a collective one rank makes and the other does not) fails the shared launch,
-so its checks make their own runs, instead of the fence meeting another part's collective unseen."""
+"""Declared runs in one launch (grader/shared_runs.py), in real ranks: each part starts from the random state the
+rank started with, and a part whose ranks fall out of step (a collective one rank makes and the other does not)
+fails the shared launch, so its checks make their own runs, instead of the fence meeting another part's collective
+unseen."""
 
 import torch
 import torch.distributed as dist
 
 from grader.engine import run_distributed
-from grader.exercises import one_launch
+from grader import shared_runs
 
 
 def _draw(ctx, student):
@@ -20,7 +21,7 @@ def _extra_collective_on_rank0(ctx, student):
 
 
 def _parts(ctx, parts):
-    return one_launch._in_rank_parts(ctx, None, parts)
+    return shared_runs._in_rank_parts(ctx, None, parts)
 
 
 def test_every_part_starts_from_the_random_state_the_rank_started_with():

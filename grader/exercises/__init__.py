@@ -23,8 +23,7 @@ only), the student build (hidden files), the digest and `python -m grader list` 
 Shared by the exercises' checks: collectives.py (every collective of the student's code, at the dispatcher),
 dispatch_mode.py (the one home of TorchDispatchMode), dist_patch.py (torch.distributed replaced around a call and
 put back), fences.py (waiting for peers with a bound), happens_before.py (order evidence: did rank A wait for
-rank B?), one_launch.py (several checks' runs in one launch), instructor.py (hidden modules masked in a
-public-phase sandbox).
+rank B?), instructor.py (hidden modules masked in a public-phase sandbox).
 """
 
 from __future__ import annotations

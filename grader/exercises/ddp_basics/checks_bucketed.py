@@ -32,7 +32,6 @@ import torch
 
 from grader.checks import CheckFailed
 from grader.i18n import N_, _
-from grader.exercises import one_launch
 from grader.exercises.ddp_basics import reference as ref
 from grader.exercises.ddp_basics import reference_practice as rp
 from grader.exercises.ddp_basics import EXERCISE
@@ -143,8 +142,8 @@ def bucketed_gradients_match_ddp(g):
 CAPS_MB = (0.0005, 0.003, 100.0)  # one gradient per bucket, a few per bucket, one bucket for all
 COUNT_CASES = tuple(("wide", cap) for cap in CAPS_MB) + (("shared", 0.00001),)  # the shared weight alone
 OVERLAP_CASES = (("wide", 0.003),)
-# The public checks' three runs, in one launch (grader/exercises/one_launch.py: it changes no verdict).
-BUCKET_PARTS = one_launch.declare(
+# The public checks' three runs, in one launch (grader/shared_runs.py: it changes no verdict).
+EXERCISE.declare_runs(
     "BucketedDDP",
     (
         (in_rank_bucketed, (GRADIENT_CASES, False)),
@@ -155,7 +154,7 @@ BUCKET_PARTS = one_launch.declare(
 
 
 def _bucketed_runs(g, *args) -> list:
-    return one_launch.run(g, BUCKET_PARTS, in_rank_bucketed, *args)
+    return g.run(in_rank_bucketed, *args)
 
 
 def _not_reset(steps: list, phase: str | None = None) -> int | None:

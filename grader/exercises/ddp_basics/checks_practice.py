@@ -32,7 +32,6 @@ from grader.checks import CheckFailed
 from grader.i18n import _
 from grader.exercises.ddp_basics import reference as ref
 from grader.exercises.ddp_basics import reference_practice as rp
-from grader.exercises import one_launch
 from grader.exercises.ddp_basics import EXERCISE
 from grader.grading import describe_failure
 
@@ -69,8 +68,8 @@ def _in_rank_accumulate(ctx, student):
     return ref.flat_params(model.module), events, loss
 
 
-# Its run may share a launch with other tasks' runs (grader/exercises/one_launch.py: it changes no verdict).
-ACCUMULATE_PARTS = one_launch.declare("train_with_accumulation", ((_in_rank_accumulate, ()),))
+# Its run may share a launch with other tasks' runs (grader/shared_runs.py: it changes no verdict).
+EXERCISE.declare_runs("train_with_accumulation", ((_in_rank_accumulate, ()),))
 
 
 @EXERCISE.check("train_with_accumulation", points=3)
@@ -79,7 +78,7 @@ def accumulation_matches_big_batch_step(g):
     undivided, _unused = rp.accumulation_reference(g.world_size, MICRO, K, divide=False)
     cleared_every, _unused = rp.accumulation_reference(g.world_size, MICRO, K, zero_grad="per micro-batch")
     never_cleared, _unused = rp.accumulation_reference(g.world_size, MICRO, K, zero_grad="never")
-    for rank, (params, events, _unused) in enumerate(one_launch.run(g, ACCUMULATE_PARTS, _in_rank_accumulate)):
+    for rank, (params, events, _unused) in enumerate(g.run(_in_rank_accumulate)):
         _judge_step_count(events.count("step"))
         if g.close(params, undivided) and not g.close(params, expected):
             raise CheckFailed(
@@ -155,7 +154,7 @@ def _all_reduces_per_step(events: list) -> list[list[int]]:
 
 @EXERCISE.check("train_with_accumulation", points=2)
 def accumulation_one_all_reduce_per_bucket_per_step(g):
-    for rank, (_unused, events, _unused) in enumerate(one_launch.run(g, ACCUMULATE_PARTS, _in_rank_accumulate)):
+    for rank, (_unused, events, _unused) in enumerate(g.run(_in_rank_accumulate)):
         groups = _all_reduces_per_step(events)
         if not any(groups):
             raise CheckFailed(
@@ -196,7 +195,7 @@ def accumulation_one_all_reduce_per_bucket_per_step(g):
 @EXERCISE.check("train_with_accumulation", points=1)
 def accumulation_returns_global_mean_loss(g):
     _unused, expected = rp.accumulation_reference(g.world_size, MICRO, K)
-    losses = [loss for _unused, _unused, loss in one_launch.run(g, ACCUMULATE_PARTS, _in_rank_accumulate)]
+    losses = [loss for _unused, _unused, loss in g.run(_in_rank_accumulate)]
     if any(loss is None for loss in losses):
         raise CheckFailed(_("train_with_accumulation must return the mean loss as a number (a float)"))
     if len(set(losses)) > 1:

@@ -13,7 +13,6 @@ from grader.checks import CheckFailed
 from grader.i18n import _
 from grader.exercises import fences
 from grader.exercises import happens_before as hb
-from grader.exercises import one_launch
 from grader.exercises.ddp_basics import reference as ref
 from grader.exercises.ddp_basics import EXERCISE
 
@@ -96,13 +95,13 @@ def _require_model_state(results) -> None:
         )
 
 
-# Its run may share a launch with other tasks' runs (grader/exercises/one_launch.py: it changes no verdict).
-SAVE_PARTS = one_launch.declare("save_checkpoint", ((_in_rank_save, ()),))
+# Its run may share a launch with other tasks' runs (grader/shared_runs.py: it changes no verdict).
+EXERCISE.declare_runs("save_checkpoint", ((_in_rank_save, ()),))
 
 
 @EXERCISE.check("save_checkpoint", points=1)
 def checkpoint_written_by_rank0_only(g):
-    results = one_launch.run(g, SAVE_PARTS, _in_rank_save)
+    results = g.run(_in_rank_save)
     writes = [r[0] for r in results]
     if sum(writes) != 1 or writes[0] != 1:
         writers = [r for r, w in enumerate(writes) if w]
@@ -119,7 +118,7 @@ def checkpoint_written_by_rank0_only(g):
 
 @EXERCISE.check("save_checkpoint", points=1)
 def checkpoint_has_unwrapped_keys(g):
-    results = one_launch.run(g, SAVE_PARTS, _in_rank_save)
+    results = g.run(_in_rank_save)
     _require_model_state(results)
     keys = results[0][2]
     expected = list(ref.tiny_net(seed=0).state_dict().keys())
@@ -141,7 +140,7 @@ def checkpoint_has_unwrapped_keys(g):
 
 @EXERCISE.check("save_checkpoint", points=1)
 def checkpoint_complete_before_return(g):
-    results = one_launch.run(g, SAVE_PARTS, _in_rank_save)
+    results = g.run(_in_rank_save)
     _require_model_state(results)
     written_after = results[0][4]
     for rank, result in enumerate(results[1:] if written_after else [], start=1):
@@ -187,14 +186,14 @@ def _in_rank_load(ctx, student):
     return ref.flat_params(model), calls, str(next(model.parameters()).device)
 
 
-# Its run may share a launch with other tasks' runs (grader/exercises/one_launch.py: it changes no verdict).
-LOAD_PARTS = one_launch.declare("load_checkpoint", ((_in_rank_load, ()),))
+# Its run may share a launch with other tasks' runs (grader/shared_runs.py: it changes no verdict).
+EXERCISE.declare_runs("load_checkpoint", ((_in_rank_load, ()),))
 
 
 @EXERCISE.check("load_checkpoint", points=0.5)
 def checkpoint_loads_onto_device(g):
     expected = ref.flat_params(ref.tiny_net(seed=7))
-    for rank, (params, calls, device) in enumerate(one_launch.run(g, LOAD_PARTS, _in_rank_load)):
+    for rank, (params, calls, device) in enumerate(g.run(_in_rank_load)):
         if not calls:
             raise CheckFailed(_("load_checkpoint did not call torch.load"))
         if calls[0] is None:
@@ -246,7 +245,7 @@ def _in_rank_mini_broadcast(ctx, student):
 @EXERCISE.check("MiniDDP", points=1)
 def mini_ddp_broadcasts_rank0_state(g):
     expected = ref.seeded(BufferNet, seed=1).state_dict()
-    for rank, state in enumerate(one_launch.run(g, MINI_PARTS, _in_rank_mini_broadcast)):
+    for rank, state in enumerate(g.run(_in_rank_mini_broadcast)):
         for name, value in expected.items():
             g.assert_close(
                 state[name],
@@ -279,8 +278,8 @@ def _in_rank_mini_vs_ddp(ctx, student, factory_name, steps=5):
     return history, ref.flat_params(ddp.module), ref.flat_params(inner)
 
 
-# The public checks' four runs, in one launch (grader/exercises/one_launch.py: it changes no verdict).
-MINI_PARTS = one_launch.declare(
+# The public checks' four runs, in one launch (grader/shared_runs.py: it changes no verdict).
+EXERCISE.declare_runs(
     "MiniDDP",
     (
         (_in_rank_mini_broadcast, ()),
@@ -292,7 +291,7 @@ MINI_PARTS = one_launch.declare(
 
 
 def _compare_mini_to_ddp(g, factory_name):
-    runs = one_launch.run(g, MINI_PARTS, _in_rank_mini_vs_ddp, factory_name)
+    runs = g.run(_in_rank_mini_vs_ddp, factory_name)
     for rank, (history, ddp_params, mini_params) in enumerate(runs):
         for step, (ddp_grad, mini_grad) in enumerate(history):
             ws = g.world_size

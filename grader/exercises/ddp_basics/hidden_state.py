@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-from grader.exercises import one_launch
 from grader.exercises.ddp_basics import EXERCISE
 from grader.exercises.ddp_basics.checks_state import _compare_mini_to_ddp, _in_rank_mini_vs_ddp
 
-# The hidden checks' runs of one submission share a launch (grader/exercises/one_launch.py: no verdict changes).
-one_launch.declare("MiniDDP", ((_in_rank_mini_vs_ddp, ("tiny",)),), hidden=True, world_size=3)
+# The hidden checks' runs of one submission share a launch (grader/shared_runs.py: no verdict changes).
+EXERCISE.declare_runs("MiniDDP", ((_in_rank_mini_vs_ddp, ("tiny",)),), hidden=True, world_size=3)
 
 
 @EXERCISE.check("MiniDDP", points=1, hidden=True, world_size=3, depends_on=("mini_ddp_matches_ddp",))

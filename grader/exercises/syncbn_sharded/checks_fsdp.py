@@ -52,7 +52,6 @@ import torch.distributed as dist
 from torch import nn
 
 from grader.checks import CheckFailed
-from grader.exercises import one_launch
 from grader.exercises.collectives import record_collectives
 from grader.exercises.syncbn_sharded import reference as ref
 from grader.exercises.syncbn_sharded import EXERCISE
@@ -101,12 +100,7 @@ def _unsharded_training(seed: int, odd: bool, world_size: int, opt_name: str) ->
     return {k: v.detach().clone() for k, v in model.named_parameters()}
 
 
-def _in_rank_fsdp(ctx, student, scenarios: list):
-    """Each (seed, odd, dtype_name, opt_name) in turn, in one run (a launch costs more than a scenario)."""
-    return [_fsdp_scenario(ctx, student, *scenario) for scenario in scenarios]
-
-
-def _fsdp_scenario(ctx, student, seed: int, odd: bool, dtype_name: str | None, opt_name: str):
+def _in_rank_fsdp(ctx, student, seed: int, odd: bool, dtype_name: str | None, opt_name: str):
     compute_dtype = getattr(torch, dtype_name) if dtype_name else None
     module = fsdp_net(seed, odd).to(ctx.device)  # built on the CPU with its seed, as the reference is
     layers = [m for m in module if isinstance(m, nn.Linear)]
@@ -171,11 +165,10 @@ def run_fsdp(g, seed: int, odd: bool, dtype_name: str | None = None, opt_name: s
 
 
 # --- the public checks' runs in one launch -------------------------------------------------------------------
-# A launch costs more than a training run in it, so the six public checks are judged from one launch that makes
-# all their runs (the memory probe first, in a process nothing else has run in yet, as in a run of its own).
-# When that launch fails (a crash, a hang, tampering, a result of the wrong shape), every check makes its own
-# runs as before: a mistake in one run fails only its own check, with its own message, and the failed launch
-# counts for nothing (but tampering). Its timeout is short: a correct launch takes about a second.
+# A launch costs more than a training run in it, so the six public checks' runs are declared: the engine makes
+# them all in one launch (the memory probe first, in a process nothing else has run in yet, as in a run of its
+# own). When that launch fails (a crash, a hang, tampering, a result of the wrong shape), every check makes its own
+# runs (grader/shared_runs.py): a mistake in one run fails only its own check, with its own message.
 PUBLIC_SCENARIOS = (
     (1, False, None, "sgd"),
     (1, True, None, "sgd"),
@@ -185,48 +178,16 @@ PUBLIC_SCENARIOS = (
 PUBLIC_MEMORY_SEED = 4
 
 
-def _in_rank_public(ctx, student):
-    return {
-        "memory": _in_rank_memory(ctx, student, PUBLIC_MEMORY_SEED),
-        "scenarios": _in_rank_fsdp(ctx, student, list(PUBLIC_SCENARIOS)),
-    }
-
-
-def _public_launch(g) -> list | None:
-    """Every rank's results of the public checks' one launch, or None when the check must make its own runs."""
-    if g.hidden:  # a hidden check's runs are its own
-        return None
-    before = (g.hung, len(g.outputs), len(g.notes))
-    result = g.run_raw(_in_rank_public, timeout=min(g.timeout, one_launch.ONE_LAUNCH_TIMEOUT_S), share_failure=True)
-    values = [r.value for r in result.ranks] if result.ok else []
-    if result.ok and all(
-        isinstance(v, dict)
-        and set(v) == {"memory", "scenarios"}
-        and isinstance(v["scenarios"], list)
-        and len(v["scenarios"]) == len(PUBLIC_SCENARIOS)
-        for v in values
-    ):
-        return values
-    g.hung = before[0]  # the check's own runs decide (tampering, already recorded, still counts)
-    del g.outputs[before[1] :], g.notes[before[2] :]
-    return None
-
-
 def run_fsdp_scenarios(g, scenarios: list) -> list:
-    """One run for several (seed, odd, dtype_name, opt_name): per scenario, every rank's result."""
-    shared = _public_launch(g) if all(s in PUBLIC_SCENARIOS for s in scenarios) else None
-    if shared is not None:
-        per_rank = [[got["scenarios"][PUBLIC_SCENARIOS.index(s)] for s in scenarios] for got in shared]
-    else:
-        per_rank = g.run(_in_rank_fsdp, scenarios)
-    if any(not isinstance(got, list) or len(got) != len(scenarios) for got in per_rank):
-        raise CheckFailed(
-            "the ranks did not send back one result per training run: the grader's code in the ranks "
-            "was changed or cut short"
-        )
+    """Per (seed, odd, dtype_name, opt_name): every rank's result of its training run."""
     out = []
-    for i, (seed, odd, _, _) in enumerate(scenarios):
-        results = [got[i] for got in per_rank]
+    for seed, odd, dtype_name, opt_name in scenarios:
+        results = g.run(_in_rank_fsdp, seed, odd, dtype_name, opt_name)
+        if any(not isinstance(got, dict) for got in results):
+            raise CheckFailed(
+                "the ranks did not send back their training run's result: the grader's code in the ranks "
+                "was changed or cut short"
+            )
         verify_equal_shards(results, numels(seed, odd))
         out.append(results)
     return out
@@ -376,8 +337,7 @@ def _in_rank_memory(ctx, student, seed: int):
 
 
 def run_memory(g, seed: int) -> list:
-    shared = _public_launch(g) if seed == PUBLIC_MEMORY_SEED else None
-    results = [got["memory"] for got in shared] if shared is not None else g.run(_in_rank_memory, seed)
+    results = g.run(_in_rank_memory, seed)
     keys = {"peak", "forwards", "off", "forward_calls", "backward_calls"}
     if any(not isinstance(got, dict) or set(got) != keys for got in results):
         raise CheckFailed(
@@ -391,3 +351,9 @@ def fsdp_frees_full_parameters(g):
     """On an 8-layer model, at most about one layer's full parameters are alive in forward (~3 in backward), and
     backward all-gathers every layer's weight again."""
     verify_freed(run_memory(g, PUBLIC_MEMORY_SEED), g.world_size)
+
+
+EXERCISE.declare_runs(
+    "MiniFSDP",
+    ((_in_rank_memory, (PUBLIC_MEMORY_SEED,)), *((_in_rank_fsdp, scenario) for scenario in PUBLIC_SCENARIOS)),
+)
