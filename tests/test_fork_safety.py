@@ -1,7 +1,7 @@
 """No grader process calls into CUDA before it forks ranks: a process that initialized CUDA cannot hand it on
 to a fork, so one module-level torch.cuda.is_available() in a check would make every rank fail on a GPU machine
 ("Cannot re-initialize CUDA in forked subprocess") while a CPU machine shows nothing. GRADER_CUDA_WATCH=1
-(engine/cuda_watch.py) puts recorders on torch's CUDA entry points in every grader process; each rank reports
+(engine/cuda.py) puts recorders on torch's CUDA entry points in every grader process; each rank reports
 what its ancestors called before forking it (an at-fork hook)."""
 
 import json
@@ -18,11 +18,11 @@ from tests.graded_class import A
 
 KERNEL = """
 import json
-from grader.engine import cuda_probe, processes, run_distributed
+from grader.engine import cuda, processes, run_distributed
 from grader.exercises import find
 processes.preload(find({a!r}).public)   # what the notebook's check() does: the kernel's forkserver imports them
 import grader.exercises.{pkg}  # noqa: the kernel has the exercise loaded
-result = run_distributed(cuda_probe.probe_rank, 2, init_group=True, trusted=True)
+result = run_distributed(cuda.probe_rank, 2, init_group=True, trusted=True)
 print(json.dumps([v["cuda_before_fork"] for v in result.values]))
 """
 

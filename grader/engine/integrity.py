@@ -81,7 +81,7 @@ def _import_quietly(name: str) -> None:
 
 
 def import_watched() -> None:
-    """Import every watched module now (the forkserver does, once: preload_watched.py)."""
+    """Import every watched module now (the forkserver does, once: preload.py)."""
     for name in _WATCHED_MODULES:
         _import_quietly(name)
 

@@ -139,9 +139,3 @@ def get_exercise(exercise_id: str) -> Exercise:
     if exercise_id not in _loaded:
         _loaded[exercise_id] = _load(find(exercise_id))
     return _loaded[exercise_id]
-
-
-def __getattr__(name: str):
-    if name == "MODULES":  # the exercise ids and their packages, derived (older callers iterate it)
-        return {e: p.package for e, p in discover().items()}
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
