@@ -188,7 +188,8 @@ def test_every_allowed_name_says_why():
 
 
 def test_the_private_apis_this_rule_replaced_are_caught():
-    """The three the layering review found: cloudpickle's reducer, nbgrader's clamp, IPython's file map."""
+    """Private APIs of other packages once called here are caught, each in the spelling it had: cloudpickle's
+    reducer, nbgrader's late-penalty clamp, IPython's file map, and another grader module's private name."""
     source = (
         "import cloudpickle\n"
         "from nbgrader.preprocessors.latesubmissions import _helper\n"
