@@ -45,7 +45,6 @@ verify_equal_shards first, so correct numbers from unsharded training earn nothi
 
 from __future__ import annotations
 
-from functools import lru_cache
 
 import torch
 import torch.distributed as dist
@@ -55,49 +54,19 @@ from grader.checks import CheckFailed
 from grader.exercises.collectives import record_collectives
 from grader.exercises.syncbn_sharded import reference as ref
 from grader.exercises.syncbn_sharded import EXERCISE
-from grader.exercises.syncbn_sharded.fsdp_memory import LayerWatch, deep_net, measure_step, verify_freed
+from grader.exercises.syncbn_sharded.fsdp_reference import (
+    FSDP_STEPS,
+    in_out_features,
+    fsdp_net,
+    make_optimizer,
+    micro_batch,
+    numels,
+    unsharded_training,
+)
+from grader.exercises.syncbn_sharded.fsdp_memory import _in_rank_memory, run_memory, verify_freed
 from grader.exercises.syncbn_sharded.fsdp_traffic import verify_equal_shards, verify_gathers_in, verify_traffic
 
-FSDP_STEPS = 3
 BF16_TOL = (5e-2, 2e-2)  # (rtol, atol) of bf16 compute against the fp32 reference
-
-
-def fsdp_net(seed: int, odd: bool = False) -> nn.Module:
-    """Several Linear layers; `odd`: sizes no world size divides and a bias-free layer (padding matters)."""
-    ref.seed_cpu(seed)
-    if odd:
-        return nn.Sequential(nn.Linear(7, 11), nn.Tanh(), nn.Linear(11, 5, bias=False), nn.Tanh(), nn.Linear(5, 3))
-    return nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 16), nn.ReLU(), nn.Linear(16, 4))
-
-
-def micro_batch(rank: int, features: int, outputs: int, seed: int = 7) -> tuple[torch.Tensor, torch.Tensor]:
-    g = torch.Generator().manual_seed(seed + rank)
-    return torch.randn(6, features, generator=g), torch.randn(6, outputs, generator=g)
-
-
-def _sizes(model):
-    first, last = model[0], model[-1]
-    return first.in_features, last.out_features
-
-
-def make_optimizer(params, name: str):
-    """SGD shows a missing average (AdamW would hide a gradient's scale); AdamW has state to count."""
-    return torch.optim.SGD(params, lr=0.1) if name == "sgd" else torch.optim.AdamW(params, lr=1e-2)
-
-
-def unsharded_training(seed: int, odd: bool, world_size: int, opt_name: str = "sgd") -> dict:
-    """The plain model on the full batch: what every MiniFSDP run must reproduce (a copy: callers may keep it)."""
-    return {k: v.clone() for k, v in _unsharded_training(seed, odd, world_size, opt_name).items()}
-
-
-@lru_cache(maxsize=None)  # the grader's own computation from constants: the same for every check and submission
-def _unsharded_training(seed: int, odd: bool, world_size: int, opt_name: str) -> dict:
-    model = fsdp_net(seed, odd)
-    opt = make_optimizer(model.parameters(), opt_name)
-    batches = [micro_batch(r, *_sizes(model)) for r in range(world_size)]
-    x, y = torch.cat([b[0] for b in batches]), torch.cat([b[1] for b in batches])
-    ref.train_steps(model, opt, x, y, FSDP_STEPS)
-    return {k: v.detach().clone() for k, v in model.named_parameters()}
 
 
 def _in_rank_fsdp(ctx, student, seed: int, odd: bool, dtype_name: str | None, opt_name: str):
@@ -122,7 +91,7 @@ def _in_rank_fsdp(ctx, student, seed: int, odd: bool, dtype_name: str | None, op
     if any(s != sizes for s in every):
         return {"shard_sizes": every}
     opt = make_optimizer(shards, opt_name)
-    x, y = (t.to(ctx.device) for t in micro_batch(ctx.rank, *_sizes(module)))
+    x, y = (t.to(ctx.device) for t in micro_batch(ctx.rank, *in_out_features(module)))
     per_step, backward_gathers = [], []
     with record_collectives() as calls:
         for _ in range(FSDP_STEPS):
@@ -154,10 +123,6 @@ def _in_rank_fsdp(ctx, student, seed: int, odd: bool, dtype_name: str | None, op
         "full": {str(k): v.detach().float().cpu().clone() for k, v in dict(full).items()},
         "full_dtypes": {str(k): str(v.dtype) for k, v in dict(full).items()},
     }
-
-
-def numels(seed: int, odd: bool) -> list[int]:
-    return [p.numel() for p in fsdp_net(seed, odd).parameters()]
 
 
 def run_fsdp(g, seed: int, odd: bool, dtype_name: str | None = None, opt_name: str = "sgd"):
@@ -324,26 +289,6 @@ def fsdp_gather_full_params_keys_and_shapes(g):
             )
         if any(d != "torch.float32" for d in got["full_dtypes"].values()):
             raise CheckFailed(f"rank {rank}: gather_full_params() returned {got['full_dtypes']}: return fp32")
-
-
-def _in_rank_memory(ctx, student, seed: int):
-    """One step of the student's MiniFSDP on deep_net: peak full-parameter bytes and each phase's collectives."""
-    cls = student.task("MiniFSDP")
-    net = deep_net(seed).to(ctx.device)
-    watch = LayerWatch(net)  # before the student's wrapper sees the model: our hooks run first
-    with record_collectives():
-        fsdp = cls(net)
-    return measure_step(ctx, fsdp, watch)
-
-
-def run_memory(g, seed: int) -> list:
-    results = g.run(_in_rank_memory, seed)
-    keys = {"peak", "forwards", "off", "forward_calls", "backward_calls"}
-    if any(not isinstance(got, dict) or set(got) != keys for got in results):
-        raise CheckFailed(
-            "the ranks did not send back their measurements: the grader's code in the ranks was changed or cut short"
-        )
-    return results
 
 
 @EXERCISE.check("MiniFSDP", points=2)

@@ -1,9 +1,9 @@
-"""Hidden checks of checks_state.py (instructor only: a student build leaves this module out)."""
+"""Hidden checks of checks_mini_ddp.py (instructor only: a student build leaves this module out)."""
 
 from __future__ import annotations
 
 from grader.exercises.ddp_basics import EXERCISE
-from grader.exercises.ddp_basics.checks_state import _compare_mini_to_ddp, _in_rank_mini_vs_ddp
+from grader.exercises.ddp_basics.checks_mini_ddp import _compare_mini_to_ddp, _in_rank_mini_vs_ddp
 
 # The hidden checks' runs of one submission share a launch (grader/shared_runs.py: no verdict changes).
 EXERCISE.declare_runs("MiniDDP", ((_in_rank_mini_vs_ddp, ("tiny",)),), hidden=True, world_size=3)
