@@ -18,11 +18,11 @@ from tests.graded_class import A
 
 KERNEL = """
 import json
-from grader.engine import cuda, processes, run_distributed
+from grader.engine import cuda_probe, processes, run_distributed
 from grader.exercises import find
 processes.preload(find({a!r}).public)   # what the notebook's check() does: the kernel's forkserver imports them
 import grader.exercises.{pkg}  # noqa: the kernel has the exercise loaded
-result = run_distributed(cuda.probe_rank, 2, init_group=True, trusted=True)
+result = run_distributed(cuda_probe.probe_rank, 2, init_group=True, trusted=True)
 print(json.dumps([v["cuda_before_fork"] for v in result.values]))
 """
 

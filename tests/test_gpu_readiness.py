@@ -108,7 +108,7 @@ def test_the_warm_up_runs_before_ready(monkeypatch):
 
 
 def test_a_gpu_group_whose_nccl_failed_stops_grading_before_any_student():
-    """The gate's probe runs each GPU group's NCCL all_reduce and barrier (engine/cuda.py); one that failed
+    """The gate's probe runs each GPU group's NCCL all_reduce and barrier (engine/cuda_probe.py); one that failed
     refuses to grade, in one line naming the GPUs and what to do."""
     from grader.isolation import gpu_gate
 
@@ -134,9 +134,9 @@ def test_the_probe_is_told_the_jobs_shape():
 
 
 def test_without_gpus_the_probe_runs_no_nccl_group():
-    from grader.engine import cuda
+    from grader.engine import cuda_probe
 
-    assert cuda.nccl_groups(0, (2, 3), timeout=30) == []
+    assert cuda_probe.nccl_groups(0, (2, 3), timeout=30) == []
 
 
 def test_in_exclusive_process_mode_notebook_checks_go_one_at_a_time(monkeypatch, tmp_path):

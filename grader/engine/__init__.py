@@ -16,7 +16,7 @@
 - guard_list.py: what the integrity guard watches, derived from the grader's code
 - forked_forkserver.py: the ranks' forkserver as a fork of this process; huge_pages.py: 2 MiB pages for it
 - cuda.py:      what CUDA is here, never initialized in a grader process: how many GPUs it counts (in a child),
-                what a rank sees of it (the probe rank), and (tests only) every call into it
+                and (tests only) every call into it; cuda_probe.py: what a rank sees of CUDA (the GPU gate's probe)
 """
 
 from grader.engine import cuda

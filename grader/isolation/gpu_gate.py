@@ -2,7 +2,7 @@
 
     gate = check_gpus(worker_args, sandbox=True, nursery=True, no_gpu=False)   # raises GpuUnusable
 
-When the machine has NVIDIA devices (/dev/nvidiactl, or NVML counts GPUs), a probe rank (engine/cuda.py)
+When the machine has NVIDIA devices (/dev/nvidiactl, or NVML counts GPUs), a probe rank (engine/cuda_probe.py)
 runs exactly where the submissions' ranks will: in a nursery's job, a plain sandbox, or unsandboxed. If CUDA
 counts none there, grading stops before anything is graded, with one line saying what failed and how to grade
 anyway (--no-gpu: every run on gloo, the results say so; --no-sandbox). A machine without NVIDIA devices is
@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 from grader.engine.cuda import FAKE_GPUS_ENV, cuda_devices, fake_gpus
 
-PROBE_ARGV = [sys.executable, "-c", "import sys; from grader.engine.cuda import main; sys.exit(main())"]
+PROBE_ARGV = [sys.executable, "-m", "grader.engine.cuda_probe"]
 PROBE_BOUND_S = 300.0  # a cold nursery or sandbox plus the driver's first init, on a loaded machine
 
 

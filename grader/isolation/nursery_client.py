@@ -100,7 +100,7 @@ class Nursery:
     ) -> JobProcess | None:
         """The job's process, or None if this nursery could not start it (dead, or not answering). group: the
         job's cgroups (job_limits.JobGroup), which its first process enters before it forks anything. probe: the
-        job runs the CUDA probe rank (engine/cuda.py) instead of grading, and reports on its result channel
+        job runs the CUDA probe rank (engine/cuda_probe.py) instead of grading, and reports on its result channel
         ([world size, widest run]: each GPU group's NCCL run too).
         uid: as root, the job's own uid (slot_uids.py), which it takes before it reads the submission (nursery_job.py)."""
         if self.proc.poll() is not None:

@@ -189,10 +189,10 @@ def _worker(args, result: int, job_line: int, probe=False) -> int:
 
     forked_forkserver.start_here()
     if probe:  # gpu_gate.py: what a rank of this job sees of CUDA, before any submission is graded
-        from grader.engine import cuda
+        from grader.engine import cuda_probe
 
         job = tuple(probe[:2]) if isinstance(probe, list) and len(probe) == 2 else None
-        channel.send(json.dumps(cuda.probe(job=job)))  # the nursery imported the public checks; forkserver forked
+        channel.send(json.dumps(cuda_probe.probe(job=job)))  # the nursery imported the public checks; forkserver forked
         return 0
     return worker_main(args.assignment, args.timeout, args.world_size, args.version)
 
