@@ -130,7 +130,21 @@ def shared_answer(g, part: tuple) -> list | None:
         shared = _shared_launch(g, group)
         if shared is not None:
             g.read_shared_launch = True
-            return shared[group.index(part)]
+            return shared[_index(group, part)]
+    return None
+
+
+def _index(parts: tuple, part: tuple) -> int | None:
+    """Where `part` is among `parts`: the same function, and arguments equal to the declared ones (an argument that
+    cannot say so, a tensor of several values, makes it undeclared: the check's own run answers it)."""
+    for i, (fn, args) in enumerate(parts):
+        asked = part[1]
+        if fn is part[0] and len(args) == len(asked) and all(type(a) is type(b) for a, b in zip(args, asked)):
+            try:
+                if bool(args == asked):
+                    return i
+            except Exception:  # noqa: BLE001 - an argument whose == is not a truth value
+                continue
     return None
 
 
@@ -147,9 +161,9 @@ def _groups(g, part: tuple) -> list[tuple]:
         )
 
     everyone = parts_of(g.tasks)
-    groups = [everyone] if part in everyone and len(everyone) > 1 else []
+    groups = [everyone] if _index(everyone, part) is not None and len(everyone) > 1 else []
     own = parts_of([g.task]) if g.task else ()
-    if not g.hidden and part in own and len(own) > 1 and own != everyone:
+    if not g.hidden and _index(own, part) is not None and len(own) > 1 and own != everyone:
         groups.append(own)
     return groups
 
