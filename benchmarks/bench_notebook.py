@@ -38,7 +38,7 @@ sys.path.insert(0, ROOT)
 
 from jupyter_client.manager import start_new_kernel  # noqa: E402
 
-from grader.exercises import MODULES, get_exercise  # noqa: E402
+from grader.exercises import exercise_ids, get_exercise  # noqa: E402
 from grader.submission import read_notebook  # noqa: E402
 
 TARGET_S = 1.0  # a task's check cell, once the engine is warm
@@ -196,7 +196,7 @@ def main() -> int:
     parser.add_argument(
         "--exercise",
         action="append",
-        choices=list(MODULES) + ["all"],
+        choices=exercise_ids() + ["all"],
         help="an exercise (repeatable), or all; default: every exercise but 04_torchrun",
     )
     parser.add_argument("--repeats", type=int, default=3)
@@ -208,8 +208,8 @@ def main() -> int:
     )
     parser.add_argument("--strict", action="store_true", help="exit status 1 when a task misses the target")
     args = parser.parse_args()
-    chosen = args.exercise or [e for e in MODULES if get_exercise(e).judged_by_bench]
-    exercises = list(MODULES) if "all" in chosen else chosen
+    chosen = args.exercise or [e for e in exercise_ids() if get_exercise(e).judged_by_bench]
+    exercises = exercise_ids() if "all" in chosen else chosen
     print(f"machine: {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f} (timings grow with the load)")
     missed = []
     for exercise_id in exercises:

@@ -91,6 +91,7 @@ class Exercise:
         self.judged_by_bench = judged_by_bench
         self.typical_mistakes: list[tuple[str, str]] = []
         self.checks: list[Check] = []
+        self.declared_runs: dict[tuple[str, bool], list] = {}  # (task, hidden) -> [((fn, args), world size or None)]
 
     @property
     def notebook(self) -> str:
@@ -122,6 +123,17 @@ class Exercise:
             return fn
 
         return register
+
+    def declare_runs(self, task: str, parts: tuple, hidden: bool = False, world_size: int | None = None) -> None:
+        """Declare the runs `task`'s checks ask for with g.run (parts: ((fn, args), ...), args a tuple of hashable
+        values; hidden ones at `world_size`), so that the engine may make them in one launch with other declared
+        runs (grader/shared_runs.py: it changes no verdict). A check still asks for each with g.run(fn, *args)."""
+        if task not in self.tasks:
+            raise ValueError(f"{task!r} is not a task of {self.id}")
+        declared = self.declared_runs.setdefault((task, hidden), [])
+        for part in parts:
+            if (part, world_size) not in declared:
+                declared.append((part, world_size))
 
     def checks_for(self, task: str | None = None, hidden: bool | None = None) -> list[Check]:
         if task is not None and task not in self.tasks:

@@ -5,7 +5,7 @@
     --   nccl runs (unsandboxed): no GPU (not run)
 
 Steps: versions; facts (gpucheck_facts.py: first-use times, a rank's host memory, a CPU tensor's error under
-nccl); fork safety (recorders on torch's CUDA entry points, engine/cuda_watch.py); real nccl runs unsandboxed for
+nccl); fork safety (recorders on torch's CUDA entry points, engine/cuda.py); real nccl runs unsandboxed for
 each world size the GPUs allow; the probe rank in the plain sandbox and in a nursery's job (CUDA available there,
 the plan per world size); the checks no CPU machine runs (03's real nn.SyncBatchNorm under nccl, MiniFSDP's memory
 peaks on CUDA; 2+ GPUs); a `make grade` of the demo class, each result's plans as this machine's GPUs call for
@@ -27,7 +27,7 @@ import time
 
 from grader import gpucheck_facts
 from grader.engine import run_distributed
-from grader.engine.cuda_count import cuda_devices
+from grader.engine.cuda import cuda_devices
 from grader.engine.plan import current_plan
 
 DEMO = "02_ddp_basics"

@@ -15,7 +15,7 @@ import platform
 import time
 
 from grader.engine import run_distributed
-from grader.engine.cuda_count import cuda_devices
+from grader.engine.cuda import cuda_devices
 
 FIRST_USE = ("matmul", "conv2d", "all_reduce", "barrier")
 

@@ -24,6 +24,7 @@ from grader.engine import RunResult, divergence, flight, run_distributed, stacks
 from grader.engine.results import last_output_heading
 from grader.engine.plan import HardwarePlan, current_plan, plan_for
 from grader.i18n import N_, _
+from grader.shared_runs import shared_answer
 from grader.submission import LoadReport, Submission
 
 
@@ -121,8 +122,10 @@ class Grading:
         self._keep_output = keep_output
         self._backends: set[str] = set()  # of this check's runs, from the parent's plans (never a rank's word)
         self.tasks: tuple[str, ...] = ()  # the tasks graded in this run (runner sets): their runs may share launches
+        self.task = ""  # the check's own task (runner sets)
+        self.declared_runs: dict = {}  # the exercise's declared runs (Exercise.declare_runs; runner sets)
         self.share_launches = True  # False: every run of this check its own (the runner's confirmation of a failure)
-        self.read_shared_launch = False  # a run's values came from a launch shared with other runs (one_launch.py)
+        self.read_shared_launch = False  # a run's values came from a launch shared with other runs (shared_runs.py)
         self.machine_failure = ""  # a run the machine could not set up (runner: "could not run on this machine")
 
     def plan(self, world_size: int | None = None) -> HardwarePlan:
@@ -243,7 +246,12 @@ class Grading:
         init_group: bool = True,
         hint: str = "",
     ) -> list:
-        """Run fn(ctx, student, *args) on every rank; a failure becomes a CheckFailed."""
+        """Run fn(ctx, student, *args) on every rank; a failure becomes a CheckFailed. A run the exercise declared
+        (Exercise.declare_runs) may be answered from a launch shared with other runs (shared_runs.py)."""
+        if self.share_launches and world_size in (None, self.world_size) and timeout is None and init_group:
+            shared = shared_answer(self, (fn, args))
+            if shared is not None:
+                return shared
         result = self.run_raw(fn, *args, world_size=world_size, timeout=timeout, init_group=init_group)
         if not result.ok:
             shown = self._keep_output  # the ranks' output is shown beside the message (the notebook)

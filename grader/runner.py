@@ -73,21 +73,22 @@ def run_checks(
 
     run_tasks = tuple(dict.fromkeys(c.task for c in checks))
 
-    def grading_for(share: bool) -> Grading:
+    def grading_for(check: Check, share: bool) -> Grading:
         grading = Grading(submission, world_size, timeout, parent_lock=lock, keep_output=keep_output, runs=runs)
         grading.load_report, grading.load_failure, grading.tampered = load_report, load_failure, load_tampered
         grading.rank_texts = list(load_texts)  # what loading the answers printed or raised: never in a hidden check
-        grading.tasks, grading.share_launches = run_tasks, share
+        grading.tasks, grading.task, grading.share_launches = run_tasks, check.task, share
+        grading.declared_runs = exercise.declared_runs
         return grading
 
     def one(check: Check) -> CheckResult:
         with lock or contextlib.nullcontext():
-            grading = grading_for(share=True)
+            grading = grading_for(check, share=True)
             result = _run_one(check, grading, hung_in.get(check.task))
             if grading.read_shared_launch and not result.passed:
                 # A failure seen in a launch shared with other runs is confirmed by the check's own runs, which
                 # alone decide: nothing another run left in those ranks can cost a check its points.
-                grading = grading_for(share=False)
+                grading = grading_for(check, share=False)
                 result = _run_one(check, grading, hung_in.get(check.task))
         if grading.hang:
             hangs[check.name] = grading.hang

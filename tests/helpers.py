@@ -98,7 +98,7 @@ def graded_once(exercise_id: str, source: str, checks: tuple[str, ...]) -> Repor
 
 def graded_counting_launches(exercise_id: str, source: str, task: str | None, hidden: bool) -> tuple[Report, list]:
     """The checks of `task` (None: every task), public or hidden, graded on `source`, and the rank function of each
-    launch they made, in order (the shared launches of grader/exercises/one_launch.py show as `_in_rank_parts`)."""
+    launch they made, in order (a launch of several declared runs, grader/shared_runs.py, shows as `_in_rank_parts`)."""
     from grader import shared_runs
 
     launched = []
@@ -119,6 +119,34 @@ def graded_counting_launches(exercise_id: str, source: str, task: str | None, hi
 def failed(report: Report) -> dict[str, str]:
     """check name -> message, for the checks that failed."""
     return {c.name: c.message for c in report.checks if not c.passed}
+
+
+def graded_mutants_fixture(exercise_id: str, task: str, mutants: dict, checks: list[str]):
+    """A module-scoped fixture: name -> the Report of each mutant of `mutants` (name -> (changes, check, phrase);
+    changes: {old: new} in the solution, or a whole new definition of `task`), graded once on `checks`, so that
+    several tests read one grading per mutant. Use it as `graded = graded_mutants_fixture(...)` in a test module,
+    with assert_fails_its_check in the test of each mutant."""
+
+    @pytest.fixture(scope="module")
+    def graded() -> dict[str, Report]:
+        reports = {}
+        for name, (changes, _check, _phrase) in mutants.items():
+            source = (
+                replace_definition(solution_source(exercise_id), task, changes)
+                if isinstance(changes, str)
+                else mutated_solution(exercise_id, changes)
+            )
+            reports[name] = grade_source(exercise_id, source, task=task, timeout=60, checks=checks)
+        return reports
+
+    return graded
+
+
+def assert_fails_its_check(report: Report, check: str, phrase: str) -> None:
+    """`check` failed in `report`, with `phrase` in its message (the mistake named)."""
+    messages = failed(report)
+    assert check in messages, "\n".join(report.lines())
+    assert phrase in messages[check], messages[check]
 
 
 POINTERS = (  # how a check that does not state the reason itself begins or ends (grader/reasons.py, grader/runner.py)

@@ -5,11 +5,11 @@ import os
 import pytest
 
 from grader import cells
-from grader.exercises import MODULES, get_exercise
+from grader.exercises import exercise_ids, get_exercise
 from grader.submission import read_notebook
 from tests.helpers import ROOT
 
-EXERCISES = list(MODULES)
+EXERCISES = exercise_ids()
 
 
 def notebook_cells(kind: str, exercise_id: str) -> list:

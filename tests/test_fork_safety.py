@@ -1,7 +1,7 @@
 """No grader process calls into CUDA before it forks ranks: a process that initialized CUDA cannot hand it on
 to a fork, so one module-level torch.cuda.is_available() in a check would make every rank fail on a GPU machine
 ("Cannot re-initialize CUDA in forked subprocess") while a CPU machine shows nothing. GRADER_CUDA_WATCH=1
-(engine/cuda_watch.py) puts recorders on torch's CUDA entry points in every grader process; each rank reports
+(engine/cuda.py) puts recorders on torch's CUDA entry points in every grader process; each rank reports
 what its ancestors called before forking it (an at-fork hook)."""
 
 import json

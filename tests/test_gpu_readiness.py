@@ -147,7 +147,7 @@ def test_in_exclusive_process_mode_notebook_checks_go_one_at_a_time(monkeypatch,
 
     from grader import notebook
     from grader.engine import gpu_exclusive
-    from grader.engine.cuda_count import cuda_devices
+    from grader.engine.cuda import cuda_devices
 
     monkeypatch.setattr(gpu_exclusive.tempfile, "gettempdir", lambda: str(tmp_path))
     monkeypatch.setenv("GRADER_FAKE_GPUS", "2")

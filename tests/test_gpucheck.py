@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from grader.engine.cuda_count import cuda_devices
+from grader.engine.cuda import cuda_devices
 from tests.helpers import ROOT, needs_bwrap
 
 GPU_STEPS = (

@@ -8,10 +8,10 @@ From the bottom:
                forkserver names what it preloads). grader.i18n (the grader's text in the student's
                language) sits here too: every layer, the engine's hardware-plan line included, speaks through it.
   1 seam       grader.checks (checks and results, declared), grader.grading (`g.run`, the one seam between a
-               check and the student's code), grader.submission (reading answers), grader.tolerances,
+               check and the student's code), grader.shared_runs (the launches g.run shares between the checks
+               of a submission), grader.submission (reading answers), grader.tolerances,
                grader.cells (nbgrader's cell metadata), grader.feedback_filter (what a result may say).
-  2 runner     grader.runner: run_checks, the one check runner; grader.shared_runs (one launch for the checks
-               of a submission that ask for the same run); grader.reasons (one reason per mistake).
+  2 runner     grader.runner: run_checks, the one check runner; grader.reasons (one reason per mistake).
   3 exercises  grader.exercises.*: the exercises, their checks and references, the shared check helpers.
   4 tools      what people run: grader.gradebook.*, grader.isolation.*, grader.progress.*, grader.cli (answers_reachable) and __main__, grader.lessons.*,
                grader.notebook and notebook_display (the notebook's check()), grader.hints (its hint()), grader.code_digest,
@@ -42,7 +42,7 @@ LAYERS = {  # a module, or a package (all its modules): the longest match decide
     "grader.cells": SEAM,
     "grader.feedback_filter": SEAM,
     "grader.runner": RUNNER,
-    "grader.shared_runs": RUNNER,
+    "grader.shared_runs": SEAM,
     "grader.reasons": RUNNER,
     "grader.exercises": EXERCISES,
     "grader.gradebook": TOOLS,

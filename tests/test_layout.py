@@ -11,10 +11,10 @@ import tomllib
 import pytest
 import yaml
 
-from grader.exercises import MODULES
+from grader.exercises import exercise_ids
 from tests.helpers import ROOT
 
-ASSIGNMENTS = [a for a in MODULES if os.path.isdir(os.path.join(ROOT, "solutions", a))]
+ASSIGNMENTS = [a for a in exercise_ids() if os.path.isdir(os.path.join(ROOT, "solutions", a))]
 
 
 def test_top_level_layout():

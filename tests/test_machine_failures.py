@@ -5,7 +5,7 @@ machine is a machine whose GPUs CUDA cannot set up (torch.cuda.set_device really
 import pytest
 
 from grader.engine import run_distributed, warm_up
-from grader.engine.cuda_count import cuda_devices
+from grader.engine.cuda import cuda_devices
 from grader.exercises import get_exercise
 from grader.gradebook.batch import _valid
 from grader.gradebook.commands import format_grades

@@ -84,7 +84,7 @@ def test_the_default_plan_follows_this_machine():
 
 # GPUs shared out among grading jobs, with GRADER_FAKE_GPUS standing for the GPUs CUDA counts (tests only).
 from grader.engine import plan as plans  # noqa: E402
-from grader.engine.cuda_count import cuda_devices  # noqa: E402
+from grader.engine.cuda import cuda_devices  # noqa: E402
 from grader.gradebook.grading_jobs import share_gpus  # noqa: E402
 
 

@@ -188,7 +188,8 @@ def test_every_allowed_name_says_why():
 
 
 def test_the_private_apis_this_rule_replaced_are_caught():
-    """The three the layering review found: cloudpickle's reducer, nbgrader's clamp, IPython's file map."""
+    """Private APIs of other packages once called here are caught, each in the spelling it had: cloudpickle's
+    reducer, nbgrader's late-penalty clamp, IPython's file map, and another grader module's private name."""
     source = (
         "import cloudpickle\n"
         "from nbgrader.preprocessors.latesubmissions import _helper\n"
@@ -208,6 +209,6 @@ def test_the_private_apis_this_rule_replaced_are_caught():
     }
     assert not private_uses("grader.submission", "import torch._C\n") == []
     # allowed: a sibling's helper (a hidden module and its public checks), a name the module defines itself
-    sibling = "from grader.exercises.ddp_basics.checks_state import _compare\nclass A:\n    _x = 1\nA()._x\n"
-    assert private_uses("grader.exercises.ddp_basics.hidden_state", sibling) == []
+    sibling = "from grader.exercises.ddp_basics.checks_mini_ddp import _compare\nclass A:\n    _x = 1\nA()._x\n"
+    assert private_uses("grader.exercises.ddp_basics.hidden_mini_ddp", sibling) == []
     assert private_uses("grader.exercises.torchrun.hidden_env", sibling)  # another exercise's internals

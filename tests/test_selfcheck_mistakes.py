@@ -4,12 +4,12 @@
 import pytest
 
 from grader import selfcheck
-from grader.exercises import MODULES, get_exercise
+from grader.exercises import exercise_ids, get_exercise
 from grader.submission import read_notebook
 from tests.helpers import ROOT
 
 
-@pytest.mark.parametrize("exercise_id", sorted(MODULES))
+@pytest.mark.parametrize("exercise_id", sorted(exercise_ids()))
 def test_each_typical_mistake_is_found_once_in_its_solutions_answers(exercise_id):
     exercise = get_exercise(exercise_id)
     assert exercise.typical_mistakes, f"{exercise_id}: no EXERCISE.typical_mistakes in its hidden modules"
@@ -24,7 +24,9 @@ def test_each_typical_mistake_is_found_once_in_its_solutions_answers(exercise_id
 
 def test_every_task_of_the_new_axes_has_its_typical_mistake():
     declared = {
-        selfcheck.mistaken_task(get_exercise(e), old) for e in MODULES for old, _ in get_exercise(e).typical_mistakes
+        selfcheck.mistaken_task(get_exercise(e), old)
+        for e in exercise_ids()
+        for old, _ in get_exercise(e).typical_mistakes
     }
     assert {"moe_layer", "ring_attention", "build_hsdp_model", "plan_layout", "plan_memory"} <= declared
 

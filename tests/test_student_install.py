@@ -22,7 +22,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from grader.exercises import MODULES, get_exercise
+from grader.exercises import exercise_ids, get_exercise
 from grader.student_build import SOLUTION_MARK, STAMP, BuildError, build, leaks
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -70,13 +70,13 @@ def student(tmp_path_factory):
 
 
 def _task_names() -> set[str]:
-    return {task for exercise_id in MODULES for task in get_exercise(exercise_id).tasks}
+    return {task for exercise_id in exercise_ids() for task in get_exercise(exercise_id).tasks}
 
 
 def _solution_regions() -> list[tuple[str, list[str]]]:
     """Every solution region of every solution notebook: (where, its code lines, stripped)."""
     regions = []
-    for exercise_id in MODULES:
+    for exercise_id in exercise_ids():
         notebook = nbformat.read(ROOT / get_exercise(exercise_id).notebook, as_version=4)
         for cell in notebook.cells:
             for i, block in enumerate(re.findall(r"### BEGIN SOLUTION\n(.*?)### END SOLUTION", cell.source, re.S)):
@@ -126,15 +126,15 @@ def test_student_install_holds_no_answers(student):
     # The registry as the student's grader sees it: every task, no hidden check, the public points, and no
     # typical mistake (it quotes a line of the answer).
     probe = (
-        "import json; from grader.exercises import MODULES, get_exercise\n"
+        "import json; from grader.exercises import exercise_ids, get_exercise\n"
         "print(json.dumps({e: {'tasks': get_exercise(e).tasks, 'hidden': sum(c.hidden for c in "
         "get_exercise(e).checks), 'points': get_exercise(e).max_score, "
-        "'mistakes': get_exercise(e).typical_mistakes} for e in MODULES}))"
+        "'mistakes': get_exercise(e).typical_mistakes} for e in exercise_ids()}))"
     )
     seen = _run([str(python), "-c", probe], 300, cwd=out.parent)
     assert seen.returncode == 0, seen.stderr
     registry = json.loads(seen.stdout)
-    for exercise_id in MODULES:
+    for exercise_id in exercise_ids():
         exercise = get_exercise(exercise_id)
         public = sum(c.points for c in exercise.checks_for(hidden=False))
         assert registry[exercise_id] == {"tasks": exercise.tasks, "hidden": 0, "points": public, "mistakes": []}
@@ -147,7 +147,7 @@ def _grade(python: Path, exercise_id: str, notebook: Path, cwd: Path) -> dict:
 
 
 @pytest.mark.timeout(GRADE_TIMEOUT_S + 60)
-@pytest.mark.parametrize("exercise_id", list(MODULES))
+@pytest.mark.parametrize("exercise_id", exercise_ids())
 def test_student_install_grades_solution_full_public_marks(student, exercise_id):
     python, _, out = student
     exercise = get_exercise(exercise_id)
@@ -160,7 +160,7 @@ def test_student_install_grades_solution_full_public_marks(student, exercise_id)
 
 
 @pytest.mark.timeout(GRADE_TIMEOUT_S + 60)
-@pytest.mark.parametrize("exercise_id", list(MODULES))
+@pytest.mark.parametrize("exercise_id", exercise_ids())
 def test_student_install_grades_untouched_release_zero(student, exercise_id):
     python, _, out = student
     release = out / "course" / "exercises" / exercise_id / f"{exercise_id}.ipynb"
@@ -208,7 +208,7 @@ def test_instructor_install_loads_every_hidden_module():
     assert listed.returncode == 0, listed.stderr
     paths = listed.stdout.split()
     assert paths, "no hidden module in git"
-    for exercise_id in MODULES:
+    for exercise_id in exercise_ids():
         get_exercise(exercise_id)
     modules = {".".join(Path(p).with_suffix("").parts) for p in paths}
     assert modules <= set(sys.modules), f"hidden modules no exercise loads: {sorted(modules - set(sys.modules))}"

@@ -1,4 +1,4 @@
-"""A submission that tampers with the grader gains nothing (issue: checks that cannot be fooled).
+"""A submission that tampers with the grader gains nothing: the checks cannot be fooled.
 
 Each case is a real submission graded through the CLI, in real ranks. Student
 code runs inside the ranks, so these cases try what a curious student would:

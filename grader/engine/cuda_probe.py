@@ -9,7 +9,8 @@ whether it is dumpable (a non-dumpable process's /proc files belong to root), wh
 With the job's shape (--job: the grading world size and the exercise's widest run) and GPUs that CUDA can use,
 each group of GPUs a grading job will get then runs a real NCCL all_reduce and barrier (after the rank's warm-up,
 worker.py), so that an NCCL that cannot form a communicator here stops `make grade` before any student is graded.
-`make grade` runs it before grading anything when the machine has NVIDIA devices (isolation/gpu_gate.py).
+`make grade` runs it before grading anything when the machine has NVIDIA devices (isolation/gpu_gate.py). It sits
+above the launcher (cuda.py, below it, only counts and watches).
 """
 
 from __future__ import annotations
@@ -26,9 +27,9 @@ def probe_rank(ctx) -> dict:
     """In the rank: the facts the driver needs, then CUDA's own count (initializing CUDA here only)."""
     import ctypes
 
-    from grader.engine import cuda_watch
+    from grader.engine import cuda
 
-    seen: dict = {"device": str(ctx.device), "cuda_before_fork": list(cuda_watch.inherited)}
+    seen: dict = {"device": str(ctx.device), "cuda_before_fork": list(cuda.inherited)}
     try:
         with open(f"/proc/self/task/{threading.get_native_id()}/comm", "w") as f:
             f.write("cuda-probe")
@@ -85,7 +86,7 @@ def probe(timeout: float = 120.0, job: tuple[int, int] | None = None) -> dict:
     """The probe rank's report, under the plan one rank gets here; with job (world size, widest run), each GPU
     group's NCCL run too."""
     from grader.engine import run_distributed
-    from grader.engine.cuda_count import cuda_devices
+    from grader.engine.cuda import cuda_devices
     from grader.engine.plan import current_plan
 
     plan = current_plan(1)

@@ -48,8 +48,8 @@ class Tampered(Exception):
 
 
 def _grader_modules() -> list:
-    # The forkserver preloads every exercise's public checks (preload_checks.py); a hidden check's rank has
-    # imported its module when it unpickled the check, before any student code runs.
+    # The forkserver preloads every exercise's public checks (processes.preload, from grader.exercises); a hidden
+    # check's rank has imported its module when it unpickled the check, before any student code runs.
     return [
         m
         for name, m in _list(sys.modules.items())
@@ -81,7 +81,7 @@ def _import_quietly(name: str) -> None:
 
 
 def import_watched() -> None:
-    """Import every watched module now (the forkserver does, once: preload_watched.py)."""
+    """Import every watched module now (the forkserver does, once: preload.py)."""
     for name in _WATCHED_MODULES:
         _import_quietly(name)
 

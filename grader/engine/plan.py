@@ -17,7 +17,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-from grader.engine.cuda_count import cuda_devices
+from grader.engine.cuda import cuda_devices
 from grader.i18n import _, ngettext
 
 _assigned: tuple[str, ...] | None = None  # the GPUs this grading job was given (assign_gpus), None: all it sees

@@ -50,7 +50,7 @@ class _NoMainPopen(popen_forkserver.Popen):
 
 
 # What the forkserver imports once; preload() adds the checks.
-PRELOAD = ["grader.engine.preload", "grader.engine.preload_watched"]
+PRELOAD = ["grader.engine.preload"]
 
 
 def preload(modules) -> None:

@@ -70,7 +70,7 @@ class RankSpec:
     warm_up: bool = False  # a matmul, a collective and a barrier before "ready" (_warm_up): a GPU plan's runs
 
 
-# When this rank finished its warm-up and said ready (time.monotonic()), for tests/test_gpu_warm_up.py to read.
+# When this rank finished its warm-up and said ready (time.monotonic()), for tests/test_gpu_readiness.py to read.
 warmed_at: float | None = None
 ready_at: float | None = None
 

@@ -23,8 +23,7 @@ only), the student build (hidden files), the digest and `python -m grader list` 
 Shared by the exercises' checks: collectives.py (every collective of the student's code, at the dispatcher),
 dispatch_mode.py (the one home of TorchDispatchMode), dist_patch.py (torch.distributed replaced around a call and
 put back), fences.py (waiting for peers with a bound), happens_before.py (order evidence: did rank A wait for
-rank B?), one_launch.py (several checks' runs in one launch), instructor.py (hidden modules masked in a
-public-phase sandbox).
+rank B?), instructor.py (hidden modules masked in a public-phase sandbox).
 """
 
 from __future__ import annotations
@@ -140,9 +139,3 @@ def get_exercise(exercise_id: str) -> Exercise:
     if exercise_id not in _loaded:
         _loaded[exercise_id] = _load(find(exercise_id))
     return _loaded[exercise_id]
-
-
-def __getattr__(name: str):
-    if name == "MODULES":  # the exercise ids and their packages, derived (older callers iterate it)
-        return {e: p.package for e, p in discover().items()}
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

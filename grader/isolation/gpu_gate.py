@@ -17,7 +17,7 @@ import subprocess
 import sys
 from dataclasses import dataclass
 
-from grader.engine.cuda_count import FAKE_GPUS_ENV, cuda_devices, fake_gpus
+from grader.engine.cuda import FAKE_GPUS_ENV, cuda_devices, fake_gpus
 
 PROBE_ARGV = [sys.executable, "-m", "grader.engine.cuda_probe"]
 PROBE_BOUND_S = 300.0  # a cold nursery or sandbox plus the driver's first init, on a loaded machine

@@ -1,4 +1,4 @@
-"""02_ddp_basics, MiniDDP: the public checks' four runs are made in one launch (grader/exercises/one_launch.py:
+"""02_ddp_basics, MiniDDP: the public checks' four runs are made in one launch (grader/shared_runs.py:
 fewer launches per submission), and that launch changes no verdict: when it fails, each check makes its
 own run, so a crash in one run costs only the checks that need that run, with that run's own message. A hidden
 check's run stays its own. Real ranks; launches are counted."""

@@ -416,7 +416,7 @@ def test_gloo_timeout_in_train_uneven_is_reported_as_the_missing_join():
     """gloo's own timeout (or a lost peer) can end rank 0's wait before the check's bound: the hint is Join's."""
     from grader.engine.plan import HardwarePlan
     from grader.engine.results import RankReport, RunResult
-    from grader.exercises.ddp_basics.checks_practice import _waited_for_a_finished_rank
+    from grader.exercises.ddp_basics.checks_uneven import _waited_for_a_finished_rank
 
     def run(error):
         return RunResult([RankReport(0, "error", error=error), RankReport(1, "ok")], HardwarePlan(2, 0), 1.0)

@@ -1,5 +1,5 @@
 """02_ddp_basics graded whole: the public runs of every task that declares them share one launch, the hidden runs
-another (grader/exercises/one_launch.py), and that changes no verdict: a check that fails on a shared
+another (grader/shared_runs.py), and that changes no verdict: a check that fails on a shared
 launch's values is run again on its own, and that run decides. Real ranks; launches are counted."""
 
 import pytest

@@ -10,8 +10,8 @@ import pytest
 from tests.helpers import failed, grade_source, mutate, solution_source
 
 EXERCISE = "02_ddp_basics"
-# The target: 30 of 30 correct runs full marks, 30 of 30 mistakes caught, with both cores busy
-# (about 95 s on 2 cores).
+# The rule: with both cores busy, every one of 30 correct runs gets full marks and every one of 30 mistaken runs is
+# caught (about 95 s on 2 cores).
 RUNS = 30
 MUTANT_RUNS = 30
 ORDER_CHECKS = [

@@ -5,10 +5,11 @@ names it; the laziest answers earn nothing."""
 import pytest
 
 from tests.helpers import (
+    assert_fails_its_check,
+    graded_mutants_fixture,
     assert_lazy_answer_earns_nothing,
     failed,
     grade_source,
-    mutate,
     replace_definition,
     solution_source,
 )
@@ -100,37 +101,15 @@ MUTANTS = {
 }
 
 
-def _source(change) -> str:
-    source = solution_source(EXERCISE)
-    if isinstance(change, str):
-        return replace_definition(source, TASK, change)
-    for old, new in change.items():
-        source = mutate(source, old, new)
-    return source
-
-
-@pytest.fixture(scope="module")
-def graded():
-    """Each mutant graded once on the public checks (one grading per mutant, several assertions on it)."""
-    return {
-        name: grade_source(
-            EXERCISE,
-            _source(change),
-            task=TASK,
-            timeout=60,
-            checks=["checkpointing_keeps_gradients", "checkpointing_frees_activations"],
-        )
-        for name, (change, _, _) in MUTANTS.items()
-    }
+graded = graded_mutants_fixture(
+    EXERCISE, TASK, MUTANTS, ["checkpointing_keeps_gradients", "checkpointing_frees_activations"]
+)
 
 
 @pytest.mark.timeout(400)
 @pytest.mark.parametrize("name", list(MUTANTS))
 def test_typical_mistake_fails_its_check(graded, name):
-    _, check, phrase = MUTANTS[name]
-    messages = failed(graded[name])
-    assert check in messages, "\n".join(graded[name].lines())
-    assert phrase in messages[check], messages[check]
+    assert_fails_its_check(graded[name], *MUTANTS[name][1:])
 
 
 def test_whole_model_keeps_the_gradient_points(graded):

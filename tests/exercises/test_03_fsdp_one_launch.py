@@ -1,7 +1,7 @@
-"""03_syncbn_sharded, MiniFSDP: the six public checks are judged from one launch (every warm task under 1 s;
-build_fsdp2_model's two checks share one run too), and that launch changes no verdict: when it fails, each check
-makes its own runs, so a crash in one training run costs only the check that needs that run, with that run's own
-message. Real ranks; launches are counted."""
+"""03_syncbn_sharded, MiniFSDP: the six public checks are judged from one launch of their declared runs (every warm
+task under 1 s; build_fsdp2_model's two checks share one run too), and that launch changes no verdict: when it fails,
+each check makes its own runs, so a crash in one training run costs only the check that needs that run, with that
+run's own message. Real ranks; launches are counted."""
 
 import pytest
 
@@ -36,7 +36,7 @@ def bf16_crash():
 def test_solution_public_checks_pass_from_one_launch(solution):
     report, launched = solution
     assert len(report.checks) == 6 and all(c.passed for c in report.checks), "\n".join(report.lines())
-    assert launched == ["_in_rank_public"], launched
+    assert launched == ["_in_rank_parts"], launched
 
 
 @pytest.mark.timeout(300)
@@ -45,9 +45,10 @@ def test_crash_in_one_run_fails_only_its_check_with_its_message(bf16_crash):
     messages = failed(report)
     assert set(messages) == {"fsdp_bf16_compute_fp32_masters"}, "\n".join(report.lines())
     assert "no bfloat16 in this MiniFSDP" in messages["fsdp_bf16_compute_fp32_masters"]
-    # the failed launch is made once (its failure shared, not relaunched per check), then each check's own runs
-    assert launched.count("_in_rank_public") == 1, launched
-    assert launched.count("_in_rank_fsdp") == 5 and launched.count("_in_rank_memory") == 1, launched
+    # the failed launch is made once (its failure shared, not relaunched per check), then the checks' own runs: each
+    # of the four training runs once (two checks asking for the same run share it), and the memory probe
+    assert launched.count("_in_rank_parts") == 1, launched
+    assert launched.count("_in_rank_fsdp") == 4 and launched.count("_in_rank_memory") == 1, launched
     assert not any(c.hung for c in report.checks)
 
 

@@ -12,12 +12,12 @@ from grader.exercises.syncbn_sharded.memory_plan import expected_state, mixed_pr
 from grader.runner import run_checks
 from grader.submission import read_notebook
 from tests.helpers import (
-    mutated_solution,
+    assert_fails_its_check,
+    graded_mutants_fixture,
     ROOT,
     assert_lazy_answer_earns_nothing,
     failed,
     failure_of,
-    grade_source,
     graded_counting_launches,
     replace_definition,
     solution_source,
@@ -186,22 +186,13 @@ MUTANTS = {
 }
 
 
-@pytest.fixture(scope="module")
-def graded():
-    """Each mutant graded once on the public checks."""
-    return {
-        name: grade_source(EXERCISE, mutated_solution(EXERCISE, changes), task=TASK, timeout=60, checks=CHECKS)
-        for name, (changes, _, _) in MUTANTS.items()
-    }
+graded = graded_mutants_fixture(EXERCISE, TASK, MUTANTS, CHECKS)
 
 
 @pytest.mark.timeout(600)
 @pytest.mark.parametrize("name", list(MUTANTS))
 def test_typical_mistake_fails_its_check(graded, name):
-    _, check, phrase = MUTANTS[name]
-    messages = failed(graded[name])
-    assert check in messages, "\n".join(graded[name].lines())
-    assert phrase in messages[check], messages[check]
+    assert_fails_its_check(graded[name], *MUTANTS[name][1:])
 
 
 def test_estimates_right_choice_wrong_keeps_the_estimate_points(graded):

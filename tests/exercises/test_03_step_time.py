@@ -17,11 +17,11 @@ from grader.exercises.syncbn_sharded.step_time_mistakes import MISTAKES
 from grader.runner import run_checks
 from grader.submission import read_notebook
 from tests.helpers import (
-    mutated_solution,
+    assert_fails_its_check,
+    graded_mutants_fixture,
     ROOT,
     assert_lazy_answer_earns_nothing,
     failed,
-    grade_source,
     graded_counting_launches,
     solution_source,
 )
@@ -204,22 +204,13 @@ MUTANTS = {
 }
 
 
-@pytest.fixture(scope="module")
-def graded():
-    """Each mutant graded once on the public checks."""
-    return {
-        name: grade_source(EXERCISE, mutated_solution(EXERCISE, changes), task=TASK, timeout=60, checks=CHECKS)
-        for name, (changes, _, _) in MUTANTS.items()
-    }
+graded = graded_mutants_fixture(EXERCISE, TASK, MUTANTS, CHECKS)
 
 
 @pytest.mark.timeout(600)
 @pytest.mark.parametrize("name", list(MUTANTS))
 def test_typical_mistake_fails_its_check(graded, name):
-    _, check, phrase = MUTANTS[name]
-    messages = failed(graded[name])
-    assert check in messages, "\n".join(graded[name].lines())
-    assert phrase in messages[check], messages[check]
+    assert_fails_its_check(graded[name], *MUTANTS[name][1:])
 
 
 def test_times_right_choice_wrong_keeps_the_time_points(graded):

@@ -84,8 +84,8 @@ def test_a_script_reading_its_environment_for_the_kill_step_gains_nothing():
 
 
 def test_the_same_file_gets_the_same_score_every_time():
-    """The kill is a constant, nothing drawn: a wrong resume (the issue's: batches skipped in every later epoch,
-    which scored 4 to 9 of 9 under drawn kills) gets the same score and message in repeated gradings."""
+    """The kill is a constant, nothing drawn: a wrong resume (batches skipped in every later epoch, which scored 4
+    to 9 of 9 when the kill step was drawn at random) gets the same score and message in repeated gradings."""
     assert runs.KILL_STEP == 7 and not hasattr(runs, "kill_steps")
     source = mutate(solution_source(ID), *MISTAKES["skips_batches_run_in_every_later_epoch"][:2])
     # three gradings of one file: the mistake's test above made the first (graded_once), two more here

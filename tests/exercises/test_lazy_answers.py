@@ -8,7 +8,7 @@ import os
 import pytest
 
 from grader.runner import run_checks
-from grader.exercises import MODULES, get_exercise
+from grader.exercises import exercise_ids, get_exercise
 from grader.submission import read_notebook
 from tests.helpers import ROOT, assert_lazy_answer_earns_nothing
 
@@ -257,7 +257,7 @@ def test_lazy_answer_earns_nothing(exercise, task, code, phrase):
     assert_lazy_answer_earns_nothing(exercise, task, code, phrase)
 
 
-@pytest.mark.parametrize("exercise", list(MODULES))
+@pytest.mark.parametrize("exercise", exercise_ids())
 def test_untouched_release_scores_zero(exercise):
     notebook = os.path.join(ROOT, "exercises", exercise, f"{exercise}.ipynb")
     report = run_checks(get_exercise(exercise), read_notebook(notebook))

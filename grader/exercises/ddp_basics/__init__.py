@@ -7,9 +7,11 @@ ctx.device: the run's hardware plan), never from the grader's torch.cuda.
 
     checks_group.py     pick_backend, pick_device, setup, cleanup
     checks_training.py  wrap_model, make_dataloader, train_one_epoch
-    checks_state.py     save_checkpoint, load_checkpoint, MiniDDP
-    checks_practice.py  train_with_accumulation, train_uneven
-    checks_bucketed.py  BucketedDDP (its ranks run bucketed_runs.py)
+    checks_state.py     save_checkpoint, load_checkpoint
+    checks_mini_ddp.py  MiniDDP
+    checks_practice.py  train_with_accumulation
+    checks_uneven.py    train_uneven
+    checks_bucketed.py  BucketedDDP (its ranks run bucketed_runs.py; bucketed_traffic.py judges the all-reduces)
 
 Helpers of the checks: reference_practice.py (references and models of "DDP in practice"), simulated.py (the
 student's code made to believe CUDA is, or is not, available).

@@ -31,23 +31,12 @@ from __future__ import annotations
 import torch
 
 from grader.checks import CheckFailed
-from grader.i18n import N_, _
-from grader.exercises import one_launch
+from grader.i18n import _
 from grader.exercises.ddp_basics import reference as ref
 from grader.exercises.ddp_basics import reference_practice as rp
 from grader.exercises.ddp_basics import EXERCISE
 from grader.exercises.ddp_basics.bucketed_runs import in_rank_bucketed
-
-
-RESET = N_(
-    "reset the per-step state (the count of ready gradients, the pending handles) at the end of "
-    "finish_gradient_synchronization"
-)
-
-
-def _nth(step: int) -> str:
-    """The step's ordinal, as it reads before "step" in the student's language."""
-    return (_("first"), _("second"), _("third"))[step] if step < 3 else _("{n}th", n=step + 1)
+from grader.exercises.ddp_basics.bucketed_traffic import RESET, judge_traffic, not_reset, nth
 
 
 GRADIENT_CASES = (
@@ -88,7 +77,7 @@ def _broadcast_at_construction(name: str, rank: int, run: dict) -> None:
 
 def _bucketed_grads_match(g, cases):
     try:
-        results = _bucketed_runs(g, cases, False)
+        results = g.run(in_rank_bucketed, cases, False)
     except CheckFailed as exc:
         if "doesn't require gradient" in str(exc):
             raise CheckFailed(
@@ -116,7 +105,7 @@ def _bucketed_grads_match(g, cases):
                 if g.close(grad, ddp_grad * g.world_size) and ddp_grad.abs().sum() > 0:
                     likely = _("the gradients are world_size times DDP's: divide the all-reduced sum by the world size")
                 elif step > 0:
-                    likely = _("the first step was right, the {nth} was not: {reset}", nth=_nth(step), reset=_(RESET))
+                    likely = _("the first step was right, the {nth} was not: {reset}", nth=nth(step), reset=_(RESET))
                 elif name == "unused":
                     likely = _(
                         "a bucket holding a parameter that forward never uses never becomes ready: "
@@ -129,7 +118,7 @@ def _bucketed_grads_match(g, cases):
                         "{name} model, rank {rank}, {nth} step: BucketedDDP's gradient",
                         name=name,
                         rank=rank,
-                        nth=_nth(step),
+                        nth=nth(step),
                     ),
                     likely,
                 )
@@ -143,8 +132,8 @@ def bucketed_gradients_match_ddp(g):
 CAPS_MB = (0.0005, 0.003, 100.0)  # one gradient per bucket, a few per bucket, one bucket for all
 COUNT_CASES = tuple(("wide", cap) for cap in CAPS_MB) + (("shared", 0.00001),)  # the shared weight alone
 OVERLAP_CASES = (("wide", 0.003),)
-# The public checks' three runs, in one launch (grader/exercises/one_launch.py: it changes no verdict).
-BUCKET_PARTS = one_launch.declare(
+# The public checks' three runs, in one launch (grader/shared_runs.py: it changes no verdict).
+EXERCISE.declare_runs(
     "BucketedDDP",
     (
         (in_rank_bucketed, (GRADIENT_CASES, False)),
@@ -154,158 +143,39 @@ BUCKET_PARTS = one_launch.declare(
 )
 
 
-def _bucketed_runs(g, *args) -> list:
-    return one_launch.run(g, BUCKET_PARTS, in_rank_bucketed, *args)
-
-
-def _not_reset(steps: list, phase: str | None = None) -> int | None:
-    """The first step after the first that launched no all-reduce (during `phase`) while the first one did."""
-
-    def launched(record):
-        return [c for c in record["calls"] if c[1] == "all_reduce" and (phase is None or c[0] == phase)]
-
-    if not launched(steps[0]):
-        return None
-    return next((step for step, record in enumerate(steps) if step and not launched(record)), None)
-
-
-def _judge_traffic(name: str, cap: float, rank: int, steps: list) -> None:
-    model = rp.MODELS[name]()
-    expected, nbytes = rp.bucket_counts(model, cap), rp.gradient_bytes(model)
-    where = _("{name} model, bucket_cap_mb={cap}, rank {rank}", name=name, cap=cap, rank=rank)
-    stale = _not_reset(steps)
-    if stale is not None:
-        raise CheckFailed(
-            _(
-                "{where}: from the {nth} step on, no all-reduce was launched: {reset}",
-                where=where,
-                nth=_nth(stale),
-                reset=_(RESET),
-            )
-        )
-    for step, record in enumerate(steps):
-        _judge_step(where, model, cap, expected, nbytes, step, record)
-
-
-def _judge_step(where: str, model, cap: float, expected, nbytes: int, step: int, record: dict) -> None:
-    """One step's collectives: only all-reduces (barriers aside), carrying every gradient once, in the buckets."""
-    others = sorted({kind for _, kind, _, _ in record["calls"] if kind not in ("all_reduce", "barrier")})
-    if others:
-        raise CheckFailed(
-            _(
-                "{where}, {nth} step: BucketedDDP also made {join} calls during the step: "
-                "synchronize the gradients with one all_reduce per bucket and nothing else",
-                where=where,
-                nth=_nth(step),
-                join=", ".join(others),
-            )
-        )
-    calls = [c for c in record["calls"] if c[1] == "all_reduce"]  # a barrier moves no data: allowed
-    sent = sum(size for _, _, size, _ in calls)
-    count = len(calls)
-    if sent != nbytes:
-        raise CheckFailed(
-            _(
-                "{where}, {nth} step: the all-reduces carried {sent} bytes, but the gradients "
-                "are {nbytes} bytes: each gradient travels once per step, in its bucket.{hint}",
-                where=where,
-                nth=_nth(step),
-                sent=sent,
-                nbytes=nbytes,
-                hint=_bytes_hint(model, sent, nbytes),
-            )
-        )
-    if count not in expected:
-        raise CheckFailed(
-            _(
-                "{where}, {nth} step: {count} all-reduces, expected {expected} (one per bucket, "
-                "gradients in reverse parameter order, a new bucket when the next one would "
-                "exceed the cap).{hint}",
-                where=where,
-                nth=_nth(step),
-                count=count,
-                expected=min(expected),
-                hint=_count_hint(model, count),
-            )
-        )
-    got = sorted(size for _, _, size, _ in calls)
-    if got not in rp.bucket_sizes(model, cap):
-        raise CheckFailed(
-            _(
-                "{where}, {nth} step: the buckets carried {got} bytes, expected "
-                "{expected}: fill them with the gradients in reverse parameter order (the "
-                "last layer's first, as backward produces them), a new bucket when the next "
-                "gradient would take the current one past bucket_cap_mb",
-                where=where,
-                nth=_nth(step),
-                got=got,
-                expected=rp.bucket_sizes(model, cap)[0],
-            )
-        )
-
-
-def _count_hint(model, count: int) -> str:
-    """A hint when there were as many all-reduces as parameters."""
-    if count == len([p for p in model.parameters() if p.requires_grad]):
-        return " " + _("One per parameter: group the gradients into buckets of up to bucket_cap_mb.")
-    return ""
-
-
-def _bytes_hint(model, sent: int, nbytes: int) -> str:
-    """Why the all-reduces carried `sent` bytes rather than the gradients' `nbytes`, where it can be told."""
-    hint = ""
-    for names, size in rp.shared_parameters(model):
-        if sent > nbytes and (sent - nbytes) % size == 0:
-            hint = " " + _(
-                "The tied weight {name} (the same Parameter as {others}) was sent {times} times: "
-                "list each Parameter once (module.parameters() yields a shared one once), so that "
-                "it travels once per step.",
-                name=names[0],
-                others=", ".join(names[1:]),
-                times=(sent - nbytes) // size + 1,
-            )
-    if not hint and sent == 2 * nbytes:
-        hint = " " + _(
-            "Each bucket was all-reduced twice: launch it once (in the hook, or in "
-            "finish_gradient_synchronization for a bucket that never became ready), then only wait "
-            "for it."
-        )
-    return hint
-
-
 @EXERCISE.check("BucketedDDP", points=2)
 def bucketed_one_all_reduce_per_bucket(g):
-    results = _bucketed_runs(g, COUNT_CASES)
+    results = g.run(in_rank_bucketed, COUNT_CASES)
     for i, (name, cap) in enumerate(COUNT_CASES):
         for rank, runs in enumerate(results):
-            _judge_traffic(name, cap, rank, runs[i]["steps"])
+            judge_traffic(name, cap, rank, runs[i]["steps"])
 
 
 @EXERCISE.check("BucketedDDP", points=2)
 def bucketed_all_reduce_overlaps_backward(g):
-    for rank, (run,) in enumerate(_bucketed_runs(g, OVERLAP_CASES)):
+    for rank, (run,) in enumerate(g.run(in_rank_bucketed, OVERLAP_CASES)):
         steps = run["steps"]
-        stale = _not_reset(steps, phase="backward")
+        stale = not_reset(steps, phase="backward")
         if stale is not None:
             raise CheckFailed(
                 _(
                     "from the {nth} step on, no all-reduce was launched during backward (the first "
                     "step launched them from the gradient hooks): {reset}",
-                    nth=_nth(stale),
+                    nth=nth(stale),
                     reset=_(RESET),
                 )
             )
         for step, record in enumerate(steps):
             calls = [c for c in record["calls"] if c[1] == "all_reduce"]
             if not calls:
-                raise CheckFailed(_("{nth} step: no all-reduce was made: all-reduce each bucket", nth=_nth(step)))
+                raise CheckFailed(_("{nth} step: no all-reduce was made: all-reduce each bucket", nth=nth(step)))
             if any(async_op is False for _, _, _, async_op in calls):
                 raise CheckFailed(
                     _(
                         "{nth} step: dist.all_reduce was called without async_op=True: backward "
                         "then waits for each bucket; keep the work handle and wait() in "
                         "finish_gradient_synchronization",
-                        nth=_nth(step),
+                        nth=nth(step),
                     )
                 )
             late = [phase for phase, _, _, _ in calls if phase != "backward"]
@@ -320,7 +190,7 @@ def bucketed_all_reduce_overlaps_backward(g):
                         "{nth} step: {count} of {total} all-reduces started {when}: launch a "
                         "bucket's all-reduce from the gradient hook of its last parameter, during "
                         "backward",
-                        nth=_nth(step),
+                        nth=nth(step),
                         count=len(late),
                         total=len(calls),
                         when=when,
@@ -332,6 +202,6 @@ def bucketed_all_reduce_overlaps_backward(g):
                         "{nth} step: no bucket's all-reduce started before the first layer's "
                         "gradient was ready: launch each bucket as soon as its own gradients are "
                         "all ready, not all together at the end of backward",
-                        nth=_nth(step),
+                        nth=nth(step),
                     )
                 )

@@ -16,7 +16,6 @@ from grader.i18n import _
 from grader.grading import describe_failure
 from grader.exercises import fences
 from grader.exercises import happens_before as hb
-from grader.exercises import one_launch
 from grader.exercises.ddp_basics import EXERCISE
 from grader.exercises.ddp_basics.simulated import cuda_available, device_index
 
@@ -42,13 +41,13 @@ def _in_rank_backend(ctx, student):
     return pick(), simulated, ctx.backend
 
 
-# Its run may share a launch with other tasks' runs (grader/exercises/one_launch.py: it changes no verdict).
-BACKEND_PARTS = one_launch.declare("pick_backend", ((_in_rank_backend, ()),))
+# Its run may share a launch with other tasks' runs (grader/shared_runs.py: it changes no verdict).
+EXERCISE.declare_runs("pick_backend", ((_in_rank_backend, ()),))
 
 
 @EXERCISE.check("pick_backend", points=0.5)
 def backend_matches_hardware(g):
-    for rank, (backend, simulated, expected) in enumerate(one_launch.run(g, BACKEND_PARTS, _in_rank_backend)):
+    for rank, (backend, simulated, expected) in enumerate(g.run(_in_rank_backend)):
         if backend != expected:
             raise CheckFailed(
                 _(
@@ -100,13 +99,13 @@ def _in_rank_device(ctx, student):
     return str(pick(ctx.local_rank)), simulated, str(ctx.device), ctx.local_rank
 
 
-# Its run may share a launch with other tasks' runs (grader/exercises/one_launch.py: it changes no verdict).
-DEVICE_PARTS = one_launch.declare("pick_device", ((_in_rank_device, ()),))
+# Its run may share a launch with other tasks' runs (grader/shared_runs.py: it changes no verdict).
+EXERCISE.declare_runs("pick_device", ((_in_rank_device, ()),))
 
 
 @EXERCISE.check("pick_device", points=0.5)
 def device_is_this_ranks(g):
-    for rank, (device, simulated, expected, local_rank) in enumerate(one_launch.run(g, DEVICE_PARTS, _in_rank_device)):
+    for rank, (device, simulated, expected, local_rank) in enumerate(g.run(_in_rank_device)):
         if device != expected:
             raise CheckFailed(
                 _(

@@ -1,6 +1,7 @@
-"""02_ddp_basics, DDP in practice: train_with_accumulation, train_uneven (BucketedDDP: checks_bucketed.py).
+"""02_ddp_basics, DDP in practice: train_with_accumulation (train_uneven: checks_uneven.py; BucketedDDP:
+checks_bucketed.py).
 
-Every rule of the task texts, and the check that verifies it:
+Every rule of the task text, and the check that verifies it:
 
 train_with_accumulation (4 micro-batches per rank, accumulation_steps=2)
     backward loss / accumulation_steps                      accumulation_matches_big_batch_step
@@ -11,13 +12,6 @@ train_with_accumulation (4 micro-batches per rank, accumulation_steps=2)
     and backward, inside no_sync; the last all-reduces
     return the mean loss of every micro-batch of every      accumulation_returns_global_mean_loss
     rank, as a float
-train_uneven (rank 0 has 5 batches, rank 1 has 3; hidden: none)
-    one step per batch of the rank's own loader             uneven_finishes_without_hang (steps counted)
-    inside `with Join([model]):`, no hang                   uneven_finishes_without_hang (a hang, or gloo's own
-                                                            timeout, is named as the missing Join)
-    every rank ends with the longest-training rank's        uneven_matches_join_semantics
-    parameters; the average over the whole world size
-    zero_grad every step                                    uneven_matches_join_semantics (named)
 
 DDP's all-reduces are counted by a DDP communication hook (it sees DDP's own buckets, whatever the student
 writes); the optimizer's steps by a step pre-hook. The loaders hold tensors on the rank's device already.
@@ -32,9 +26,7 @@ from grader.checks import CheckFailed
 from grader.i18n import _
 from grader.exercises.ddp_basics import reference as ref
 from grader.exercises.ddp_basics import reference_practice as rp
-from grader.exercises import one_launch
 from grader.exercises.ddp_basics import EXERCISE
-from grader.grading import describe_failure
 
 
 # --- train_with_accumulation -----------------------------------------------------------------
@@ -50,17 +42,13 @@ def _counting_hook(events: list, bucket):
     return default_hooks.allreduce_hook(None, bucket)
 
 
-def _on_device(batches: list, device) -> list:
-    return [(x.to(device), y.to(device)) for x, y in batches]
-
-
 def _in_rank_accumulate(ctx, student):
     model = ref.ddp_fixture(ref.tiny_net(seed=0), ctx.device)
     events: list = []
     model.register_comm_hook(events, _counting_hook)
     optimizer = torch.optim.SGD(model.parameters(), lr=rp.LR)
     optimizer.register_step_pre_hook(lambda *_: events.append("step"))  # steps and all-reduces, in order
-    loader = _on_device(rp.micro_batches(ctx.rank, MICRO), ctx.device)
+    loader = rp.on_device(rp.micro_batches(ctx.rank, MICRO), ctx.device)
     loss = student.task("train_with_accumulation")(model, loader, optimizer, nn.MSELoss(), K)
     try:
         loss = float(loss)
@@ -69,8 +57,8 @@ def _in_rank_accumulate(ctx, student):
     return ref.flat_params(model.module), events, loss
 
 
-# Its run may share a launch with other tasks' runs (grader/exercises/one_launch.py: it changes no verdict).
-ACCUMULATE_PARTS = one_launch.declare("train_with_accumulation", ((_in_rank_accumulate, ()),))
+# Its run may share a launch with other tasks' runs (grader/shared_runs.py: it changes no verdict).
+EXERCISE.declare_runs("train_with_accumulation", ((_in_rank_accumulate, ()),))
 
 
 @EXERCISE.check("train_with_accumulation", points=3)
@@ -79,7 +67,7 @@ def accumulation_matches_big_batch_step(g):
     undivided, _unused = rp.accumulation_reference(g.world_size, MICRO, K, divide=False)
     cleared_every, _unused = rp.accumulation_reference(g.world_size, MICRO, K, zero_grad="per micro-batch")
     never_cleared, _unused = rp.accumulation_reference(g.world_size, MICRO, K, zero_grad="never")
-    for rank, (params, events, _unused) in enumerate(one_launch.run(g, ACCUMULATE_PARTS, _in_rank_accumulate)):
+    for rank, (params, events, _unused) in enumerate(g.run(_in_rank_accumulate)):
         _judge_step_count(events.count("step"))
         if g.close(params, undivided) and not g.close(params, expected):
             raise CheckFailed(
@@ -155,7 +143,7 @@ def _all_reduces_per_step(events: list) -> list[list[int]]:
 
 @EXERCISE.check("train_with_accumulation", points=2)
 def accumulation_one_all_reduce_per_bucket_per_step(g):
-    for rank, (_unused, events, _unused) in enumerate(one_launch.run(g, ACCUMULATE_PARTS, _in_rank_accumulate)):
+    for rank, (_unused, events, _unused) in enumerate(g.run(_in_rank_accumulate)):
         groups = _all_reduces_per_step(events)
         if not any(groups):
             raise CheckFailed(
@@ -196,7 +184,7 @@ def accumulation_one_all_reduce_per_bucket_per_step(g):
 @EXERCISE.check("train_with_accumulation", points=1)
 def accumulation_returns_global_mean_loss(g):
     _unused, expected = rp.accumulation_reference(g.world_size, MICRO, K)
-    losses = [loss for _unused, _unused, loss in one_launch.run(g, ACCUMULATE_PARTS, _in_rank_accumulate)]
+    losses = [loss for _unused, _unused, loss in g.run(_in_rank_accumulate)]
     if any(loss is None for loss in losses):
         raise CheckFailed(_("train_with_accumulation must return the mean loss as a number (a float)"))
     if len(set(losses)) > 1:
@@ -223,116 +211,3 @@ def accumulation_returns_global_mean_loss(g):
         _("the returned loss"),
         _("return the mean loss over every micro-batch of every rank"),
     )
-
-
-# --- train_uneven -----------------------------------------------------------------------------
-
-LENGTHS = [5, 3]  # rank 0's batches, rank 1's
-UNEVEN_TIMEOUT_S = 15.0  # a forgotten Join hangs: the run is stopped after this bound
-
-
-def _in_rank_uneven(ctx, student, lengths):
-    model = ref.ddp_fixture(ref.tiny_net(seed=0), ctx.device)
-    optimizer = torch.optim.SGD(model.parameters(), lr=rp.LR)
-    steps: list = []
-    optimizer.register_step_pre_hook(lambda *_: steps.append(1))
-    data = _on_device(rp.micro_batches(ctx.rank, lengths[ctx.rank], seed=1), ctx.device)
-    student.task("train_uneven")(model, data, optimizer, nn.MSELoss())
-    return ref.flat_params(model.module), len(steps)
-
-
-_COMMUNICATION_ERRORS = ("Timed out", "timed out", "Connection closed", "Connection reset")
-
-
-def _waited_for_a_finished_rank(result) -> bool:
-    """A hang, or gloo's own timeout (or a lost peer) ending the wait before the check's bound does: either
-    way a rank waited in a collective the others never joined, not an error in the student's own code."""
-    errors = [r.error for r in result.ranks if r.status == "error" and r.error]
-    return (
-        result.hung
-        or bool(errors)
-        and all(
-            e.get("type") in ("DistBackendError", "DistError", "RuntimeError")
-            and any(word in e.get("message", "") for word in _COMMUNICATION_ERRORS)
-            for e in errors
-        )
-    )
-
-
-def _uneven_run(g) -> list:
-    lengths = LENGTHS + [4] * (g.world_size - len(LENGTHS))
-    result = g.run_raw(_in_rank_uneven, lengths, timeout=min(g.timeout, UNEVEN_TIMEOUT_S))
-    if _waited_for_a_finished_rank(result):
-        raise CheckFailed(
-            _(
-                "the ranks hung: rank 0 has {batches0} batches and rank 1 has {batches1}; once rank 1 "
-                "has run out, rank 0's backward waits in an all-reduce that rank 1 never joins. Use "
-                "Join: wrap the loop in `with Join([model]):` (torch.distributed.algorithms.join)",
-                batches0=lengths[0],
-                batches1=lengths[1],
-            )
-            + "\n"
-            + result.failure()
-        )
-    if not result.ok:
-        raise CheckFailed(describe_failure(result))
-    values = [r.value for r in result.ranks]
-    for rank, (_unused, steps) in enumerate(values):
-        if steps != lengths[rank]:
-            shortest = (
-                " "
-                + _(
-                    "(it stopped at the shortest loader: with Join the ranks with more data train on all "
-                    "of it, while the finished ranks shadow their all-reduces)"
-                )
-                if steps == min(lengths)
-                else ""
-            )
-            raise CheckFailed(
-                _(
-                    "rank {rank} took {steps} optimizer steps for its {batches} batches{shortest}: "
-                    "one step per batch of its own loader, all of them",
-                    rank=rank,
-                    steps=steps,
-                    batches=lengths[rank],
-                    shortest=shortest,
-                )
-            )
-    return [params for params, _ in values]
-
-
-@EXERCISE.check("train_uneven", points=2)
-def uneven_finishes_without_hang(g):
-    _uneven_run(g)
-
-
-@EXERCISE.check("train_uneven", points=2, depends_on=("uneven_finishes_without_hang",))
-def uneven_matches_join_semantics(g):
-    expected = rp.join_reference(LENGTHS)
-    for rank, params in enumerate(_uneven_run(g)):
-        if g.close(params, rp.join_reference(LENGTHS, zero_grad=False)):
-            raise CheckFailed(
-                _(
-                    "rank {rank}: each step also applied the earlier steps' gradients: zero_grad() "
-                    "was not called; call optimizer.zero_grad() before every batch's backward",
-                    rank=rank,
-                )
-            )
-        if g.close(params, rp.join_reference(LENGTHS, divide_by_world_size=False)):
-            raise CheckFailed(
-                _(
-                    "rank {rank}: the last steps averaged over the ranks still training only; DDP "
-                    "with Join (its default divide_by_initial_world_size=True) divides by the "
-                    "whole world size",
-                    rank=rank,
-                )
-            )
-        g.assert_close(
-            params,
-            expected,
-            _("rank {rank}'s parameters after training with {lengths} batches", rank=rank, lengths=LENGTHS),
-            _(
-                "train every batch of the loader, one step per batch, inside `with Join([model]):`; "
-                "every rank then ends with the longest-training rank's parameters"
-            ),
-        )

@@ -10,7 +10,6 @@ from torch.utils.data.distributed import DistributedSampler
 
 from grader.checks import CheckFailed
 from grader.i18n import _
-from grader.exercises import one_launch
 from grader.exercises.ddp_basics import reference as ref
 from grader.exercises.ddp_basics import EXERCISE
 
@@ -40,14 +39,14 @@ def _in_rank_wrap(ctx, student):
     return ref.flat_params(wrapped.module), ref.flat_grads(wrapped.module)
 
 
-# Its run may share a launch with other tasks' runs (grader/exercises/one_launch.py: it changes no verdict).
-WRAP_PARTS = one_launch.declare("wrap_model", ((_in_rank_wrap, ()),))
+# Its run may share a launch with other tasks' runs (grader/shared_runs.py: it changes no verdict).
+EXERCISE.declare_runs("wrap_model", ((_in_rank_wrap, ()),))
 
 
 @EXERCISE.check("wrap_model", points=1)
 def wrap_model_broadcasts_rank0_parameters(g):
     expected = ref.flat_params(ref.tiny_net(seed=1))
-    for rank, (params, _unused) in enumerate(one_launch.run(g, WRAP_PARTS, _in_rank_wrap)):
+    for rank, (params, _unused) in enumerate(g.run(_in_rank_wrap)):
         g.assert_close(
             params,
             expected,
@@ -65,7 +64,7 @@ def wrap_model_gradients_match_full_batch(g):
     data = ref.RegressionDataset(n=8 * g.world_size)
     nn.MSELoss()(model(data.x), data.y).backward()
     expected = ref.flat_grads(model)
-    for rank, (_unused, grads) in enumerate(one_launch.run(g, WRAP_PARTS, _in_rank_wrap)):
+    for rank, (_unused, grads) in enumerate(g.run(_in_rank_wrap)):
         g.assert_close(
             grads,
             expected,
@@ -93,12 +92,12 @@ def _in_rank_loader(ctx, student, n, batch_size, seed):
     return isinstance(sampler, DistributedSampler), epochs
 
 
-# The public checks' two runs, in one launch (grader/exercises/one_launch.py: it changes no verdict).
-LOADER_PARTS = one_launch.declare("make_dataloader", ((_in_rank_loader, (24, 3, 0)), (_in_rank_loader, (24, 3, 5))))
+# The public checks' two runs, in one launch (grader/shared_runs.py: it changes no verdict).
+EXERCISE.declare_runs("make_dataloader", ((_in_rank_loader, (24, 3, 0)), (_in_rank_loader, (24, 3, 5))))
 
 
 def _loader_runs(g, n, batch_size=3, seed=0):
-    results = one_launch.run(g, LOADER_PARTS, _in_rank_loader, n, batch_size, seed)
+    results = g.run(_in_rank_loader, n, batch_size, seed)
     if not all(has_sampler for has_sampler, _ in results):
         raise CheckFailed(
             _(
@@ -205,12 +204,12 @@ def _in_rank_train(ctx, student):
     return ref.flat_params(model.module), losses, sampler.iterated_at
 
 
-# Its run may share a launch with other tasks' runs (grader/exercises/one_launch.py: it changes no verdict).
-TRAIN_PARTS = one_launch.declare("train_one_epoch", ((_in_rank_train, ()),))
+# Its run may share a launch with other tasks' runs (grader/shared_runs.py: it changes no verdict).
+EXERCISE.declare_runs("train_one_epoch", ((_in_rank_train, ()),))
 
 
 def _train(g):
-    results = one_launch.run(g, TRAIN_PARTS, _in_rank_train)
+    results = g.run(_in_rank_train)
     expected_params, expected_losses = ref.single_process_training(
         ref.RegressionDataset(n=48), g.world_size, BATCH, EPOCHS, LR
     )
@@ -257,7 +256,7 @@ def _check_training(g):
 @EXERCISE.check("train_one_epoch", points=1)
 def train_calls_set_epoch(g):
     """Each call iterates over the loader once, with the sampler's epoch set to `epoch` first."""
-    for rank, (_unused, _unused, iterated_at) in enumerate(one_launch.run(g, TRAIN_PARTS, _in_rank_train)):
+    for rank, (_unused, _unused, iterated_at) in enumerate(g.run(_in_rank_train)):
         _require_set_epoch(rank, iterated_at)
 
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from grader.exercises import one_launch
 from grader.exercises.ddp_basics import EXERCISE
 from grader.exercises.ddp_basics.checks_training import (
     _check_training,
@@ -11,9 +10,9 @@ from grader.exercises.ddp_basics.checks_training import (
     _shards_disjoint_and_covering,
 )
 
-# The hidden checks' runs of one submission share a launch (grader/exercises/one_launch.py: no verdict changes).
-one_launch.declare("make_dataloader", ((_in_rank_loader, (20, 3, 0)),), hidden=True, world_size=3)
-one_launch.declare("train_one_epoch", ((_in_rank_train, ()),), hidden=True, world_size=3)
+# The hidden checks' runs of one submission share a launch (grader/shared_runs.py: no verdict changes).
+EXERCISE.declare_runs("make_dataloader", ((_in_rank_loader, (20, 3, 0)),), hidden=True, world_size=3)
+EXERCISE.declare_runs("train_one_epoch", ((_in_rank_train, ()),), hidden=True, world_size=3)
 
 
 # make selfcheck grades the solution with this line replaced: its task must score less than full marks.

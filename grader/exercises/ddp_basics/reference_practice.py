@@ -17,6 +17,11 @@ def micro_batches(rank: int, n: int, size: int = 4, seed: int = 0) -> list[tuple
     return [(torch.randn(size, 4, generator=g), torch.randn(size, 1, generator=g)) for _ in range(n)]
 
 
+def on_device(batches: list, device) -> list:
+    """The batches (x, y), moved to the rank's device (what a rank's loader holds)."""
+    return [(x.to(device), y.to(device)) for x, y in batches]
+
+
 def accumulation_reference(world_size: int, n: int, k: int, divide: bool = True, zero_grad: str = "per step"):
     """One single-process SGD step per global batch (every rank's k micro-batches), as DDP with no_sync
     computes it: each micro-batch's gradient is the ranks' average, and the micro-batches' gradients add up

@@ -4,9 +4,10 @@ With v stages per rank the model is cut into v * p stages dealt round-robin: ran
 (Megatron's interleaving, torch's ScheduleInterleaved1F1B), so a microbatch goes round the ranks v times and each
 rank starts working after 1/v of the time it would with one stage.
 
-The order is torch 2.13's (schedules.py, ScheduleInterleaved1F1B._calculate_single_rank_operations, "depth
-first"): microbatches go in rounds of m / max(1, m // p); a rank runs (v - 1) rounds' worth of forwards plus two
-per hop it is away from the last rank, then alternates one forward and one backward, then drains the backwards.
+The order is torch 2.13's (torch/distributed/pipelining/schedules.py,
+ScheduleInterleaved1F1B._calculate_single_rank_operations, "depth first"): microbatches go in rounds of
+m / max(1, m // p); a rank runs (v - 1) rounds' worth of forwards plus two per hop it is away from the last rank,
+then alternates one forward and one backward, then drains the backwards.
 The forwards visit its stages in rank order, round by round; the backwards in reverse. tests/exercises/
 test_01_schedule.py compares this with torch's own plan, so a torch that changes it shows there.
 """

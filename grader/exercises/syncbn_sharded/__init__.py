@@ -22,8 +22,9 @@
                           the mistakes it names; hidden_step_time_model.py: the model)
 
 Helpers of the checks: common.py (comparisons under the runs' backend), fsdp2_model.py (the model the FSDP2 tasks
-shard), fsdp2_probe.py (which full-size tensors a call allocated), fsdp_memory.py and fsdp_traffic.py (MiniFSDP:
-freed parameters, what was communicated), live_bytes.py (peak bytes alive, by what exists), reshard_metadata.py
+shard), fsdp2_probe.py (which full-size tensors a call allocated), fsdp_memory.py, fsdp_traffic.py and
+fsdp_reference.py (MiniFSDP: freed parameters and the memory probe's run, what was communicated, the unsharded
+training every run must reproduce), live_bytes.py (peak bytes alive, by what exists), reshard_metadata.py
 (what a DCP checkpoint lacks, from its metadata).
 
 This file declares the exercise; its checks_*.py and hidden_*.py modules are found by

@@ -45,68 +45,31 @@ verify_equal_shards first, so correct numbers from unsharded training earn nothi
 
 from __future__ import annotations
 
-from functools import lru_cache
 
 import torch
 import torch.distributed as dist
 from torch import nn
 
 from grader.checks import CheckFailed
-from grader.exercises import one_launch
 from grader.exercises.collectives import record_collectives
 from grader.exercises.syncbn_sharded import reference as ref
 from grader.exercises.syncbn_sharded import EXERCISE
-from grader.exercises.syncbn_sharded.fsdp_memory import LayerWatch, deep_net, measure_step, verify_freed
+from grader.exercises.syncbn_sharded.fsdp_reference import (
+    FSDP_STEPS,
+    in_out_features,
+    fsdp_net,
+    make_optimizer,
+    micro_batch,
+    numels,
+    unsharded_training,
+)
+from grader.exercises.syncbn_sharded.fsdp_memory import _in_rank_memory, run_memory, verify_freed
 from grader.exercises.syncbn_sharded.fsdp_traffic import verify_equal_shards, verify_gathers_in, verify_traffic
 
-FSDP_STEPS = 3
 BF16_TOL = (5e-2, 2e-2)  # (rtol, atol) of bf16 compute against the fp32 reference
 
 
-def fsdp_net(seed: int, odd: bool = False) -> nn.Module:
-    """Several Linear layers; `odd`: sizes no world size divides and a bias-free layer (padding matters)."""
-    ref.seed_cpu(seed)
-    if odd:
-        return nn.Sequential(nn.Linear(7, 11), nn.Tanh(), nn.Linear(11, 5, bias=False), nn.Tanh(), nn.Linear(5, 3))
-    return nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 16), nn.ReLU(), nn.Linear(16, 4))
-
-
-def micro_batch(rank: int, features: int, outputs: int, seed: int = 7) -> tuple[torch.Tensor, torch.Tensor]:
-    g = torch.Generator().manual_seed(seed + rank)
-    return torch.randn(6, features, generator=g), torch.randn(6, outputs, generator=g)
-
-
-def _sizes(model):
-    first, last = model[0], model[-1]
-    return first.in_features, last.out_features
-
-
-def make_optimizer(params, name: str):
-    """SGD shows a missing average (AdamW would hide a gradient's scale); AdamW has state to count."""
-    return torch.optim.SGD(params, lr=0.1) if name == "sgd" else torch.optim.AdamW(params, lr=1e-2)
-
-
-def unsharded_training(seed: int, odd: bool, world_size: int, opt_name: str = "sgd") -> dict:
-    """The plain model on the full batch: what every MiniFSDP run must reproduce (a copy: callers may keep it)."""
-    return {k: v.clone() for k, v in _unsharded_training(seed, odd, world_size, opt_name).items()}
-
-
-@lru_cache(maxsize=None)  # the grader's own computation from constants: the same for every check and submission
-def _unsharded_training(seed: int, odd: bool, world_size: int, opt_name: str) -> dict:
-    model = fsdp_net(seed, odd)
-    opt = make_optimizer(model.parameters(), opt_name)
-    batches = [micro_batch(r, *_sizes(model)) for r in range(world_size)]
-    x, y = torch.cat([b[0] for b in batches]), torch.cat([b[1] for b in batches])
-    ref.train_steps(model, opt, x, y, FSDP_STEPS)
-    return {k: v.detach().clone() for k, v in model.named_parameters()}
-
-
-def _in_rank_fsdp(ctx, student, scenarios: list):
-    """Each (seed, odd, dtype_name, opt_name) in turn, in one run (a launch costs more than a scenario)."""
-    return [_fsdp_scenario(ctx, student, *scenario) for scenario in scenarios]
-
-
-def _fsdp_scenario(ctx, student, seed: int, odd: bool, dtype_name: str | None, opt_name: str):
+def _in_rank_fsdp(ctx, student, seed: int, odd: bool, dtype_name: str | None, opt_name: str):
     compute_dtype = getattr(torch, dtype_name) if dtype_name else None
     module = fsdp_net(seed, odd).to(ctx.device)  # built on the CPU with its seed, as the reference is
     layers = [m for m in module if isinstance(m, nn.Linear)]
@@ -128,7 +91,7 @@ def _fsdp_scenario(ctx, student, seed: int, odd: bool, dtype_name: str | None, o
     if any(s != sizes for s in every):
         return {"shard_sizes": every}
     opt = make_optimizer(shards, opt_name)
-    x, y = (t.to(ctx.device) for t in micro_batch(ctx.rank, *_sizes(module)))
+    x, y = (t.to(ctx.device) for t in micro_batch(ctx.rank, *in_out_features(module)))
     per_step, backward_gathers = [], []
     with record_collectives() as calls:
         for _ in range(FSDP_STEPS):
@@ -162,20 +125,15 @@ def _fsdp_scenario(ctx, student, seed: int, odd: bool, dtype_name: str | None, o
     }
 
 
-def numels(seed: int, odd: bool) -> list[int]:
-    return [p.numel() for p in fsdp_net(seed, odd).parameters()]
-
-
 def run_fsdp(g, seed: int, odd: bool, dtype_name: str | None = None, opt_name: str = "sgd"):
     return run_fsdp_scenarios(g, [(seed, odd, dtype_name, opt_name)])[0]
 
 
 # --- the public checks' runs in one launch -------------------------------------------------------------------
-# A launch costs more than a training run in it, so the six public checks are judged from one launch that makes
-# all their runs (the memory probe first, in a process nothing else has run in yet, as in a run of its own).
-# When that launch fails (a crash, a hang, tampering, a result of the wrong shape), every check makes its own
-# runs as before: a mistake in one run fails only its own check, with its own message, and the failed launch
-# counts for nothing (but tampering). Its timeout is short: a correct launch takes about a second.
+# A launch costs more than a training run in it, so the six public checks' runs are declared: the engine makes
+# them all in one launch (the memory probe first, in a process nothing else has run in yet, as in a run of its
+# own). When that launch fails (a crash, a hang, tampering, a result of the wrong shape), every check makes its own
+# runs (grader/shared_runs.py): a mistake in one run fails only its own check, with its own message.
 PUBLIC_SCENARIOS = (
     (1, False, None, "sgd"),
     (1, True, None, "sgd"),
@@ -185,48 +143,16 @@ PUBLIC_SCENARIOS = (
 PUBLIC_MEMORY_SEED = 4
 
 
-def _in_rank_public(ctx, student):
-    return {
-        "memory": _in_rank_memory(ctx, student, PUBLIC_MEMORY_SEED),
-        "scenarios": _in_rank_fsdp(ctx, student, list(PUBLIC_SCENARIOS)),
-    }
-
-
-def _public_launch(g) -> list | None:
-    """Every rank's results of the public checks' one launch, or None when the check must make its own runs."""
-    if g.hidden:  # a hidden check's runs are its own
-        return None
-    before = (g.hung, len(g.outputs), len(g.notes))
-    result = g.run_raw(_in_rank_public, timeout=min(g.timeout, one_launch.ONE_LAUNCH_TIMEOUT_S), share_failure=True)
-    values = [r.value for r in result.ranks] if result.ok else []
-    if result.ok and all(
-        isinstance(v, dict)
-        and set(v) == {"memory", "scenarios"}
-        and isinstance(v["scenarios"], list)
-        and len(v["scenarios"]) == len(PUBLIC_SCENARIOS)
-        for v in values
-    ):
-        return values
-    g.hung = before[0]  # the check's own runs decide (tampering, already recorded, still counts)
-    del g.outputs[before[1] :], g.notes[before[2] :]
-    return None
-
-
 def run_fsdp_scenarios(g, scenarios: list) -> list:
-    """One run for several (seed, odd, dtype_name, opt_name): per scenario, every rank's result."""
-    shared = _public_launch(g) if all(s in PUBLIC_SCENARIOS for s in scenarios) else None
-    if shared is not None:
-        per_rank = [[got["scenarios"][PUBLIC_SCENARIOS.index(s)] for s in scenarios] for got in shared]
-    else:
-        per_rank = g.run(_in_rank_fsdp, scenarios)
-    if any(not isinstance(got, list) or len(got) != len(scenarios) for got in per_rank):
-        raise CheckFailed(
-            "the ranks did not send back one result per training run: the grader's code in the ranks "
-            "was changed or cut short"
-        )
+    """Per (seed, odd, dtype_name, opt_name): every rank's result of its training run."""
     out = []
-    for i, (seed, odd, _, _) in enumerate(scenarios):
-        results = [got[i] for got in per_rank]
+    for seed, odd, dtype_name, opt_name in scenarios:
+        results = g.run(_in_rank_fsdp, seed, odd, dtype_name, opt_name)
+        if any(not isinstance(got, dict) for got in results):
+            raise CheckFailed(
+                "the ranks did not send back their training run's result: the grader's code in the ranks "
+                "was changed or cut short"
+            )
         verify_equal_shards(results, numels(seed, odd))
         out.append(results)
     return out
@@ -365,29 +291,14 @@ def fsdp_gather_full_params_keys_and_shapes(g):
             raise CheckFailed(f"rank {rank}: gather_full_params() returned {got['full_dtypes']}: return fp32")
 
 
-def _in_rank_memory(ctx, student, seed: int):
-    """One step of the student's MiniFSDP on deep_net: peak full-parameter bytes and each phase's collectives."""
-    cls = student.task("MiniFSDP")
-    net = deep_net(seed).to(ctx.device)
-    watch = LayerWatch(net)  # before the student's wrapper sees the model: our hooks run first
-    with record_collectives():
-        fsdp = cls(net)
-    return measure_step(ctx, fsdp, watch)
-
-
-def run_memory(g, seed: int) -> list:
-    shared = _public_launch(g) if seed == PUBLIC_MEMORY_SEED else None
-    results = [got["memory"] for got in shared] if shared is not None else g.run(_in_rank_memory, seed)
-    keys = {"peak", "forwards", "off", "forward_calls", "backward_calls"}
-    if any(not isinstance(got, dict) or set(got) != keys for got in results):
-        raise CheckFailed(
-            "the ranks did not send back their measurements: the grader's code in the ranks was changed or cut short"
-        )
-    return results
-
-
 @EXERCISE.check("MiniFSDP", points=2)
 def fsdp_frees_full_parameters(g):
     """On an 8-layer model, at most about one layer's full parameters are alive in forward (~3 in backward), and
     backward all-gathers every layer's weight again."""
     verify_freed(run_memory(g, PUBLIC_MEMORY_SEED), g.world_size)
+
+
+EXERCISE.declare_runs(
+    "MiniFSDP",
+    ((_in_rank_memory, (PUBLIC_MEMORY_SEED,)), *((_in_rank_fsdp, scenario) for scenario in PUBLIC_SCENARIOS)),
+)

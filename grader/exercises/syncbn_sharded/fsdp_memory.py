@@ -176,3 +176,24 @@ def verify_regathered(results) -> None:
                 "all-gathered again before its gradients are computed (two all-gathers per layer and "
                 "step: forward and backward)"
             )
+
+
+def _in_rank_memory(ctx, student, seed: int):
+    """One step of the student's MiniFSDP on deep_net: peak full-parameter bytes and each phase's collectives."""
+    cls = student.task("MiniFSDP")
+    net = deep_net(seed).to(ctx.device)
+    watch = LayerWatch(net)  # before the student's wrapper sees the model: our hooks run first
+    with record_collectives():
+        fsdp = cls(net)
+    return measure_step(ctx, fsdp, watch)
+
+
+def run_memory(g, seed: int) -> list:
+    """Every rank's measurements of one MiniFSDP step on deep_net(seed) (a check's run of _in_rank_memory)."""
+    results = g.run(_in_rank_memory, seed)
+    keys = {"peak", "forwards", "off", "forward_calls", "backward_calls"}
+    if any(not isinstance(got, dict) or set(got) != keys for got in results):
+        raise CheckFailed(
+            "the ranks did not send back their measurements: the grader's code in the ranks was changed or cut short"
+        )
+    return results

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from grader.exercises.syncbn_sharded.checks_fsdp import numels, run_fsdp, run_memory, verify_memory, verify_training
-from grader.exercises.syncbn_sharded.fsdp_memory import verify_freed
+from grader.exercises.syncbn_sharded.checks_fsdp import run_fsdp, verify_memory, verify_training
+from grader.exercises.syncbn_sharded.fsdp_memory import run_memory, verify_freed
+from grader.exercises.syncbn_sharded.fsdp_reference import numels
 from grader.exercises.syncbn_sharded.fsdp_traffic import verify_traffic
 from grader.exercises.syncbn_sharded import EXERCISE
 
