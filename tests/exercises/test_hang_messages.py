@@ -2,6 +2,8 @@
 "Timed out waiting ...ms"; a rank busy in the student's own code is named, with where, and the others
 are said to wait for it. Real 2-rank runs of exercise 02."""
 
+import re
+
 from tests.helpers import (
     BARRIER_ON_RANK_0_ONLY,
     failed,
@@ -235,6 +237,8 @@ def test_a_collective_one_rank_skips_is_said_as_such_with_ddps_own_and_the_rank_
     assert f"line {skipped} (`dist.all_reduce(totals)`) runs only where `dist.get_rank() == 0` is True" in said
     assert f"(line {condition})" in said, message
     assert "different sizes" not in said and "earlier" not in said, message
+    before = re.search(r"rank 1 made (\d+) calls in your code before this one", said)  # "earlier" made concrete
+    assert before and int(before[1]) > 0, message
     _names_the_line(message, "train_one_epoch", skipped)
 
 
