@@ -420,10 +420,13 @@ def test_a_hang_is_answered_once_in_the_students_own_line(lab, course, browser_p
         print(f"the hang was answered in the browser in {seconds:.1f} s (target 35 s)")
         text = out.inner_text()
         assert re.search(
-            rf"el rank 0 llamó a barrier \(tu save_checkpoint, celda In\[\d+\], línea {barrier_line}\), "
+            rf"el rank 0 llamó a barrier `dist.barrier\(\)` \(tu save_checkpoint, celda In\[\d+\], línea {barrier_line}\), "
             r"que rank 1 nunca llamó en tu código",
             text,
-        ), text
+        ), text  # the student's line, quoted
+        assert (
+            f"la línea {barrier_line} (`dist.barrier()`) solo se ejecuta donde `dist.get_rank() == 0` es True" in text
+        )
         assert text.count("el rank 0 se colgó: esperando en") == 1, text  # the stacks once, not once per check
         view = text.split("AssertionError:")[0]  # the checks' view; the cell's error after it lists them again
         assert view.count("ya se colgó en") == n - 1, text
@@ -542,7 +545,7 @@ def test_one_reason_per_mistake_its_hint_and_a_collective_one_rank_skips(lab, co
         said = f"line {alone} (`dist.all_reduce(totals)`) runs only where `dist.get_rank() == 0` is True "
         assert said + f"(line {condition})" in text, text  # the rank-dependent condition
         assert re.search(r"rank 1 made \d+ calls in your code before this one", text), text
-        assert "earlier" not in text and "different sizes" not in text, text
+        assert "earlier" not in text and "with tensors of different sizes" not in text, text  # not a shape mismatch
         check.scroll_into_view_if_needed()
         _shot(page, "08d-one-rank-collective")
 
