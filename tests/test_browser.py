@@ -4,21 +4,25 @@ Debian's Chromium (/usr/bin/chromium, installed in CI by .ci/install-browser),
 driven by Playwright for Python, headless. The course is a temporary copy with
 its own exchange, HOME and Jupyter settings, so the repository is not touched.
 
-In the browser: fetch 02_ddp_basics from the Assignments tab, open it, write a
-correct pick_backend and a make_dataloader without a DistributedSampler (the
-typical mistake), run the setup cell, the answers and their check cells, read
-the ✓ and the ✗ with its message from the page, save, submit from the
-Assignments tab; then the submission must be in the exchange's inbound folder.
+In the browser: fetch 02_ddp_basics from the Assignments tab, open it, run the setup cell,
+skip ahead to task 5's cell (the imports live in task 1's: it raises NameError, and the check
+names that cell and its error), then write a correct pick_backend and a make_dataloader without
+a DistributedSampler (the typical mistake), run the answers and their check cells, read the ✓
+and the ✗ with its message from the page, ask for the hint (the failed check's), save, submit
+from the Assignments tab; then the submission must be in the exchange's inbound folder.
 Screenshots: artifacts/browser/*.png (with the server's log).
 
 Then, in the same kernel, the student's language: with COURSE_LANG=es the same mistake's check
 shows its framing and its message in Spanish (grader/i18n.py reads the variable when it writes the text).
-Then a hang (save_checkpoint's barrier under `if rank == 0`): every check of the task answered from one hang,
-the message naming the student's barrier by cell and line, the stacks shown once (its answer time written to
-artifacts/browser/hang-answer-seconds.txt, never asserted). Then a gloo abort (wrap_model's sums of different sizes):
-the student's line named, gloo's C++ text on the page once. Then nbgrader's Validate: the button says it is working,
-the results name each failing task with its reasons. Last, lesson 2's Quick Check from a cold kernel, and the
-Japanese lesson opened, saved and closed with `git status` clean.
+Then, still in Spanish, a hang (save_checkpoint's barrier under `if rank == 0`): every check of the task
+answered from one hang, the message quoting the student's barrier by cell and line, the stacks shown once (its
+answer time written to artifacts/browser/hang-answer-seconds.txt, never asserted), no English sentence. Then a gloo
+abort (wrap_model's sums of different sizes): the student's line named, gloo's C++ text on the page once, no
+English sentence but gloo's. Then, in English, train_one_epoch without set_epoch (one check states the reason, the
+others depend on it, hint() answers that check) and with its sum over ranks on rank 0 only (the one-rank call
+quoted, its rank condition, DDP's gradient all-reduce as DDP's, how many calls came before). Then nbgrader's
+Validate: the button says it is working, the results name each failing task with its reasons. Last, lesson 2's
+Quick Check from a cold kernel, and the Japanese lesson opened, saved and closed with `git status` clean.
 """
 
 from __future__ import annotations
