@@ -64,6 +64,7 @@ def run_checks(
         if tasks is not None
         else exercise.checks_for(task, hidden)
     )
+    submission.register_sources()  # here too: messages quote the student's lines (engine/source_lines.py)
     load_report, load_failure, load_tampered, load_texts = _definitions(submission, world_size, timeout)
     parallel = max(1, min(len(checks), side_by_side if exercise.side_by_side else 1))
     lock = threading.Lock() if parallel > 1 else None

@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 import cloudpickle
 
 from grader import cells as cells_
+from grader.i18n import _
 
 
 class SubmissionError(Exception):
@@ -224,7 +225,11 @@ def _stopped_cells(missing: list[str], sources: dict[str, list[str]]) -> dict[st
     for cell, lines in sources.items():  # oldest first: the newest run of a cell wins
         for name in set(missing) & set(top_level_definitions("".join(lines))):
             error = f"{type(last).__name__}: {last}" if cell in where else None
-            why[name] = f"{cell} raised {error}" if error else f"{cell} stopped with an error"
+            why[name] = (
+                _("{cell} raised {error}", cell=cell, error=error)
+                if error
+                else _("{cell} stopped with an error", cell=cell)
+            )
     return why
 
 

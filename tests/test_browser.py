@@ -4,21 +4,25 @@ Debian's Chromium (/usr/bin/chromium, installed in CI by .ci/install-browser),
 driven by Playwright for Python, headless. The course is a temporary copy with
 its own exchange, HOME and Jupyter settings, so the repository is not touched.
 
-In the browser: fetch 02_ddp_basics from the Assignments tab, open it, write a
-correct pick_backend and a make_dataloader without a DistributedSampler (the
-typical mistake), run the setup cell, the answers and their check cells, read
-the ✓ and the ✗ with its message from the page, save, submit from the
-Assignments tab; then the submission must be in the exchange's inbound folder.
+In the browser: fetch 02_ddp_basics from the Assignments tab, open it, run the setup cell,
+skip ahead to task 5's cell (the imports live in task 1's: it raises NameError, and the check
+names that cell and its error), then write a correct pick_backend and a make_dataloader without
+a DistributedSampler (the typical mistake), run the answers and their check cells, read the ✓
+and the ✗ with its message from the page, ask for the hint (the failed check's), save, submit
+from the Assignments tab; then the submission must be in the exchange's inbound folder.
 Screenshots: artifacts/browser/*.png (with the server's log).
 
 Then, in the same kernel, the student's language: with COURSE_LANG=es the same mistake's check
 shows its framing and its message in Spanish (grader/i18n.py reads the variable when it writes the text).
-Then a hang (save_checkpoint's barrier under `if rank == 0`): every check of the task answered from one hang,
-the message naming the student's barrier by cell and line, the stacks shown once (its answer time written to
-artifacts/browser/hang-answer-seconds.txt, never asserted). Then a gloo abort (wrap_model's sums of different sizes):
-the student's line named, gloo's C++ text on the page once. Then nbgrader's Validate: the button says it is working,
-the results name each failing task with its reasons. Last, lesson 2's Quick Check from a cold kernel, and the
-Japanese lesson opened, saved and closed with `git status` clean.
+Then, still in Spanish, a hang (save_checkpoint's barrier under `if rank == 0`): every check of the task
+answered from one hang, the message quoting the student's barrier by cell and line, the stacks shown once (its
+answer time written to artifacts/browser/hang-answer-seconds.txt, never asserted), no English sentence. Then a gloo
+abort (wrap_model's sums of different sizes): the student's line named, gloo's C++ text on the page once, no
+English sentence but gloo's. Then, in English, train_one_epoch without set_epoch (one check states the reason, the
+others depend on it, hint() answers that check) and with its sum over ranks on rank 0 only (the one-rank call
+quoted, its rank condition, DDP's gradient all-reduce as DDP's, how many calls came before). Then nbgrader's
+Validate: the button says it is working, the results name each failing task with its reasons. Last, lesson 2's
+Quick Check from a cold kernel, and the Japanese lesson opened, saved and closed with `git status` clean.
 """
 
 from __future__ import annotations
@@ -39,6 +43,7 @@ import pytest
 from grader.exercises import get_exercise
 
 from tests.helpers import ROOT
+from tests.test_i18n_failures import english_lines
 from tests.servers import stop_tree, wait_until_up
 
 CHROMIUM = "/usr/bin/chromium"
@@ -229,6 +234,29 @@ def _screenshot_on_failure(page, name: str):
         raise
 
 
+def _add_cell_below(page, cell, source: str):
+    """A cell the student adds below `cell`, writes and runs: its output area."""
+    cell.locator(".jp-InputArea-editor").click()
+    page.keyboard.press("Escape")  # command mode: b adds a cell below, Enter edits it
+    page.keyboard.press("b")
+    page.keyboard.press("Enter")
+    page.keyboard.insert_text(source)
+    page.locator(".jp-NotebookPanel .jp-CodeCell .jp-InputArea", has_text=source).wait_for()
+    page.keyboard.press("Shift+Enter")
+    return _code_cell(page, source).locator(".jp-OutputArea")
+
+
+def _grader_text(out) -> str:
+    """What the grader wrote in an output area, line by line: what it shows and what it folds (a long message's
+    rest, its stacks), but not a rank's own output (the student's prints, gloo's C++ words), folded under "rank N
+    printed …" and left in gloo's English."""
+    folded = []
+    for fold in out.locator("details").all():
+        if not re.match(r"rank \d+(, \w+ \d+ \w+ \d+)? (printed|imprimió) ", fold.locator("summary").inner_text()):
+            folded.append(fold.locator("pre").text_content())
+    return "\n".join([out.inner_text(), *folded])
+
+
 def _source_of(path: str, grade_id: str) -> str:
     with open(path) as f:
         cells = json.load(f)["cells"]
@@ -267,8 +295,21 @@ def test_a_student_fetches_checks_and_submits_in_jupyterlab(lab, course, browser
         expect(page.locator(".jp-NotebookPanel-toolbar")).to_contain_text("Validate")  # nbgrader's button
         _shot(page, "02-notebook-open")
 
-        # the setup cell, a correct answer and its check: ✓
+        # the setup cell, then a student who skips ahead: task 5's cell before task 1's (which holds the imports)
         _run(page, _code_cell(page, f'check = checker("{EXERCISE}")'))
+        skipped = _code_cell(page, "def make_dataloader(")
+        _run(page, skipped)
+        expect(skipped.locator(".jp-OutputArea")).to_contain_text("NameError", timeout=60_000)
+        ran_as = re.search(r"\[(\d+)\]", skipped.locator(".jp-InputPrompt").inner_text())[1]
+        check, out = _check(page, "make_dataloader")
+        expect(out).to_contain_text("AssertionError: make_dataloader", timeout=FIRST_CHECK_S * 1000)
+        text = out.inner_text()
+        assert "`make_dataloader` is not defined in your answers: the cell that defines it stopped before it" in text
+        assert f"<Cell In[{ran_as}]> raised NameError: name 'Dataset' is not defined" in text, text  # which, why
+        check.scroll_into_view_if_needed()
+        _shot(page, "02b-skipped-ahead")
+
+        # task 1's cell (the imports and a correct answer) and its check: ✓
         _answer(page, "def pick_backend() -> str:", pick_backend)
         check, out = _check(page, "pick_backend")
         expect(out).to_contain_text("pick_backend: 1 of 1 check pass", timeout=FIRST_CHECK_S * 1000)
@@ -295,14 +336,7 @@ def test_a_student_fetches_checks_and_submits_in_jupyterlab(lab, course, browser
         _shot(page, "04-check-fail")
 
         # a hint now: the one of the check that failed comes first (a cell the student adds below the check)
-        check.locator(".jp-InputArea-editor").click()
-        page.keyboard.press("Escape")  # command mode: b adds a cell below, Enter edits it
-        page.keyboard.press("b")
-        page.keyboard.press("Enter")
-        page.keyboard.insert_text('hint("make_dataloader")')
-        page.locator(".jp-NotebookPanel .jp-CodeCell .jp-InputArea", has_text='hint("make_dataloader")').wait_for()
-        page.keyboard.press("Shift+Enter")
-        asked = _code_cell(page, 'hint("make_dataloader")').locator(".jp-OutputArea")
+        asked = _add_cell_below(page, check, 'hint("make_dataloader")')
         expect(asked).to_contain_text("gives each rank its own share of the indices", timeout=60_000)
         expect(asked).to_contain_text("dataloader_shards_disjoint_and_cover")
         _shot(page, "04b-hint-of-the-failed-check")
@@ -358,9 +392,7 @@ def test_a_spanish_student_sees_the_check_in_spanish(lab, course, browser_page):
         _shot(page, "06-check-fail-es")
 
 
-HANG_ANSWER = """import os
-os.environ.pop("COURSE_LANG", None)  # the test above set it
-import torch
+HANG_ANSWER = """import torch  # COURSE_LANG=es still, as the test above left it (Validate's own kernel: English here)
 import torch.distributed as dist
 
 def save_checkpoint(model, path):
@@ -371,9 +403,10 @@ def save_checkpoint(model, path):
 
 
 def test_a_hang_is_answered_once_in_the_students_own_line(lab, course, browser_page):
-    """The same kernel: save_checkpoint with its barrier under `if rank == 0`. Every check of the task
-    fails from one hang (how long it takes is measured by benchmarks/bench_hang.py, never asserted here); the
-    message names the student's barrier, its cell and line; the stacks are shown once."""
+    """The same kernel, still in Spanish: save_checkpoint with its barrier under `if rank == 0`. Every check of
+    the task fails from one hang (how long it takes is measured by benchmarks/bench_hang.py, never asserted here);
+    the message names the student's barrier, its cell and line; the stacks are shown once; no English sentence
+    (the English message: tests/exercises/test_hang_messages.py, and Validate below)."""
     from playwright.sync_api import expect
 
     page = browser_page
@@ -391,14 +424,19 @@ def test_a_hang_is_answered_once_in_the_students_own_line(lab, course, browser_p
         print(f"the hang was answered in the browser in {seconds:.1f} s (target 35 s)")
         text = out.inner_text()
         assert re.search(
-            rf"rank 0 called barrier \(your save_checkpoint, cell In\[\d+\], line {barrier_line}\) "
-            r"that rank 1 never called in your code",
+            rf"el rank 0 llamó a barrier `dist.barrier\(\)` \(tu save_checkpoint, celda In\[\d+\], línea {barrier_line}\), "
+            r"que rank 1 nunca llamó en tu código",
             text,
-        ), text
-        assert text.count("rank 0 hung: waiting in") == 1, text  # the stacks once, not once per check
+        ), text  # the student's line, quoted
+        assert (
+            f"la línea {barrier_line} (`dist.barrier()`) solo se ejecuta donde `dist.get_rank() == 0` es True" in text
+        )
+        assert text.count("el rank 0 se colgó: esperando en") == 1, text  # the stacks once, not once per check
         view = text.split("AssertionError:")[0]  # the checks' view; the cell's error after it lists them again
-        assert view.count("already hung in") == n - 1, text
+        assert view.count("ya se colgó en") == n - 1, text
         assert "site-packages" not in text and str(course["root"]) not in text  # no absolute paths
+        ours = _grader_text(out)  # the folded stacks included
+        assert not english_lines(ours), "\n".join(english_lines(ours)) + "\n\n" + ours
         expect(out.locator(".grader-fail")).to_have_count(n)
         check.scroll_into_view_if_needed()
         _shot(page, "07-hang-answered-once")
@@ -415,8 +453,9 @@ def wrap_model(model, device):
 
 
 def test_a_gloo_abort_names_the_students_line_and_prints_gloos_text_once(lab, course, browser_page):
-    """The same kernel: wrap_model sums tensors of different sizes on the two ranks. gloo aborts a rank; the
-    message names the student's line; gloo's C++ text is on the page once (folded), however many checks fail."""
+    """The same kernel, still in Spanish: wrap_model sums tensors of different sizes on the two ranks. gloo aborts
+    a rank; the message names the student's line; gloo's C++ text is on the page once (folded), however many checks
+    fail; no English sentence but gloo's own."""
     from playwright.sync_api import expect
 
     page = browser_page
@@ -427,18 +466,97 @@ def test_a_gloo_abort_names_the_students_line_and_prints_gloos_text_once(lab, co
         check, out = _check(page, "wrap_model")
         expect(out).to_contain_text("AssertionError: wrap_model", timeout=180_000)
         text = out.inner_text()
-        assert re.search(rf"\(your wrap_model, cell In\[\d+\], line {line}\)", text), text
-        assert "with tensors of different sizes" in text, text
+        assert re.search(rf"\(tu wrap_model, celda In\[\d+\], línea {line}\)", text), text
+        assert "con tensores de tamaños distintos" in text, text
         everything = out.text_content()  # folded blocks included
         assert everything.count("EnforceNotMet") == 1, everything
+        ours = _grader_text(out)
+        assert "EnforceNotMet" not in ours and not english_lines(ours), "\n".join(english_lines(ours)) + "\n\n" + ours
         assert "site-packages" not in text and str(course["root"]) not in text
         check.scroll_into_view_if_needed()
         _shot(page, "08-abort-once")
 
 
+ENGLISH_AGAIN = 'import os\nos.environ.pop("COURSE_LANG", None)  # the tests above set it\n'
+SET_EPOCH = "    loader.sampler.set_epoch(epoch)\n"
+SUM_OVER_RANKS = "    dist.all_reduce(totals)\n"
+ON_RANK_0_ONLY = "    if dist.get_rank() == 0:\n        dist.all_reduce(totals)\n"
+
+
+def _solution(grade_id: str) -> str:
+    source = _source_of(os.path.join(ROOT, "solutions", EXERCISE, f"{EXERCISE}.ipynb"), grade_id)
+    return "".join(
+        line for line in source.splitlines(True) if "### BEGIN SOLUTION" not in line and "### END" not in line
+    )
+
+
+def _line(source: str, text: str) -> int:
+    return next(i for i, line in enumerate(source.splitlines(), 1) if text in line)
+
+
+def test_one_reason_per_mistake_its_hint_and_a_collective_one_rank_skips(lab, course, browser_page):
+    """The same kernel, in English again: train_one_epoch without set_epoch, then with its sum over ranks under
+    `if rank == 0`. The missing set_epoch is said by one check, the others depend on it (the correct averaging is
+    not blamed), and hint() answers that check. The one-rank all_reduce is named with its source, its rank
+    condition, the DDP gradient all-reduce it paired with, and how many calls came before it."""
+    from playwright.sync_api import expect
+
+    page = browser_page
+    n = len(get_exercise(EXERCISE).checks_for("train_one_epoch", hidden=False))
+    correct = _solution("train_one_epoch_answer")
+    assert SET_EPOCH in correct and SUM_OVER_RANKS in correct
+    with _screenshot_on_failure(page, "failure-train-one-epoch"):
+        page.locator(".lm-TabBar-tab", has_text=f"{EXERCISE}.ipynb").click()
+        _answer(page, "def train_one_epoch(", ENGLISH_AGAIN + correct.replace(SET_EPOCH, ""))
+        check, out = _check(page, "train_one_epoch")
+        expect(out).to_contain_text("AssertionError: train_one_epoch", timeout=120_000)
+        text = out.inner_text()
+        view = text.split("AssertionError:")[0]
+        reason = "call loader.sampler.set_epoch(epoch) once per call"
+        assert view.count(reason) == 1, text  # one check states it
+        assert view.count("depends on `train_calls_set_epoch`, which failed: fix that first") == n - 1, text
+        assert "weight" not in text.lower(), text  # the loss averaging is right: not blamed
+        assert text.count(reason) == 2, text  # and once more in the cell's error (nbgrader's Validate reads it)
+        check.scroll_into_view_if_needed()
+        _shot(page, "08b-one-reason")
+
+        asked = _add_cell_below(page, check, 'hint("train_one_epoch")')  # the hint of the check that failed
+        expect(asked).to_contain_text("train_calls_set_epoch", timeout=60_000)
+        expect(asked).to_contain_text("Without telling the sampler the epoch")
+        _shot(page, "08c-hint-of-set-epoch")
+
+        skipping = ENGLISH_AGAIN + correct.replace(SUM_OVER_RANKS, ON_RANK_0_ONLY)
+        _answer(page, "def train_one_epoch(", skipping)
+        check, out = _check(page, "train_one_epoch")
+        expect(out).to_contain_text("AssertionError: train_one_epoch", timeout=180_000)
+        text = out.inner_text()
+        cell = r"cell In\[\d+\]"
+        alone, condition = (
+            _line(skipping, "        dist.all_reduce(totals)"),
+            _line(skipping, "if dist.get_rank() == 0"),
+        )
+        backward = _line(skipping, "loss.backward()")
+        assert re.search(
+            rf"rank 0 called all_reduce `dist.all_reduce\(totals\)` \(your train_one_epoch, {cell}, "
+            rf"line {alone}\)",
+            text,
+        ), text  # the one-rank call, with its source
+        assert re.search(
+            rf"the gradient all-reduce DDP runs inside `loss.backward\(\)` \(your train_one_epoch, "
+            rf"{cell}, line {backward}\)",
+            text,
+        ), text  # DDP's own, said as DDP's
+        said = f"line {alone} (`dist.all_reduce(totals)`) runs only where `dist.get_rank() == 0` is True "
+        assert said + f"(line {condition})" in text, text  # the rank-dependent condition
+        assert re.search(r"rank 1 made \d+ calls in your code before this one", text), text
+        assert "earlier" not in text and "with tensors of different sizes" not in text, text  # not a shape mismatch
+        check.scroll_into_view_if_needed()
+        _shot(page, "08d-one-rank-collective")
+
+
 def test_validate_shows_it_is_working_and_says_which_tasks_fail_and_why(lab, course, browser_page):
     """nbgrader's Validate on the notebook as the tests above left it (wrap_model aborts, save_checkpoint hangs,
-    make_dataloader has no sampler): the button says it is working until the results come, and they name each
+    make_dataloader has no sampler, train_one_epoch sums over ranks on rank 0 only): the button says it is working until the results come, and they name each
     failing task with its reasons in full (what the check cells' errors say, nothing left to "shown above")."""
     from playwright.sync_api import expect
 
@@ -456,6 +574,7 @@ def test_validate_shows_it_is_working_and_says_which_tasks_fail_and_why(lab, cou
             ("make_dataloader", "DistributedSampler"),
             ("save_checkpoint", "never called in your code"),
             ("wrap_model", "with tensors of different sizes"),
+            ("train_one_epoch", "calls in your code before this one"),
         ):
             assert f"{task}:" in text and reason in text, (task, text)
         assert "shown above" not in text, text  # an "above" names a check listed above in the same results

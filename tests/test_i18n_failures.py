@@ -39,7 +39,8 @@ def _prose(message: str) -> list[str]:
     return lines
 
 
-def _english_in(message: str) -> list[str]:
+def english_lines(message: str) -> list[str]:
+    """The lines of a Spanish message that hold English prose (tests/test_browser.py reads the page with it)."""
     return [line for line in _prose(message) if ENGLISH.search(line)]
 
 
@@ -58,7 +59,7 @@ def test_a_spanish_hang_has_no_english_sentence(spanish):
     text = "\n".join(messages.values())
     assert "el rank 0 se colgó: esperando en barrier" in text, text
     assert "nunca llamó en tu código" in text and "línea" in text, text
-    assert not _english_in(text), "\n".join(_english_in(text)) + "\n\n" + text
+    assert not english_lines(text), "\n".join(english_lines(text)) + "\n\n" + text
 
 
 def test_a_spanish_abort_has_no_english_sentence(spanish):
@@ -71,4 +72,4 @@ def test_a_spanish_abort_has_no_english_sentence(spanish):
     message = failed(report)["train_calls_set_epoch"]
     assert "terminó con la señal SIGABRT" in message and "el all-reduce de gradientes que DDP ejecuta" in message
     assert "solo se ejecuta donde `dist.get_rank() == 0` es True" in message, message
-    assert not _english_in(message), "\n".join(_english_in(message)) + "\n\n" + message
+    assert not english_lines(message), "\n".join(english_lines(message)) + "\n\n" + message

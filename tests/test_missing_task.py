@@ -44,5 +44,13 @@ def test_a_kernel_cell_that_raised_before_defining_the_task_is_named(monkeypatch
     sources = {"<Cell In[4]>": ["x = 1\n"], "<Cell In[9]>": SKIPPED_IMPORTS.splitlines(True)}
     why = _stopped_cells(["make_dataloader", "wrap_model"], sources)
     assert why == {"make_dataloader": "<Cell In[9]> raised NameError: name 'Dataset' is not defined"}
+    from grader import i18n
+
+    for name in i18n.LANGUAGE_VARIABLES:
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("COURSE_LANG", "es")  # in the student's language
+    why = _stopped_cells(["make_dataloader"], sources)
+    assert why == {"make_dataloader": "<Cell In[9]> lanzó NameError: name 'Dataset' is not defined"}
     monkeypatch.setattr(sys, "last_value", None, raising=False)  # the last error came from elsewhere
+    monkeypatch.delenv("COURSE_LANG")
     assert _stopped_cells(["make_dataloader"], sources) == {"make_dataloader": "<Cell In[9]> stopped with an error"}

@@ -103,7 +103,7 @@ def explain(result) -> list[str]:
         if first is not None:
             lines += _say_difference(first, last, result)
         elif all(last.values()) and len({s[0].origin for s in last.values()}) > 1:
-            lines += _say_paired(last)
+            lines += _say_paired(last, known)
         elif all(last.values()):
             called = "; ".join(
                 _("rank {rank} called {call}", rank=rank, call=s[0].said()) for rank, s in sorted(last.items())
@@ -150,21 +150,30 @@ def _made(rank: int, own: list[_Step]) -> str:
     )
 
 
-def _say_paired(last: dict) -> list[str]:
-    """A collective one rank made where another made a different one of the student's code: paired anyway."""
+def _say_paired(last: dict, known: dict) -> list[str]:
+    """A collective one rank made where another made a different one of the student's code: paired anyway. How
+    many of the student's calls came before the pair, from a rank whose whole record is known (an aborted rank's
+    is not): the ranks' calls pair up in order, so it is the count on every rank."""
     (a_rank, (a,)), (b_rank, (b,)) = sorted(last.items())[:2]
-    lines = [
-        _(
-            "rank {a_rank} called {a} while rank {b_rank} was in {b}: these two different calls paired up, "
-            "because a rank skipped a collective that the others made (every rank must make the same collectives, "
-            "in the same order)",
-            a_rank=a_rank,
-            a=a.said(),
-            b_rank=b_rank,
-            b=b.said(),
+    text = _(
+        "rank {a_rank} called {a} while rank {b_rank} was in {b}: these two different calls paired up, "
+        "because a rank skipped a collective that the others made (every rank must make the same collectives, "
+        "in the same order)",
+        a_rank=a_rank,
+        a=a.said(),
+        b_rank=b_rank,
+        b=b.said(),
+    )
+    counted = next(((rank, known[rank]) for rank in (b_rank, a_rank) if not known[rank][-1].alone), None)
+    if counted is not None:
+        rank, steps = counted
+        text += "; " + ngettext(
+            "rank {rank} made {n} call in your code before this one",
+            "rank {rank} made {n} calls in your code before this one",
+            sum(1 for step in steps[:-1] if step.mine),
+            rank=rank,
         )
-    ]
-    return lines + _conditions([a, b])
+    return [text] + _conditions([a, b])
 
 
 def _conditions(steps: list[_Step]) -> list[str]:

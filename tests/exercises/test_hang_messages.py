@@ -2,6 +2,8 @@
 "Timed out waiting ...ms"; a rank busy in the student's own code is named, with where, and the others
 are said to wait for it. Real 2-rank runs of exercise 02."""
 
+import re
+
 from tests.helpers import (
     BARRIER_ON_RANK_0_ONLY,
     failed,
@@ -235,7 +237,34 @@ def test_a_collective_one_rank_skips_is_said_as_such_with_ddps_own_and_the_rank_
     assert f"line {skipped} (`dist.all_reduce(totals)`) runs only where `dist.get_rank() == 0` is True" in said
     assert f"(line {condition})" in said, message
     assert "different sizes" not in said and "earlier" not in said, message
+    before = re.search(r"rank 1 made (\d+) calls in your code before this one", said)  # "earlier" made concrete
+    assert before and int(before[1]) > 0, message
     _names_the_line(message, "train_one_epoch", skipped)
+
+
+def test_a_notebook_cells_line_is_quoted_with_its_rank_condition():
+    """Answers read from a notebook's cells (as `python -m grader check notebook.ipynb`; the kernel's in
+    tests/test_browser.py): the cells exist only in the ranks and the parent, which quotes them from what the
+    submission registered."""
+    import copy
+
+    from grader.exercises import get_exercise
+    from grader.runner import run_checks
+    from grader.submission import Cell, SourceSubmission
+
+    exercise = copy.copy(get_exercise(EX))
+    exercise.checks = [c for c in exercise.checks if c.name == "train_calls_set_epoch"]
+    source = solution_source(EX)
+    skipping = mutate(
+        source, "    dist.all_reduce(totals)\n", "    if dist.get_rank() == 0:\n        dist.all_reduce(totals)\n"
+    )
+    report = run_checks(exercise, SourceSubmission([Cell("<cell 21>", skipping)]), task="train_one_epoch", timeout=10)
+    said = failed(report)["train_calls_set_epoch"].split("\n\n", 1)[0]
+    skipped = _line_of(skipping, "        dist.all_reduce(totals)")
+    condition = skipped - 1  # the `if` just above it
+    assert f"`dist.all_reduce(totals)` (your train_one_epoch, cell 21, line {skipped})" in said, said
+    assert "the gradient all-reduce DDP runs inside `loss.backward()` (your train_one_epoch, cell 21, line " in said
+    assert f"`dist.get_rank() == 0` is True (line {condition})" in said, said
 
 
 def test_the_source_of_a_line_and_the_rank_conditions_around_it():
