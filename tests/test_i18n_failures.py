@@ -73,3 +73,13 @@ def test_a_spanish_abort_has_no_english_sentence(spanish):
     assert "terminó con la señal SIGABRT" in message and "el all-reduce de gradientes que DDP ejecuta" in message
     assert "solo se ejecuta donde `dist.get_rank() == 0` es True" in message, message
     assert not english_lines(message), "\n".join(english_lines(message)) + "\n\n" + message
+
+
+def test_ddps_gradient_all_reduce_is_named_even_when_its_line_is_unknown():
+    """A student line whose source the parent lacks is never quoted as an empty `` (divergence._Step.said)."""
+    from grader.engine.divergence import _Step
+
+    autograd = "/usr/lib/python3/site-packages/torch/autograd/graph.py"
+    step = _Step("all_reduce", ((autograd, 825, "_engine_run_backward"), ("<cell 77>", 9, "train_one_epoch")))
+    said = step.said()
+    assert "DDP runs inside your backward() call" in said and "``" not in said, said

@@ -58,8 +58,10 @@ class _Step:
             return _("{kind} (the grader's, outside your code)", kind=self.kind)
         where = {"function": mine[2], "place": stacks.place(mine[0], mine[1])}
         code = code_at(mine[0], mine[1])
-        if self.ddp_backward:
+        if self.ddp_backward and code:
             return _("the gradient all-reduce DDP runs inside `{code}` (your {function}, {place})", code=code, **where)
+        if self.ddp_backward:  # the line's source is unknown: never an empty quote
+            return _("the gradient all-reduce DDP runs inside your backward() call (your {function}, {place})", **where)
         if code:
             return _("{kind} `{code}` (your {function}, {place})", kind=self.kind, code=code, **where)
         return _("{kind} (your {function}, {place})", kind=self.kind, **where)
