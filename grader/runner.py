@@ -128,30 +128,27 @@ def _in_order(checks: list[Check], one, parallel: int, credit: bool, hangs: dict
 
 
 def _show_stacks_once(result: CheckResult, hang: tuple[str, str] | None, shown: dict) -> None:
-    """A hang or an abort whose details an earlier check of the task showed: the same message, without
-    them again (nor the ranks' output: the same run printed the same)."""
+    """A hang or an abort whose reason an earlier check of the task gave: its headline and one line pointing to
+    that check, not the reason's details again (nor the ranks' output: the same run printed the same)."""
     if hang is None or result.hidden or result.tampered:
         return
     stack_text, without = hang
     first = shown.setdefault((result.task, stack_text), result.name)
     if first != result.name:
-        result.message = (
-            without
-            + "\n"
-            + (
-                _(
-                    "`{task}` already hung in {check} (above, with the stacks): this check asks for the same run and is "
-                    "answered from that hang",
-                    task=result.task,
-                    check=first,
-                )
-                if result.hung
-                else _(
-                    "the same run failed the same way in {check} (above, with each rank's details and output)",
-                    check=first,
-                )
+        pointer = (
+            _(
+                "`{task}` already hung in {check} (above, with the stacks): this check asks for the same run and is "
+                "answered from that hang",
+                task=result.task,
+                check=first,
+            )
+            if result.hung
+            else _(
+                "the same run failed the same way in {check} (above, with each rank's details and output)",
+                check=first,
             )
         )
+        result.message = without.split("\n", 1)[0] + "\n" + pointer
         result.outputs = []
 
 
