@@ -244,7 +244,8 @@ LOG_MID_EPOCH = (
 
 def test_a_log_line_at_mid_epoch_snapshots_is_named_and_mkstemp_is_atomic(solution):
     """Rank 0 alone logs, also at its mid-epoch snapshots, and saves through mkstemp + os.replace: told about the
-    mid-epoch lines, not about a second writer; the snapshot is replaced atomically (the hidden probe passes)."""
+    mid-epoch lines, not about a second writer; the snapshot is replaced atomically (the hidden probe passes: mkstemp
+    and os.replace is a correct alternative, its check's point earned, in the same grading)."""
     source = mutate(mutate(solution, *MKSTEMP), *LOG_MID_EPOCH)
     report = grade_checks(
         source, ["train_script_matches_single_process", "train_script_replaces_the_snapshot_atomically"]
@@ -253,11 +254,8 @@ def test_a_log_line_at_mid_epoch_snapshots_is_named_and_mkstemp_is_atomic(soluti
     assert set(failures) == {"train_script_matches_single_process"}, failures
     message = failures["train_script_matches_single_process"]
     assert "came with a mid-epoch snapshot" in message and "only rank 0 may write" not in message, message
-
-
-def test_mkstemp_and_os_replace_is_a_correct_alternative(solution):
-    report = grade_checks(mutate(solution, *MKSTEMP), ["train_script_replaces_the_snapshot_atomically"])
-    assert failed(report) == {} and report.score == 1, report.lines()
+    atomic = next(c for c in report.checks if c.name == "train_script_replaces_the_snapshot_atomically")
+    assert atomic.passed and atomic.points == atomic.max_points == 1, report.lines()
 
 
 # --- the checkpoint marker (problem.GATE_ENV) on real threads, without torchrun ---
