@@ -21,6 +21,11 @@ from grader.hints import check_hints, hinter, note_checked
 from tests.helpers import ROOT, assert_one_reason, failed
 
 
+# 581 s in CI, in the module fixture of whichever test comes first; it starts first, beside the serial unit
+# (tests/conftest.py LONG_UNITS)
+pytestmark = pytest.mark.timeout(1500)
+
+
 @pytest.fixture(scope="module")
 def selfcheck_run(tmp_path_factory):
     """The CLI's exit, its output, and each graded case: (exercise, label) -> (expectation, Report)."""
@@ -40,7 +45,6 @@ def selfcheck_run(tmp_path_factory):
     return proc, cases
 
 
-@pytest.mark.timeout(1500)  # 581 s in CI; it starts first, beside the serial unit (tests/conftest.py LONG_UNITS)
 def test_selfcheck_passes_on_this_hardware_and_prints_the_plans(selfcheck_run):
     proc, _ = selfcheck_run
     assert proc.returncode == 0, proc.stdout + proc.stderr
