@@ -1,6 +1,6 @@
 """python -m grader selfcheck: does the grader grade right on THIS machine's hardware?
 
-    python -m grader selfcheck [--exercise ID ...] [--json PATH]      (or: make selfcheck)
+    python -m grader selfcheck [--exercise ID ...] [--json PATH] [--no-make-grade]   (or: make selfcheck)
 
 Run it once on a new GPU server before a course starts (CI runs it on CPU).
 It prints the hardware plan for each world size the checks use, then grades,
@@ -12,7 +12,8 @@ expected one. Then it grades each solution again through `make grade`'s own
 path (a course, its sandboxes, nurseries when root) and compares the plan of
 every run with the one expected for this hardware. Exit 0 only when every
 score and plan is as expected. --json PATH also writes each graded case's
-report there (tests/test_selfcheck.py reads its typical mistakes' messages).
+report there (tests/test_selfcheck.py reads them); --no-make-grade leaves
+out the pass through make grade.
 """
 
 from __future__ import annotations
@@ -82,7 +83,7 @@ def as_expected(expectation: str, score: float, max_score: float) -> bool:
     return {"full": score == max_score, "zero": score == 0, "less": score < max_score}[expectation]
 
 
-def main(exercises: list[str] | None = None, json_path: str | None = None) -> int:
+def main(exercises: list[str] | None = None, json_path: str | None = None, make_grade: bool = True) -> int:
     gpus = visible_gpus()
     print(f"GPUs visible to the grader: {gpus}")
     for world_size in (1, 2, 3):
@@ -92,7 +93,7 @@ def main(exercises: list[str] | None = None, json_path: str | None = None) -> in
     if json_path:
         with open(json_path, "w") as f:
             json.dump(graded, f)
-    for exercise_id in exercises or exercise_ids():
+    for exercise_id in (exercises or exercise_ids()) if make_grade else ():
         wrong += not graded_as_make_grade_does(exercise_id)
     print("selfcheck: " + ("every score as expected" if not wrong else f"{wrong} score(s) NOT as expected"))
     return 0 if not wrong else 1
@@ -198,7 +199,12 @@ def register(sub) -> None:
         "--exercise", action="append", choices=exercise_ids(), default=None, help="only this exercise (repeatable)"
     )
     parser.add_argument("--json", metavar="PATH", default=None, help="also write each graded case's report to PATH")
-    parser.set_defaults(func=lambda args: main(args.exercise, args.json))
+    parser.add_argument(
+        "--no-make-grade",
+        action="store_true",
+        help="leave out the pass through make grade's sandbox (make test-exercise: a course copied under /tmp)",
+    )
+    parser.set_defaults(func=lambda args: main(args.exercise, args.json, not args.no_make_grade))
 
 
 if __name__ == "__main__":
