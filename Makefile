@@ -125,6 +125,7 @@ test-exercise: install $(VENV)/.installed-test
 	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile -q -m fast tests  # all an exercise can break there
 	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile -q tests/exercises/test_lazy_answers.py \
 	  tests/test_translate.py tests/test_selfcheck_mistakes.py -k $(ASSIGNMENT)
+	$(BIN)/python -m grader selfcheck --exercise $(ASSIGNMENT) --no-make-grade  # solution full, release 0, mistakes
 
 # The translation catalogs (locale/<lang>/LC_MESSAGES/*.po) follow the English lessons; lessons/<lang>/ is built.
 translations: install

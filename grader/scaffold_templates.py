@@ -129,7 +129,7 @@ def sum_over_ranks(world_size: int, length: int) -> torch.Tensor:
 TEST = Template('''\
 """Exercise $id: the solution gets full marks, and each typical mistake fails the check that targets
 it, with a message naming it (real multi-process runs, like the grader). The untouched release scoring
-0 and the notebook's cells and points are tested for every exercise (tests/exercises/test_lazy_answers.py,
+0 and the notebook's cells and points are tested for every exercise (tests/test_selfcheck.py,
 tests/test_cells.py)."""
 
 from __future__ import annotations

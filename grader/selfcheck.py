@@ -1,6 +1,6 @@
 """python -m grader selfcheck: does the grader grade right on THIS machine's hardware?
 
-    python -m grader selfcheck [--exercise ID ...]      (or: make selfcheck)
+    python -m grader selfcheck [--exercise ID ...] [--json PATH] [--no-make-grade]   (or: make selfcheck)
 
 Run it once on a new GPU server before a course starts (CI runs it on CPU).
 It prints the hardware plan for each world size the checks use, then grades,
@@ -11,7 +11,9 @@ less than its full marks), each score next to the
 expected one. Then it grades each solution again through `make grade`'s own
 path (a course, its sandboxes, nurseries when root) and compares the plan of
 every run with the one expected for this hardware. Exit 0 only when every
-score and plan is as expected.
+score and plan is as expected. --json PATH also writes each graded case's
+report there (tests/test_selfcheck.py reads them); --no-make-grade leaves
+out the pass through make grade.
 """
 
 from __future__ import annotations
@@ -81,20 +83,25 @@ def as_expected(expectation: str, score: float, max_score: float) -> bool:
     return {"full": score == max_score, "zero": score == 0, "less": score < max_score}[expectation]
 
 
-def main(exercises: list[str] | None = None) -> int:
+def main(exercises: list[str] | None = None, json_path: str | None = None, make_grade: bool = True) -> int:
     gpus = visible_gpus()
     print(f"GPUs visible to the grader: {gpus}")
     for world_size in (1, 2, 3):
         print(f"  world size {world_size}: {current_plan(world_size).describe()}")
-    wrong = sum(_grade_cases(exercise_id) for exercise_id in exercises or exercise_ids())
-    for exercise_id in exercises or exercise_ids():
+    graded: list[dict] = []  # each case's label and report, for --json
+    wrong = sum(_grade_cases(exercise_id, graded) for exercise_id in exercises or exercise_ids())
+    if json_path:
+        with open(json_path, "w") as f:
+            json.dump(graded, f)
+    for exercise_id in (exercises or exercise_ids()) if make_grade else ():
         wrong += not graded_as_make_grade_does(exercise_id)
     print("selfcheck: " + ("every score as expected" if not wrong else f"{wrong} score(s) NOT as expected"))
     return 0 if not wrong else 1
 
 
-def _grade_cases(exercise_id: str) -> int:
-    """Grade one exercise's cases, a line each; returns how many were not as expected."""
+def _grade_cases(exercise_id: str, graded_out: list | None = None) -> int:
+    """Grade one exercise's cases, a line each; returns how many were not as expected. Appends each case's
+    {exercise, label, expectation, report} to graded_out."""
     if not get_exercise(exercise_id).typical_mistakes:
         print(
             f"--  {exercise_id:<20} no typical mistake to grade: "
@@ -108,6 +115,10 @@ def _grade_cases(exercise_id: str) -> int:
     wrong = 0
     for label, expectation, grade in graded:
         report = grade()
+        if graded_out is not None:
+            graded_out.append(
+                {"exercise": exercise_id, "label": label, "expectation": expectation, "report": report.to_json()}
+            )
         ok = as_expected(expectation, report.score, report.max_score)
         wrong += not ok
         expected = {"full": f"{report.max_score:g}", "zero": "0", "less": f"< {report.max_score:g}"}[expectation]
@@ -187,7 +198,13 @@ def register(sub) -> None:
     parser.add_argument(
         "--exercise", action="append", choices=exercise_ids(), default=None, help="only this exercise (repeatable)"
     )
-    parser.set_defaults(func=lambda args: main(args.exercise))
+    parser.add_argument("--json", metavar="PATH", default=None, help="also write each graded case's report to PATH")
+    parser.add_argument(
+        "--no-make-grade",
+        action="store_true",
+        help="leave out the pass through make grade's sandbox (make test-exercise: a course copied under /tmp)",
+    )
+    parser.set_defaults(func=lambda args: main(args.exercise, args.json, not args.no_make_grade))
 
 
 if __name__ == "__main__":

@@ -1,5 +1,5 @@
-"""Exercise 01_parallelism, task ring_attention (context parallelism, causal ring attention): the solution and a
-correct variant written with batch_isend_irecv get full marks; each typical mistake (the causal mask by local
+"""Exercise 01_parallelism, task ring_attention (context parallelism, causal ring attention): the solution (tests/test_selfcheck.py,
+from make selfcheck's grading) and a correct variant written with batch_isend_irecv get full marks; each typical mistake (the causal mask by local
 positions, no rescaling of the running sums, an all-gather, a step too many, a block never merged, every block
 collected) fails the check that catches it with a message naming it; a lazy answer and the untouched release earn
 nothing (real multi-process runs, one grading per answer, each on the checks it needs)."""
@@ -54,8 +54,7 @@ def mutant(old: str, new: str) -> str:
     return PACKED.replace(old, new)
 
 
-ANSWERS = {
-    "solution": None,
+ANSWERS = {  # the solution's full marks: tests/test_selfcheck.py, from make selfcheck's grading
     "packed_batch_isend_irecv": PACKED,
     # the triangle by local positions on every block, later ranks' blocks included
     "local_mask": mutant("if src <= rank:", "if True:").replace("kpos = start[src] +", "kpos = start[rank] +"),
@@ -108,7 +107,7 @@ ANSWERS = {
         def ring_attention(q, k, v, block_sizes):
             raise NotImplementedError()""",
 }
-CHECKS = {"collects_every_block": [FOUR], "solution": ALL, "packed_batch_isend_irecv": ALL, "own_block_only": ALL}
+CHECKS = {"collects_every_block": [FOUR], "packed_batch_isend_irecv": ALL, "own_block_only": ALL}
 CHECKS["release"] = ALL
 
 
@@ -117,7 +116,7 @@ def reports():
     return graded_answers(EXERCISE, TASK, ANSWERS, checks_of=lambda name: CHECKS.get(name, [TWO]))
 
 
-@pytest.mark.parametrize("answer", ["solution", "packed_batch_isend_irecv"])
+@pytest.mark.parametrize("answer", ["packed_batch_isend_irecv"])
 def test_correct_answers_get_full_marks(reports, answer):
     report, bad = reports[answer]
     assert bad == {}, bad

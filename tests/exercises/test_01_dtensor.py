@@ -1,5 +1,5 @@
 """Exercise 01_parallelism, task parallelize_mlp (DeviceMesh + DTensor, a SwiGLU block column-then-row): the
-solution passes, and each typical mistake and lazy answer fails with a message naming the extra or missing
+solution passes (tests/test_selfcheck.py, from make selfcheck's grading), and each typical mistake and lazy answer fails with a message naming the extra or missing
 collective (real multi-process runs). One grading per answer, module-scoped."""
 
 from __future__ import annotations
@@ -26,8 +26,7 @@ GATHER_THEN_ROW = (
     + GATHER_THEN_ROW_BODY
 )
 
-ANSWERS = {
-    "solution": None,
+ANSWERS = {  # the solution's full marks: tests/test_selfcheck.py, from make selfcheck's grading
     # the lesson's plan, one layer more: right numbers and placements, but gate and up each turn x into a
     # replicated DTensor of their own, so the backward all-reduces the input's gradient twice
     "lesson_plan_extended": """
@@ -147,12 +146,12 @@ TAMPERS = (
 
 @pytest.fixture(scope="module")
 def reports():
-    # the mistakes' public checks only (they name the mistake); the solution and the lazy answer: all
+    # the mistakes' public checks only (they name the mistake); the right and the lazy answers: all
     mistakes = ("lesson_plan_extended", "all_column", "parallelized_copy", "down_column_on_local_shards")
     return graded_answers(EXERCISE, TASK, ANSWERS, lambda name: [VALUES, LAYOUT] if name in mistakes else None)
 
 
-@pytest.mark.parametrize("answer", ["solution", "prepared_in_the_plan", "layer_by_layer"])
+@pytest.mark.parametrize("answer", ["prepared_in_the_plan", "layer_by_layer"])
 def test_solution_gets_full_marks(reports, answer):
     report, bad = reports[answer]
     assert bad == {}

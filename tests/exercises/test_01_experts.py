@@ -1,5 +1,5 @@
-"""Exercise 01_parallelism, task moe_layer (expert parallelism, all-to-all dispatch and combine): the solution and
-a correct answer of another design get full marks; each typical mistake and lazy answer fails with a message naming
+"""Exercise 01_parallelism, task moe_layer (expert parallelism, all-to-all dispatch and combine): the solution
+(tests/test_selfcheck.py, from make selfcheck's grading) and a correct answer of another design get full marks; each typical mistake and lazy answer fails with a message naming
 it (real multi-process runs). The mistakes are graded on the first public check only (one 2-rank launch each), the
 right answers on every check, hidden included; one grading per answer, module-scoped."""
 
@@ -51,8 +51,7 @@ SOL_TAIL = """
             weighted = back * gates.reshape(-1)[order].unsqueeze(1)
             return torch.zeros_like(x).index_add(0, token, weighted)"""
 
-ANSWERS = {
-    "solution": None,
+ANSWERS = {  # the solution's full marks: tests/test_selfcheck.py, from make selfcheck's grading
     # receive sizes taken to be the send sizes (no exchange of counts)
     "symmetric_sizes": SOL_HEAD.replace(
         "dist.all_to_all_single(recv_per_expert, send_per_expert)", "recv_per_expert = send_per_expert.clone()"
@@ -176,7 +175,7 @@ ANSWERS["padded_to_capacity"] = """
             weighted = back[slot] * gates.reshape(-1)[order].unsqueeze(1)
             return torch.zeros_like(x).index_add(0, token, weighted)"""
 
-RIGHT = ("solution", "another_design")
+RIGHT = ("another_design",)
 
 
 @pytest.fixture(scope="module")

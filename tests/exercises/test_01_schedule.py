@@ -1,5 +1,5 @@
 """Exercise 01_parallelism, task pipeline_schedule (an interleaved 1F1B schedule, two stages per rank): the solution
-passes, and each typical mistake and lazy answer fails with a message naming it (real multi-process runs). One
+passes (tests/test_selfcheck.py, from make selfcheck's grading), and each typical mistake and lazy answer fails with a message naming it (real multi-process runs). One
 grading per answer, module-scoped; the grader's plan of the order is compared with torch's own."""
 
 from __future__ import annotations
@@ -40,8 +40,7 @@ def two_stages(indices: str, micro: str = "n_microbatches") -> str:
     return HEAD + TWO_STAGES.replace("INDICES", indices).replace("MICRO", micro)
 
 
-ANSWERS = {
-    "solution": None,
+ANSWERS = {  # the solution's full marks, hidden 3-rank run included: tests/test_selfcheck.py (make selfcheck's grading)
     # the typical mistake: a rank's two stages side by side
     "contiguous": two_stages("(2 * rank, 2 * rank + 1)"),
     # the lesson's pipeline: one stage per rank, 1F1B
@@ -78,13 +77,6 @@ ANSWERS = {
 @pytest.fixture(scope="module")
 def reports():
     return graded_answers(EXERCISE, TASK, ANSWERS)
-
-
-def test_solution_gets_full_marks(reports):
-    report, bad = reports["solution"]
-    assert bad == {}, bad
-    assert report.score == report.max_score == 6
-    assert {c.name for c in report.checks} == ALL
 
 
 def test_stages_side_by_side_are_told_round_robin(reports):
