@@ -1,7 +1,7 @@
 """The lessons' figures, so that a lesson cell that draws is one call and its distributed code stays in front.
 
 Each function names the lesson and section that measures what it draws (d2l style): read the measurement
-there, the drawing here. Lesson 1's and 4's figures are in plots_more.py.
+there, the drawing here. Lesson 1's and 4's figures are in plots_lessons_1_4.py.
 """
 
 from __future__ import annotations

@@ -11,7 +11,7 @@ ctx.device: the run's hardware plan), never from the grader's torch.cuda.
     checks_practice.py  train_with_accumulation, train_uneven
     checks_bucketed.py  BucketedDDP (its ranks run bucketed_runs.py)
 
-Helpers of the checks: reference_practice.py (references and models of "DDP in practice"), simulated.py (the
+Helpers of the checks: reference_practice.py (references and models of "DDP in practice"), simulated_cuda.py (the
 student's code made to believe CUDA is, or is not, available).
 
 This file declares the exercise; its checks_*.py and hidden_*.py modules are found by
