@@ -16,7 +16,7 @@ import pytest
 
 from tests.helpers import ROOT
 
-LESSONS = sorted(glob.glob(os.path.join(ROOT, "lessons", "0*.ipynb")))
+LESSONS = sorted(glob.glob(os.path.join(ROOT, "lessons", "lesson_0*.ipynb")))
 HELPERS = sorted(glob.glob(os.path.join(ROOT, "grader", "lessons", "*.py")))
 MAX_LINES, MAX_DRAWING_LINES = 40, 10
 MATPLOTLIB_NAMES = {"plt", "fig", "ax", "axes", "matplotlib"}  # what a cell that draws by hand touches

@@ -1,4 +1,4 @@
-"""Checks of exercise 02_ddp_basics (lesson: lessons/02_ddp_basics.ipynb).
+"""Checks of exercise 02_ddp_basics (lesson: lessons/lesson_02_ddp_basics.ipynb).
 
 Each check runs the student's task in real ranks (world size 2; the hidden
 ones also 3) and compares with a single-process reference from reference.py.

@@ -1,4 +1,4 @@
-"""Checks of exercise 03_syncbn_sharded (lesson: lessons/03_syncbn_and_sharded_state.ipynb).
+"""Checks of exercise 03_syncbn_sharded (lesson: lessons/lesson_03_syncbn_and_sharded_state.ipynb).
 
     checks_syncbn.py      convert_to_sync_bn, global_batch_stats
     checks_batchnorm.py   DistributedBatchNorm

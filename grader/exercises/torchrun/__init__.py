@@ -1,4 +1,4 @@
-"""Checks of exercise 04_torchrun: launching jobs with torchrun (lessons/04_torchrun.ipynb).
+"""Checks of exercise 04_torchrun: launching jobs with torchrun (lessons/lesson_04_torchrun.ipynb).
 
 Tasks, and the module that holds their checks:
 
