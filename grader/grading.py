@@ -20,7 +20,7 @@ from typing import Callable
 
 from grader import tolerances
 from grader.checks import CheckFailed
-from grader.engine import RunResult, divergence, flight, run_distributed, stacks
+from grader.engine import RunResult, divergence, flight_recorder, run_distributed, stacks
 from grader.engine.results import last_output_heading
 from grader.engine.plan import HardwarePlan, current_plan, plan_for
 from grader.i18n import N_, _
@@ -78,7 +78,7 @@ class Student:
 
 def _call_with_student(ctx, submission: Submission, fn: Callable, args: tuple):
     """Runs in every rank: load the answers, verify, run the check's rank code."""
-    flight.serve(ctx.workdir, ctx.rank)  # if the run fails: this rank's collectives, for the message
+    flight_recorder.serve(ctx.workdir, ctx.rank)  # if the run fails: this rank's collectives, for the message
     namespace, report = submission.load()
     if ctx.guard is not None:
         ctx.guard.verify("while your answers loaded")

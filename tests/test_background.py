@@ -8,8 +8,8 @@ import time
 import psutil
 from grader.engine import kill_tree
 from grader.engine.background import children, poll_until, start_in_session
-from grader.exercises.torchrun.launch import Torchrun
-from grader.lessons import launch
+from grader.exercises.torchrun.torchrun_process import Torchrun
+from grader.lessons import notebook_torchrun
 
 PARENT_OF_TWO = (
     "import subprocess, sys, time\n"
@@ -47,9 +47,9 @@ def test_poll_until_is_bounded_and_stops_when_the_command_ended():
 
 def test_both_launchers_use_it(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    code, output = launch.run(["--help"], timeout=120)
+    code, output = notebook_torchrun.run(["--help"], timeout=120)
     assert code == 0 and "--nproc" in output, output[-2000:]  # torchrun itself ran and exited
-    assert launch.wait_for(lambda: True, 0.1) and not launch.wait_for(lambda: False, 0.1)
+    assert notebook_torchrun.wait_for(lambda: True, 0.1) and not notebook_torchrun.wait_for(lambda: False, 0.1)
     with Torchrun([sys.executable, "-c", PARENT_OF_TWO], cwd=str(tmp_path), timeout=60) as run:
         assert run.wait_until(lambda: len(run.workers()) == 2 and "started" in run.output)
         assert os.getsid(run.proc.pid) == run.proc.pid

@@ -59,7 +59,7 @@ CHROMIUM_ARGS = [
 ]
 ARTIFACTS = os.path.join(ROOT, "artifacts", "browser")
 EXERCISE = "02_ddp_basics"
-LESSON = "02_ddp_basics.ipynb"
+LESSON = "lesson_02_ddp_basics.ipynb"
 COURSE_ID = "ddp-course"  # nbgrader_config.py
 BIN = os.path.dirname(sys.executable)
 STUB = "# YOUR CODE HERE\n    raise NotImplementedError()"

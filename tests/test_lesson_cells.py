@@ -16,7 +16,7 @@ import pytest
 
 from tests.helpers import ROOT
 
-LESSONS = sorted(glob.glob(os.path.join(ROOT, "lessons", "0*.ipynb")))
+LESSONS = sorted(glob.glob(os.path.join(ROOT, "lessons", "lesson_0*.ipynb")))
 HELPERS = sorted(glob.glob(os.path.join(ROOT, "grader", "lessons", "*.py")))
 MAX_LINES, MAX_DRAWING_LINES = 40, 10
 MATPLOTLIB_NAMES = {"plt", "fig", "ax", "axes", "matplotlib"}  # what a cell that draws by hand touches
@@ -134,12 +134,12 @@ def test_no_code_cell_over_40_lines_and_no_drawing_cell_over_10(path):
 
 def test_the_drawing_helpers_are_read_from_grader_lessons():
     helpers = drawing_helpers()
-    assert {"collectives", "allreduce_cost", "elastic_lanes", "gpipe_schedules"} <= helpers["plots_more"]
+    assert {"collectives", "allreduce_cost", "elastic_lanes", "gpipe_schedules"} <= helpers["plots_lessons_1_4"]
     assert "backward_timeline" in helpers["plots"] and "sync_strategies" in helpers["plots_practice"]
     assert {"checkpoint_peaks", "fsdp_timeline"} <= helpers["plots_memory"]
     assert "expert_traffic" in helpers["plots_moe"] and "_loads" in helpers["plots_moe"], "drawn into by its caller"
     assert "timeline" in helpers["trace"] and "lanes" not in helpers["trace"], "trace.lanes only reads a file"
-    assert not helpers["launch"] and not helpers["show"] and not helpers["timing"]
+    assert not helpers["notebook_torchrun"] and not helpers["show"] and not helpers["timing"]
 
 
 def _cell(source):
@@ -148,8 +148,8 @@ def _cell(source):
 
 def test_the_limits_can_fail():
     imports = _cell(
-        "import matplotlib.pyplot as pyplot\nfrom grader.lessons import plots_more as plots\n"
-        "from grader.lessons import trace\nfrom grader.lessons.launch import run"
+        "import matplotlib.pyplot as pyplot\nfrom grader.lessons import plots_lessons_1_4 as plots\n"
+        "from grader.lessons import trace\nfrom grader.lessons.notebook_torchrun import run"
     )
     filler = "x = 1\n" * 9
     cells = [

@@ -40,7 +40,7 @@ def this_machine():
 
 
 def test_the_lessons_are_found():
-    assert [os.path.basename(p)[:2] for p in LESSONS] == ["01", "02", "03", "04"]
+    assert [os.path.basename(p)[:9] for p in LESSONS] == ["lesson_01", "lesson_02", "lesson_03", "lesson_04"]
 
 
 @pytest.mark.parametrize("path", LESSONS, ids=os.path.basename)
@@ -90,7 +90,7 @@ def test_figures_are_one_call_to_grader_lessons_plots(path):
 
 @pytest.mark.parametrize("path", LESSONS, ids=os.path.basename)
 def test_the_quick_check_ships_unanswered_and_checks_with_the_package(path):
-    lesson = os.path.basename(path)[: -len(".ipynb")]
+    lesson = os.path.basename(path)[len("lesson_") : -len(".ipynb")]  # lesson_<id>.ipynb: its Quick Check is <id>
     cells = load(path)["cells"]
     answers = quiz.read_answers(path)
     assert answers == {q: "" for q in quiz.QUIZZES[lesson]}
@@ -103,7 +103,7 @@ def test_the_quick_check_ships_unanswered_and_checks_with_the_package(path):
 
 
 def test_lesson_2_opens_with_the_ddp_recipe_linked_to_its_sections():
-    cells = load(os.path.join(ROOT, "lessons", "02_ddp_basics.ipynb"))["cells"]
+    cells = load(os.path.join(ROOT, "lessons", "lesson_02_ddp_basics.ipynb"))["cells"]
     box = source(cells[1])
     assert "DDP recipe" in box
     rows = [line for line in box.splitlines() if re.match(r"> \| \d+ \|", line)]

@@ -161,7 +161,7 @@ def test_cuda_is_counted_in_a_child_never_here():
 def test_exercise_4s_two_torchrun_nodes_never_share_a_gpu(fake_gpus, gpus, job, nodes):
     """Two agents of one worker each: both workers have LOCAL_RANK 0, so each agent must see its own GPU (or none,
     for gloo), never both cuda:0 of the same devices."""
-    from grader.exercises.torchrun.isolation import node_gpus
+    from grader.exercises.torchrun.grader_free_python import node_gpus
 
     fake_gpus(gpus)
     plans.assign_gpus(job)

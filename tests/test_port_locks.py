@@ -15,7 +15,7 @@ import tempfile
 import pytest
 
 from grader.engine import processes
-from grader.engine.private import UnsafeFolder, private_folder
+from grader.engine.private_folders import UnsafeFolder, private_folder
 
 NOBODY = 65534
 

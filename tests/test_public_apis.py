@@ -30,7 +30,7 @@ ALLOWED = {  # (file under grader/, the private names it uses) -> why it needs t
     "per grading worker, not two); start_here() falls back to a fresh forkserver when a Python lacks these "
     "names (getattr/hasattr), so a change there costs speed, never a grade",
     (
-        "engine/flight.py",
+        "engine/flight_recorder.py",
         ("_C", "_distributed_c10d", "_dump_fr_trace"),
     ): "torch's Flight Recorder (every collective of a rank, with the frames that called it) has no public dump "
     "in Python; a torch without it only makes a hang's message say less (serve writes an error), never a grade",

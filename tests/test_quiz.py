@@ -25,7 +25,7 @@ def key_dict(lesson):
 
 
 def lesson_path(lesson):
-    return os.path.join(ROOT, "lessons", f"{lesson}.ipynb")
+    return os.path.join(ROOT, "lessons", f"lesson_{lesson}.ipynb")
 
 
 @pytest.mark.parametrize("lesson", KEY)
@@ -206,7 +206,7 @@ def student_lessons(tmp_path, answers_by_lesson):
         if lesson in answers_by_lesson:
             cell = next(c for c in nb["cells"] if quiz.ANSWERS_TAG in c["metadata"].get("tags", []))
             cell["source"] = answers_by_lesson[lesson]
-        with open(tmp_path / "lessons" / f"{lesson}.ipynb", "w", encoding="utf-8") as f:
+        with open(tmp_path / "lessons" / f"lesson_{lesson}.ipynb", "w", encoding="utf-8") as f:
             json.dump(nb, f)
     return str(tmp_path)
 
@@ -236,7 +236,7 @@ def test_scores_are_read_from_the_saved_lessons_without_running_them(tmp_path):
     scores = dict(quiz.lesson_scores(root))
     assert scores["02_ddp_basics"] == "1/10 right (8 unanswered)"
     assert scores["03_syncbn_and_sharded_state"].startswith("cannot read the answers: `answers` must be a plain dict")
-    os.remove(tmp_path / "again" / "lessons" / "01_data_vs_model_parallelism.ipynb")
+    os.remove(tmp_path / "again" / "lessons" / "lesson_01_data_vs_model_parallelism.ipynb")
     assert "no lesson notebook found" in quiz.quiz_report(root)
 
 
@@ -302,7 +302,7 @@ def _quick_check_cells(path: str):
 def test_the_stored_quick_check_is_unanswered_and_lists_every_question(lesson, lang, monkeypatch, capsys):
     """What a student sees before running anything: every question of the quiz unanswered, as check() prints it
     (a translated lesson keeps the English outputs, grader/translate)."""
-    path = os.path.join(ROOT, "lessons", lang, f"{lesson}.ipynb")
+    path = os.path.join(ROOT, "lessons", lang, f"lesson_{lesson}.ipynb")
     monkeypatch.delenv("COURSE_LANG", raising=False)
     cell, answers = _quick_check_cells(path)
     assert set(answers) == {f"q{i}" for i in range(1, len(KEY[lesson]) + 1)} and not any(answers.values())

@@ -52,8 +52,8 @@ def bare_comparisons(source: str) -> list[str]:
             continue  # without bounds: torch's defaults, tighter than any backend's (an equality test)
         if name not in COMPARISONS:
             continue
-        if name in ("close", "assert_close_scaled"):  # syncbn_sharded.common's: their first argument is g
-            if isinstance(func, ast.Attribute) and owner != "common":
+        if name in ("close", "assert_close_scaled"):  # syncbn_sharded.scaled_closeness's: their first argument is g
+            if isinstance(func, ast.Attribute) and owner != "scaled_closeness":
                 continue  # a file's .close()
             first = node.args[0] if node.args else None
             if not (isinstance(first, ast.Name) and first.id == "g"):

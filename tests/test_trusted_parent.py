@@ -15,7 +15,7 @@ import threading
 
 import pytest
 
-from grader.engine.private import UnsafeFolder
+from grader.engine.private_folders import UnsafeFolder
 from grader.gradebook import results
 from grader.gradebook.course import Course
 from grader.gradebook.results import ResultStore, load_sealed

@@ -10,7 +10,7 @@
                 (processes.preload: the public checks, named by their loader)
 - stacks.py:    tracebacks and hung stacks, the student's frames first
 - background.py: a command (torchrun) in a session of its own, bounded: lesson 4's launcher, exercise 4's runner
-- flight.py:    every collective of a rank and where it was called (torch's Flight Recorder), read on request
+- flight_recorder.py: every collective of a rank and where it was called (torch's Flight Recorder), read on request
 - divergence.py, source_lines.py: where the ranks' collectives stopped pairing, and the line of code quoted
 - frame_guard.py: inside a rank, the student's code is refused the call stack's frames (the grader's)
 - guard_list.py: what the integrity guard watches, derived from the grader's code

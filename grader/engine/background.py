@@ -1,6 +1,6 @@
 """A command in the background, in a session of its own, with its output in a file and every wait bounded.
 
-What lesson 4's launcher (grader/lessons/launch.py) and exercise 4's runner (grader/exercises/torchrun/launch.py)
+What lesson 4's launcher (grader/lessons/notebook_torchrun.py) and exercise 4's runner (grader/exercises/torchrun/torchrun_process.py)
 share. A session of its own: Ctrl-C in a notebook does not reach the command, and kill_tree (processes.py)
 reaches its whole tree, torchrun's workers included (torchrun starts each in a session of its own too).
 """

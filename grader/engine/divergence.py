@@ -1,6 +1,6 @@
 """Where the ranks' collectives stopped pairing up, in the student's code: for a hang or a gloo abort.
 
-Collectives of one process group pair up in call order on every rank. From each rank's record (flight.py:
+Collectives of one process group pair up in call order on every rank. From each rank's record (flight_recorder.py:
 every collective with where it was called; for a rank that aborted, where its stack was) this finds the
 first call at which the ranks differ (another kind of collective, one made in the student's code and the
 other in the grader's, or none at all) and says so in the student's terms:
@@ -17,7 +17,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from grader.engine import flight, stacks
+from grader.engine import flight_recorder, stacks
 from grader.engine.source_lines import code_at, rank_conditions
 from grader.i18n import _, ngettext
 
@@ -80,7 +80,7 @@ class _Step:
 def _steps(report) -> list[_Step] | None:
     """A rank's collectives in order (the default group's, then the others'), or for a rank without a record
     that ended or hung in a collective, that one collective alone (from its stack)."""
-    recorded = flight.calls(getattr(report, "calls", ""))
+    recorded = flight_recorder.calls(getattr(report, "calls", ""))
     if recorded is not None and (recorded or report.status == "ok"):  # a rank that finished may have made none
         ordered = sorted(recorded, key=lambda c: (c.group != "0", c.group, c.seq))
         return [_Step(c.kind, c.frames, c.done) for c in ordered]

@@ -28,7 +28,7 @@ from typing import Callable
 
 import cloudpickle
 
-from grader.engine import flight, machine_faults, stacks, worker
+from grader.engine import flight_recorder, machine_faults, stacks, worker
 from grader.engine.plan import HardwarePlan, current_plan
 from grader.engine.processes import RankProcess, forkserver_context, free_port, kill_tree, read_output, release_port
 from grader.i18n import LANGUAGE_VARIABLES
@@ -116,7 +116,7 @@ def _run_once(payload: bytes, plan: HardwarePlan, timeout: float, init_group: bo
                 if any(r.status == "hung" or r.exitcode == -signal.SIGABRT for r in reports)
                 else []
             )  # a crash says enough
-            flight.request(rundir, live)  # each live rank's collectives, written while its stack is dumped
+            flight_recorder.request(rundir, live)  # each live rank's collectives, written while its stack is dumped
             _dump_stacks(reports, procs, rundir)
             _read_calls_and_abort_stacks(reports, live, rundir)
         _release_and_reap(reports, procs, conns, notes, failed)
@@ -301,12 +301,12 @@ def _dump_stacks(reports, procs, rundir) -> None:
 
 
 def _read_calls_and_abort_stacks(reports, live, rundir) -> None:
-    """The live ranks' collective records (flight.py), and the stack a rank that died wrote as it died
+    """The live ranks' collective records (flight_recorder.py), and the stack a rank that died wrote as it died
     (faulthandler on SIGABRT: where a gloo abort found it)."""
     deadline = time.monotonic() + STACK_WAIT_S
     for r in reports:
         if r.rank in live:
-            r.calls = flight.collect(rundir, r.rank, deadline)
+            r.calls = flight_recorder.collect(rundir, r.rank, deadline)
         elif r.status == "exited" and not r.stack:
             try:
                 with open(os.path.join(rundir, f"rank{r.rank}.stack"), errors="replace") as f:

@@ -9,7 +9,7 @@ Decided once per run, in the parent, from the world size and the GPUs it sees:
   before anything in them touches CUDA. A student's idiomatic code
   ("nccl" if torch.cuda.is_available() else "gloo", cuda:{local_rank}) is then
   right in every case, as under torchrun. NCCL refuses two ranks on one GPU.
-Taught in lessons/02_ddp_basics.ipynb ("One GPU per rank").
+Taught in lessons/lesson_02_ddp_basics.ipynb ("One GPU per rank").
 """
 
 from __future__ import annotations

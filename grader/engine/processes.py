@@ -15,7 +15,7 @@ from multiprocessing import popen_forkserver, spawn
 
 import psutil
 
-from grader.engine.private import UnsafeFolder, private_folder, runtime_base
+from grader.engine.private_folders import UnsafeFolder, private_folder, runtime_base
 
 OUTPUT_LIMIT = 32_000  # characters of a rank's output kept (head and tail)
 

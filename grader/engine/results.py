@@ -28,7 +28,7 @@ class RankReport:
     exitcode: int | None = None
     stack: str = ""
     output: str = ""
-    calls: str = ""  # the rank's collectives with where they were called (flight.py), read when the run failed
+    calls: str = ""  # the rank's collectives with where they were called (flight_recorder.py), read when the run failed
 
     def describe(self, kind_only: bool = False) -> str:
         """What happened to this rank, for the student. kind_only: in a hidden test, where nothing the rank

@@ -20,7 +20,7 @@ import warnings
 
 from grader.exercises import exercise_ids, get_exercise
 from grader.exercises.instructor import MARKER, is_student_build
-from grader.engine.private import UnsafeFolder
+from grader.engine.private_folders import UnsafeFolder
 from grader.gradebook.course import Course
 from grader.gradebook.results import results_key
 from grader.gradebook.submitted_files import NotAFolder, refused_submissions

@@ -26,7 +26,7 @@ import os
 import secrets
 import tempfile
 
-from grader.engine.private import UnsafeFolder, private_folder, state_base
+from grader.engine.private_folders import UnsafeFolder, private_folder, state_base
 from grader.gradebook.snapshot import read_plain, write_atomically
 
 SEAL = "seal"

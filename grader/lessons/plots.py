@@ -1,7 +1,7 @@
 """The lessons' figures, so that a lesson cell that draws is one call and its distributed code stays in front.
 
 Each function names the lesson and section that measures what it draws (d2l style): read the measurement
-there, the drawing here. Lesson 1's and 4's figures are in plots_more.py.
+there, the drawing here. Lesson 1's and 4's figures are in plots_lessons_1_4.py.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import matplotlib.pyplot as plt
 def backward_timeline(grads_ready, buckets, backward_done):
     """A measured DDP backward pass: each layer's gradient, each bucket's all-reduce, when backward() returns.
 
-    Lesson 2 (lessons/02_ddp_basics.ipynb), §7 "Gradients synchronize themselves in backward()".
+    Lesson 2 (lessons/lesson_02_ddp_basics.ipynb), §7 "Gradients synchronize themselves in backward()".
     grads_ready: [(layer, seconds)]; buckets: [(layers, start, end)]; backward_done: seconds.
     """
     _, ax = plt.subplots(figsize=(10, 3.2))
@@ -68,7 +68,7 @@ def epoch_orders(with_set_epoch, without_set_epoch, epochs=3, ranks=2):
 def mean_estimate_errors(batch_sizes, errors):
     """Error of a rank's own batch mean against the pooled one, for shuffled and for sorted shards.
 
-    Lesson 3 (lessons/03_syncbn_and_sharded_state.ipynb), §1 "BatchNorm under DDP".
+    Lesson 3 (lessons/lesson_03_syncbn_and_sharded_state.ipynb), §1 "BatchNorm under DDP".
     errors[sorted_shards] = [(local_error, global_error) per batch size].
     """
     _, axes = plt.subplots(1, 2, figsize=(11, 3.8), sharey=True)

@@ -1,4 +1,4 @@
-"""Figures of lesson 3's memory sections (lessons/03_syncbn_and_sharded_state.ipynb, §6b, §6d)."""
+"""Figures of lesson 3's memory sections (lessons/lesson_03_syncbn_and_sharded_state.ipynb, §6b, §6d)."""
 
 from __future__ import annotations
 

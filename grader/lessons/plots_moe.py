@@ -1,4 +1,4 @@
-"""Figure of lesson 1's expert-parallel section (lessons/01_data_vs_model_parallelism.ipynb, §4.4)."""
+"""Figure of lesson 1's expert-parallel section (lessons/lesson_01_data_vs_model_parallelism.ipynb, §4.4)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Figures of lesson 2's "DDP in practice" section (lessons/02_ddp_basics.ipynb, §14)."""
+"""Figures of lesson 2's "DDP in practice" section (lessons/lesson_02_ddp_basics.ipynb, §14)."""
 
 from __future__ import annotations
 

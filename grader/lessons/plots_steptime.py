@@ -1,4 +1,4 @@
-"""Figures of lesson 3's step-time section (lessons/03_syncbn_and_sharded_state.ipynb, §6e)."""
+"""Figures of lesson 3's step-time section (lessons/lesson_03_syncbn_and_sharded_state.ipynb, §6e)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """The lessons' Quick Checks: check a student's answers, and read them back from a saved lesson.
 
-Taught: the "Quick Check" section at the end of each lesson (lessons/0N_*.ipynb). In the lesson:
+Taught: the "Quick Check" section at the end of each lesson (lessons/lesson_0N_*.ipynb). In the lesson:
 
     answers = {"q1": "", "q2": "", ...}      # the student's letters
     check("02_ddp_basics", answers)          # ✓/✗ and a one-line explanation per answered question
@@ -133,7 +133,7 @@ def lesson_scores(root: str) -> list[tuple[str, str]]:
     """(lesson, what to show) for each lesson, from the saved notebooks in <root>/lessons."""
     rows = []
     for lesson in QUIZZES:
-        path = os.path.join(root, "lessons", f"{lesson}.ipynb")
+        path = os.path.join(root, "lessons", f"lesson_{lesson}.ipynb")  # the Quick Check of lesson_<id>.ipynb is <id>
         if not os.path.isfile(path):
             rows.append((lesson, _("no lesson notebook found")))
             continue

@@ -1,6 +1,6 @@
 """Reading a torch.profiler Chrome trace: when backward computed and when the all-reduces ran.
 
-Lesson 2, §14.8 "Seeing the overlap: the profiler" (lessons/02_ddp_basics.ipynb): a rank profiles one DDP step,
+Lesson 2, §14.8 "Seeing the overlap: the profiler" (lessons/lesson_02_ddp_basics.ipynb): a rank profiles one DDP step,
 exports the trace (prof.export_chrome_trace) and keeps two lanes of it, drawn by `timeline`.
 """
 

@@ -14,14 +14,14 @@ from grader.translate.catalogs import catalog_name, po_path, read, status, updat
 
 
 def _status(languages) -> int:
-    print(f"{'lang':5s} {'notebook':34s} {'translated':>10s} {'fuzzy':>6s} {'missing':>8s}")
+    print(f"{'lang':5s} {'notebook':38s} {'translated':>10s} {'fuzzy':>6s} {'missing':>8s}")
     for lang in languages:
         catalogs = [(catalog_name(nb), read(po_path(lang, nb), lang)) for nb in english_notebooks()]
         for name, catalog in catalogs + [(grader_catalog.NAME, grader_catalog.read(lang))]:
             s = status(catalog)
             share = lambda n: f"{100 * n / s.total:.0f}%" if s.total else "-"  # noqa: E731
             print(
-                f"{lang:5s} {name:34s} {share(s.translated):>10s} {share(s.fuzzy):>6s} "
+                f"{lang:5s} {name:38s} {share(s.translated):>10s} {share(s.fuzzy):>6s} "
                 f"{share(s.missing):>8s}  of {s.total} entries"
             )
     return 0

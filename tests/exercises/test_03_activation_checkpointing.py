@@ -1,4 +1,4 @@
-"""03_syncbn_sharded, checkpoint_activations (activation checkpointing, not checks_checkpoint.py's saved state):
+"""03_syncbn_sharded, checkpoint_activations (activation checkpointing, not checks_sharded_checkpoint.py's saved state):
 the solution gets full marks (2 ranks and the hidden 3); each typical mistake fails its check with a message that
 names it; the laziest answers earn nothing."""
 

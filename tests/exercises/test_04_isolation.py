@@ -1,7 +1,7 @@
 """Exercise 4's train_script cannot read the grader's answer, and how it writes
 its files earns nothing unless it trains.
 
-The script's torchrun job runs in a Python that cannot import `grader` (isolation.py) with a
+The script's torchrun job runs in a Python that cannot import `grader` (grader_free_python.py) with a
 seed drawn per run (problem.SEED), and the expected models are computed in the parent. So a
 script that writes the grader's reference, one that pastes a result computed in advance, and
 one that writes its files perfectly without training all score 0 on every train_script check.
@@ -17,8 +17,8 @@ import sys
 import pytest
 
 from grader.exercises import get_exercise
-from grader.exercises.torchrun import isolation, problem, reference, runs
-from grader.exercises.torchrun.launch import REPO_ROOT
+from grader.exercises.torchrun import grader_free_python, problem, reference, script_runs
+from grader.exercises.torchrun.torchrun_process import REPO_ROOT
 from tests.helpers import failed, grade_source, solution_source
 
 ID = "04_torchrun"
@@ -45,12 +45,12 @@ with open(f"rank{os.environ['RANK']}.json", "w") as f:
 def test_a_worker_of_the_isolated_job_cannot_import_the_grader(tmp_path, monkeypatch):
     monkeypatch.setenv("GRADER_SECRET_FOR_THIS_TEST", "1")  # the parent's environment does not leak
     monkeypatch.setenv("PYTHONPATH", REPO_ROOT)  # the grader's checkout on the parent's path: not the job's
-    site = isolation.build_site(str(tmp_path))
+    site = grader_free_python.build_site(str(tmp_path))
     work = tmp_path / "run"
     work.mkdir()
-    job = runs.Job(str(work), site, 424242)
-    isolation.verify(str(work), job.env())
-    isolation.write_job(str(work), WHAT_A_WORKER_SEES)
+    job = script_runs.Job(str(work), site, 424242)
+    grader_free_python.verify(str(work), job.env())
+    grader_free_python.write_job(str(work), WHAT_A_WORKER_SEES)
     with job.torchrun(reference.standalone_command("train.py", 2), str(work), 120, None, []) as proc:
         proc.wait()
     assert not proc.timed_out, proc.output
@@ -80,7 +80,7 @@ def test_a_worker_of_the_isolated_job_cannot_import_the_grader(tmp_path, monkeyp
 
 
 def test_the_links_folder_leaves_out_every_way_to_the_grader(tmp_path):
-    site = isolation.build_site(str(tmp_path))
+    site = grader_free_python.build_site(str(tmp_path))
     names = os.listdir(site)
     assert "torch" in names
     assert not [
@@ -96,17 +96,17 @@ def test_the_links_folder_leaves_out_every_way_to_the_grader(tmp_path):
         cwd=tmp_path,
         capture_output=True,
         text=True,
-        env=isolation.isolated_env(site),
+        env=grader_free_python.isolated_env(site),
         timeout=60,
     )
     assert done.returncode != 0 and "No module named 'grader'" in done.stderr, done.stderr
 
 
 def test_verify_refuses_a_python_that_can_import_the_grader(tmp_path):
-    site = isolation.build_site(str(tmp_path))
-    env = isolation.isolated_env(site, {"PYTHONPATH": REPO_ROOT + os.pathsep + site})
+    site = grader_free_python.build_site(str(tmp_path))
+    env = grader_free_python.isolated_env(site, {"PYTHONPATH": REPO_ROOT + os.pathsep + site})
     with pytest.raises(RuntimeError, match="can import the grader"):
-        isolation.verify(str(tmp_path), env)
+        grader_free_python.verify(str(tmp_path), env)
 
 
 def test_no_command_the_grader_builds_is_an_accepted_torchrun_command_answer():

@@ -15,9 +15,9 @@ import threading
 
 import pytest
 
-from grader.exercises.torchrun import messages, probes, runs
+from grader.exercises.torchrun import output_evidence, probe_runs, script_runs
 from grader.exercises.torchrun.hidden_reference import node_command
-from grader.exercises.torchrun.launch import Torchrun, worker_env
+from grader.exercises.torchrun.torchrun_process import Torchrun, worker_env
 
 SCRIPT = "print('trained')\n"
 
@@ -55,7 +55,7 @@ def test_agents_that_cannot_meet_on_a_taken_port_are_told_from_a_teardown_abort(
 
 
 def test_two_node_probe_agents_that_cannot_meet_run_again_on_another_port(taken_port, monkeypatch):
-    real = probes.reserved_port
+    real = probe_runs.reserved_port
     handed = iter([taken_port])  # the first port the probe is handed is taken; then the grader's own
 
     @contextlib.contextmanager
@@ -67,7 +67,7 @@ def test_two_node_probe_agents_that_cannot_meet_run_again_on_another_port(taken_
             with real() as port:
                 yield port
 
-    monkeypatch.setattr(probes, "reserved_port", first_one_taken)
+    monkeypatch.setattr(probe_runs, "reserved_port", first_one_taken)
     endpoints = []
 
     def commands_for(endpoint):
@@ -76,14 +76,14 @@ def test_two_node_probe_agents_that_cannot_meet_run_again_on_another_port(taken_
         at = commands[0].index("--no-python")  # read_timeout=3: the lost agents give up in seconds, not 60
         return [cmd[:at] + ["--rdzv-conf=read_timeout=3"] + cmd[at:] for cmd in commands]
 
-    with probes.ProbeDir() as probe:
-        output, timed_out = probes.run_two_node_probe(commands_for, probe)
+    with probe_runs.ProbeDir() as probe:
+        output, timed_out = probe_runs.run_two_node_probe(commands_for, probe)
         records = probe.records()
     assert sorted(records) == [(0, 0), (1, 0)] and not timed_out, output
     assert len(endpoints) == 2 and endpoints[0] == f"127.0.0.1:{taken_port}" != endpoints[1]
 
 
-def _scenario(*outcomes: runs.ScriptRun):
+def _scenario(*outcomes: script_runs.ScriptRun):
     """A scenario whose runs end as `outcomes` say, one per call; it records the seeds it was given."""
     seeds: list[int] = []
 
@@ -95,40 +95,43 @@ def _scenario(*outcomes: runs.ScriptRun):
     return scenario, seeds
 
 
-def _complete() -> runs.ScriptRun:
-    return runs.ScriptRun(3, 0, final={"w": 0}, log=[0, 1, 2])
+def _complete() -> script_runs.ScriptRun:
+    return script_runs.ScriptRun(3, 0, final={"w": 0}, log=[0, 1, 2])
 
 
 @pytest.mark.parametrize(
     "lost, why",
     [
-        (runs.ScriptRun(3, 0, lost_rendezvous=True), "rendezvous port"),
-        (runs.ScriptRun(3, 0, died_at_teardown=True, final={"w": 0}, log=[0]), "aborted at teardown"),
+        (script_runs.ScriptRun(3, 0, lost_rendezvous=True), "rendezvous port"),
+        (script_runs.ScriptRun(3, 0, died_at_teardown=True, final={"w": 0}, log=[0]), "aborted at teardown"),
     ],
 )
 def test_a_run_lost_to_noise_is_run_again_with_a_fresh_seed_and_says_why(lost, why):
     scenario, seeds = _scenario(lost, _complete())
-    run = runs.with_retry(scenario, SCRIPT, 3)
+    run = script_runs.with_retry(scenario, SCRIPT, 3)
     assert run.complete() and len(seeds) == 2 and seeds[0] != seeds[1]
     assert why in run.retried
 
 
 def test_a_run_the_script_spoiled_is_not_run_again():
-    spoiled = runs.ScriptRun(3, 0, final=None, log=[0])  # no final model, and no sign of noise
+    spoiled = script_runs.ScriptRun(3, 0, final=None, log=[0])  # no final model, and no sign of noise
     scenario, seeds = _scenario(spoiled, _complete())
-    assert runs.with_retry(scenario, SCRIPT, 3) is spoiled and len(seeds) == 1
+    assert script_runs.with_retry(scenario, SCRIPT, 3) is spoiled and len(seeds) == 1
 
 
 def test_noise_is_run_again_only_once():
-    scenario, seeds = _scenario(runs.ScriptRun(3, 0, lost_rendezvous=True), runs.ScriptRun(3, 0, lost_rendezvous=True))
-    run = runs.with_retry(scenario, SCRIPT, 3)
+    scenario, seeds = _scenario(
+        script_runs.ScriptRun(3, 0, lost_rendezvous=True), script_runs.ScriptRun(3, 0, lost_rendezvous=True)
+    )
+    run = script_runs.with_retry(scenario, SCRIPT, 3)
     assert not run.complete() and len(seeds) == 2
 
 
 def test_a_complete_run_is_never_noise():
     assert _complete().noise() == ""
     assert (
-        runs.ScriptRun(3, 0, died_at_teardown=True, lost_rendezvous=True, final={"w": 0}, log=[0, 1, 2]).noise() == ""
+        script_runs.ScriptRun(3, 0, died_at_teardown=True, lost_rendezvous=True, final={"w": 0}, log=[0, 1, 2]).noise()
+        == ""
     )
 
 
@@ -161,15 +164,15 @@ ModuleNotFoundErrorModuleNotFoundError: : No module named 'grader'No module name
 
 @pytest.mark.parametrize("workers", [BY_LINE, WITHIN_A_LINE], ids=["by_line", "within_a_line"])
 def test_interleaved_tracebacks_of_two_workers_still_show_the_error(workers):
-    shown = messages.evidence(workers + _AGENT)
+    shown = output_evidence.evidence(workers + _AGENT)
     assert "No module named 'grader'" in shown, shown
-    assert shown.count(messages.TRACEBACK_HEAD) == 1 and "ChildFailedError" not in shown, shown
+    assert shown.count(output_evidence.TRACEBACK_HEAD) == 1 and "ChildFailedError" not in shown, shown
 
 
 def test_one_workers_traceback_is_shown_whole():
     one = BY_LINE.splitlines()
     alone = "\n".join([one[0], one[1], one[3], one[5]]) + "\n"
-    assert messages.worker_traceback(alone + _AGENT) == alone.strip()
+    assert output_evidence.worker_traceback(alone + _AGENT) == alone.strip()
 
 
 # torch 2.13's torchrun prefixes a failed worker's lines with its rank; the cause (rank 1's) came first, the other
@@ -188,7 +191,7 @@ E1206 03:49:43.200000 809 api.py:1002] failed (exitcode: 1) local_rank: 1 (pid: 
 
 
 def test_a_workers_prefixed_traceback_is_shown_not_torchruns_summary():
-    shown = messages.evidence(PREFIXED + _AGENT)
+    shown = output_evidence.evidence(PREFIXED + _AGENT)
     assert "FileNotFoundError: [Errno 2] No such file or directory: 'snapshot.pt.tmp'" in shown, shown
     assert 'File "train.py", line 40, in save_atomically' in shown and "/tmp/" not in shown, shown
     assert "Connection closed by peer" not in shown and "ChildFailedError" not in shown, shown

@@ -1,7 +1,7 @@
 """Exercise 04_torchrun, train_script with --snapshot-every: a resume mid-epoch starts at the next batch.
 
 One crash run per script, real torchrun (the workers stop at every step while the grader reads the snapshot; at
-runs.KILL_STEP it kills one, torchrun restarts both). Each mid-epoch mistake keeps the epoch-level resume check's
+script_runs.KILL_STEP it kills one, torchrun restarts both). Each mid-epoch mistake keeps the epoch-level resume check's
 points (model, optimizer and epoch are right) and fails train_script_resumes_mid_epoch with a message naming it.
 The script that ignores --snapshot-every is also this check's laziest answer: it earns nothing here.
 Unit tests of the schedules the diagnosis compares with run no process.
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import pytest
 
-from grader.exercises.torchrun import problem, reference, resumes, runs
+from grader.exercises.torchrun import problem, reference, resumes, script_runs
 from tests.helpers import failed, grade_source, graded_once, mutate, solution_source
 
 ID = "04_torchrun"
@@ -86,7 +86,7 @@ def test_a_script_reading_its_environment_for_the_kill_step_gains_nothing():
 def test_the_same_file_gets_the_same_score_every_time():
     """The kill is a constant, nothing drawn: a wrong resume (batches skipped in every later epoch, which scored 4
     to 9 of 9 when the kill step was drawn at random) gets the same score and message in repeated gradings."""
-    assert runs.KILL_STEP == 7 and not hasattr(runs, "kill_steps")
+    assert script_runs.KILL_STEP == 7 and not hasattr(script_runs, "kill_steps")
     source = mutate(solution_source(ID), *MISTAKES["skips_batches_run_in_every_later_epoch"][:2])
     # two gradings of one file: the mistake's test above made the first (graded_once), one more here (a third
     # cost a crash run; the kill step itself is asserted a constant above)
@@ -97,7 +97,7 @@ def test_the_same_file_gets_the_same_score_every_time():
 def test_the_kill_step_the_mistakes_apart():
     """At the grader's one kill step (epoch 1, a later epoch follows), an epoch-end-only snapshot is too old, and
     the faulty resumes train other models than the uninterrupted run (and than each other)."""
-    epochs, every, k = 3, runs.SNAPSHOT_EVERY, runs.KILL_STEP
+    epochs, every, k = 3, script_runs.SNAPSHOT_EVERY, script_runs.KILL_STEP
     assert k // problem.STEPS_PER_EPOCH == 1 < epochs - 1  # epoch 1, a later epoch follows
     assert k % problem.STEPS_PER_EPOCH >= every  # the epoch end is at least `every` steps back
     p = k // every * every  # the solution's snapshot at k

@@ -390,13 +390,15 @@ def test_a_save_the_watch_stopped_is_named(saves, phrase):
 def test_the_order_of_events_names_each_mistake(gate, loaded, phrase):
     """What the marker wrote (the real-thread tests above) -> the verdict, for every order it can write."""
     from grader.checks import CheckFailed
-    from grader.exercises.torchrun import runs
+    from grader.exercises.torchrun import script_runs
     from grader.exercises.torchrun.checks_script_async import check_order
 
-    run = runs.ScriptRun(3, 1, gate=gate, loaded=loaded)
+    run = script_runs.ScriptRun(3, 1, gate=gate, loaded=loaded)
     with pytest.raises(CheckFailed, match=phrase):
         check_order(run)
-    check_order(runs.ScriptRun(3, 1, gate={"0": ["write-began 4 9", "next-step-began 9"], "1": []}, loaded=loaded))
+    check_order(
+        script_runs.ScriptRun(3, 1, gate={"0": ["write-began 4 9", "next-step-began 9"], "1": []}, loaded=loaded)
+    )
 
 
 @pytest.mark.parametrize(
@@ -409,9 +411,9 @@ def test_the_order_of_events_names_each_mistake(gate, loaded, phrase):
 )
 def test_a_checkpoint_the_loader_could_not_read_is_named(error, phrase):
     from grader.checks import CheckFailed
-    from grader.exercises.torchrun import runs
+    from grader.exercises.torchrun import script_runs
     from grader.exercises.torchrun.checks_script_async import loaded_checkpoint
 
-    run = runs.ScriptRun(3, 1, loaded={"world_size": 3, "loaded": {runs.checkpoint(2): {"error": error}}})
+    run = script_runs.ScriptRun(3, 1, loaded={"world_size": 3, "loaded": {script_runs.checkpoint(2): {"error": error}}})
     with pytest.raises(CheckFailed, match=phrase):
         loaded_checkpoint(run, 2, 3)

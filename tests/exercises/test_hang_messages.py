@@ -198,9 +198,9 @@ def _script_line(source: str, code: str) -> int:
 
 
 def test_exercise_4_a_barrier_on_rank_0_only_names_the_scripts_line(monkeypatch):
-    from grader.exercises.torchrun import runs
+    from grader.exercises.torchrun import script_runs
 
-    monkeypatch.setattr(runs, "RUN_TIMEOUT_S", 25.0)  # the hang's bound, not a verdict: the run is killed
+    monkeypatch.setattr(script_runs, "RUN_TIMEOUT_S", 25.0)  # the hang's bound, not a verdict: the run is killed
     source = mutate(
         solution_source("04_torchrun"), EX4_SNAPSHOT, EX4_SNAPSHOT + "            dist.barrier()  # only rank 0 waits\n"
     )

@@ -1,4 +1,4 @@
-"""Checks of exercise 02_ddp_basics (lesson: lessons/02_ddp_basics.ipynb).
+"""Checks of exercise 02_ddp_basics (lesson: lessons/lesson_02_ddp_basics.ipynb).
 
 Each check runs the student's task in real ranks (world size 2; the hidden
 ones also 3) and compares with a single-process reference from reference.py.
@@ -13,7 +13,7 @@ ctx.device: the run's hardware plan), never from the grader's torch.cuda.
     checks_uneven.py    train_uneven
     checks_bucketed.py  BucketedDDP (its ranks run bucketed_runs.py; bucketed_traffic.py judges the all-reduces)
 
-Helpers of the checks: reference_practice.py (references and models of "DDP in practice"), simulated.py (the
+Helpers of the checks: reference_practice.py (references and models of "DDP in practice"), simulated_cuda.py (the
 student's code made to believe CUDA is, or is not, available).
 
 This file declares the exercise; its checks_*.py and hidden_*.py modules are found by

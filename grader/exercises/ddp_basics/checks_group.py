@@ -2,7 +2,7 @@
 
 Expected backends and devices come from each rank's context (the run's hardware
 plan). The decision itself is also exercised in the rank under a simulated GPU
-machine and a simulated CPU machine (simulated.py), so an answer that ignores
+machine and a simulated CPU machine (simulated_cuda.py), so an answer that ignores
 torch.cuda.is_available() fails on any hardware.
 """
 
@@ -17,7 +17,7 @@ from grader.grading import describe_failure
 from grader.exercises import fences
 from grader.exercises import happens_before as hb
 from grader.exercises.ddp_basics import EXERCISE
-from grader.exercises.ddp_basics.simulated import cuda_available, device_index
+from grader.exercises.ddp_basics.simulated_cuda import cuda_available, device_index
 
 HOLD_BOUND_S = 5.0  # safety bound of a held rank; a correct or wrong answer ends the wait sooner
 

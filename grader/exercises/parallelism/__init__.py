@@ -15,7 +15,7 @@ single-process reference (reference.py).
     checks_context.py      ring_attention (causal attention over one sequence block per rank: the key/value blocks
                            sent around the ring, the output against one process, the bytes held; causal_blocks.py)
 
-Helpers of the checks: host.py (tensors a rank sends back), p2p_only.py (collectives forbidden, point-to-point
+Helpers of the checks: host_copy.py (tensors a rank sends back), p2p_only.py (collectives forbidden, point-to-point
 traffic counted).
 
 This file declares the exercise; its checks_*.py and hidden_*.py modules are found by

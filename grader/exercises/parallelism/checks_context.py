@@ -24,7 +24,7 @@ from grader.exercises.collectives import record_collectives
 from grader.exercises.dispatch_mode import SWITCHED_OFF
 from grader.exercises.parallelism import EXERCISE
 from grader.exercises.parallelism import causal_blocks as ref
-from grader.exercises.parallelism.host import host as _host
+from grader.exercises.parallelism.host_copy import host as _host
 from grader.exercises.parallelism.stage_watch import StageWatch
 from grader.exercises.syncbn_sharded.live_bytes import LiveBytes, live_nbytes, storage_key
 

@@ -9,7 +9,7 @@ from grader.grading import describe_failure
 from grader.engine.stacks import describe_exception, format_exception
 from grader.exercises.parallelism import reference as ref
 from grader.exercises.parallelism import EXERCISE
-from grader.exercises.parallelism.host import host as _host
+from grader.exercises.parallelism.host_copy import host as _host
 from grader.exercises.parallelism.pipeline_diagnosis import crash_hint, failure_text
 
 PIPELINE_TIMEOUT = 8.0  # a few tiny messages each way: longer is a deadlock

@@ -24,7 +24,7 @@ from grader.checks import CheckFailed
 from grader.exercises.collectives import record_collectives
 from grader.exercises.dispatch_mode import SWITCHED_OFF
 from grader.exercises.parallelism import EXERCISE
-from grader.exercises.parallelism.host import host as _host
+from grader.exercises.parallelism.host_copy import host as _host
 from grader.exercises.parallelism.interleaved import expected_sends
 from grader.exercises.parallelism.schedule_traffic import (
     batch,

@@ -14,7 +14,7 @@ from torch import nn
 
 from grader.checks import CheckFailed
 from grader.exercises.syncbn_sharded import reference as ref
-from grader.exercises.syncbn_sharded.common import assert_close_scaled, close, cpu
+from grader.exercises.syncbn_sharded.scaled_closeness import assert_close_scaled, close, cpu
 from grader.exercises.syncbn_sharded import EXERCISE
 
 # --- DistributedBatchNorm ---------------------------------------------------------------

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 
 from grader.checks import CheckFailed
-from grader.exercises.torchrun import command, probes
-from grader.exercises.torchrun.messages import evidence
+from grader.exercises.torchrun import command, probe_runs
+from grader.exercises.torchrun.output_evidence import evidence
 
 from grader.exercises.torchrun import EXERCISE
 
@@ -61,12 +61,12 @@ def built_commands(run: dict) -> list:
 def torchrun_command_runs_one_node(g):
     """torchrun_command(script, 2) builds a --standalone command; run as is, it starts two
     workers of one job (WORLD_SIZE 2, RANK 0 and 1)."""
-    with probes.ProbeDir() as probe:
+    with probe_runs.ProbeDir() as probe:
         ((shown, cmd),) = built_commands(
             g.run(_call_torchrun_command, [((probe.script, 2), {})], world_size=1, init_group=False)[0]
         )
         command.check_static(shown, cmd, probe.script, 2, 1, 0, None, 0)
-        output, timed_out = probes.run_probe([cmd], probe)
+        output, timed_out = probe_runs.run_probe([cmd], probe)
         _check_ranks(probe.records(), 2, output, timed_out, f"torchrun_command({shown})")
 
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 import dataclasses
 
 from grader.checks import CheckFailed
-from grader.exercises.torchrun import probes, reference
-from grader.exercises.torchrun.messages import evidence
-from grader.exercises.torchrun.probe import FIELDS, describe_result
+from grader.exercises.torchrun import probe_runs, reference
+from grader.exercises.torchrun.output_evidence import evidence
+from grader.exercises.torchrun.probe_worker import FIELDS, describe_result
 
 from grader.exercises.torchrun import EXERCISE
 
@@ -91,9 +91,9 @@ def read_dist_env_on_torchrun_workers(g):
     """On the workers of `torchrun --standalone --nproc-per-node=2 --max-restarts=1` whose
     rank 1 fails once, read_dist_env(os.environ) matches each worker's environment,
     restart count included."""
-    with probes.ProbeDir(g.submission) as probe:
+    with probe_runs.ProbeDir(g.submission) as probe:
         cmd = reference.standalone_command(probe.script, 2, max_restarts=1)
-        output, timed_out = probes.run_probe([cmd], probe, {"PROBE_FAIL_ONCE_RANK": "1"})
+        output, timed_out = probe_runs.run_probe([cmd], probe, {"PROBE_FAIL_ONCE_RANK": "1"})
         _check_probe_records(
             probe.records(), [(0, 0), (1, 0), (0, 1), (1, 1)], output, timed_out, "a 2-worker run restarted once"
         )

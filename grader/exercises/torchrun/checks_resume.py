@@ -1,7 +1,7 @@
 """Check of 04_torchrun, train_script: a snapshot every --snapshot-every steps resumes at the same batch.
 
 It reads the crash run of train_script_resumes_after_a_killed_worker (one run for both): the workers
-stopped at every training forward while the grader read the snapshot, and at runs.KILL_STEP the grader
+stopped at every training forward while the grader read the snapshot, and at script_runs.KILL_STEP the grader
 killed a worker instead; it counted every sample each worker's training forwards took over both
 attempts. A right resume never leaves --snapshot-every steps unsaved (at any step of either attempt),
 trains again only the steps after the snapshot, and ends with the uninterrupted run's model.
@@ -10,12 +10,12 @@ trains again only the steps after the snapshot, and ends with the uninterrupted 
 from __future__ import annotations
 
 from grader.checks import CheckFailed
-from grader.exercises.torchrun import problem, reference, resumes, runs
+from grader.exercises.torchrun import problem, reference, resumes, script_runs
 from grader.exercises.torchrun.checks_script import KILL_EPOCHS, _check_state, _same, resumed_run
 from grader.exercises.torchrun import EXERCISE
 from grader.exercises.torchrun.resumes import where
 
-PER_RANK_BATCH = problem.GLOBAL_BATCH // runs.WORKERS
+PER_RANK_BATCH = problem.GLOBAL_BATCH // script_runs.WORKERS
 
 
 def _progress_at(snapshot, step: int) -> int:
@@ -64,14 +64,14 @@ def _check_age(step: int, p: int, every: int, saves_mid_epoch: bool) -> None:
     )
 
 
-def _mid_epoch(run: runs.ScriptRun) -> bool:
+def _mid_epoch(run: script_runs.ScriptRun) -> bool:
     return any(
         resumes.progress(snapshot) not in (None, 0) and resumes.progress(snapshot) % resumes.STEPS
         for _, _, snapshot in run.snapshots
     )
 
 
-def _snapshot_progress(run: runs.ScriptRun, every: int) -> int:
+def _snapshot_progress(run: script_runs.ScriptRun, every: int) -> int:
     """Check the age of every snapshot of the first attempt, up to the kill; the progress at the kill."""
     p, mid_epoch = 0, _mid_epoch(run)
     for attempt, forward, snapshot in run.snapshots:
@@ -81,7 +81,7 @@ def _snapshot_progress(run: runs.ScriptRun, every: int) -> int:
     return p
 
 
-def _check_restarted_ages(run: runs.ScriptRun, p: int, every: int) -> None:
+def _check_restarted_ages(run: script_runs.ScriptRun, p: int, every: int) -> None:
     """After the restart (which resumed at p, checked by the counts), every snapshot is as recent."""
     for attempt, forward, snapshot in run.snapshots:
         if attempt == 1:
@@ -89,11 +89,11 @@ def _check_restarted_ages(run: runs.ScriptRun, p: int, every: int) -> None:
             _check_age(step, _progress_at(snapshot, step), every, True)
 
 
-def _check_counts(run: runs.ScriptRun, p: int) -> None:
+def _check_counts(run: script_runs.ScriptRun, p: int) -> None:
     """Each worker trained every batch once, plus the steps between the snapshot and the kill again."""
     kill, per_step = run.kill_step, PER_RANK_BATCH
     expected = (KILL_EPOCHS * resumes.STEPS + kill - p) * per_step
-    seen = {rank: (run.seen or {}).get(str(rank), 0) for rank in range(runs.WORKERS)}
+    seen = {rank: (run.seen or {}).get(str(rank), 0) for rank in range(script_runs.WORKERS)}
     if all(n == expected for n in seen.values()):
         return
     counts = ", ".join(f"rank {rank}: {n}" for rank, n in seen.items())
@@ -141,9 +141,9 @@ def train_script_resumes_mid_epoch(g):
         raise CheckFailed(
             f"resuming mid-epoch counts only when the resume after a kill works; it does not: {exc}"
         ) from None
-    p = _snapshot_progress(run, runs.SNAPSHOT_EVERY)
+    p = _snapshot_progress(run, script_runs.SNAPSHOT_EVERY)
     _check_counts(run, p)
-    _check_restarted_ages(run, p, runs.SNAPSHOT_EVERY)
+    _check_restarted_ages(run, p, script_runs.SNAPSHOT_EVERY)
     if (
         p % resumes.STEPS
         and isinstance(run.final, dict)

@@ -1,7 +1,7 @@
 """Checks of 04_torchrun, train_script: launched with real torchrun (2 workers, a killed worker with
 --max-restarts=1, two "nodes", a snapshot probe).
 
-Each run is isolated (runs.py, isolation.py): the script's Python cannot import the grader, and
+Each run is isolated (script_runs.py, grader_free_python.py): the script's Python cannot import the grader, and
 problem.SEED (initial weights, data, sampler) is drawn for the run, so the expected models, computed
 here in the parent, are reached only by training. The checks about how the script writes (one
 writer, atomic replace) first verify that training: a script that writes well what it never
@@ -13,9 +13,9 @@ from __future__ import annotations
 import torch
 
 from grader.checks import CheckFailed
-from grader.exercises.torchrun import problem, reference, resumes, runs
+from grader.exercises.torchrun import problem, reference, resumes, script_runs
 from grader.exercises.torchrun.resumes import where
-from grader.exercises.torchrun.messages import evidence, read_half_written
+from grader.exercises.torchrun.output_evidence import evidence, read_half_written
 from grader.exercises.torchrun.saves import check_saves
 from grader import tolerances
 
@@ -25,7 +25,7 @@ from grader.exercises.torchrun import EXERCISE
 # ---------------------------------------------------------------- train_script
 
 EPOCHS = 3  # the plain, two-node and snapshot-probe runs
-KILL_EPOCHS = 3  # the crash run: a worker is killed at runs.KILL_STEP, in epoch 1
+KILL_EPOCHS = 3  # the crash run: a worker is killed at script_runs.KILL_STEP, in epoch 1
 
 
 def _get_script(ctx, student):
@@ -46,21 +46,21 @@ def _script(g) -> str:
     return source
 
 
-def _scenario(g, scenario, *args) -> runs.ScriptRun:
+def _scenario(g, scenario, *args) -> script_runs.ScriptRun:
     """Run a scenario on the student's script, once per grading: the plain check and the
     snapshot probe share one run (the probe's pause and hard link change nothing else)."""
     source = _script(g)
     cache = g.__dict__.setdefault("_torchrun_runs", {})
     key = (scenario.__name__, source, args)
     if key not in cache:
-        cache[key] = runs.with_retry(scenario, source, *args)
+        cache[key] = script_runs.with_retry(scenario, source, *args)
         if cache[key].retried:
             g.notes.append(f"{cache[key].retried}; the run was repeated (not counted)")
     check_saves(cache[key].saves)  # a run the grader stopped at a save: that save's mistake, for every check
     return cache[key]
 
 
-def _check_final(g, run: runs.ScriptRun, epochs: int, what: str, likely: str) -> None:
+def _check_final(g, run: script_runs.ScriptRun, epochs: int, what: str, likely: str) -> None:
     final = run.final
     if final is None:
         raise CheckFailed(
@@ -73,9 +73,9 @@ def _check_final(g, run: runs.ScriptRun, epochs: int, what: str, likely: str) ->
 
 
 def _backend(g) -> str:
-    """The backend of the torchrun workers' hardware (runs.WORKERS ranks), not of the 1-rank run that read
+    """The backend of the torchrun workers' hardware (script_runs.WORKERS ranks), not of the 1-rank run that read
     the script."""
-    return g.plan(runs.WORKERS).backend
+    return g.plan(script_runs.WORKERS).backend
 
 
 def _same(g, state: dict, expected: dict) -> bool:
@@ -134,11 +134,11 @@ def _check_state(g, state, epochs: int, seed: int, what: str, likely: str) -> No
         tolerances.assert_close(state[key], expected[key], f"{what}, `{key}`", likely, backend=_backend(g))
 
 
-def _check_shards(run: runs.ScriptRun, epochs: int, what: str) -> None:
-    """Every worker trained on its own shard: SAMPLES / runs.WORKERS samples per epoch in its training forwards.
+def _check_shards(run: script_runs.ScriptRun, epochs: int, what: str) -> None:
+    """Every worker trained on its own shard: SAMPLES / script_runs.WORKERS samples per epoch in its training forwards.
     A script where rank 0 trains on whole global batches alone reaches the same weights without DDP."""
-    expected = problem.SAMPLES // runs.WORKERS * epochs
-    seen = {rank: (run.seen or {}).get(str(rank), 0) for rank in range(runs.WORKERS)}
+    expected = problem.SAMPLES // script_runs.WORKERS * epochs
+    seen = {rank: (run.seen or {}).get(str(rank), 0) for rank in range(script_runs.WORKERS)}
     if all(n == expected for n in seen.values()):
         return
     counts = ", ".join(f"rank {rank}: {n}" for rank, n in seen.items())
@@ -151,13 +151,13 @@ def _check_shards(run: runs.ScriptRun, epochs: int, what: str) -> None:
         )
     raise CheckFailed(
         f"{what}: the workers' training forwards took {counts} samples in {epochs} epochs, expected "
-        f"{expected} each ({problem.SAMPLES} samples split over {runs.WORKERS} workers): each worker "
+        f"{expected} each ({problem.SAMPLES} samples split over {script_runs.WORKERS} workers): each worker "
         "takes only its shard (DistributedSampler) in batches of GLOBAL_BATCH // world_size, through "
         "ddp_model(x) (problem.make_model()'s forward)"
     )
 
 
-def require_training(g, run: runs.ScriptRun, epochs: int, what: str) -> None:
+def require_training(g, run: script_runs.ScriptRun, epochs: int, what: str) -> None:
     """For a check about how the script writes its files: fail unless what it wrote was trained right."""
     try:
         _check_final(g, run, epochs, f"{epochs} epochs", "see train_script_matches_single_process")
@@ -169,13 +169,13 @@ def _log_state(log: list[int] | None) -> str:
     return "no epoch log was written" if log is None else f"the log listed only {log}"
 
 
-def _logged_mid_epoch(run: runs.ScriptRun) -> bool:
+def _logged_mid_epoch(run: script_runs.ScriptRun) -> bool:
     """When the log got its first line, the snapshot was a mid-epoch one: the line came with it."""
     then = run.snapshot_as_acted
     return isinstance(then, dict) and (then.get("batches_run") not in (0, None) or then.get("epochs_run") == 0)
 
 
-def _check_log(run: runs.ScriptRun, expected: list[int], what: str) -> None:
+def _check_log(run: script_runs.ScriptRun, expected: list[int], what: str) -> None:
     log = run.log
     if log is None:
         raise CheckFailed(
@@ -226,7 +226,7 @@ def train_script_matches_single_process(g):
     """torchrun --standalone --nproc-per-node=2 train.py --epochs 3 ...: the final model equals one
     process trained on the same global batches; the log lists 0, 1, 2; the last snapshot holds
     model, optimizer and epochs_run 3."""
-    run = _scenario(g, runs.linked, EPOCHS, 1)
+    run = _scenario(g, script_runs.linked, EPOCHS, 1)
     what = "2 workers, 3 epochs"
     _check_final(
         g,
@@ -250,9 +250,9 @@ def train_script_matches_single_process(g):
     )
 
 
-def resumed_run(g) -> runs.ScriptRun:
+def resumed_run(g) -> script_runs.ScriptRun:
     """The crash run, once the restart found the snapshot and trained the remaining epochs; else CheckFailed."""
-    run = _scenario(g, runs.killed, KILL_EPOCHS, runs.SNAPSHOT_EVERY)
+    run = _scenario(g, script_runs.killed, KILL_EPOCHS, script_runs.SNAPSHOT_EVERY)
     what = "after a worker was killed"
     kill, epoch = run.kill_step, run.kill_step // problem.STEPS_PER_EPOCH
     if not run.acted:

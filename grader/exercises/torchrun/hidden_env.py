@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from grader.checks import CheckFailed
-from grader.exercises.torchrun import probes
+from grader.exercises.torchrun import probe_runs
 from grader.exercises.torchrun.hidden_reference import node_command
-from grader.exercises.torchrun.probe import FIELDS
+from grader.exercises.torchrun.probe_worker import FIELDS
 from grader.exercises.torchrun import EXERCISE
 from grader.exercises.torchrun.checks_env import (
     _expected_from,
@@ -25,8 +25,8 @@ from grader.exercises.torchrun.checks_env import (
 def read_dist_env_on_two_nodes(g):
     """Two torchrun agents (--nnodes=2, one worker each) on 127.0.0.1: the worker of node 1
     has RANK 1 but LOCAL_RANK 0, WORLD_SIZE 2 but LOCAL_WORLD_SIZE 1."""
-    with probes.ProbeDir(g.submission) as probe:
-        output, timed_out = probes.run_two_node_probe(
+    with probe_runs.ProbeDir(g.submission) as probe:
+        output, timed_out = probe_runs.run_two_node_probe(
             lambda endpoint: [node_command(probe.script, i, endpoint) for i in range(2)], probe
         )
         _check_probe_records(probe.records(), [(0, 0), (1, 0)], output, timed_out, "a 2-node run")

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from grader.exercises.torchrun.launch import RUN_MODULE, worker_command
+from grader.exercises.torchrun.torchrun_process import RUN_MODULE, worker_command
 
 
 def node_command(script: str, node_rank: int, rdzv_endpoint: str, nnodes: int = 2) -> list[str]:

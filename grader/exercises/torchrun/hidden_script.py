@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from grader.checks import CheckFailed
-from grader.exercises.torchrun import runs
-from grader.exercises.torchrun.messages import evidence
+from grader.exercises.torchrun import script_runs
+from grader.exercises.torchrun.output_evidence import evidence
 from grader.exercises.torchrun import EXERCISE
 from grader.exercises.torchrun.hidden_reference import node_command
 from grader.exercises.torchrun.checks_script import (
@@ -22,7 +22,7 @@ def train_script_on_two_nodes(g):
     """Two torchrun agents (--nnodes=2, one worker each, c10d on 127.0.0.1), each "node" in its own
     directory: the result equals the single-process reference, and only global rank 0 writes
     (checked once the result is right: writing well what was not trained earns nothing)."""
-    run = _scenario(g, runs.two_nodes, EPOCHS, node_command)
+    run = _scenario(g, script_runs.two_nodes, EPOCHS, node_command)
     what = "2 nodes of 1 worker, 3 epochs"
     _check_final(
         g,
@@ -47,7 +47,7 @@ def train_script_replaces_the_snapshot_atomically(g):
     to a temporary file and os.replace()d leaves the link's content alone (a crash mid-write
     never leaves a half-written snapshot); one rewritten in place changes it. Credited only when
     the run trained right: writing well what was not trained earns nothing."""
-    run = _scenario(g, runs.linked, EPOCHS, 1)
+    run = _scenario(g, script_runs.linked, EPOCHS, 1)
     require_training(g, run, EPOCHS, "the atomic snapshot")
     if not run.acted:
         state = "but there was no snapshot" if run.log_when_acted else _log_state(run.log)

@@ -1,7 +1,7 @@
 """The model, data and hyperparameters that exercise 04_torchrun's training script trains.
 
-Taught in lessons/04_torchrun.ipynb. The grader copies this file next to a
-student's train.py (its job cannot import `grader`: isolation.py), which imports it:
+Taught in lessons/lesson_04_torchrun.ipynb. The grader copies this file next to a
+student's train.py (its job cannot import `grader`: grader_free_python.py), which imports it:
 
     import problem
     model = problem.make_model()

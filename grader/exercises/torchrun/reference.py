@@ -12,7 +12,7 @@ import torch
 from torch.utils.data import DataLoader, DistributedSampler
 
 from grader.exercises.torchrun import problem
-from grader.exercises.torchrun.launch import RUN_MODULE, worker_command
+from grader.exercises.torchrun.torchrun_process import RUN_MODULE, worker_command
 
 # DistEnv field -> the variable torchrun sets for it
 ENV_VARS = {

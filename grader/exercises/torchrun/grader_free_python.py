@@ -26,7 +26,7 @@ import sys
 
 from grader.engine.plan import current_plan
 from grader.exercises.torchrun import problem
-from grader.exercises.torchrun.launch import RUN_MODULE, worker_command
+from grader.exercises.torchrun.torchrun_process import RUN_MODULE, worker_command
 
 SITE = "python-site"  # the links folder, next to the run's working directory (never inside it)
 PROBLEM_FILE = "problem.py"  # what the script imports: `import problem`
@@ -103,7 +103,7 @@ def isolated_env(site_dir: str, extra: dict[str, str] | None = None) -> dict[str
         PYTHONUNBUFFERED="1",
         PYTHONDONTWRITEBYTECODE="1",
         OMP_NUM_THREADS="1",
-        PYTHONFAULTHANDLER="1",  # a worker gloo aborts, or one killed hung, prints its stack (messages.py)
+        PYTHONFAULTHANDLER="1",  # a worker gloo aborts, or one killed hung, prints its stack (output_evidence.py)
         # each restarted attempt gets a fresh rendezvous store (launch.worker_env says why)
         TORCH_DISABLE_SHARE_RDZV_TCP_STORE="1",
     )

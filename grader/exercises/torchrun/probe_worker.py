@@ -1,6 +1,6 @@
 """The grader's own worker script: what one torchrun worker sees (04_torchrun).
 
-    torchrun ... probe.py OUTDIR [SUBMISSION.pkl]
+    torchrun ... probe_worker.py OUTDIR [SUBMISSION.pkl]
 
 The grader copies this file into a fresh directory and launches it. Each
 worker writes OUTDIR/rank<RANK>-attempt<TORCHELASTIC_RESTART_COUNT>.json with

@@ -1,8 +1,8 @@
-"""Hidden checks of checks_checkpointing.py (instructor only: a student build leaves this module out)."""
+"""Hidden checks of checks_activation_checkpointing.py (instructor only: a student build leaves this module out)."""
 
 from __future__ import annotations
 
-from grader.exercises.syncbn_sharded.checks_checkpointing import (
+from grader.exercises.syncbn_sharded.checks_activation_checkpointing import (
     TASK,
     run_checkpointing,
     verify_gradients,

@@ -10,7 +10,7 @@ import torch
 def training_memory(models, training_state_gb, batches, activation_mb, params_mb):
     """Left: float32 + Adam training state of well-known model sizes. Right: measured saved activations.
 
-    Lesson 1 (lessons/01_data_vs_model_parallelism.ipynb), §1 "Why parallelize at all?".
+    Lesson 1 (lessons/lesson_01_data_vs_model_parallelism.ipynb), §1 "Why parallelize at all?".
     """
     _, (left, right) = plt.subplots(1, 2, figsize=(12, 4))
     bottom = [0.0] * len(models)
@@ -179,7 +179,7 @@ def allreduce_cost(nbytes, seconds, alpha, bandwidth, large):
 def restart_timeline(evts, t0, kill_time):
     """Each worker's start-up, epochs and snapshots, the kill, the lost work and the resumed attempt.
 
-    Lesson 4 (lessons/04_torchrun.ipynb), §2 "Fault tolerance". evts: the script's events.jsonl records.
+    Lesson 4 (lessons/lesson_04_torchrun.ipynb), §2 "Fault tolerance". evts: the script's events.jsonl records.
     """
     _, ax = plt.subplots(figsize=(11, 3.2))
     for rank, attempt in sorted({(e["rank"], e["attempt"]) for e in evts}):

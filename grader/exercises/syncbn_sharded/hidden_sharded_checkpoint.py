@@ -1,9 +1,9 @@
-"""Hidden checks of checks_checkpoint.py (instructor only: a student build leaves this module out)."""
+"""Hidden checks of checks_sharded_checkpoint.py (instructor only: a student build leaves this module out)."""
 
 from __future__ import annotations
 
 from grader.exercises.syncbn_sharded import EXERCISE
-from grader.exercises.syncbn_sharded.checks_checkpoint import (
+from grader.exercises.syncbn_sharded.checks_sharded_checkpoint import (
     _run_checkpoint,
     _verify_checkpoint_written,
     _verify_resume,

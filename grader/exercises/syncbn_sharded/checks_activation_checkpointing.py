@@ -1,4 +1,4 @@
-"""03_syncbn_sharded: activation checkpointing (not checks_checkpoint.py, which saves training state).
+"""03_syncbn_sharded: activation checkpointing (not checks_sharded_checkpoint.py, which saves training state).
 
 The ranks hand the grader's block model (blocks of different widths) and an activation-memory budget to the
 student's function, wrap what it returns in DDP, and run one forward and backward on their own micro-batches. What

@@ -4,7 +4,7 @@
         output, timed_out = run_probe([command + ...], probe)
         probe.records()   # (rank, attempt) -> what that worker saw (and read_dist_env's answer)
 
-The probe (probe.py) imports no torch, so a probe run costs only torchrun's own
+The probe (probe_worker.py) imports no torch, so a probe run costs only torchrun's own
 start-up: a few seconds.
 """
 
@@ -20,9 +20,9 @@ from typing import Callable
 import cloudpickle
 
 from grader.engine import reserved_port
-from grader.exercises.torchrun.launch import Torchrun, worker_env
+from grader.exercises.torchrun.torchrun_process import Torchrun, worker_env
 
-PROBE_SOURCE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "probe.py")
+PROBE_SOURCE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "probe_worker.py")
 PROBE_TIMEOUT_S = 45.0
 
 
@@ -32,7 +32,7 @@ class ProbeDir:
 
     def __init__(self, submission=None):
         self.root = tempfile.mkdtemp(prefix="torchrun-probe-")
-        self.script = os.path.join(self.root, "probe.py")
+        self.script = os.path.join(self.root, "probe_worker.py")
         self.out = os.path.join(self.root, "out")
         os.mkdir(self.out)
         shutil.copy(PROBE_SOURCE, self.script)

@@ -33,7 +33,7 @@ from grader.engine.background import (
     poll_until,
     start_in_session,
 )
-from grader.exercises.torchrun.probe import VARS as TORCHRUN_VARIABLES  # what torchrun sets in each worker
+from grader.exercises.torchrun.probe_worker import VARS as TORCHRUN_VARIABLES  # what torchrun sets in each worker
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(grader.__file__)))
 RUN_MODULE = TORCHRUN  # torchrun, from this interpreter

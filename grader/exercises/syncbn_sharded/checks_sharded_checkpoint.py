@@ -21,7 +21,7 @@ from grader.exercises import fences
 from grader.exercises import happens_before as hb
 from grader.i18n import _
 from grader.exercises.syncbn_sharded import reference as ref
-from grader.exercises.syncbn_sharded.common import assert_close_scaled, cpu
+from grader.exercises.syncbn_sharded.scaled_closeness import assert_close_scaled, cpu
 from grader.exercises.syncbn_sharded import EXERCISE
 
 CHECKPOINT_TIMEOUT_S = 10.0  # a correct save takes about a second; a deadlock should not cost 30

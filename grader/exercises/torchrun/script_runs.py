@@ -2,7 +2,7 @@
 
 Each writes the student's script to train.py (and problem.py next to it) in a
 fresh directory, launches it with the grader's own torchrun command, in a Python
-that cannot import the grader (isolation.py) and with a seed drawn for the run,
+that cannot import the grader (grader_free_python.py) and with a seed drawn for the run,
 and reads back what it wrote: the final model, the snapshot and the epoch log.
 Verdicts are made from those files and the run's seed, never from torchrun's
 exit code (a DDP worker can abort at teardown on CPU).
@@ -23,8 +23,8 @@ from dataclasses import dataclass, field
 import torch
 
 from grader.engine import reserved_port
-from grader.exercises.torchrun import isolation, problem
-from grader.exercises.torchrun.launch import Torchrun
+from grader.exercises.torchrun import grader_free_python, problem
+from grader.exercises.torchrun.torchrun_process import Torchrun
 from grader.exercises.torchrun.reference import standalone_command
 
 SNAPSHOT, FINAL, LOG, LINK = "snapshot.pt", "final.pt", "epochs.log", "snapshot-link.pt"
@@ -72,16 +72,21 @@ class Job:
 
     def env(self, extra: dict[str, str] | None = None) -> dict[str, str]:
         watched = {problem.SAVES_ENV: self.saves} if self.saves else {}
-        return isolation.isolated_env(
+        return grader_free_python.isolated_env(
             self.site,
-            {problem.SEED_ENV: str(self.seed), **watched, **isolation.node_gpus(0, 1, WORKERS), **(extra or {})},
+            {
+                problem.SEED_ENV: str(self.seed),
+                **watched,
+                **grader_free_python.node_gpus(0, 1, WORKERS),
+                **(extra or {}),
+            },
         )
 
     def torchrun(
         self, cmd: list[str], cwd: str, timeout: float, extra: dict[str, str] | None, args: list[str]
     ) -> Torchrun:
         """The grader's torchrun command `cmd` (ending with the script), isolated, then the script's `args`."""
-        return Torchrun(isolation.isolated_command(cmd) + args, cwd, timeout, self.env(extra))
+        return Torchrun(grader_free_python.isolated_command(cmd) + args, cwd, timeout, self.env(extra))
 
 
 @dataclass
@@ -234,7 +239,7 @@ def killed(source: str, job: Job, epochs: int, every: int) -> ScriptRun:
     KILL_STEP, where the kill lands instead. No timing is involved: the same steps every time.
     """
     directory = job.directory
-    isolation.write_job(directory, source)
+    grader_free_python.write_job(directory, source)
     run = ScriptRun(epochs, job.seed)
     run.kill_step = KILL_STEP
     log, snapshot = os.path.join(directory, LOG), os.path.join(directory, SNAPSHOT)
@@ -279,7 +284,7 @@ def linked(source: str, job: Job, epochs: int, link_after: int) -> ScriptRun:
     the snapshot to LINK and read it, then let the run go on. An atomic os.replace leaves the
     link's content as it was read; a snapshot rewritten in place changes it."""
     directory = job.directory
-    isolation.write_job(directory, source)
+    grader_free_python.write_job(directory, source)
     run = ScriptRun(epochs, job.seed)
     log = os.path.join(directory, LOG)
     go = os.path.join(directory, "go")
@@ -321,7 +326,7 @@ def two_nodes(source: str, job: Job, epochs: int, node_command) -> ScriptRun:
     nodes = [os.path.join(job.directory, f"node{i}") for i in range(2)]
     for node in nodes:
         os.mkdir(node)
-        isolation.write_job(node, source)
+        grader_free_python.write_job(node, source)
     run = ScriptRun(epochs, job.seed)
     with reserved_port() as port:  # released after the run: other runs may use it again
         endpoint = f"127.0.0.1:{port}"
@@ -330,7 +335,7 @@ def two_nodes(source: str, job: Job, epochs: int, node_command) -> ScriptRun:
                 node_command("train.py", i, endpoint),
                 node,
                 RUN_TIMEOUT_S,
-                isolation.node_gpus(i, 2, 1),
+                grader_free_python.node_gpus(i, 2, 1),
                 script_args(epochs),
             )
             for i, node in enumerate(nodes)
@@ -343,7 +348,12 @@ def two_nodes(source: str, job: Job, epochs: int, node_command) -> ScriptRun:
         finally:
             for proc in procs:
                 proc.stop()
-    given = {"train.py", isolation.PROBLEM_FILE, "__pycache__", CHECKPOINTS}  # every rank writes its checkpoint shard
+    given = {
+        "train.py",
+        grader_free_python.PROBLEM_FILE,
+        "__pycache__",
+        CHECKPOINTS,
+    }  # every rank writes its checkpoint shard
     run.other_files = sorted(n for n in os.listdir(nodes[1]) if n not in given and not n.startswith("torchrun-"))
     return run.collect(nodes[0])
 
@@ -355,13 +365,13 @@ def with_retry(scenario, source: str, *args) -> ScriptRun:
     for attempt in range(2):
         root = tempfile.mkdtemp(prefix="torchrun-check-")
         try:
-            site = isolation.build_site(root)
+            site = grader_free_python.build_site(root)
             directory = os.path.join(root, "run")  # the links folder stays outside the script's directory
             os.mkdir(directory)
             saves = os.path.join(root, "saves")
             os.mkdir(saves)
             job = Job(directory, site, random.SystemRandom().randrange(1, 2**31), saves)
-            isolation.verify(directory, job.env())
+            grader_free_python.verify(directory, job.env())
             run = scenario(source, job, *args)
             run.saves = read_gate(saves, ".saves")
         finally:
