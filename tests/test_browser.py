@@ -22,7 +22,9 @@ English sentence but gloo's. Then, in English, train_one_epoch without set_epoch
 others depend on it, hint() answers that check) and with its sum over ranks on rank 0 only (the one-rank call
 quoted, its rank condition, DDP's gradient all-reduce as DDP's, how many calls came before). Then nbgrader's
 Validate: the button says it is working, the results name each failing task with its reasons. Last, lesson 2's
-Quick Check from a cold kernel, and the Japanese lesson opened, saved and closed with `git status` clean.
+Quick Check from a cold kernel, and the Japanese lesson opened, saved and closed with `git status` clean. Then the
+welcome page (where make lab opens): its steps, and its link that opens lesson 2 in a tab named apart from the
+exercise's.
 """
 
 from __future__ import annotations
@@ -112,6 +114,7 @@ def course(tmp_path_factory):
     shutil.copy(os.path.join(ROOT, "nbgrader_config.py"), root)
     shutil.copytree(os.path.join(ROOT, "exercises", EXERCISE), root / "exercises" / EXERCISE)
     os.makedirs(root / "lessons" / "ja")
+    shutil.copytree(os.path.join(ROOT, "welcome"), root / "welcome")  # where make lab opens
     for lesson in (LESSON, os.path.join("ja", LESSON)):  # tracked in git, as in a student's clone of the course
         shutil.copy(os.path.join(ROOT, "lessons", lesson), root / "lessons" / lesson)
     git = ["git", "-c", "user.name=student", "-c", "user.email=student@example.org"]
@@ -329,6 +332,7 @@ def test_a_student_fetches_checks_and_submits_in_jupyterlab(lab, course, browser
             c for c in get_exercise("02_ddp_basics").checks if c.name == "dataloader_shards_disjoint_and_cover"
         )
         assert f"✗ make_dataloader: dataloader_shards_disjoint_and_cover (0/{shards.points:g})" in text
+        assert "(and 0.5 points of make_dataloader in hidden tests, graded after you submit)" in text  # the rest
         assert "the DataLoader has no DistributedSampler" in text  # the message names the mistake
         assert "Traceback" not in text and "grader/notebook.py" not in text  # no wall of grader frames
         expect(out.locator(".grader-fail")).not_to_have_count(0)
@@ -596,7 +600,7 @@ def _open(page, lab, path: str) -> None:
 
 
 def _close_current_tab(page, discard: bool) -> None:
-    """Close the notebook in front (an exercise and its lesson share a file name: the tab in front, not by name)."""
+    """Close the notebook in front (the tab in front, whatever its name)."""
     before = page.locator("#jp-main-dock-panel .lm-TabBar-tab").count()
     page.locator("#jp-main-dock-panel .lm-TabBar-tab.lm-mod-current .lm-TabBar-tabCloseIcon").click()
     if discard:
@@ -675,3 +679,28 @@ def test_a_quick_check_answers_from_a_cold_kernel_and_lessons_stay_clean_in_git(
             ["git", "diff", "--", "lessons/ja"], cwd=course["root"], capture_output=True, text=True, timeout=60
         ).stdout
         assert changed == "", changed + diff[:3000]
+
+
+def test_the_welcome_page_opens_the_lesson_in_a_tab_named_apart_from_the_exercise(lab, course, browser_page):
+    """Where make lab opens (its default URL, welcome/welcome.ipynb): the page says where to fetch, check, ask for a
+    hint, see progress and submit, and its lesson link opens lesson 2 in a tab whose name is not the exercise's."""
+    from playwright.sync_api import expect
+
+    page = browser_page
+    tab_bar = page.locator("#jp-main-dock-panel .lm-TabBar-tabLabel")
+    with _screenshot_on_failure(page, "failure-welcome"):
+        page.goto(f"{lab['url']}/lab/tree/{COURSE_ID}/{EXERCISE}/{EXERCISE}.ipynb?token={lab['token']}")
+        tab_bar.get_by_text(f"{EXERCISE}.ipynb", exact=True).wait_for()  # the fetched exercise, open
+        page.locator(".jp-BreadCrumbs-home").first.click()  # the file browser at the course's top
+        listing = page.locator(".jp-DirListing-content")
+        listing.locator(".jp-DirListing-item", has_text="welcome").first.dblclick()
+        listing.locator(".jp-DirListing-item", has_text="welcome.ipynb").dblclick()
+        panel = page.locator(".jp-NotebookPanel", has_text="Welcome to the distributed training course")
+        panel.wait_for()
+        for step in ("Assignment List", 'check("task")', 'hint("task")', "show_progress()", "Validate"):
+            expect(panel).to_contain_text(step)
+        panel.locator("a", has_text="Lesson 2").first.click()
+        tab_bar.get_by_text(LESSON, exact=True).wait_for()
+        tabs = tab_bar.all_inner_texts()
+        assert LESSON in tabs and f"{EXERCISE}.ipynb" in tabs, tabs  # both open, told apart by name
+        _shot(page, "05b-welcome-and-lesson-tab")
