@@ -304,9 +304,13 @@ def linked(source: str, job: Job, epochs: int, link_after: int) -> ScriptRun:
             snapshot = os.path.join(directory, SNAPSHOT)
             run.snapshot_when_acted = os.path.exists(snapshot)
             if run.snapshot_when_acted:
-                os.link(snapshot, os.path.join(directory, LINK))
-                run.snapshot_as_acted = load(os.path.join(directory, LINK))  # the linked file, whatever replaces it
-                run.acted = True
+                try:
+                    os.link(snapshot, os.path.join(directory, LINK))
+                except FileNotFoundError:  # gone since: a script that does not pause removed or renamed it
+                    run.snapshot_when_acted = False
+                else:
+                    run.snapshot_as_acted = load(os.path.join(directory, LINK))  # the linked file, whatever replaces it
+                    run.acted = True
         open(go, "w").close()  # release the paused workers
         run.absorb(proc)
     run.seen = read_seen(seen)
