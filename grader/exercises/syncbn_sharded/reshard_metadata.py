@@ -48,15 +48,17 @@ class _MetadataUnpickler(pickle.Unpickler):
         raise UnsafeMetadata(f"{module}.{name}")
 
 
-def read_regular(folder: str, name: str, limit: int) -> bytes:
-    """The bytes of `folder/name`, a regular file (not a link) of at most `limit` bytes."""
+def read_regular(folder: str, name: str, limit: int, offset: int = 0, length: int | None = None) -> bytes:
+    """`length` bytes (all, by default) from `offset` of `folder/name`, a regular file (not a link) of at most
+    `limit` bytes."""
     fd = os.open(os.path.join(folder, name), os.O_RDONLY | os.O_NOFOLLOW | getattr(os, "O_NONBLOCK", 0))
     try:
         info = os.fstat(fd)
         if not stat.S_ISREG(info.st_mode) or info.st_size > limit:
             raise UnsafeMetadata(f"{name} is not a regular file of at most {limit} bytes")
         with os.fdopen(fd, "rb", closefd=False) as file:
-            return file.read(limit + 1)
+            file.seek(offset)
+            return file.read(limit + 1 if length is None else length)
     finally:
         os.close(fd)
 
@@ -192,7 +194,7 @@ def _value(folder: str, md, key: str):
     if not isinstance(info.length, int) or not isinstance(info.offset, int) or info.length > 1 << 20:
         return _UNREAD
     try:
-        data = read_regular(folder, name, 64 << 20)[info.offset : info.offset + info.length]
+        data = read_regular(folder, name, 64 << 20, offset=info.offset, length=info.length)
         return torch.load(io.BytesIO(data), weights_only=True)
     except Exception:  # noqa: BLE001  not a value this reader understands: the load checks judge it
         return _UNREAD
