@@ -149,14 +149,18 @@ def measure_state(ctx, spec: dict, kind: str, group) -> int:
     """The bytes still alive after one optimizer step under `kind`, of everything made since the model was built."""
     x = batch(spec, ctx.rank)  # on the CPU: bytes are measured in a gloo group of their own, whatever the plan
     probe = StateBytes()
-    with probe:
-        torch.manual_seed(spec["seed"])
-        # on the CPU: in the measuring group, as the batch
-        model, optimizer = _wrapped(kind, planning_net(spec), group, optimizer_class(spec))
-        model(x).pow(2).mean().backward()
-        optimizer.step()
-    gc.collect()  # what only a reference cycle still holds is garbage, not state: the count must not hang on gc's timing
-    live = probe.live()
+    gc.freeze()  # what existed before cannot be garbage made here: the collection below walks only the new objects
+    try:
+        with probe:
+            torch.manual_seed(spec["seed"])
+            # on the CPU: in the measuring group, as the batch
+            model, optimizer = _wrapped(kind, planning_net(spec), group, optimizer_class(spec))
+            model(x).pow(2).mean().backward()
+            optimizer.step()
+        gc.collect()  # what only a reference cycle holds is garbage, not state: the count must not hang on gc's timing
+        live = probe.live()
+    finally:
+        gc.unfreeze()
     del model, optimizer
     return live
 
