@@ -10,6 +10,7 @@ collectives after its peer's event are no fence has not waited (happens_before.C
 
 from __future__ import annotations
 
+from grader.checks import CheckFailed
 from grader.exercises.collectives import KINDS
 from grader.exercises.happens_before import COLLECTIVES
 from grader.i18n import _
@@ -41,3 +42,13 @@ def rule(names: list[str]) -> str:
         "backend",
         names=named(names),
     )
+
+
+def require_fenced(entries_by_rank, after: int, message: str) -> None:
+    """Fail the check at the first rank whose only collectives after its peer's event (the first `after` ones) are
+    no fence. `entries_by_rank`: (rank, Collectives.entries) pairs; `message`: an N_()-marked sentence with
+    {rank}, {collectives} and {rule}, in the task's own words."""
+    for rank, entries in entries_by_rank:
+        waited_in = unfenced(entries, after)
+        if waited_in:
+            raise CheckFailed(_(message, rank=rank, collectives=named(waited_in), rule=rule(waited_in)))

@@ -168,6 +168,17 @@ def test_a_fence_that_holds_on_nccl_gets_full_marks(fence):
     assert report.passed and report.score == report.max_score > 0, "\n".join(report.lines())
 
 
+def test_a_wait_that_holds_on_gloo_only_is_no_fence():
+    """An all_reduce as the wait passes on CPU by luck of gloo's blocking: the check says why it is no wait on GPUs."""
+    source = mutate(
+        solution_source(EXERCISE),
+        "        torch.save(model.module.state_dict(), path)\n    dist.barrier()",
+        "        torch.save(model.module.state_dict(), path)\n    dist.all_reduce(torch.zeros(1))",
+    )
+    message = failed(grade_source(EXERCISE, source, task="save_checkpoint"))["checkpoint_complete_before_return"]
+    assert "rank 1 waited for rank 0's write only in dist.all_reduce" in message and "dist.barrier()" in message
+
+
 def test_wrong_setup_rank_is_caught_without_waiting_for_ever():
     source = mutate(solution_source(EXERCISE), "rank=rank, world_size", "rank=0, world_size")
     report = grade_source(EXERCISE, source, task="setup", timeout=8)

@@ -238,3 +238,16 @@ def test_consolidating_on_rank_0_only_deadlocks_and_says_so():
     report = grade_source(EXERCISE, source, checks=["checkpoint_complete_and_written_once"])
     message = failed(report)["checkpoint_complete_and_written_once"]
     assert "consolidation on one rank only" in message and "every rank must call it" in message, message
+
+
+def test_a_wait_that_holds_on_gloo_only_is_no_fence():
+    """An all_reduce as the wait passes on CPU by luck of gloo's blocking: the check says why it is no wait on GPUs."""
+    source = mutate(
+        solution_source(EXERCISE),
+        "    dist.barrier()  # nobody returns before the file is complete\n",
+        "    dist.all_reduce(torch.zeros(1))\n",
+    )
+    report = grade_source(EXERCISE, source, checks=["checkpoint_complete_and_written_once"])
+    message = failed(report)["checkpoint_complete_and_written_once"]
+    assert "rank 1 waited for rank 0's checkpoint only in dist.all_reduce" in message, message
+    assert "dist.barrier()" in message, message

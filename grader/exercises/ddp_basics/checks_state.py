@@ -8,11 +8,16 @@ import torch
 import torch.distributed as dist
 
 from grader.checks import CheckFailed
-from grader.i18n import _
+from grader.i18n import _, N_
 from grader.exercises import fences
 from grader.exercises import happens_before as hb
 from grader.exercises.ddp_basics import reference as ref
 from grader.exercises.ddp_basics import EXERCISE
+
+UNFENCED = N_(
+    "rank {rank} waited for rank 0's write only in {collectives}: {rule}. Call "
+    "dist.barrier() after the save, on every rank"
+)
 
 
 # --- checkpoints ----------------------------------------------------------------------------
@@ -141,18 +146,8 @@ def checkpoint_complete_before_return(g):
     results = g.run(_in_rank_save)
     _require_model_state(results)
     written_after = results[0][4]
-    for rank, result in enumerate(results[1:] if written_after else [], start=1):
-        waited_in = fences.unfenced(result[5], written_after[0])
-        if waited_in:
-            raise CheckFailed(
-                _(
-                    "rank {rank} waited for rank 0's write only in {collectives}: {rule}. Call "
-                    "dist.barrier() after the save, on every rank",
-                    rank=rank,
-                    collectives=fences.named(waited_in),
-                    rule=fences.rule(waited_in),
-                )
-            )
+    if written_after:
+        fences.require_fenced([(rank, r[5]) for rank, r in enumerate(results) if rank], written_after[0], UNFENCED)
     for rank, result in enumerate(results):
         if not result[1]:
             raise CheckFailed(

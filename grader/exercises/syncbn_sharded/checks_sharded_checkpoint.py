@@ -19,10 +19,15 @@ from grader.checks import CheckFailed
 from grader.grading import describe_failure
 from grader.exercises import fences
 from grader.exercises import happens_before as hb
-from grader.i18n import _
+from grader.i18n import N_
 from grader.exercises.syncbn_sharded import reference as ref
 from grader.exercises.syncbn_sharded.scaled_closeness import assert_close_scaled, cpu
 from grader.exercises.syncbn_sharded import EXERCISE
+
+UNFENCED = N_(
+    "rank {rank} waited for rank 0's checkpoint only in {collectives}: {rule}. End "
+    "with dist.barrier() on every rank, after the save"
+)
 
 CHECKPOINT_TIMEOUT_S = 10.0  # a correct save takes about a second; a deadlock should not cost 30
 
@@ -171,18 +176,8 @@ def _verify_checkpoint_written(results) -> None:
         if got["problems"]:
             raise CheckFailed("the checkpoint is incomplete: " + "; ".join(got["problems"]))
     written_after = results[0]["written_after"]  # the wait must be a fence (fences.py), on gloo as on nccl
-    for rank, got in enumerate(results[1:], start=1):
-        waited_in = fences.unfenced(got["entries"], written_after[0])
-        if waited_in:
-            raise CheckFailed(
-                _(
-                    "rank {rank} waited for rank 0's checkpoint only in {collectives}: {rule}. End "
-                    "with dist.barrier() on every rank, after the save",
-                    rank=rank,
-                    collectives=fences.named(waited_in),
-                    rule=fences.rule(waited_in),
-                )
-            )
+    peers = [(rank, got["entries"]) for rank, got in enumerate(results) if rank]
+    fences.require_fenced(peers, written_after[0], UNFENCED)
     for rank, got in enumerate(results):
         if not got["complete_at_return"]:
             raise CheckFailed(
