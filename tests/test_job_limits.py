@@ -1,11 +1,10 @@
 """Limits per job, not per user: a fork bomb, a memory hog or a spinner in one job takes no point from a classmate
 graded beside it, and is reported to its author naming the limit it ran into.
 
-Two classes of 02_ddp_basics are graded the same way (the default nurseries, then GRADER_NURSERY=0, two jobs at
-once): ada and bo answer everything; in the second, four classmates answer only pick_device, which attacks from
-inside its ranks: fork_bomb spawns processes until refused, memory_hog fills /dev/shm, /tmp and HOME and then
+A class of 02_ddp_basics is graded twice (the default nurseries, then GRADER_NURSERY=0, two jobs at once): ada and
+bo answer everything; four classmates answer only pick_device, which attacks from inside its ranks: fork_bomb spawns processes until refused, memory_hog fills /dev/shm, /tmp and HOME and then
 anonymous memory, spinner keeps 100 processes spinning (tests/hostile/limits/), forge_result forges a result on the
-channel (tests/hostile/). Asserted: ada's and bo's check results are identical in both classes (full marks) and
+channel (tests/hostile/). Asserted: ada and bo pass every check (full marks, what a calm class gets) and are
 unflagged, the attackers score 0 and are flagged naming their limit, the class finishes, and nothing of it is left
 running, nor any cgroup of it. The job's memory bound is set to 2 GiB here (GRADER_JOB_MEMORY) so that the hog stays
 small on a shared machine. How much longer a class takes beside a spinner is benchmarks/bench_spinner.py's.
@@ -91,12 +90,11 @@ def _left() -> list:
 @pytest.mark.skipif(bool(JobLimits.probe()), reason=JobLimits.probe() or "-")
 @pytest.mark.parametrize("nursery", ["1", "0"])
 def test_a_bomb_and_a_hog_take_nothing_from_classmates(tmp_path, nursery):
-    calm, _ = _grade(str(tmp_path / "calm"), (), nursery)
     attackers = ("fork_bomb", "memory_hog", "spinner", "forge_result")
     stormy, output = _grade(str(tmp_path / "stormy"), attackers, nursery)
+    every_check = [(c.name, True, c.points) for c in get_exercise(A).checks]  # what a calm class gets
     for student in HONEST:
-        assert calm[student]["report"]["score"] == stormy[student]["report"]["score"] == 44, output
-        assert _checks(calm[student]) == _checks(stormy[student]), output
+        assert _checks(stormy[student]) == every_check and stormy[student]["report"]["score"] == 44, output
         assert not stormy[student]["flags"], stormy[student]["flags"]
     assert {s: stormy[s]["report"]["score"] for s in attackers} == {s: 0 for s in attackers}, output
     assert any("pids.max" in f for f in stormy["fork_bomb"]["flags"]), stormy["fork_bomb"]["flags"]
