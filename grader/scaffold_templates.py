@@ -156,7 +156,7 @@ def test_returning_its_own_tensor_earns_nothing():
 ''')
 
 HINTS = Template('''\
-"""Hints of exercise $id: hint("$task") reveals them one by one (grader/hints.py).
+"""Hints of exercise $id: hint("$task") reveals them one by one (grader/notebook/hints.py).
 
 Every task of the exercise has a ladder of 2 or 3 hints, from a nudge to the key API, never the answer's
 code (tests/test_hints.py compares every hint with the solution cells). Replace the example's with yours.

@@ -117,7 +117,7 @@ SETTINGS = (
         "NBGRADER_EXECUTION",
         "",
         "set by nbgrader's autograde: check() then grades quietly",
-        "grader/notebook.py",
+        "grader/notebook/__init__.py",
         SET_BY_GRADER,
     ),
     Setting(

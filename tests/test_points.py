@@ -169,8 +169,8 @@ def test_a_check_cell_says_how_many_of_its_tasks_points_are_hidden():
     import os
 
     from grader.exercises import get_exercise
-    from grader.notebook_display import CheckView
-    from grader.points import hidden_points
+    from grader.notebook.display import CheckView
+    from grader.notebook import hidden_points
     from tests.helpers import ROOT
 
     exercise = get_exercise("02_ddp_basics")
