@@ -33,9 +33,9 @@ OTHER_COMMANDS = [
     "grader.progress",  # python -m grader progress: which tasks of which assignments pass
     "grader.gradebook.commands",  # python -m grader grade | report
     "grader.gradebook.collect",  # python -m grader collect: nbgrader collect, refusing forged submissions
-    "grader.student_build",  # python -m grader student-build OUT_DIR: the grader for students' servers
-    "grader.points",  # python -m grader points: the check cells' points, stamped from the checks
-    "grader.scaffold",  # python -m grader new-exercise ID: a new exercise's package, notebook and tests
+    "grader.course.student_build",  # python -m grader student-build OUT_DIR: the grader for students' servers
+    "grader.course.points",  # python -m grader points: the check cells' points, stamped from the checks
+    "grader.course.scaffold",  # python -m grader new-exercise ID: a new exercise's package, notebook and tests
     "grader.translate.command",  # python -m grader translate [--status]: the course in es, nl, ja (locale/)
     "grader.settings",  # python -m grader config: every setting with its help
 ]

@@ -1,4 +1,4 @@
-"""The check cells' points are stamped from the checks (grader/points.py, `make exercises`), and a
+"""The check cells' points are stamped from the checks (grader/course/points.py, `make exercises`), and a
 notebook that cannot be stamped is named, cell by cell, with nothing written."""
 
 import json
@@ -10,7 +10,7 @@ import pytest
 
 from grader import cells, cli
 from grader.exercises import exercise_ids, get_exercise
-from grader.points import PointsError, stamp
+from grader.course.points import PointsError, stamp
 from tests.helpers import ROOT
 
 EXERCISE = "02_ddp_basics"

@@ -24,7 +24,7 @@ from pathlib import Path
 from grader import cells
 from grader.checks import Exercise
 
-ROOT = Path(__file__).resolve().parent.parent  # the course repository (solutions/ lives here)
+ROOT = Path(__file__).resolve().parents[2]  # the course repository (solutions/ lives here)
 
 
 class PointsError(Exception):

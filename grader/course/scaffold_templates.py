@@ -1,4 +1,4 @@
-"""The files `python -m grader new-exercise` writes (grader/scaffold.py fills them in).
+"""The files `python -m grader new-exercise` writes (grader/course/scaffold.py fills them in).
 
 They make a small exercise that works as it stands: one task (sum a tensor over all ranks), one
 public check and one hidden check, a solution that gets full marks and a release that gets 0.
