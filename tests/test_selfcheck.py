@@ -13,7 +13,7 @@ import sys
 
 import pytest
 
-from grader import selfcheck
+from grader.instructor import selfcheck
 from grader.checks import CheckResult, Report
 from grader.engine.plan import current_plan, visible_gpus
 from grader.exercises import exercise_ids, get_exercise
