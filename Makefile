@@ -103,7 +103,7 @@ report: install
 # since it was last generated here (stamps in .nbgrader/generated/; a fresh clone regenerates each once).
 # Then the translation catalogs follow the releases (python -m grader translate: a new exercise gets its own).
 GENERATED = .nbgrader/generated
-release_sum = find solutions/$(1) exercises/$(1) nbgrader_config.py grader/points_preprocessor.py -type f \
+release_sum = find solutions/$(1) exercises/$(1) nbgrader_config.py grader/course/points_preprocessor.py -type f \
 	-not -path '*/.ipynb_checkpoints/*' 2>/dev/null | LC_ALL=C sort | xargs cat | sha256sum
 exercises: install
 	@test -n "$(strip $(ASSIGNMENTS))" || $(BIN)/python -m grader list --ids || exit 1

@@ -44,11 +44,11 @@ refuse_validate()
 # student owns, never through a link, and refuses forged, postdated or backdated submissions (vetted_collect.py).
 c.ExchangeFactory.collect = "grader.gradebook.vetted_collect.VettedCollect"
 # Feedback shows each check's verdict, never the code of hidden tests.
-# Generating refuses check cells whose points are not the checks' (grader/points_preprocessor.py).
+# Generating refuses check cells whose points are not the checks' (grader/course/points_preprocessor.py).
 from nbgrader.converters import GenerateAssignment  # noqa: E402
 
 c.GenerateAssignment.preprocessors = [
-    "grader.points_preprocessor.RefuseStalePoints",
+    "grader.course.points_preprocessor.RefuseStalePoints",
     *GenerateAssignment.class_traits()["preprocessors"].default(),
 ]
 c.GenerateFeedback.preprocessors = [

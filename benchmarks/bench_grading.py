@@ -36,7 +36,7 @@ sys.path.insert(0, ROOT)
 
 import grading_profile  # noqa: E402
 
-from grader.demo import sample_students  # noqa: E402
+from grader.instructor.demo import sample_students  # noqa: E402
 from grader.gradebook import roundtrip  # noqa: E402
 from grader.gradebook.inject import gradebook_scores  # noqa: E402
 from grader.gradebook.refuse_autograde import ALLOW  # noqa: E402  (the sample class is ours: trusted)

@@ -81,7 +81,7 @@ class Exercise:
     typical_mistakes: [(a line of the solution's answers, what a student typically writes instead), ...], at most
     one per task, appended by the exercise's hidden modules since they quote the answer (none in a student build);
     `make selfcheck` grades the solution so changed, each alone, and expects the line's task to score less than its
-    full marks (grader/selfcheck.py).
+    full marks (grader/instructor/selfcheck.py).
     """
 
     def __init__(self, exercise_id: str, tasks: list[str], side_by_side: bool = True, judged_by_bench: bool = True):

@@ -28,14 +28,14 @@ from grader.submission import SubmissionError, read_submission
 
 
 OTHER_COMMANDS = [
-    "grader.selfcheck",  # python -m grader selfcheck
-    "grader.gpucheck",  # python -m grader gpucheck: the GPU path on this machine, a verdict a line
+    "grader.instructor.selfcheck",  # python -m grader selfcheck
+    "grader.instructor.gpucheck",  # python -m grader gpucheck: the GPU path on this machine, a verdict a line
     "grader.progress",  # python -m grader progress: which tasks of which assignments pass
     "grader.gradebook.commands",  # python -m grader grade | report
     "grader.gradebook.collect",  # python -m grader collect: nbgrader collect, refusing forged submissions
-    "grader.student_build",  # python -m grader student-build OUT_DIR: the grader for students' servers
-    "grader.points",  # python -m grader points: the check cells' points, stamped from the checks
-    "grader.scaffold",  # python -m grader new-exercise ID: a new exercise's package, notebook and tests
+    "grader.course.student_build",  # python -m grader student-build OUT_DIR: the grader for students' servers
+    "grader.course.points",  # python -m grader points: the check cells' points, stamped from the checks
+    "grader.course.scaffold",  # python -m grader new-exercise ID: a new exercise's package, notebook and tests
     "grader.translate.command",  # python -m grader translate [--status]: the course in es, nl, ja (locale/)
     "grader.settings",  # python -m grader config: every setting with its help
 ]
@@ -113,7 +113,7 @@ def build_parser() -> argparse.ArgumentParser:
     listing.set_defaults(func=_list)
     demo = sub.add_parser("demo", help="grade the bundled sample submissions and print the grades")
     demo.add_argument("--assignment", default="02_ddp_basics")
-    demo.set_defaults(func=lambda args: __import__("grader.demo").demo.main(args.assignment))
+    demo.set_defaults(func=lambda args: importlib.import_module("grader.instructor.demo").main(args.assignment))
     for module in OTHER_COMMANDS:  # each module adds its own subcommand(s)
         importlib.import_module(module).register(sub)
     sub.metavar = "{" + ",".join(n for n in sub.choices if not n.startswith("_")) + "}"  # internal ones unlisted

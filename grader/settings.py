@@ -86,7 +86,9 @@ SETTINGS = (
         "1: show the sandboxes' own stderr (to debug a sandbox that will not start)",
         "grader/isolation/nursery_client.py",
     ),
-    Setting("GRADER_GPUCHECK_JSON", "gpucheck.json", "where make gpucheck writes its facts", "grader/gpucheck.py"),
+    Setting(
+        "GRADER_GPUCHECK_JSON", "gpucheck.json", "where make gpucheck writes its facts", "grader/instructor/gpucheck.py"
+    ),
     Setting(
         "NBGRADER_EXCHANGE",
         ".nbgrader/exchange",
@@ -117,7 +119,7 @@ SETTINGS = (
         "NBGRADER_EXECUTION",
         "",
         "set by nbgrader's autograde: check() then grades quietly",
-        "grader/notebook.py",
+        "grader/notebook/__init__.py",
         SET_BY_GRADER,
     ),
     Setting(
@@ -139,7 +141,7 @@ SETTINGS = (
         "GRADER_CUDA_WATCH",
         "",
         "1: ranks report which CUDA calls they made (make gpucheck)",
-        "grader/gpucheck.py",
+        "grader/instructor/gpucheck.py",
         SET_BY_GRADER,
     ),
     Setting("GRADER_FAKE_GPUS", "", "a GPU count the gate believes", "grader/isolation/gpu_gate.py", TESTS_ONLY),

@@ -66,7 +66,7 @@ def solution_answers() -> dict[str, str]:
 
 def passing_display(task: str) -> dict:
     """The display check(task) leaves in a notebook when every check of the task passes
-    (text/plain and text/html, as grader.notebook_display writes them)."""
+    (text/plain and text/html, as grader.notebook.display writes them)."""
     from grader.exercises import get_exercise
 
     checks = [c for c in get_exercise(EXERCISE).checks if c.task == task and not c.hidden]

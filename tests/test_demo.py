@@ -8,7 +8,7 @@ import re
 
 import pytest
 
-from grader import demo
+from grader.instructor import demo
 
 pytestmark = pytest.mark.timeout(900)  # the class is graded once, in the first test
 

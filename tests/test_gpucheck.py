@@ -86,7 +86,7 @@ def job_plans(gpus: int, monkeypatch) -> list[str]:
 @pytest.mark.parametrize("gpus", [1, 2, 4])
 def test_every_plan_line_is_as_expected_with_fake_gpus(gpus, monkeypatch):
     from grader.engine.plan import current_plan
-    from grader.gpucheck import plan_as_expected, runs_nccl
+    from grader.instructor.gpucheck import plan_as_expected, runs_nccl
 
     fake(monkeypatch, gpus)
     plans = [current_plan(w).describe() for w in (1, 2, 3)]
@@ -95,7 +95,7 @@ def test_every_plan_line_is_as_expected_with_fake_gpus(gpus, monkeypatch):
 
 
 def test_on_one_gpu_the_demo_class_on_gloo_is_ok_and_nccl_would_be_bad(monkeypatch):
-    from grader.gpucheck import demo_verdict
+    from grader.instructor.gpucheck import demo_verdict
 
     plans = job_plans(1, monkeypatch)
     assert all("gloo" in p for p in plans), plans
@@ -106,7 +106,7 @@ def test_on_one_gpu_the_demo_class_on_gloo_is_ok_and_nccl_would_be_bad(monkeypat
 
 
 def test_on_two_gpus_the_demo_class_must_run_nccl(monkeypatch):
-    from grader.gpucheck import demo_verdict
+    from grader.instructor.gpucheck import demo_verdict
 
     plans = job_plans(2, monkeypatch)
     assert ", nccl," in plans[0] and ", gloo" in plans[1], plans  # 2 ranks on the job's 2 GPUs; 3 ranks: gloo
@@ -115,7 +115,7 @@ def test_on_two_gpus_the_demo_class_must_run_nccl(monkeypatch):
 
 
 def test_selfcheck_runs_only_on_two_gpus_or_more(capsys):
-    from grader import gpucheck
+    from grader.instructor import gpucheck
 
     gpucheck.selfcheck_step(1)
     line = capsys.readouterr().out.strip()
@@ -123,7 +123,7 @@ def test_selfcheck_runs_only_on_two_gpus_or_more(capsys):
 
 
 def test_a_check_that_needs_a_newer_torch_names_the_api():
-    from grader.gpucheck import missing_api
+    from grader.instructor.gpucheck import missing_api
 
     assert missing_api("AttributeError: module 'torch.distributed' has no attribute 'shard_full'") == "shard_full"
     assert missing_api("ImportError: cannot import name 'fully_shard' from 'torch.distributed.fsdp'") == "fully_shard"

@@ -24,7 +24,7 @@ from tests.graded_class import A, notebook_with, place
 from tests.test_instructor_workflow import TIMEOUT
 
 FAKE_PASS = """
-import grader.notebook_display as _view
+import grader.notebook.display as _view
 _add = _view.CheckView.add
 def _add_passing(self, result):  # every check shows ✓ in this kernel
     result.passed, result.points, result.message = True, result.max_points, ""

@@ -12,7 +12,16 @@ import pytest
 
 from grader import cells
 from grader.exercises import exercise_ids
-from grader.hints import UnknownTask, check_hints, hinter, hints_used, ladders, note_checked, state_path, tasks_of
+from grader.notebook.hints import (
+    UnknownTask,
+    check_hints,
+    hinter,
+    hints_used,
+    ladders,
+    note_checked,
+    state_path,
+    tasks_of,
+)
 from tests.helpers import ROOT
 
 MIN_LINE = 21  # a solution line this long never appears verbatim in a hint
@@ -185,7 +194,7 @@ def test_progress_view_shows_hints_used_per_task(state, monkeypatch):
 
 
 def test_the_hint_of_the_check_that_failed_comes_first_then_the_ladder(state, capsys):
-    from grader import hints
+    from grader.notebook import hints
 
     hints._failing_here.clear()  # this process's record: a fresh kernel
     exercise_id, task = "02_ddp_basics", "train_one_epoch"

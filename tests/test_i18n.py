@@ -21,7 +21,7 @@ from babel.messages.pofile import read_po
 from grader import feedback_filter, i18n
 from grader.checks import CheckResult
 from grader.i18n import _
-from grader.notebook_display import CheckView
+from grader.notebook.display import CheckView
 from grader.translate import LANGUAGES, grader_catalog
 from tests.helpers import failed, grade_source, mutate, solution_source
 
@@ -198,7 +198,7 @@ def test_spanish_quick_check_verdict_and_explanation(lang, capsys):
 
 
 def test_spanish_hints_and_progress_view(lang, monkeypatch, tmp_path, capsys):
-    from grader.hints import hinter
+    from grader.notebook.hints import hinter
     from grader.progress.grade import AssignmentProgress, TaskProgress
     from grader.progress.view import text_report
 

@@ -1,22 +1,25 @@
 """grader/ is layered: every import points down (or stays in its layer), and no module imports itself
-back through others ("engine → seam → runner → exercises → gradebook/progress/cli").
+back through others ("engine → seam → runner → exercises → student → course → instructor → commands").
 
-From the bottom:
+From the bottom, the core (every audience's) first, then one layer per audience:
 
-  0 engine     grader.engine.* and the `grader` package (it only re-exports run_distributed): starts ranks,
-               bounds waits, collects results; knows no check and no exercise (whoever starts the
-               forkserver names what it preloads). grader.i18n (the grader's text in the student's
-               language) sits here too: every layer, the engine's hardware-plan line included, speaks through it.
-  1 seam       grader.checks (checks and results, declared), grader.grading (`g.run`, the one seam between a
-               check and the student's code), grader.shared_runs (the launches g.run shares between the checks
-               of a submission), grader.submission (reading answers), grader.tolerances,
-               grader.cells (nbgrader's cell metadata), grader.feedback_filter (what a result may say).
-  2 runner     grader.runner: run_checks, the one check runner; grader.reasons (one reason per mistake).
-  3 exercises  grader.exercises.*: the exercises, their checks and references, the shared check helpers.
-  4 tools      what people run: grader.gradebook.*, grader.isolation.*, grader.progress.*, grader.cli (answers_reachable) and __main__, grader.lessons.*,
-               grader.notebook and notebook_display (the notebook's check()), grader.hints (its hint()), grader.code_digest,
-               grader.points and points_preprocessor, grader.scaffold*, grader.student_build, grader.selfcheck,
-               grader.gpucheck and gpucheck_facts, grader.demo, grader.translate.*.
+  0 engine      grader.engine.* and the `grader` package (it only re-exports run_distributed): starts ranks,
+                bounds waits, collects results; knows no check and no exercise (whoever starts the
+                forkserver names what it preloads). grader.i18n (the grader's text in the student's
+                language) sits here too: every layer, the engine's hardware-plan line included, speaks through it.
+  1 seam        grader.checks (checks and results, declared), grader.grading (`g.run`, the one seam between a
+                check and the student's code), grader.shared_runs (the launches g.run shares between the checks
+                of a submission), grader.submission (reading answers), grader.tolerances,
+                grader.cells (nbgrader's cell metadata), grader.feedback_filter (what a result may say).
+  2 runner      grader.runner: run_checks, the one check runner; grader.reasons (one reason per mistake).
+  3 exercises   grader.exercises.*: the exercises, their checks and references, the shared check helpers;
+                grader.code_digest (one digest of the code that grades an exercise).
+  4 student     what students call: grader.notebook.* (check(), hint()), grader.progress.*, grader.lessons.*.
+  5 course      what builds the course: grader.course.* (points, scaffold, student build), grader.translate.*.
+                It may use what students call (never the other way: a student's code needs no builder).
+  6 instructor  what instructors run: grader.instructor.* (selfcheck, gpucheck, demo), grader.gradebook.*,
+                grader.isolation.*.
+  7 commands    the door for everyone: grader.cli (with answers_reachable, its notice) and __main__.
 
 Within a layer any import is allowed, but no circle (anywhere). A new top-level grader module must be
 placed in LAYERS; one under a listed package (grader.engine., grader.exercises., ...) is placed already.
@@ -28,8 +31,8 @@ import pytest
 
 from tests.grader_imports import Import, all_imports, grader_edges, grader_modules, imports_of
 
-ENGINE, SEAM, RUNNER, EXERCISES, TOOLS = range(5)
-NAMES = ["engine", "seam", "runner", "exercises", "tools"]
+ENGINE, SEAM, RUNNER, EXERCISES, STUDENT, COURSE, INSTRUCTOR, COMMANDS = range(8)
+NAMES = ["engine", "seam", "runner", "exercises", "student", "course", "instructor", "commands"]
 LAYERS = {  # a module, or a package (all its modules): the longest match decides
     "grader": ENGINE,  # the package itself: `from grader import run_distributed`
     "grader.i18n": ENGINE,
@@ -41,40 +44,34 @@ LAYERS = {  # a module, or a package (all its modules): the longest match decide
     "grader.tolerances": SEAM,
     "grader.cells": SEAM,
     "grader.feedback_filter": SEAM,
-    "grader.runner": RUNNER,
     "grader.shared_runs": SEAM,
+    "grader.runner": RUNNER,
     "grader.reasons": RUNNER,
+    "grader.code_digest": EXERCISES,
     "grader.exercises": EXERCISES,
-    "grader.gradebook": TOOLS,
-    "grader.isolation": TOOLS,
-    "grader.progress": TOOLS,
-    "grader.cli": TOOLS,
-    "grader.answers_reachable": TOOLS,
-    "grader.__main__": TOOLS,
-    "grader.lessons": TOOLS,
-    "grader.notebook": TOOLS,
-    "grader.notebook_display": TOOLS,
-    "grader.code_digest": TOOLS,
-    "grader.hints": TOOLS,
-    "grader.points": TOOLS,
-    "grader.points_preprocessor": TOOLS,
-    "grader.translate": TOOLS,
-    "grader.scaffold": TOOLS,
-    "grader.scaffold_templates": TOOLS,
-    "grader.student_build": TOOLS,
-    "grader.selfcheck": TOOLS,
-    "grader.demo": TOOLS,
-    "grader.gpucheck": TOOLS,
-    "grader.gpucheck_facts": TOOLS,
+    "grader.notebook": STUDENT,
+    "grader.progress": STUDENT,
+    "grader.lessons": STUDENT,
+    "grader.course": COURSE,
+    "grader.translate": COURSE,
+    "grader.instructor": INSTRUCTOR,
+    "grader.gradebook": INSTRUCTOR,
+    "grader.isolation": INSTRUCTOR,
+    "grader.cli": COMMANDS,
+    "grader.answers_reachable": COMMANDS,
+    "grader.__main__": COMMANDS,
 }
 PACKAGES = (
     "grader.engine",
     "grader.exercises",
-    "grader.gradebook",
-    "grader.isolation",
+    "grader.notebook",
     "grader.progress",
     "grader.lessons",
+    "grader.course",
     "grader.translate",
+    "grader.instructor",
+    "grader.gradebook",
+    "grader.isolation",
 )
 
 

@@ -1,4 +1,4 @@
-"""The check cells' points are stamped from the checks (grader/points.py, `make exercises`), and a
+"""The check cells' points are stamped from the checks (grader/course/points.py, `make exercises`), and a
 notebook that cannot be stamped is named, cell by cell, with nothing written."""
 
 import json
@@ -10,7 +10,7 @@ import pytest
 
 from grader import cells, cli
 from grader.exercises import exercise_ids, get_exercise
-from grader.points import PointsError, stamp
+from grader.course.points import PointsError, stamp
 from tests.helpers import ROOT
 
 EXERCISE = "02_ddp_basics"
@@ -169,8 +169,8 @@ def test_a_check_cell_says_how_many_of_its_tasks_points_are_hidden():
     import os
 
     from grader.exercises import get_exercise
-    from grader.notebook_display import CheckView
-    from grader.points import hidden_points
+    from grader.notebook.display import CheckView
+    from grader.notebook import hidden_points
     from tests.helpers import ROOT
 
     exercise = get_exercise("02_ddp_basics")

@@ -154,7 +154,7 @@ def _then_a_bigger_sum(ctx, student):
 
 
 def test_a_gloo_abort_names_the_students_line_and_prints_gloos_text_once():
-    from grader.notebook_display import CheckView
+    from grader.notebook.display import CheckView
 
     ex = Exercise("abort_test", tasks=["sums_on_rank_0_only"])
     for i in range(3):

@@ -1,4 +1,4 @@
-"""python -m grader new-exercise (grader/scaffold.py): a newcomer adds a one-task exercise by touching only
+"""python -m grader new-exercise (grader/course/scaffold.py): a newcomer adds a one-task exercise by touching only
 the files the scaffold made.
 
 The end-to-end part works in a copy of the repository (grader/, solutions/, exercises/, the Makefile,
@@ -22,7 +22,7 @@ import nbformat
 import pytest
 
 from grader import cells, cli
-from grader.scaffold import ScaffoldError, create, next_free_id
+from grader.course.scaffold import ScaffoldError, create, next_free_id
 from tests.helpers import ROOT
 
 TASK, PACKAGE = "my_task", "my_topic"

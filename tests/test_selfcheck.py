@@ -13,11 +13,11 @@ import sys
 
 import pytest
 
-from grader import selfcheck
+from grader.instructor import selfcheck
 from grader.checks import CheckResult, Report
 from grader.engine.plan import current_plan, visible_gpus
 from grader.exercises import exercise_ids, get_exercise
-from grader.hints import check_hints, hinter, note_checked
+from grader.notebook.hints import check_hints, hinter, note_checked
 from tests.helpers import ROOT, assert_one_reason, failed
 
 

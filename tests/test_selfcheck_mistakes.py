@@ -3,7 +3,7 @@
 
 import pytest
 
-from grader import selfcheck
+from grader.instructor import selfcheck
 from grader.exercises import exercise_ids, get_exercise
 from grader.submission import read_notebook
 from tests.helpers import ROOT

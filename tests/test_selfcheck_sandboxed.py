@@ -4,7 +4,7 @@ nurseries when root), its score and the plan of every run compared with what thi
 The pass itself is graded by tests/test_selfcheck.py's run of `python -m grader selfcheck`, which makes it for every
 exercise (assert_sandboxed_pass_says_its_plans); grading 02's solution a second time here cost a make grade."""
 
-from grader import selfcheck
+from grader.instructor import selfcheck
 
 
 def test_a_plan_the_hardware_should_not_give_is_not_expected():

@@ -23,7 +23,7 @@ import nbformat
 import pytest
 
 from grader.exercises import exercise_ids, get_exercise
-from grader.student_build import SOLUTION_MARK, STAMP, BuildError, build, leaks
+from grader.course.student_build import SOLUTION_MARK, STAMP, BuildError, build, leaks
 
 ROOT = Path(__file__).resolve().parent.parent
 # Answer-equivalent references the instructor's install held (now in hidden_*.py or gone).

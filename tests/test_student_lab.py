@@ -80,7 +80,7 @@ def test_a_failed_check_cells_error_says_why_in_full_without_pointing_above():
         "\n- checkpoint_has_unwrapped_keys: the run did not finish in time"
         "\n  `save_checkpoint` already hung in checkpoint_written_by_rank0_only"
     )  # its full first line, then only what the first did not say
-    with open(os.path.join(ROOT, "grader", "notebook.py")) as f:
+    with open(os.path.join(ROOT, "grader", "notebook", "__init__.py")) as f:
         assert "shown above" not in f.read()
 
 

@@ -1,7 +1,7 @@
 """GPUs in exclusive-process compute mode (`nvidia-smi -c EXCLUSIVE_PROCESS`, common on shared clusters): a GPU
 then holds one process's context at a time, and a second notebook's rank on it fails with "CUDA-capable device(s)
 is/are busy or unavailable". There, notebook checks run one at a time: one check of a task at once
-(notebook.py), and one notebook's checks at once on this machine (a lock file every account can open).
+(grader/notebook/), and one notebook's checks at once on this machine (a lock file every account can open).
 
 The mode is asked of NVML, which does not initialize CUDA (fork-safe). GRADER_FAKE_EXCLUSIVE=1 (tests only)
 answers yes. Waiting for the lock is bounded (WAIT_BOUND_S): past it the check runs anyway, and a busy GPU is

@@ -9,7 +9,7 @@ from dataclasses import asdict, dataclass, field
 
 from grader.code_digest import grader_digest
 from grader.exercises import exercise_ids, get_exercise
-from grader.hints import hints_used
+from grader.notebook.hints import hints_used
 from grader.i18n import _
 from grader.progress.cache import load_cache, save_cache
 from grader.progress.find import answer_cells, candidates, pick_notebook
@@ -24,7 +24,7 @@ class TaskProgress:
     checks: int = 0
     points: float = 0
     max_points: float = 0
-    hints: int = 0  # hints this user revealed for the task (grader/hints.py), read fresh, never cached
+    hints: int = 0  # hints this user revealed for the task (grader/notebook/hints.py), read fresh, never cached
 
 
 @dataclass

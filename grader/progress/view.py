@@ -41,7 +41,7 @@ def submission_state(row: AssignmentProgress, root: str) -> str:
 
 
 def hints_note(used: int) -> str:
-    """How many hints of the task the student revealed (grader/hints.py), after its name."""
+    """How many hints of the task the student revealed (grader/notebook/hints.py), after its name."""
     return " " + ngettext("({n} hint)", "({n} hints)", used) if used else ""
 
 
@@ -151,7 +151,7 @@ class _ProgressView:
 
 def show_progress(root: str | None = None, assignments: list[str] | None = None, timeout: float = 30.0) -> None:
     """The progress table, in a notebook cell (or printed outside one). Save your notebook first."""
-    from grader.notebook_display import captured_stderr, in_kernel
+    from grader.notebook.display import captured_stderr, in_kernel
 
     if root is None and GRADED_COPY & set(os.path.abspath(os.getcwd()).split(os.sep)):
         print(_("(the progress overview is for the student's own copy; not run in a submitted or graded one)"))

@@ -143,7 +143,7 @@ def test_typical_mistake_fails_with_a_targeted_message(task, old, new, check_nam
     # One mistake, one reason: the other failed checks (those whose expectation rests on it) point to it.
     assert_one_reason(report, check_name)
     # The first hint addresses it: check() notes the first failed check, hint() starts with that check's hint.
-    from grader.hints import check_hints
+    from grader.notebook.hints import check_hints
 
     assert [c.name for c in report.checks if not c.passed][0] == check_name
     assert check_name in check_hints(EXERCISE), f"{check_name} carries no hint (CHECK_HINTS in its hints.py)"

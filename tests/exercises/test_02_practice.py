@@ -204,7 +204,7 @@ def test_typical_mistake_fails_with_a_targeted_message(task, old, new, check_nam
     messages = failed(report)
     assert check_name in messages, f"{check_name} passed; results:\n" + "\n".join(report.lines())
     assert phrase in messages[check_name], messages[check_name]
-    from grader.hints import check_hints
+    from grader.notebook.hints import check_hints
 
     assert check_name in check_hints(EXERCISE), f"{check_name} carries no hint (CHECK_HINTS in its hints.py)"
 

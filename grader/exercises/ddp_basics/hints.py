@@ -1,4 +1,4 @@
-"""Hints of exercise 02_ddp_basics: hint("task") reveals them one by one (grader/hints.py).
+"""Hints of exercise 02_ddp_basics: hint("task") reveals them one by one (grader/notebook/hints.py).
 
 Each ladder goes from a nudge to the key API, never to the answer's code
 (tests/test_hints.py compares every hint with the solution cells).
@@ -152,7 +152,7 @@ HINTS = {
 }
 
 # The hint of the check that failed: hint(task) shows it first, once per failure, then the task's ladder
-# (grader/hints.py). Each check of a typical mistake carries one; it names the mistake's idea, not the code.
+# (grader/notebook/hints.py). Each check of a typical mistake carries one; it names the mistake's idea, not the code.
 CHECK_HINTS = {
     "backend_matches_hardware": N_(
         "The backend must follow what this rank can use: NCCL only when a GPU is available to it, gloo otherwise. "

@@ -1,4 +1,4 @@
-"""Hints of exercise 01_parallelism: hint("task") reveals them one by one (grader/hints.py).
+"""Hints of exercise 01_parallelism: hint("task") reveals them one by one (grader/notebook/hints.py).
 
 Each ladder goes from a nudge to the key API, never to the answer's code
 (tests/test_hints.py compares every hint with the solution cells).
@@ -111,7 +111,7 @@ HINTS = {
 }
 
 # The hint of the check that failed: hint(task) shows it first, once per failure, then the task's ladder
-# (grader/hints.py). Each public check carries one; it names the mistake's idea, not the code.
+# (grader/notebook/hints.py). Each public check carries one; it names the mistake's idea, not the code.
 CHECK_HINTS = {
     "shards_are_disjoint_covering_balanced": (
         "Three properties at once: no sample in two shares, every sample in some share, and share sizes that "

@@ -1,4 +1,4 @@
-"""Hints of exercise 03_syncbn_sharded: hint("task") reveals them one by one (grader/hints.py).
+"""Hints of exercise 03_syncbn_sharded: hint("task") reveals them one by one (grader/notebook/hints.py).
 
 Each ladder goes from a nudge to the key API, never to the answer's code
 (tests/test_hints.py compares every hint with the solution cells).
@@ -162,7 +162,7 @@ HINTS = {
 }
 
 # The hint of the check that failed: hint(task) shows it first, once per failure, then the task's ladder
-# (grader/hints.py). Each public check carries one; it names the mistake's idea, not the code.
+# (grader/notebook/hints.py). Each public check carries one; it names the mistake's idea, not the code.
 CHECK_HINTS = {
     "every_batchnorm_becomes_syncbn": (
         "Every BatchNorm layer, however deeply nested, must become a SyncBatchNorm, and nothing else may change: "

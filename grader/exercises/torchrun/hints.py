@@ -1,4 +1,4 @@
-"""Hints of exercise 04_torchrun: hint("task") reveals them one by one (grader/hints.py).
+"""Hints of exercise 04_torchrun: hint("task") reveals them one by one (grader/notebook/hints.py).
 
 Each ladder goes from a nudge to the key API, never to the answer's code
 (tests/test_hints.py compares every hint with the solution cells).
@@ -52,7 +52,7 @@ HINTS = {
 }
 
 # The hint of the check that failed: hint(task) shows it first, once per failure, then the task's ladder
-# (grader/hints.py). Each public check carries one; it names the mistake's idea, not the code.
+# (grader/notebook/hints.py). Each public check carries one; it names the mistake's idea, not the code.
 CHECK_HINTS = {
     "read_dist_env_on_torchrun_workers": (
         "Read every value from the mapping you are given, not from the process's own environment, and keep "

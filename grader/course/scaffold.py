@@ -10,7 +10,7 @@
 
 ID is `NN_name` (two digits, then a Python identifier in lower case); <name> is the package. The example
 task sums a tensor over all ranks, so the new exercise grades as it stands (templates:
-grader/scaffold_templates.py). Nothing that exists is overwritten: an id, a number, a package or a
+grader/course/scaffold_templates.py). Nothing that exists is overwritten: an id, a number, a package or a
 file already there is refused before anything is written, and so is a task name that any exercise of the
 course uses already (a student's notebook namespace and the hints are keyed by it).
 `make exercises` then stamps the points, writes the release and the translation catalogs.
@@ -26,12 +26,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from grader import cells
-from grader import scaffold_templates as t
+from grader.course import scaffold_templates as t
 
 if TYPE_CHECKING:
     import nbformat
 
-ROOT = Path(__file__).resolve().parent.parent  # the course repository
+ROOT = Path(__file__).resolve().parents[2]  # the course repository
 ID = re.compile(r"^(?P<number>\d{2})_(?P<name>[a-z][a-z0-9_]*)$")
 DECLARED_ID = re.compile(r"""Exercise\(\s*["'](\w+)["']""")  # how an exercise package declares its id
 PUBLIC_POINTS, HIDDEN_POINTS = 2, 1  # the templates' checks: the check cell starts worth their sum

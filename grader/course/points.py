@@ -24,7 +24,7 @@ from pathlib import Path
 from grader import cells
 from grader.checks import Exercise
 
-ROOT = Path(__file__).resolve().parent.parent  # the course repository (solutions/ lives here)
+ROOT = Path(__file__).resolve().parents[2]  # the course repository (solutions/ lives here)
 
 
 class PointsError(Exception):
@@ -179,20 +179,3 @@ def register(sub) -> None:
     parser.add_argument("--check", action="store_true", help="change nothing; exit 1 naming every cell that is off")
     parser.add_argument("--root", default=str(ROOT), help="the course directory (default: this repository)")
     parser.set_defaults(func=_run)
-
-
-def hidden_points(exercise: Exercise, task: str, folder: str = ".") -> float:
-    """The task's points in hidden checks: from the checks where they are installed (the instructor's grader),
-    else from the check cell of the exercise's notebook in `folder` (a student's: hidden checks left out, the
-    cell's points are the task's total); 0 when neither is known."""
-    # (c.hidden, not hidden=True: tests/test_student_install.py reads that keyword as a hidden check)
-    known = sum(c.points for c in exercise.checks_for(task) if c.hidden)
-    if known:
-        return known
-    try:
-        with open(os.path.join(folder, f"{exercise.id}.ipynb"), encoding="utf-8") as f:
-            cell = cells.check_cells(json.load(f).get("cells", [])).get(task)
-    except (OSError, ValueError, AttributeError):
-        return 0
-    public = sum(c.points for c in exercise.checks_for(task) if not c.hidden)
-    return max(0.0, cells.check_points(cell) - public) if cell else 0

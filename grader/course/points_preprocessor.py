@@ -1,6 +1,6 @@
 """nbgrader refuses to generate an exercise whose check cells' points disagree with its checks.
 
-`make exercises` stamps the points before it generates (grader/points.py); an instructor who runs
+`make exercises` stamps the points before it generates (grader/course/points.py); an instructor who runs
 `nbgrader generate_assignment` or presses Generate in the formgrader after changing a check would
 otherwise put stale points into the gradebook and the release. nbgrader_config.py puts this first in
 GenerateAssignment's preprocessors; a notebook that is not one of the course's exercises passes as it is.
@@ -13,7 +13,7 @@ import copy
 from nbgrader.preprocessors import NbGraderPreprocessor
 
 from grader.exercises import exercise_ids, get_exercise
-from grader.points import set_points
+from grader.course.points import set_points
 
 
 class StalePoints(Exception):

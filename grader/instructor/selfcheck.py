@@ -31,7 +31,7 @@ from grader.exercises import exercise_ids, get_exercise
 from grader.runner import run_checks
 from grader.submission import read_notebook, read_python_file
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the course repository
 
 
 def _release(exercise_id: str) -> str:

@@ -24,7 +24,7 @@ from grader.gradebook.commands import format_grades
 from grader.gradebook.inject import gradebook_marks, gradebook_scores, write_results
 from grader.gradebook.report import write_report
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the course repository
 SAMPLES = os.path.join(ROOT, "samples", "submitted")
 
 

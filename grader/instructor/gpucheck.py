@@ -25,11 +25,12 @@ import sys
 import tempfile
 import time
 
-from grader import gpucheck_facts
+from grader.instructor import gpucheck_facts
 from grader.engine import run_distributed
 from grader.engine.cuda import cuda_devices
 from grader.engine.plan import current_plan
 
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the course repository
 DEMO = "02_ddp_basics"
 SELFCHECKED = ("01_parallelism", "03_syncbn_sharded")
 JSON_ENV = "GRADER_GPUCHECK_JSON"
@@ -180,9 +181,7 @@ def never_run_checks(gpus: int) -> None:
         say("--", "03's nn.SyncBatchNorm and MiniFSDP's memory peaks", "no GPU (not run: they need 2)")
         return
     exercise = get_exercise("03_syncbn_sharded")
-    solution = read_notebook(
-        os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), exercise.notebook)
-    )
+    solution = read_notebook(os.path.join(ROOT, exercise.notebook))
     for task, what in (
         ("convert_to_sync_bn", "real nn.SyncBatchNorm under nccl"),
         ("MiniFSDP", "MiniFSDP's memory peaks on CUDA"),
@@ -209,7 +208,7 @@ def demo_class(gpus: int) -> None:
     import contextlib
     import io
 
-    from grader import demo
+    from grader.instructor import demo
 
     root = tempfile.mkdtemp(prefix="gpucheck-demo-")
     with contextlib.redirect_stdout(io.StringIO()):
@@ -226,7 +225,7 @@ def selfcheck_step(gpus: int) -> None:
         have = f"{gpus} GPU" if gpus else "no GPU"
         say("--", "selfcheck of exercises 1 and 3", f"{have} (not run: nccl needs 2)")
         return
-    from grader import selfcheck
+    from grader.instructor import selfcheck
 
     wrong = selfcheck.main(list(SELFCHECKED))
     say("ok" if not wrong else "BAD", "selfcheck of exercises 1 and 3", "as expected" if not wrong else "see above")

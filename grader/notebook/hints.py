@@ -213,7 +213,7 @@ def _show_check_hint(exercise_id: str, task: str) -> bool:
 
 
 def _show(text: str) -> None:
-    from grader.notebook_display import in_kernel
+    from grader.notebook.display import in_kernel
 
     if in_kernel():
         from IPython.display import Markdown, display

@@ -27,7 +27,7 @@ from grader import cells
 from grader.exercises import discover
 from grader.exercises.instructor import MARKER, is_student_build
 
-PACKAGE = Path(__file__).resolve().parent
+PACKAGE = Path(__file__).resolve().parents[1]  # grader/, the package a student build copies
 ROOT = PACKAGE.parent
 STAMP = ".student-build"  # in OUT_DIR: this folder is a student build, safe to replace
 DIST_NAME = "ddp-course-grader-student"

@@ -1,33 +1,39 @@
-"""check("task") inside a notebook.
+"""What students call: check("task") and hint("task") inside a notebook.
 
     from grader.notebook import checker
     check = checker("02_ddp_basics")
     check("wrap_model")          # ✓/✗ per check; AssertionError when any fails
     hint = hinter("02_ddp_basics")
-    hint("wrap_model")           # the task's next hint (grader/hints.py)
+    hint("wrap_model")           # the task's next hint (hints.py)
 
 The code checked is what is defined in the kernel *now* (serialized by value),
 not the saved file, so the same line works while editing and as an nbgrader
 test cell.
 
 The checks run through grader.runner.run_checks (like the CLI and `make grade`),
-up to SIDE_BY_SIDE at once; grader.notebook_display shows them (one rich output per
+up to SIDE_BY_SIDE at once; display.py shows them (one rich output per
 cell, nothing on stderr).
+
+The package:
+    __init__.py   checker(): check("task"), and hinter re-exported (every notebook's first cell imports both)
+    display.py    the ✓ or ✗ of each check and its reason, as the notebook shows them
+    hints.py      hint("task"): the failing check's hint, then the task's ladder, counted per student
 """
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 import threading
 
-from grader import points
+from grader import cells
 from grader.engine import gpu_exclusive, warm_up
 from grader.engine.processes import preload
 from grader.exercises import find, get_exercise
-from grader.hints import hinter, note_checked  # noqa: F401 (the notebook imports check and hint from here)
+from grader.notebook.hints import hinter, note_checked  # noqa: F401 (the notebook imports check and hint from here)
 from grader.i18n import _, ngettext
-from grader.notebook_display import CheckView, captured_stderr, in_kernel
+from grader.notebook.display import CheckView, captured_stderr, in_kernel
 from grader.submission import from_namespace
 
 # Nothing above imports torch: checker() starts the forkserver (which imports torch by itself)
@@ -49,8 +55,8 @@ def checker(exercise_id: str, world_size: int = 2, timeout: float = 30.0):
         from grader.runner import SIDE_BY_SIDE, run_checks  # imported by get_exercise already
 
         ns = namespace if namespace is not None else vars(sys.modules["__main__"])
-        hidden_points = 0 if hidden else points.hidden_points(exercise, task)  # said under the visible ones
-        view = CheckView(task, len(checks), rich=in_kernel(), hidden_points=hidden_points)
+        in_hidden = 0 if hidden else hidden_points(exercise, task)  # said under the visible ones
+        view = CheckView(task, len(checks), rich=in_kernel(), hidden_points=in_hidden)
         serialize = exclusive_gpus()  # one check at a time, one notebook at a time (engine/gpu_exclusive.py)
         with captured_stderr() as stray, gpu_exclusive.one_at_a_time(serialize):
             _warm_parent()
@@ -70,7 +76,7 @@ def checker(exercise_id: str, world_size: int = 2, timeout: float = 30.0):
         start_warming()  # after the first check, not before: until it, the cores are the forkserver's
         failed = [r.name for r in report.checks if not r.passed]
         if not hidden and not os.environ.get("NBGRADER_EXECUTION"):
-            note_checked(exercise_id, task, failed[0] if failed else None)  # its hint comes first (grader/hints.py)
+            note_checked(exercise_id, task, failed[0] if failed else None)  # its hint comes first (hints.py)
         reasons = _reasons([r for r in report.checks if not r.passed])
         earned[task, hidden] = report.score
         if os.environ.get("NBGRADER_EXECUTION") == "autograde":
@@ -96,6 +102,23 @@ def checker(exercise_id: str, world_size: int = 2, timeout: float = 30.0):
 
 
 REASON_LINES = 8  # of a failed check's message in the cell's error (its summary: a hang's stacks come after)
+
+
+def hidden_points(exercise, task: str, folder: str = ".") -> float:
+    """The task's points in hidden checks: from the checks where they are installed (the instructor's grader),
+    else from the check cell of the exercise's notebook in `folder` (a student's: hidden checks left out, the
+    cell's points are the task's total); 0 when neither is known."""
+    # (c.hidden, not hidden=True: tests/test_student_install.py reads that keyword as a hidden check)
+    known = sum(c.points for c in exercise.checks_for(task) if c.hidden)
+    if known:
+        return known
+    try:
+        with open(os.path.join(folder, f"{exercise.id}.ipynb"), encoding="utf-8") as f:
+            cell = cells.check_cells(json.load(f).get("cells", [])).get(task)
+    except (OSError, ValueError, AttributeError):
+        return 0
+    public = sum(c.points for c in exercise.checks_for(task) if not c.hidden)
+    return max(0.0, cells.check_points(cell) - public) if cell else 0
 
 
 def exclusive_gpus() -> bool:

@@ -1,4 +1,4 @@
-"""The files `python -m grader new-exercise` writes (grader/scaffold.py fills them in).
+"""The files `python -m grader new-exercise` writes (grader/course/scaffold.py fills them in).
 
 They make a small exercise that works as it stands: one task (sum a tensor over all ranks), one
 public check and one hidden check, a solution that gets full marks and a release that gets 0.
@@ -156,7 +156,7 @@ def test_returning_its_own_tensor_earns_nothing():
 ''')
 
 HINTS = Template('''\
-"""Hints of exercise $id: hint("$task") reveals them one by one (grader/hints.py).
+"""Hints of exercise $id: hint("$task") reveals them one by one (grader/notebook/hints.py).
 
 Every task of the exercise has a ladder of 2 or 3 hints, from a nudge to the key API, never the answer's
 code (tests/test_hints.py compares every hint with the solution cells). Replace the example's with yours.
