@@ -105,7 +105,7 @@ class Grading:
         runs: Callable[..., RunResult] = run_distributed,
     ):
         self.submission = submission
-        self._runs = runs  # run_distributed, or the runner's SharedRuns (one launch for the checks asking the same)
+        self.launcher = runs  # run_distributed, or the runner's SharedRuns (one launch for the checks asking the same)
         self.world_size = world_size
         self.timeout = timeout
         self.notes: list[str] = []
@@ -189,11 +189,11 @@ class Grading:
     ) -> RunResult:
         """share_failure: the runner's SharedRuns gives a failure of this run to the other checks asking for it
         too (shared_runs.py); for a run the checks replace by their own when it fails."""
-        shared = {"share_failure": True} if share_failure and getattr(self._runs, "shares_failures", False) else {}
+        shared = {"share_failure": True} if share_failure and getattr(self.launcher, "shares_failures", False) else {}
         if self._parent_lock:
             self._parent_lock.release()  # other checks' parent-side code may run while our ranks work
         try:
-            result = self._runs(
+            result = self.launcher(
                 _call_with_student,
                 world_size or self.world_size,
                 (self.submission, fn, args),
@@ -228,8 +228,8 @@ class Grading:
         read what other checks' runs may have changed there sets read_shared_launch (a failure is then confirmed
         by the check's own runs). Otherwise, and for a confirmation, a folder of this check's own, removed
         afterwards."""
-        if shared_as and self.share_launches and hasattr(self._runs, "folder"):
-            yield self._runs.folder(shared_as)
+        if shared_as and self.share_launches and hasattr(self.launcher, "folder"):
+            yield self.launcher.folder(shared_as)
             return
         root = tempfile.mkdtemp(prefix="grader-files-")
         try:

@@ -17,6 +17,10 @@ hang is shared: the same ranks running the same code would wait the same way, so
 asking for that run are answered from it (the same message, 0 points) instead of each waiting out a timeout
 of its own; a check asking for a different run still runs it.
 
+The same parent-side job, made once (parent_job). A check that runs a job itself, outside the ranks (04_torchrun's
+torchrun scenarios), asks parent_job(g, key, make): the checks of a submission asking with the same key share
+what the first one made, unless it was cut by its bound (keep).
+
 Different runs, in one launch (shared_answer). A launch (fresh ranks, a process group, the guard) costs more
 than a small training run in it, so an exercise declares which runs a task's checks ask for:
 
@@ -71,6 +75,7 @@ class SharedRuns:
         self.launches = 0
         self.reused = 0
         self._folders: dict[str, str] = {}
+        self._jobs: dict = {}  # job(): the parent's own jobs, by key
         self._closed = False
 
     def __call__(
@@ -100,6 +105,21 @@ class SharedRuns:
                 entry.result = copy.deepcopy(result)
             return result
 
+    def job(self, key, make, keep):
+        """A job the parent runs itself (a torchrun job of the grader's), made once for every check of the
+        submission that asks with the same key: (value, shared). keep(value) False: not shared (the next check
+        makes its own)."""
+        with self._lock:
+            entry = self._jobs.setdefault(key, _Entry())
+        with entry.lock:
+            if entry.result is not None:
+                self.reused += 1
+                return copy.deepcopy(entry.result), True
+            value = make()
+            if keep(value):
+                entry.result = copy.deepcopy(value)
+            return value, False
+
     def folder(self, name: str) -> str:
         """The path the checks of this submission share under `name` (not created: the runs write it)."""
         with self._lock:
@@ -121,6 +141,17 @@ class _Entry:
     def __init__(self):
         self.lock = threading.Lock()
         self.result: RunResult | None = None
+
+
+def parent_job(g, key, make, keep=lambda value: True):
+    """What make() returns, made once per submission for every check that asks with the same key (checks of
+    04_torchrun judge different things in one torchrun scenario); a check confirming its failure (its own runs
+    only) makes its own. keep(value) False: that value is not shared (a job cut by its bound: bad luck is never
+    passed on to other checks)."""
+    job = getattr(g.launcher, "job", None)
+    if job is None or not g.share_launches:
+        return make()
+    return job(key, make, keep)[0]
 
 
 def shared_answer(g, part: tuple) -> list | None:

@@ -44,6 +44,7 @@ FAST_FILES = {
     "test_settings.py",
     "test_maps.py",
     "test_dcp_metadata_reader.py",
+    "test_parent_jobs.py",
     "test_layers.py",
     "test_public_apis.py",
     "test_guard_list.py",

@@ -417,3 +417,22 @@ def test_a_checkpoint_the_loader_could_not_read_is_named(error, phrase):
     run = script_runs.ScriptRun(3, 1, loaded={"world_size": 3, "loaded": {script_runs.checkpoint(2): {"error": error}}})
     with pytest.raises(CheckFailed, match=phrase):
         loaded_checkpoint(run, 2, 3)
+
+
+def test_the_checks_of_train_script_share_each_scenario_run(solution, monkeypatch):
+    """Every train_script check judges one of four scenarios (plain, crash, two nodes): each is run once per
+    submission, whichever checks read it, and the solution still gets every point of the task."""
+    from grader.exercises.torchrun import script_runs
+
+    made = []
+    real = script_runs.with_retry
+
+    def counted(scenario, *args):
+        made.append(scenario.__name__)
+        return real(scenario, *args)
+
+    monkeypatch.setattr(script_runs, "with_retry", counted)
+    names = [c.name for c in EXERCISE.checks if c.task == "train_script"]
+    report = grade_checks(solution, names)
+    assert report.score == report.max_score > 0, "\n".join(report.lines())
+    assert sorted(made) == ["killed", "linked", "two_nodes"], made  # not one run per check

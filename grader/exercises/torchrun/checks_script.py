@@ -18,6 +18,7 @@ from grader.exercises.torchrun.resumes import where
 from grader.exercises.torchrun.output_evidence import evidence, read_half_written
 from grader.exercises.torchrun.saves import check_saves
 from grader import tolerances
+from grader.shared_runs import parent_job
 
 from grader.exercises.torchrun import EXERCISE
 
@@ -47,17 +48,20 @@ def _script(g) -> str:
 
 
 def _scenario(g, scenario, *args) -> script_runs.ScriptRun:
-    """Run a scenario on the student's script, once per grading: the plain check and the
-    snapshot probe share one run (the probe's pause and hard link change nothing else)."""
+    """Run a scenario on the student's script, once per submission: the plain check, the snapshot probe and the
+    checkpoint checks share one run (the probe's pause and hard link change nothing else), the two resume checks
+    the crash run. A run that reached its bound is not shared: each check then makes its own."""
     source = _script(g)
-    cache = g.__dict__.setdefault("_torchrun_runs", {})
-    key = (scenario.__name__, source, args)
-    if key not in cache:
-        cache[key] = script_runs.with_retry(scenario, source, *args)
-        if cache[key].retried:
-            g.notes.append(f"{cache[key].retried}; the run was repeated (not counted)")
-    check_saves(cache[key].saves)  # a run the grader stopped at a save: that save's mistake, for every check
-    return cache[key]
+    run = parent_job(
+        g,
+        ("torchrun", scenario.__name__, source, args),
+        lambda: script_runs.with_retry(scenario, source, *args),
+        keep=lambda done: not done.timed_out,
+    )
+    if run.retried:
+        g.notes.append(f"{run.retried}; the run was repeated (not counted)")
+    check_saves(run.saves)  # a run the grader stopped at a save: that save's mistake, for every check
+    return run
 
 
 def _check_final(g, run: script_runs.ScriptRun, epochs: int, what: str, likely: str) -> None:
