@@ -24,12 +24,6 @@ What instructors run:
 - grader.isolation       where student code runs during grading
 """
 
-import os
+from grader.engine import DistContext, RunResult, run_distributed
 
-# The folder that holds grader/: the course checkout (solutions/, exercises/, locale/, nbgrader_config.py), or
-# site-packages when installed. Every module that reads the course's own files starts from here.
-REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
-from grader.engine import DistContext, RunResult, run_distributed  # noqa: E402 (after REPO_ROOT: no cycle needs it)
-
-__all__ = ["run_distributed", "RunResult", "DistContext", "REPO_ROOT"]
+__all__ = ["run_distributed", "RunResult", "DistContext"]

@@ -12,10 +12,9 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from grader import REPO_ROOT
 from grader.exercises.instructor import MARKER as STUDENT_BUILD
 
-COURSE = Path(REPO_ROOT)  # the checkout that holds grader/ (site-packages when installed)
+COURSE = Path(__file__).resolve().parent.parent  # the checkout that holds grader/ (site-packages when installed)
 NOTICE = (
     "note: the course's answers are readable on this machine ({where}): the code `check` runs can read them, so a "
     "score here proves nothing. Grades count only from `make grade` (sandboxed) or the student install, which holds "

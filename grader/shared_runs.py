@@ -107,17 +107,18 @@ class SharedRuns:
 
     def job(self, key, make, keep):
         """A job the parent runs itself (a torchrun job of the grader's), made once for every check of the
-        submission that asks with the same key. keep(value) False: not shared (the next check makes its own)."""
+        submission that asks with the same key: (value, shared). keep(value) False: not shared (the next check
+        makes its own)."""
         with self._lock:
             entry = self._jobs.setdefault(key, _Entry())
         with entry.lock:
             if entry.result is not None:
                 self.reused += 1
-                return copy.deepcopy(entry.result)
+                return copy.deepcopy(entry.result), True
             value = make()
             if keep(value):
                 entry.result = copy.deepcopy(value)
-            return value
+            return value, False
 
     def folder(self, name: str) -> str:
         """The path the checks of this submission share under `name` (not created: the runs write it)."""
@@ -150,7 +151,7 @@ def parent_job(g, key, make, keep=lambda value: True):
     job = getattr(g.launcher, "job", None)
     if job is None or not g.share_launches:
         return make()
-    return job(key, make, keep)
+    return job(key, make, keep)[0]
 
 
 def shared_answer(g, part: tuple) -> list | None:

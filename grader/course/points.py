@@ -21,10 +21,10 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from grader import REPO_ROOT, cells
+from grader import cells
 from grader.checks import Exercise
 
-ROOT = Path(REPO_ROOT)  # the course repository (solutions/ lives here)
+ROOT = Path(__file__).resolve().parents[2]  # the course repository (solutions/ lives here)
 
 
 class PointsError(Exception):

@@ -25,13 +25,13 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from grader import REPO_ROOT, cells
+from grader import cells
 from grader.course import scaffold_templates as t
 
 if TYPE_CHECKING:
     import nbformat
 
-ROOT = Path(REPO_ROOT)  # the course repository
+ROOT = Path(__file__).resolve().parents[2]  # the course repository
 ID = re.compile(r"^(?P<number>\d{2})_(?P<name>[a-z][a-z0-9_]*)$")
 DECLARED_ID = re.compile(r"""Exercise\(\s*["'](\w+)["']""")  # how an exercise package declares its id
 PUBLIC_POINTS, HIDDEN_POINTS = 2, 1  # the templates' checks: the check cell starts worth their sum

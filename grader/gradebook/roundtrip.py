@@ -19,12 +19,12 @@ from nbgrader.coursedir import CourseDirectory
 from nbgrader.exchange import ExchangeError, ExchangeFactory
 from traitlets.config import Config
 
-from grader import REPO_ROOT as REPO  # the course repository
 from grader.gradebook.course import Course
 
 # One OS user plays every student here, so the course's vetted collect (each file owned by the account of the
 # student it names: vetted_collect.py) would refuse them all; the demo's own samples go through nbgrader's plain one.
 PLAIN_COLLECT = "--ExchangeFactory.collect=nbgrader.exchange.default.collect.ExchangeCollect"
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 COURSE_ID = "ddp-course"
 
 

@@ -17,7 +17,6 @@ import os
 import shutil
 import time
 
-from grader import REPO_ROOT as ROOT  # the course repository
 from grader.gradebook import roundtrip
 from grader.isolation import sandbox as sandboxes
 from grader.gradebook.batch import grade_assignment
@@ -25,6 +24,7 @@ from grader.gradebook.commands import format_grades
 from grader.gradebook.inject import gradebook_marks, gradebook_scores, write_results
 from grader.gradebook.report import write_report
 
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the course repository
 SAMPLES = os.path.join(ROOT, "samples", "submitted")
 
 

@@ -25,12 +25,12 @@ import sys
 import tempfile
 import time
 
-from grader import REPO_ROOT as ROOT  # the course repository
 from grader.instructor import gpucheck_facts
 from grader.engine import run_distributed
 from grader.engine.cuda import cuda_devices
 from grader.engine.plan import current_plan
 
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the course repository
 DEMO = "02_ddp_basics"
 SELFCHECKED = ("01_parallelism", "03_syncbn_sharded")
 JSON_ENV = "GRADER_GPUCHECK_JSON"

@@ -25,12 +25,13 @@ import subprocess
 import sys
 import tempfile
 
-from grader import REPO_ROOT as ROOT  # the course repository
 from grader import cells
 from grader.engine.plan import current_plan, plan_for, visible_gpus, widest_job
 from grader.exercises import exercise_ids, get_exercise
 from grader.runner import run_checks
 from grader.submission import read_notebook, read_python_file
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the course repository
 
 
 def _release(exercise_id: str) -> str:

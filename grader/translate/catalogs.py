@@ -17,9 +17,9 @@ from dataclasses import dataclass
 from babel.messages.catalog import Catalog
 from babel.messages.pofile import read_po, unescape, write_po
 
-from grader import REPO_ROOT as ROOT  # the course repository
 from grader.translate.segments import entries
 
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 LOCALE = os.path.join(ROOT, "locale")
 PROJECT = "ddp-course"
 

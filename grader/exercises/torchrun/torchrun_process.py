@@ -23,7 +23,7 @@ from typing import Callable
 
 import psutil
 
-from grader import REPO_ROOT
+import grader
 from grader.engine import kill_tree
 from grader.engine.background import (
     FRESH_STORE_PER_ATTEMPT,
@@ -35,6 +35,7 @@ from grader.engine.background import (
 )
 from grader.exercises.torchrun.probe_worker import VARS as TORCHRUN_VARIABLES  # what torchrun sets in each worker
 
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(grader.__file__)))
 RUN_MODULE = TORCHRUN  # torchrun, from this interpreter
 OUTPUT_LIMIT = 12_000
 
